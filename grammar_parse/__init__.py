@@ -1,0 +1,50 @@
+"""grammar_parse: turn raw LLM output into structured chat messages, one-shot or token by token.
+
+A response template (transformers' ``response_template`` format), an authored ``.lark`` grammar, or a
+built-in grammar name is compiled into a Lark LALR grammar; a streaming session walks it and emits
+``region_open`` / ``region_chunk`` / ``region_close`` events as delimiters complete.
+
+>>> from grammar_parse import parse_response
+>>> parse_response("<think>hm</think>Hello!", "qwen3", prefix="")
+{'role': 'assistant', 'reasoning_content': 'hm', 'content': 'Hello!'}
+"""
+
+from __future__ import annotations
+
+from .compiler import compile_template
+from .errors import (
+    ArgumentError,
+    FinalizedError,
+    GrammarError,
+    GrammarParseError,
+    ParseError,
+    PlaceholderError,
+    TemplateError,
+)
+from .events import Event, Message, RegionChunk, RegionClose, RegionOpen
+from .grammar import Grammar
+from .library import list_grammars, load_grammar
+from .session import ResponseParser, parse_response
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentError",
+    "Event",
+    "FinalizedError",
+    "Grammar",
+    "GrammarError",
+    "GrammarParseError",
+    "Message",
+    "ParseError",
+    "PlaceholderError",
+    "RegionChunk",
+    "RegionClose",
+    "RegionOpen",
+    "ResponseParser",
+    "TemplateError",
+    "compile_template",
+    "list_grammars",
+    "load_grammar",
+    "parse_response",
+]

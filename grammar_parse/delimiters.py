@@ -1,0 +1,336 @@
+"""Matching one delimiter against a growing buffer: where it matches, and which bytes must wait.
+
+A streaming parser may only act on a delimiter match that no future byte can change, and may only emit
+text that cannot turn out to be part of a delimiter. transformers decides this with one partial regex
+search per delimiter. That rule is kept here, because consumers compare events feed by feed, with three
+guards that make streaming agree with one-shot parsing where transformers' does not:
+
+* **hidden partials** - the ``regex`` module reports a complete match anywhere in preference to an
+  earlier partial one, so in ``(?:<turn\\|>)|$`` the zero-width ``$`` at the buffer end hides a
+  half-received ``<tur``. We look for a live partial before every complete match.
+* **end-dependent matches** - ``$`` also matches before a final newline, so a feed ending in ``\\n``
+  would close a region that one-shot parsing leaves open.
+* **preferred longer matches** - in ``\\)(?:\\]<\\|end\\|>)?`` a match of ``)`` is complete, but if the
+  buffer ends inside the optional tail, the regex will prefer the tail once it arrives. We complete the
+  live path the shortest way (with the pattern's automaton, via interegular) and check the regex still
+  picks the same match.
+
+Literal delimiters take a ``str.find`` fast path with the same semantics as the alternation
+transformers compiles them to (leftmost, then longest).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import regex
+
+try:  # Python 3.11+: the regex parser behind `re` lives in re._parser
+    _sre_parse: Any = importlib.import_module("re._parser")
+    _sre: Any = importlib.import_module("re._constants")
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+UNBOUNDED = 1 << 30
+
+#: (start, end, match object or None for literals)
+Hit = tuple[int, int, Any]
+
+
+@dataclass(frozen=True)
+class PatternShape:
+    """What a regex can look at beyond the text it consumes.
+
+    ``max_width``: longest match (UNBOUNDED if unbounded). ``end_reach``: how many characters past a
+    match's end an assertion may inspect (``$`` looks one further for a final newline; a negative
+    lookahead as far as its body). ``context``: how many characters before the search position the
+    pattern may inspect (``^``, ``\\b``, lookbehind), so trimmed buffers keep that much history.
+    """
+
+    max_width: int
+    end_reach: int
+    context: int
+
+
+_UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED)
+
+
+def _width(sub: Any) -> int:
+    hi = sub.getwidth()[1]
+    return UNBOUNDED if hi >= _sre.MAXREPEAT or hi >= getattr(_sre_parse, "MAXWIDTH", UNBOUNDED) else int(hi)
+
+
+def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
+    """Collect end reach and context of a parsed pattern; return whether it has end-sensitive parts."""
+    sensitive = False
+    for op, av in sub:
+        if op is _sre.AT:
+            if av in (_sre.AT_END, _sre.AT_END_LINE):
+                reach[0] = max(reach[0], 1)
+                sensitive = True
+            elif av in (_sre.AT_END_STRING, _sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
+                sensitive = True
+            if av in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_LINE, _sre.AT_BEGINNING_STRING,
+                      _sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
+                context[0] = max(context[0], 1)
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            direction, body = av
+            inner = _walk(body, reach, context)
+            if direction < 0:
+                context[0] = max(context[0], _width(body))
+            elif op is _sre.ASSERT_NOT or inner:
+                # A negative lookahead that holds now can fail once more text arrives.
+                reach[0] = max(reach[0], _width(body))
+                sensitive = True
+        elif op is _sre.BRANCH:
+            for alt in av[1]:
+                sensitive |= _walk(alt, reach, context)
+        elif op is _sre.SUBPATTERN:
+            sensitive |= _walk(av[-1], reach, context)
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
+            sensitive |= _walk(av[2], reach, context)
+        elif op is getattr(_sre, "ATOMIC_GROUP", None):
+            sensitive |= _walk(av, reach, context)
+        elif op is _sre.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    sensitive |= _walk(branch, reach, context)
+    return sensitive
+
+
+def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
+    """Analyse ``pattern`` with Python's own regex parser; unknown syntax gives a cautious answer."""
+    # \p{..} classes exist only in `regex`; any one character stands in for them here.
+    simplified = regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern)
+    try:
+        parsed = _sre_parse.parse(simplified, flags & ~regex.VERSION1 & 0xFFFF)
+    except Exception:  # noqa: BLE001 - any syntax the stdlib parser lacks
+        return _UNKNOWN_SHAPE
+    reach, context = [0], [0]
+    _walk(parsed, reach, context)
+    return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0])
+
+
+def _strip_anchors(pattern: str) -> str:
+    """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
+
+    The result matches a superset of the original; it is only used to guess how a live path continues,
+    and the guess is then checked against the real pattern.
+    """
+    out = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            if in_class or pattern[i + 1] not in "AZzbBG":
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if ch == "]":
+                in_class = False
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+            i += 1
+            # a ']' or '^]' right after '[' is literal
+            if i < len(pattern) and pattern[i] == "^":
+                out.append("^")
+                i += 1
+            if i < len(pattern) and pattern[i] == "]":
+                out.append("]")
+                i += 1
+            continue
+        elif ch in "^$":
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+class LiteralMatcher:
+    """Any of a set of fixed strings: leftmost match, longest at that position."""
+
+    def __init__(self, literals: tuple[str, ...]) -> None:
+        self.literals = tuple(sorted(literals, key=len, reverse=True))
+        self.max_width = len(self.literals[0])
+        # A match at the buffer edge may still grow only if another literal extends it.
+        self.can_extend = any(a != b and a.startswith(b) for a in literals for b in literals)
+        self.first_chars = "".join(sorted({s[0] for s in literals}))
+        self.context = 0
+        self.zero_width = False
+
+    def search(self, buf: str, pos: int) -> Hit | None:
+        best_start = -1
+        best_end = -1
+        for lit in self.literals:  # longest first, so a tie keeps the longest
+            i = buf.find(lit, pos)
+            if i != -1 and (best_start == -1 or i < best_start):
+                best_start, best_end = i, i + len(lit)
+        return None if best_start == -1 else (best_start, best_end, None)
+
+    def live_partial(self, buf: str, lo: int, hi: int) -> int:
+        """First position in [lo, hi) whose suffix of ``buf`` is a proper prefix of a literal, else -1."""
+        n = len(buf)
+        start = max(lo, n - self.max_width + 1)
+        for i in range(start, min(hi, n)):
+            if buf[i] in self.first_chars:
+                tail = buf[i:]
+                for lit in self.literals:
+                    if len(tail) < len(lit) and lit.startswith(tail):
+                        return i
+        return -1
+
+    def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
+        """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""
+        n = len(buf)
+        if hit is None:
+            return None, self.live_partial(buf, pos, n)
+        partial = self.live_partial(buf, pos, hit[0])
+        if partial != -1:
+            return None, partial
+        if hit[1] == n and self.can_extend:
+            return None, hit[0]
+        return hit, -1
+
+
+class Automaton:
+    """A regex's finite automaton, for questions the regex engine cannot answer: which partial matches
+    are still alive at the end of the buffer, and the shortest way to complete one."""
+
+    def __init__(self, fsm: Any) -> None:
+        self.initial = fsm.initial
+        self.finals = frozenset(fsm.finals)
+        self.trans: dict[Any, dict[Any, Any]] = {st: dict(m) for st, m in fsm.map.items()}
+        self.alphabet = fsm.alphabet
+        reverse: dict[Any, set[Any]] = {}
+        for st, moves in self.trans.items():
+            for target in moves.values():
+                reverse.setdefault(target, set()).add(st)
+        live, todo = set(self.finals), list(self.finals)
+        while todo:
+            for prev in reverse.get(todo.pop(), ()):
+                if prev not in live:
+                    live.add(prev)
+                    todo.append(prev)
+        self.live = frozenset(live)
+        self.reps: dict[Any, str] = {}
+        for ch, sym in fsm.alphabet._symbol_mapping.items():
+            if isinstance(ch, str):
+                self.reps.setdefault(sym, ch)
+
+    def first_alive(self, buf: str, lo: int, hi: int) -> int:
+        """First start in [lo, hi) whose path consumes ``buf[start:]`` and can still reach acceptance."""
+        threads: dict[Any, int] = {}
+        initial, trans, live, alphabet = self.initial, self.trans, self.live, self.alphabet
+        for i in range(lo, len(buf)):
+            if i < hi and initial not in threads:
+                threads[initial] = i
+            sym = alphabet[buf[i]]
+            moved: dict[Any, int] = {}
+            for st, start in threads.items():
+                target = trans.get(st, {}).get(sym)
+                if target is not None and target in live and (target not in moved or start < moved[target]):
+                    moved[target] = start
+            threads = moved
+            if not threads and i >= hi:
+                return -1
+        return min(threads.values()) if threads else -1
+
+    def completion(self, tail: str) -> str | None:
+        """The shortest non-empty string taking the automaton from after ``tail`` to acceptance."""
+        state = self.initial
+        for ch in tail:
+            state = self.trans.get(state, {}).get(self.alphabet[ch])
+            if state is None:
+                return None
+        seen, frontier = {state}, [(state, "")]
+        while frontier:
+            nxt = []
+            for st, path in frontier:
+                if st in self.finals and path:
+                    return path
+                for sym, target in self.trans.get(st, {}).items():
+                    if target not in seen and target in self.live and sym in self.reps:
+                        seen.add(target)
+                        nxt.append((target, path + self.reps[sym]))
+            frontier = nxt
+        return None
+
+
+class RegexMatcher:
+    """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise)."""
+
+    def __init__(self, pattern: str, flags: int = regex.DOTALL) -> None:
+        self.pattern = pattern
+        self.compiled = regex.compile(pattern, flags)
+        self.flags = flags
+        shape = pattern_shape(pattern, flags)
+        self.max_width = shape.max_width
+        self.end_reach = shape.end_reach
+        self.context = shape.context
+        self.zero_width = self.compiled.match("") is not None
+
+    @cached_property
+    def _automaton(self) -> Automaton | None:
+        """The pattern's automaton (anchors dropped), or None where interegular cannot build one."""
+        try:
+            import interegular
+
+            stripped = _strip_anchors(self.pattern)
+            source = stripped if not self.flags & regex.DOTALL else f"(?s:{stripped})"
+            return Automaton(interegular.parse_pattern(source).to_fsm())
+        except Exception:  # noqa: BLE001 - lookbehinds, backreferences, regex-only syntax
+            return None
+
+    def search(self, buf: str, pos: int) -> Hit | None:
+        m = self.compiled.search(buf, pos)
+        return None if m is None else (m.start(), m.end(), m)
+
+    def _first_alive(self, buf: str, lo: int, hi: int) -> int:
+        """First start in [lo, hi) from which a path of the pattern consumes all of ``buf``, else -1."""
+        automaton = self._automaton
+        if automaton is not None:
+            return automaton.first_alive(buf, lo, hi)
+        # Without an automaton, ask the regex engine (it may over-report, which only holds text longer).
+        for s in range(lo, hi):
+            if self.compiled.fullmatch(buf, s, partial=True) is not None:
+                return s
+        return -1
+
+    def _stable(self, buf: str, hit: Hit) -> bool:
+        """Whether a complete match before the edge stays the regex's choice once the live path completes."""
+        if self._first_alive(buf, hit[0], hit[0] + 1) == -1:
+            return True
+        automaton = self._automaton
+        completion = automaton.completion(buf[hit[0]:]) if automaton is not None else None
+        if completion is None:
+            return False
+        m = self.compiled.match(buf + completion, hit[0])
+        return m is not None and m.span() == (hit[0], hit[1])
+
+    def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
+        """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""
+        n = len(buf)
+        if hit is None:
+            m = self.compiled.search(buf, pos, partial=True)
+            return None, (-1 if m is None or m.start() >= n else m.start())
+        # Unbounded patterns look back a bounded window, so one huge chunk cannot make this quadratic.
+        lo = max(pos, hit[0] - 4096 if self.max_width >= UNBOUNDED else n - self.max_width)
+        partial = self._first_alive(buf, lo, hit[0])
+        if partial != -1:
+            return None, partial
+        if hit[1] == n or hit[1] + self.end_reach >= n or not self._stable(buf, hit):
+            return None, hit[0]
+        return hit, -1
+
+
+Matcher = LiteralMatcher | RegexMatcher
+
+
+__all__ = ["Hit", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "pattern_shape"]

@@ -1,0 +1,169 @@
+"""Every error grammar_parse raises, rooted in one class.
+
+::
+
+    GrammarParseError                      code, hint, str() says what to change
+    ├── TemplateError      (ValueError)     bad response template; .path like "fields.tool_calls.open_pattern"
+    ├── GrammarError       (ValueError)     bad .lark grammar; .line, .column
+    ├── ParseError         (ValueError)     model output that cannot be parsed; .field, .position, .message_so_far
+    │   └── PlaceholderError (KeyError)     a transform names a placeholder that does not exist
+    ├── ArgumentError      (ValueError)     a bad argument to the API (missing prefix, batch length mismatch)
+    └── FinalizedError     (RuntimeError)   feed() or finalize() after finalize()
+
+Where transformers raises a built-in type for the same situation, ours is also that type, so code written
+against transformers keeps catching what it caught. ``ERROR_CODES`` lists every stable code with the
+situation it names; the tests check that each code raised is listed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR_CODES: dict[str, str] = {
+    # template loading
+    "template.type": "the template (or a part of it) has the wrong JSON type",
+    "template.version": "the template declares a version other than 1",
+    "template.unknown_key": "the template or a field has a key the format does not define",
+    "template.fields": "the template has no fields, or more than one field without an opener",
+    "template.delimiter": "an open/close/start_anchor delimiter is empty, of the wrong type, or given twice",
+    "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
+    "template.content": "a field names an unknown content parser or gives it bad arguments",
+    "template.join": "'join' is not a string or is used without 'repeats'",
+    "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
+    "template.named_groups": "a delimiter pattern captures named groups but the field has no transform",
+    "template.start_anchor": "the template defines neither start_anchor nor start_anchor_pattern",
+    # authored grammars
+    "grammar.syntax": "the .lark text is not a valid Lark grammar",
+    "grammar.directive": "a //@ directive line is malformed or names an unknown region",
+    "grammar.conflict": "the grammar is ambiguous for an LALR(1) parser (shift/reduce or reduce/reduce)",
+    "grammar.region": "a region's rules or terminals are missing or inconsistent",
+    "grammar.not_found": "no built-in grammar or file has that name",
+    # model output
+    "parse.content": "a region's text does not parse with the field's content parser (int, float, ...)",
+    "parse.json": "a json region does not hold valid JSON",
+    "parse.transform": "a transform path does not fit the parsed value",
+    "parse.placeholder": "a transform names a placeholder that is not defined",
+    "parse.join": "a joined field produced a value that is not a string",
+    "parse.missing_field": "a field marked optional: false never appeared",
+    # API use
+    "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
+    "usage.batch": "a batch was given prefixes of the wrong number or type",
+    "usage.finalized": "the parser was used after finalize()",
+}
+
+
+class GrammarParseError(Exception):
+    """Root of every grammar_parse error: a stable ``code`` and a ``hint`` on what to change."""
+
+    code: str = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.hint = hint
+        self.detail = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.detail if not self.hint else f"{self.detail} {self.hint}"
+
+
+class TemplateError(GrammarParseError, ValueError):
+    """A response template is malformed; raised when it is loaded, never while parsing.
+
+    ``path`` names the offending spot, e.g. ``fields.tool_calls.open_pattern``.
+    """
+
+    code = "template.type"
+
+    def __init__(self, message: str, *, path: str, code: str, hint: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message, code=code, hint=hint)
+
+
+class GrammarError(GrammarParseError, ValueError):
+    """An authored or built-in ``.lark`` grammar is malformed; carries the line and column."""
+
+    code = "grammar.syntax"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        source: str = "<grammar>",
+        line: int | None = None,
+        column: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.source = source
+        self.line = line
+        self.column = column
+        where = source if line is None else f"{source}:{line}:{column or 1}"
+        super().__init__(f"{where}: {message}", code=code, hint=hint)
+
+
+class ParseError(GrammarParseError, ValueError):
+    """Model output that the grammar's regions cannot turn into values.
+
+    ``field`` is the region's field, ``position`` the offset of the region's first byte in the text fed to
+    the parser (negative when the region began in the replayed prompt prefix), and ``message_so_far`` the
+    message as it stood before the failing region.
+    """
+
+    code = "parse.content"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        field: str | None = None,
+        position: int | None = None,
+        message_so_far: dict[str, Any] | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.field = field
+        self.position = position
+        self.message_so_far = message_so_far
+        super().__init__(message, code=code, hint=hint)
+
+    def locate(self, field: str, position: int, message_so_far: dict[str, Any]) -> ParseError:
+        """Attach where the failure happened (the value functions do not know it)."""
+        self.field = field
+        self.position = position
+        self.message_so_far = message_so_far
+        return self
+
+
+class PlaceholderError(ParseError, KeyError):
+    """A transform refers to ``{name}`` but no capture or content value of that name exists."""
+
+    code = "parse.placeholder"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return GrammarParseError.__str__(self)
+
+
+class ArgumentError(GrammarParseError, ValueError):
+    """The API was called with an argument it cannot use."""
+
+    code = "usage.prefix"
+
+
+class FinalizedError(GrammarParseError, RuntimeError):
+    """``feed()`` or ``finalize()`` was called on a parser that is already finalized."""
+
+    code = "usage.finalized"
+
+
+__all__ = [
+    "ERROR_CODES",
+    "ArgumentError",
+    "FinalizedError",
+    "GrammarError",
+    "GrammarParseError",
+    "ParseError",
+    "PlaceholderError",
+    "TemplateError",
+]

@@ -1,0 +1,353 @@
+"""Compiled grammars: Lark text plus region metadata, built into an LALR table the session walks.
+
+A grammar is a valid Lark grammar whose comments carry ``//@`` directives::
+
+    //@ defaults {"role": "assistant"}
+    //@ start_anchor "<|im_start|>assistant\\n"
+    //@ region reasoning_content {"content": "text"}
+
+    start: _item* _last?
+    reasoning_content: _reasoning_content_body REASONING_CONTENT_CLOSE
+    ...
+    REASONING_CONTENT_OPEN.1: "<think>"
+    REASONING_CONTENT_CLOSE: "</think>"
+    %declare REASONING_CONTENT_TEXT
+
+A ``region`` directive names a rule; its JSON holds the same value keys as a template field (content,
+content_args, repeats, join, optional, transform, transform_each) plus ``field``, the message key when it
+differs from the rule name. The rule's terminals are found by name: ``<RULE>_OPEN`` opens the region,
+``<RULE>_CLOSE`` closes it, and the declared ``<RULE>_TEXT`` carries its text. Alternatives aliased
+``-> rule`` belong to the region too. A declared ``UNCLAIMED`` terminal carries text outside every region
+(dropped from the message). Other terminals with a pattern are delimiters that belong to no region.
+
+Lark owns the structure: in every parser state, the terminals with an action are exactly the delimiters
+the scanner must watch, so a delimiter is only recognised where the grammar allows it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lark
+import regex
+from lark.lexer import Lexer
+
+from .delimiters import LiteralMatcher, Matcher, RegexMatcher
+from .errors import GrammarError, TemplateError
+from .scanner import Scanner
+from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
+from .values import ValueSpec
+
+DIRECTIVE = "//@"
+UNCLAIMED = "UNCLAIMED"
+
+_LARK_FLAGS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "u": 0, "x": regex.VERBOSE, "l": 0}
+
+
+class _ScannerLexer(Lexer):
+    """Placeholder: the streaming scanner does the lexing, Lark only builds the table."""
+
+    def __init__(self, lexer_conf: Any) -> None:  # noqa: D107 - required signature
+        pass
+
+    def lex(self, lexer_state: Any, parser_state: Any) -> Any:  # pragma: no cover - never called
+        raise NotImplementedError("grammar_parse feeds tokens to the parser itself")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A message field produced by one grammar rule."""
+
+    rule: str
+    field: str
+    spec: ValueSpec
+    implicit: bool
+
+    @property
+    def dirty(self) -> bool:
+        return self.spec.dirty
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """A grammar terminal as the session sees it."""
+
+    name: str
+    role: str  # "open" | "close" | "text" | "unclaimed" | "delimiter"
+    region: Region | None
+    matcher: Matcher | None
+    priority: int = 0
+
+    @property
+    def sort_key(self) -> tuple[int, str, str]:
+        """Tie-break between matches at the same place with the same length (transformers' order)."""
+        return (-self.priority, self.region.field if self.region else "", self.name)
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """What the session needs in one parser state: where text goes and which delimiters are live."""
+
+    text: Terminal | None
+    watch: tuple[Terminal, ...]
+    default_rule: Any  # a Lark Rule reduced without lookahead, or None
+    scanner: Scanner
+
+
+@dataclass
+class Grammar:
+    """A compiled grammar: Lark source, regions, and the LALR table the streaming session walks.
+
+    Build one with :func:`grammar_parse.compile_template` or :func:`grammar_parse.load_grammar`; it is
+    immutable and shared by every parser using it.
+    """
+
+    source: str
+    name: str | None
+    defaults: Mapping[str, Any]
+    start_anchor: Delimiter | None
+    regions: dict[str, Region]
+    terminals: dict[str, Terminal]
+    lark: lark.Lark
+    states: dict[Any, StateInfo] = field(repr=False)
+    rule_regions: dict[Any, Region] = field(repr=False)
+    start_state: Any = field(repr=False)
+    context: int = 0  # characters of history the delimiters may look back at
+
+    @property
+    def lark_source(self) -> str:
+        """The grammar's Lark text, directives included (the single source of truth)."""
+        return self.source
+
+    @property
+    def parse_table(self) -> Any:
+        return self.lark.parser.parser.parser.parse_table
+
+    @property
+    def fields(self) -> list[str]:
+        return [r.field for r in self.regions.values()]
+
+    def __repr__(self) -> str:
+        return f"<Grammar {self.name or 'anonymous'}: {', '.join(self.fields)}>"
+
+
+def _directive_error(source_name: str, line: int, message: str) -> GrammarError:
+    return GrammarError(message, code="grammar.directive", source=source_name, line=line, column=1)
+
+
+def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[str, tuple[int, dict[str, Any]]]]:
+    settings: dict[str, Any] = {}
+    regions: dict[str, tuple[int, dict[str, Any]]] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped.startswith(DIRECTIVE):
+            continue
+        body = stripped[len(DIRECTIVE):].strip()
+        key, _, rest = body.partition(" ")
+        rest = rest.strip()
+        if key == "region":
+            rule, _, spec_text = rest.partition(" ")
+            try:
+                spec = json.loads(spec_text) if spec_text.strip() else {}
+            except json.JSONDecodeError as e:
+                raise _directive_error(source_name, lineno, f"region {rule}: options are not valid JSON ({e})") from None
+            if not isinstance(spec, dict):
+                raise _directive_error(source_name, lineno, f"region {rule}: options must be a JSON object")
+            if rule in regions:
+                raise _directive_error(source_name, lineno, f"region {rule} is declared twice")
+            regions[rule] = (lineno, spec)
+        elif key in ("defaults", "start_anchor", "start_anchor_pattern", "name", "aliases"):
+            try:
+                settings[key] = json.loads(rest)
+            except json.JSONDecodeError as e:
+                raise _directive_error(source_name, lineno, f"{key}: value is not valid JSON ({e})") from None
+        elif key == "grammar_parse":
+            if rest != "1":
+                raise _directive_error(source_name, lineno, f"unsupported grammar format version {rest!r}")
+        else:
+            raise _directive_error(
+                source_name, lineno,
+                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases",
+            )
+    return settings, regions
+
+
+def _split_escaped_alternation(value: str) -> tuple[str, ...] | None:
+    """The literals of ``(?:lit1|lit2)`` as Lark builds it from ``"lit1" | "lit2"``, else None."""
+    if not (value.startswith("(?:") and value.endswith(")")):
+        value = f"(?:{value})"
+    parts, current, i, body = [], [], 0, value[3:-1]
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            current.append(body[i : i + 2])
+            i += 2
+            continue
+        if ch == "|":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    literals = tuple(regex.sub(r"\\(.)", r"\1", p, flags=regex.DOTALL) for p in parts)
+    if all(lit and re.escape(lit) == p for lit, p in zip(literals, parts)):
+        return literals
+    return None
+
+
+def _matcher(term: Any) -> Matcher:
+    """The scanner's matcher for a Lark terminal definition."""
+    pattern = term.pattern
+    flags = 0
+    for f in pattern.flags:
+        flags |= _LARK_FLAGS.get(f, 0)
+    if isinstance(pattern, lark.lexer.PatternStr) and not flags:
+        return LiteralMatcher((pattern.value,))
+    if pattern.raw is None and not flags:
+        # Lark joins an alternation of strings ("<a>" | "<b>") into one escaped regex; keep them literal.
+        literals = _split_escaped_alternation(pattern.value)
+        if literals is not None:
+            return LiteralMatcher(literals)
+    return RegexMatcher(pattern.value, flags)
+
+
+def _lark_error(e: Exception, source_name: str) -> GrammarError:
+    line = getattr(e, "line", None)
+    column = getattr(e, "column", None)
+    message = str(e).strip()
+    code = "grammar.conflict" if "collision" in message.lower() or "conflict" in message.lower() else "grammar.syntax"
+    hint = None
+    if code == "grammar.conflict":
+        hint = ("An LALR(1) parser must decide each step from one token of lookahead; factor the rules that "
+                "share a prefix into one rule.")
+    return GrammarError(message, code=code, source=source_name, line=line, column=column, hint=hint)
+
+
+def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None = None) -> Grammar:
+    """Build a Grammar from Lark text with ``//@`` directives; GrammarError points at the line."""
+    settings, region_specs = _read_directives(text, source_name)
+    try:
+        parser = lark.Lark(text, parser="lalr", lexer=_ScannerLexer, strict=True, regex=True, start="start")
+    except lark.exceptions.GrammarError as e:
+        raise _lark_error(e, source_name) from None
+    except lark.exceptions.UnexpectedInput as e:
+        raise _lark_error(e, source_name) from None
+    except lark.exceptions.LarkError as e:
+        raise _lark_error(e, source_name) from None
+
+    defaults = settings.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise GrammarError("defaults must be a JSON object", code="grammar.directive", source=source_name)
+    try:
+        anchor = load_delimiter(settings, "", "start_anchor", "start_anchor_pattern")
+    except TemplateError as e:
+        raise GrammarError(str(e), code="grammar.directive", source=source_name) from None
+
+    rule_names = {r.origin.name for r in parser.rules} | {r.alias for r in parser.rules if r.alias}
+    regions: dict[str, Region] = {}
+    by_upper: dict[str, Region] = {}
+    for rule, (lineno, spec) in region_specs.items():
+        if rule not in rule_names:
+            raise _directive_error(source_name, lineno, f"region {rule} names no rule of the grammar")
+        options = dict(spec)
+        field_name = options.pop("field", rule)
+        if not isinstance(field_name, str):
+            raise _directive_error(source_name, lineno, f"region {rule}: field must be a string")
+        try:
+            value_spec = load_value_spec(f"region {rule}", options)
+            if unknown := sorted(set(options) - {"content", "content_args", "repeats", "join", "optional",
+                                                  "transform", "transform_each"}):
+                raise _directive_error(source_name, lineno, f"region {rule}: unknown option(s) {unknown}")
+        except TemplateError as e:
+            raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
+        upper = rule.upper()
+        has_open = any(t.name == f"{upper}_OPEN" for t in parser.terminals)
+        region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open)
+        regions[rule] = region
+        by_upper[upper] = region
+
+    terminals: dict[str, Terminal] = {}
+    defined = {t.name: t for t in parser.terminals}
+    for t in parser.terminals:
+        stem, _, suffix = t.name.rpartition("_")
+        region = by_upper.get(stem) if suffix in ("OPEN", "CLOSE") else None
+        role = suffix.lower() if region is not None else "delimiter"
+        try:
+            matcher = _matcher(t)
+        except regex.error as e:
+            raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
+        terminals[t.name] = Terminal(name=t.name, role=role, region=region, matcher=matcher, priority=t.priority)
+    table = parser.parser.parser.parser.parse_table
+    used = {sym for actions in table.states.values() for sym in actions if sym.isupper()} - {"$END"}
+    for sym in sorted(used - set(defined)):
+        stem, _, suffix = sym.rpartition("_")
+        if sym == UNCLAIMED:
+            terminals[sym] = Terminal(name=sym, role="unclaimed", region=None, matcher=None)
+        elif suffix == "TEXT" and stem in by_upper:
+            terminals[sym] = Terminal(name=sym, role="text", region=by_upper[stem], matcher=None)
+        else:
+            raise GrammarError(
+                f"declared terminal {sym} carries text but belongs to no region",
+                code="grammar.region",
+                source=source_name,
+                hint=f"Name it <RULE>_TEXT for a region rule, or {UNCLAIMED} for text that is dropped.",
+            )
+    for region in regions.values():
+        delims = [terminals[n].matcher for n in (f"{region.rule.upper()}_OPEN", f"{region.rule.upper()}_CLOSE") if n in terminals]
+        patterns = [Delimiter(pattern=m.pattern) if isinstance(m, RegexMatcher) else None for m in delims]
+        try:
+            check_named_groups(f"region {region.rule}", region.spec, patterns)
+        except TemplateError as e:
+            raise GrammarError(str(e), code="grammar.region", source=source_name) from None
+
+    rule_regions = {}
+    for r in parser.rules:
+        region = regions.get(r.alias) if r.alias else regions.get(r.origin.name)
+        if region is not None:
+            rule_regions[r] = region
+
+    states = {}
+    scanners: dict[tuple[str, ...], Scanner] = {}
+    for state, actions in table.states.items():
+        texts = [terminals[s] for s in actions if s in terminals and terminals[s].role in ("text", "unclaimed")]
+        if len(texts) > 1:
+            raise GrammarError(
+                f"text terminals {sorted(t.name for t in texts)} are live in the same parser state, so the "
+                "parser cannot tell which region a character belongs to",
+                code="grammar.region",
+                source=source_name,
+                hint="Separate the regions with a delimiter.",
+            )
+        watch = tuple(sorted((terminals[s] for s in actions if s in terminals and terminals[s].matcher is not None),
+                             key=lambda t: t.sort_key))
+        reduces = {arg for action, arg in actions.values() if action is not lark.parsers.lalr_analysis.Shift}
+        only_reduce = actions and all(action is not lark.parsers.lalr_analysis.Shift for action, _ in actions.values())
+        default_rule = next(iter(reduces)) if only_reduce and len(reduces) == 1 else None
+        if default_rule is not None and default_rule.origin.name == "start":
+            default_rule = None  # the start rule is reduced by $END in finalize()
+        scanner = scanners.setdefault(tuple(t.name for t in watch), Scanner(watch))
+        states[state] = StateInfo(text=texts[0] if texts else None, watch=watch, default_rule=default_rule,
+                                  scanner=scanner)
+
+    context = max((t.matcher.context for t in terminals.values() if t.matcher is not None), default=0)
+    return Grammar(
+        source=text,
+        name=name if name is not None else settings.get("name"),
+        defaults=defaults,
+        start_anchor=anchor,
+        regions=regions,
+        terminals=terminals,
+        lark=parser,
+        states=states,
+        rule_regions=rule_regions,
+        start_state=table.start_states["start"],
+        context=context,
+    )
+
+
+__all__ = ["Grammar", "Region", "StateInfo", "Terminal", "build_grammar"]

@@ -1,0 +1,370 @@
+"""The streaming session: scanner and Lark's LALR parser turning text into region events and a message.
+
+The scanner finds delimiters (only those live in the current parser state) and routes the text between
+them; Lark's parser state decides the structure. Lark only ever sees structure tokens: delimiters and
+the first text token of a run, so its cost grows with the number of regions, not the bytes. Regions
+open when their open delimiter (or, for the field without one, its first byte) is shifted and close
+when their rule is reduced. After every shift, reductions that need no lookahead happen at once, so a
+region closes the moment its close delimiter completes.
+
+One-shot parsing is this session fed once: streaming and one-shot cannot disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from lark import Token
+from lark.exceptions import UnexpectedToken
+from lark.parsers.lalr_parser_state import ParseConf, ParserState
+
+from .compiler import compile_template
+from .errors import ArgumentError, FinalizedError, ParseError
+from .events import Event, Message
+from .grammar import Grammar, Region, Terminal
+from .scanner import SearchCache
+from .tools import ToolTypes
+
+TemplateLike = dict[str, Any] | Grammar | str | Path
+
+
+def resolve_grammar(template: TemplateLike) -> Grammar:
+    """A Grammar from a template dict, a Grammar, or a built-in grammar name / ``.lark`` path."""
+    if isinstance(template, Grammar):
+        return template
+    if isinstance(template, (str, Path)):
+        from .library import load_grammar
+
+        return load_grammar(template)
+    return compile_template(template)
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, dict, str)) and not value)
+
+
+class _Frame:
+    """An open region: its body chunks (joined once, at close) and the open delimiter's captures."""
+
+    __slots__ = ("region", "chunks", "captures", "start")
+
+    def __init__(self, region: Region, captures: dict[str, str], start: int) -> None:
+        self.region = region
+        self.chunks: list[str] = []
+        self.captures = captures
+        self.start = start
+
+
+class ResponseParser:
+    """Streaming parser for one model response.
+
+    ``template`` is a response_template dict, a compiled Grammar, or a built-in grammar name (or a path to
+    a ``.lark`` file). ``prefix`` is the prompt the model continued (pass ``""`` if the output is
+    complete on its own): it is truncated after the last start anchor and replayed, so a region the
+    template pre-opened (``<think>`` in the prompt) is parsed correctly; its events are ``initial_events``.
+
+    >>> p = ResponseParser("qwen3", prefix="")
+    >>> events = p.feed("<think>hm</think>Hi")
+    >>> message, final_events = p.finalize()
+    >>> message["content"]
+    'Hi'
+    """
+
+    def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None):
+        self._grammar = grammar = resolve_grammar(template)
+        if prefix is None:
+            raise ArgumentError(
+                "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
+                "generation), because chat templates often pre-write part of the assistant message (e.g. an "
+                "opening `<think>` tag) that the parser must see to parse the output correctly. If the "
+                'generation already contains the complete message, pass `prefix=""` to opt out explicitly.',
+                code="usage.prefix",
+            )
+        self._tools = ToolTypes.from_tools(tools)
+        self._states = grammar.states
+        self._output: Message = copy.deepcopy(dict(grammar.defaults))
+        self._buf = ""
+        self._pos = 0
+        self._base = 0  # stream offset of _buf[0]
+        self._prefix_len = 0
+        self._frames: list[_Frame] = []
+        self._run: Terminal | None = None  # text terminal whose run Lark has already seen
+        self._hit: Any = None  # the delimiter hit being fed (for the open callback's captures)
+        self._events: list[Event] = []
+        self._cache: SearchCache = {}
+        self._last_empty: tuple[int, str] | None = None
+        self._finalized = False
+        callbacks: dict[Any, Callable[[Any], Any]] = dict.fromkeys(grammar.lark.rules, _ignore)
+        for rule, region in grammar.rule_regions.items():
+            callbacks[rule] = self._closer(region)
+        for term in grammar.terminals.values():
+            if term.region is not None and term.role in ("open", "text"):
+                callbacks[term.name] = self._opener(term)
+        self._parser = ParserState(ParseConf(grammar.parse_table, callbacks, "start"), None)  # type: ignore[arg-type]
+        self.initial_events: list[Event] = []
+        if prefix:
+            self._consume_prefix(prefix)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def grammar(self) -> Grammar:
+        """The compiled grammar this parser runs."""
+        return self._grammar
+
+    @property
+    def message(self) -> Message:
+        """The message as parsed so far (closed regions only)."""
+        return self._output
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def feed(self, text: str) -> list[Event]:
+        """Add the next piece of model output; return the events it completes."""
+        if self._finalized:
+            raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
+                                 hint="Create a new ResponseParser for the next response.")
+        if text:
+            self._buf += text
+        events: list[Event] = []
+        self._process(events, eos=False)
+        return events
+
+    def finalize(self) -> tuple[Message, list[Event]]:
+        """End the stream: close open regions, return the message and the last events."""
+        if self._finalized:
+            raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
+                                 hint="Create a new ResponseParser for the next response.")
+        self._finalized = True
+        events: list[Event] = []
+        self._process(events, eos=True)
+        missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
+        if missing:
+            raise ParseError(
+                f"Required response_template fields missing from parsed output: {missing}",
+                code="parse.missing_field",
+                message_so_far=self._output,
+                hint="The model did not produce them; mark the fields optional if that is acceptable.",
+            )
+        defaults = self._grammar.defaults
+        self._output = {k: v for k, v in self._output.items() if k in defaults or not _is_empty(v)}
+        return self._output, events
+
+    # ------------------------------------------------------------------ the loop
+    def _consume_prefix(self, prefix: str) -> None:
+        anchor = self._grammar.start_anchor
+        truncated = prefix
+        if anchor is not None:
+            last_end = None
+            for m in anchor.compile().finditer(prefix):
+                last_end = m.end()
+            if last_end is not None:
+                truncated = prefix[last_end:]
+        if not truncated:
+            return
+        self._prefix_len = len(truncated)
+        self._buf = truncated
+        self._process(self.initial_events, eos=False)
+
+    def _process(self, events: list[Event], eos: bool) -> None:
+        self._events = events
+        states = self._states
+        parser_stack = self._parser.state_stack
+        while True:
+            info = states[parser_stack[-1]]
+            buf, pos = self._buf, self._pos
+            term, hit, hold = info.scanner.scan(buf, pos, eos, self._cache)
+            if term is not None:
+                start, end, _ = hit  # type: ignore[misc]
+                if start > pos:
+                    self._text(info.text, buf[pos:start])
+                self._pos = end
+                if start == end:
+                    # A zero-width close of a region that never opened does nothing and ends the pass
+                    # (transformers); any zero-width delimiter firing twice in one place would loop.
+                    marker = (self._base + start, term.name)
+                    idle = term.role == "close" and not (self._frames and self._frames[-1].region is term.region)
+                    if idle or marker == self._last_empty:
+                        if eos:
+                            self._end()
+                        break
+                    self._last_empty = marker
+                self._token(term, hit)
+                continue
+            if eos:
+                if pos < len(buf):
+                    self._text(info.text, buf[pos:])
+                    self._pos = len(buf)
+                self._end()
+                break
+            if hold > pos:
+                self._text(info.text, buf[pos:hold])
+                self._pos = hold
+            break
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop consumed text, keeping what delimiters may look back at."""
+        cut = self._pos - self._grammar.context
+        if cut > 0:
+            self._buf = self._buf[cut:]
+            self._pos -= cut
+            self._base += cut
+            self._cache.clear()
+
+    def _text(self, term: Terminal | None, text: str) -> None:
+        if term is None:
+            raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
+        if self._run is not term:
+            self._run = None
+            self._shift(Token(term.name, text))
+            self._run = term
+        if term.role == "text":
+            frame = self._frames[-1]
+            frame.chunks.append(text)
+            self._events.append({"type": "region_chunk", "field": frame.region.field, "text": text,
+                                 "dirty": frame.region.spec.dirty})
+
+    def _token(self, term: Terminal, hit: Any) -> None:
+        self._run = None
+        self._hit = hit
+        self._shift(Token(term.name, self._buf[hit[0]:hit[1]]))
+        self._hit = None
+
+    def _shift(self, token: Token) -> None:
+        parser = self._parser
+        try:
+            parser.feed_token(token)
+        except UnexpectedToken as e:
+            raise self._unexpected(f"{token.type} is not allowed here (expected {sorted(e.expected)})") from None
+        # Reduce at once where no lookahead is needed, so regions close when their delimiter completes.
+        states = self._states
+        stack, values = parser.state_stack, parser.value_stack
+        table = parser.parse_conf.states
+        callbacks = parser.parse_conf.callbacks
+        while (rule := states[stack[-1]].default_rule) is not None:
+            size = len(rule.expansion)
+            children = values[-size:] if size else []
+            if size:
+                del stack[-size:]
+                del values[-size:]
+            value = callbacks[rule](children)
+            stack.append(table[stack[-1]][rule.origin.name][1])
+            values.append(value)
+
+    def _end(self) -> None:
+        self._run = None
+        try:
+            self._parser.feed_token(Token("$END", ""), is_end=True)
+        except UnexpectedToken as e:
+            raise self._unexpected(f"the output ended early (expected {sorted(e.expected)})") from None
+
+    def _unexpected(self, what: str) -> ParseError:
+        return ParseError(
+            f"unexpected input at offset {self._base + self._pos - self._prefix_len}: {what}",
+            code="parse.content",
+            position=self._base + self._pos - self._prefix_len,
+            message_so_far=self._output,
+        )
+
+    # ------------------------------------------------------------------ Lark callbacks
+    def _opener(self, term: Terminal) -> Callable[[Token], Token]:
+        region = term.region
+        assert region is not None
+        events = self
+        if term.role == "open":
+            def on_open(token: Token) -> Token:
+                hit = events._hit
+                match = hit[2] if hit is not None else None
+                captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
+                start = events._base + (hit[0] if hit is not None else events._pos)
+                events._frames.append(_Frame(region, captures, start))
+                events._events.append({"type": "region_open", "field": region.field})
+                return token
+            return on_open
+
+        def on_text(token: Token) -> Token:
+            frames = events._frames
+            if not frames or frames[-1].region is not region:
+                frames.append(_Frame(region, {}, events._base + events._pos))
+                events._events.append({"type": "region_open", "field": region.field})
+            return token
+        return on_text
+
+    def _closer(self, region: Region) -> Callable[[list[Any]], None]:
+        def on_close(children: list[Any]) -> None:
+            self._close(region)
+        return on_close
+
+    def _close(self, region: Region) -> None:
+        frame = self._frames.pop()
+        assert frame.region is region, (frame.region.rule, region.rule)
+        spec = region.spec
+        try:
+            value = spec.value("".join(frame.chunks), frame.captures)
+            if self._tools is not None:
+                value = self._tools.apply(value)
+            if spec.join is not None and not isinstance(value, str):
+                raise ParseError(
+                    f"Field '{region.field}': 'join' requires each match to parse to a string, got "
+                    f"{type(value).__name__}.",
+                    code="parse.join",
+                )
+        except ParseError as e:
+            raise e.locate(region.field, frame.start - self._prefix_len, self._output) from None
+        output = self._output
+        key = region.field
+        if spec.join is not None:
+            previous = output.get(key)
+            output[key] = value if previous is None else previous + spec.join + value
+        elif spec.repeats:
+            existing = output.get(key)
+            if isinstance(existing, list):
+                existing.append(value)
+            else:
+                output[key] = [value]
+        else:
+            output[key] = value
+        self._events.append({"type": "region_close", "field": key, "value": value})
+
+
+def _ignore(children: Any) -> None:
+    return None
+
+
+def parse_response(
+    text: str | list[str],
+    template: TemplateLike,
+    *,
+    prefix: str | list[str] | None = None,
+    tools: Iterable[Any] | None = None,
+) -> Message | list[Message]:
+    """Parse a complete model output (or a list of them) into a message (or a list of messages).
+
+    Equivalent to feeding the whole text to a :class:`ResponseParser` and finalizing it. For a batch,
+    ``prefix`` is one prompt for all texts or a list with one per text.
+    """
+    if isinstance(text, (list, tuple)):
+        if isinstance(prefix, (list, tuple)):
+            if len(prefix) != len(text):
+                raise ArgumentError(
+                    f"got {len(text)} texts but {len(prefix)} prefixes",
+                    code="usage.batch",
+                    hint="Pass one prefix per text, or a single prefix string for all of them.",
+                )
+            prefixes = list(prefix)
+        else:
+            prefixes = [prefix] * len(text)
+        return [parse_response(t, template, prefix=p, tools=tools) for t, p in zip(text, prefixes)]  # type: ignore[misc]
+    if isinstance(prefix, (list, tuple)):
+        raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
+    parser = ResponseParser(template, prefix, tools=tools)
+    parser.feed(text)
+    return parser.finalize()[0]
+
+
+__all__ = ["ResponseParser", "parse_response", "resolve_grammar"]

@@ -1,0 +1,341 @@
+"""Loading and validating transformers ``response_template`` dicts (format version 1).
+
+Everything a template can get wrong is caught here, before any text is parsed, with a
+:class:`~grammar_parse.errors.TemplateError` whose ``path`` names the field and key
+(``fields.tool_calls.open_pattern``). The checks are a superset of transformers' own: every template
+transformers rejects is rejected, with the same wording where its tests look for it, and content-parser
+arguments that transformers would only trip over mid-stream are rejected up front.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from .errors import TemplateError
+from .values import CONTENT_PARSERS, ValueSpec, mixed_placeholder
+
+TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})
+DELIMITER_KEYS = frozenset({"open", "open_pattern", "close", "close_pattern"})
+VALUE_KEYS = frozenset(
+    {"content", "content_args", "repeats", "join", "optional", "transform", "transform_each"}
+)
+FIELD_KEYS = DELIMITER_KEYS | VALUE_KEYS
+
+# Arguments each content parser reads; anything else is a typo we report instead of ignoring.
+_CONTENT_ARGS: dict[str, frozenset[str]] = {
+    "text": frozenset({"strip"}),
+    "int": frozenset({"strip"}),
+    "float": frozenset({"strip"}),
+    "bool": frozenset({"strip"}),
+    "json": frozenset({"strip", "unquoted_keys", "string_delims", "allow_non_json"}),
+    "xml-inline": frozenset({"tag_pattern", "value_parser", "merge_duplicates"}),
+    "kv-lines": frozenset({"strip", "line_sep", "kv_sep", "value_parser"}),
+}
+
+
+@dataclass(frozen=True)
+class Delimiter:
+    """An open/close/start delimiter: literal strings (any of them) or one regular expression.
+
+    Literals keep transformers' fast path: a complete literal match can be committed at once unless
+    another literal of the set extends it; a regex match at the edge of the text seen so far may grow.
+    """
+
+    literals: tuple[str, ...] | None = None
+    pattern: str | None = None
+
+    @property
+    def regex_source(self) -> str:
+        """The delimiter as one regex; literal sets prefer the longest alternative, as transformers does."""
+        if self.literals is None:
+            assert self.pattern is not None
+            return self.pattern
+        return "|".join(regex.escape(s) for s in sorted(self.literals, key=len, reverse=True))
+
+    def compile(self) -> regex.Pattern[str]:
+        return regex.compile(self.regex_source, regex.DOTALL)
+
+
+@dataclass(frozen=True)
+class FieldTemplate:
+    """One message field: how its region opens and closes, and how its body becomes a value."""
+
+    name: str
+    open: Delimiter | None
+    close: Delimiter | None
+    spec: ValueSpec
+
+
+@dataclass(frozen=True)
+class Template:
+    """A validated response template."""
+
+    defaults: Mapping[str, Any]
+    fields: tuple[FieldTemplate, ...]
+    start_anchor: Delimiter
+
+    @property
+    def implicit(self) -> FieldTemplate | None:
+        """The field without an opener, which collects text outside every other region."""
+        return next((f for f in self.fields if f.open is None), None)
+
+
+def _fail(path: str, message: str, code: str, hint: str | None = None) -> TemplateError:
+    return TemplateError(message, path=path, code=code, hint=hint)
+
+
+def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise _fail(path, f"must be a regex string, got {type(pattern).__name__}", "template.type")
+    try:
+        return regex.compile(pattern, regex.DOTALL)
+    except regex.error as e:
+        raise _fail(path, f"invalid regex {pattern!r}: {e}", "template.regex") from None
+
+
+def load_delimiter(
+    spec: Mapping[str, Any], scope: str, literal_key: str, pattern_key: str
+) -> Delimiter | None:
+    """Read ``literal_key`` (a string or list of strings) or ``pattern_key`` (a regex) from ``spec``."""
+    prefix = f"{scope}." if scope else ""
+    if literal_key in spec and pattern_key in spec:
+        raise _fail(
+            f"{prefix}{literal_key}",
+            f"cannot specify both '{literal_key}' and '{pattern_key}'",
+            "template.delimiter",
+            hint=f"Keep '{literal_key}' for fixed strings or '{pattern_key}' for a regex, not both.",
+        )
+    if literal_key in spec:
+        path = f"{prefix}{literal_key}"
+        raw = spec[literal_key]
+        if isinstance(raw, str):
+            literals = [raw]
+        elif isinstance(raw, list):
+            if not raw:
+                raise _fail(path, f"'{literal_key}' list must contain at least one literal", "template.delimiter")
+            if not all(isinstance(s, str) for s in raw):
+                raise _fail(path, f"'{literal_key}' list must contain only strings", "template.delimiter")
+            literals = list(dict.fromkeys(raw))
+        else:
+            raise _fail(
+                path,
+                f"'{literal_key}' must be a string or list of strings, got {type(raw).__name__}",
+                "template.delimiter",
+            )
+        if any(s == "" for s in literals):
+            raise _fail(path, f"'{literal_key}' literals cannot be empty strings", "template.delimiter")
+        return Delimiter(literals=tuple(literals))
+    if pattern_key in spec:
+        _compile_regex(f"{prefix}{pattern_key}", spec[pattern_key])
+        return Delimiter(pattern=spec[pattern_key])
+    return None
+
+
+def _check_bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, f"must be true or false, got {value!r}", "template.type")
+    return value
+
+
+def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
+    if not isinstance(args, dict):
+        raise _fail(path, f"must be a dict, got {type(args).__name__}", "template.type")
+    if unknown := sorted(set(args) - _CONTENT_ARGS[content]):
+        raise _fail(
+            path,
+            f"unknown argument(s) {unknown} for content parser '{content}'",
+            "template.content",
+            hint=f"'{content}' reads {sorted(_CONTENT_ARGS[content])}.",
+        )
+    for key in ("strip", "unquoted_keys", "allow_non_json", "merge_duplicates"):
+        if key in args:
+            _check_bool(f"{path}.{key}", args[key])
+    for key in ("line_sep", "kv_sep"):
+        if key in args and (not isinstance(args[key], str) or not args[key]):
+            raise _fail(f"{path}.{key}", "must be a non-empty string", "template.content")
+    if "string_delims" in args:
+        delims = args["string_delims"]
+        if not isinstance(delims, list) or not all(
+            isinstance(d, list) and len(d) == 2 and all(isinstance(q, str) and q for q in d) for d in delims
+        ):
+            raise _fail(
+                f"{path}.string_delims",
+                f"must be a list of [open, close] string pairs, got {delims!r}",
+                "template.content",
+            )
+    if content == "xml-inline":
+        if "tag_pattern" not in args:
+            raise _fail(
+                path,
+                "xml-inline: 'tag_pattern' content_arg is required",
+                "template.content",
+                hint="Give a regex with named groups 'key' and 'value', e.g. <(?P<key>\\w+)>(?P<value>.*?)</\\1>.",
+            )
+        tag = _compile_regex(f"{path}.tag_pattern", args["tag_pattern"])
+        if "key" not in tag.groupindex:
+            raise _fail(
+                f"{path}.tag_pattern",
+                f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {args['tag_pattern']}",
+                "template.content",
+            )
+    if "value_parser" in args:
+        _check_value_parser(f"{path}.value_parser", args["value_parser"])
+    return args
+
+
+def _check_value_parser(path: str, parser: Any) -> None:
+    if not isinstance(parser, dict) or set(parser) - {"name", "args"}:
+        raise _fail(path, f"must be a dict with 'name' and optional 'args', got {parser!r}", "template.content")
+    name = parser.get("name", "text")
+    if name not in CONTENT_PARSERS:
+        raise _fail(
+            f"{path}.name",
+            f"unknown content parser '{name}'. Available: {sorted(CONTENT_PARSERS)}",
+            "template.content",
+        )
+    _check_content_args(f"{path}.args", name, parser.get("args", {}))
+
+
+def load_value_spec(path: str, spec: Mapping[str, Any]) -> ValueSpec:
+    """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec."""
+    content = spec.get("content", "text")
+    if not isinstance(content, str) or content not in CONTENT_PARSERS:
+        raise _fail(
+            f"{path}.content",
+            f"unknown content parser '{content}'. Available: {sorted(CONTENT_PARSERS)}",
+            "template.content",
+        )
+    args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}))
+    repeats = _check_bool(f"{path}.repeats", spec.get("repeats", False))
+    optional = _check_bool(f"{path}.optional", spec.get("optional", True))
+    join = spec.get("join")
+    if join is not None and not isinstance(join, str):
+        raise _fail(f"{path}.join", f"'join' must be a string, got {type(join).__name__}", "template.join")
+    if join is not None and not repeats:
+        raise _fail(
+            f"{path}.join",
+            "'join' requires 'repeats': true",
+            "template.join",
+            hint="Add \"repeats\": true, or drop 'join'.",
+        )
+    transform = spec.get("transform")
+    transform_each = spec.get("transform_each", False)
+    if not isinstance(transform_each, bool):
+        raise _fail(
+            f"{path}.transform_each",
+            f"transform_each must be a bool, got {type(transform_each).__name__}",
+            "template.transform",
+        )
+    if transform_each and transform is None:
+        raise _fail(f"{path}.transform_each", "transform_each is set but no transform was provided", "template.transform")
+    if transform is not None and (mixed := mixed_placeholder(transform)) is not None:
+        raise _fail(
+            f"{path}.transform",
+            f"transform string {mixed!r} mixes a {{placeholder}} with literal text; string interpolation "
+            "is not supported.",
+            "template.transform",
+            hint='Use either a whole-string placeholder (e.g. "{content}") or a plain literal.',
+        )
+    return ValueSpec(
+        content=content,
+        content_args=copy.deepcopy(args),
+        repeats=repeats,
+        join=join,
+        optional=optional,
+        transform=copy.deepcopy(transform),
+        transform_each=transform_each,
+    )
+
+
+def check_named_groups(path: str, spec: ValueSpec, delimiters: list[Delimiter | None]) -> None:
+    """Named captures only reach the message through a transform; without one they would vanish."""
+    if spec.transform is not None:
+        return
+    names: set[str] = set()
+    for d in delimiters:
+        if d is not None and d.pattern is not None:
+            names |= set(regex.compile(d.pattern, regex.DOTALL).groupindex)
+    if names:
+        raise _fail(
+            path,
+            f"open_pattern/close_pattern declares named group(s) {sorted(names)}, but the field has no "
+            "'transform'; named captures only reach the output through a transform.",
+            "template.named_groups",
+            hint="Add a transform that uses the captures (e.g. {\"name\": \"{name}\"}), or remove the named groups.",
+        )
+
+
+def _load_field(name: str, raw: Any) -> FieldTemplate:
+    path = f"fields.{name}"
+    if not isinstance(raw, dict):
+        raise _fail(path, f"Field '{name}' must be a dict, got {type(raw).__name__}", "template.type")
+    if unknown := sorted(set(raw) - FIELD_KEYS):
+        raise _fail(
+            path,
+            f"Field '{name}': unknown keys {unknown}",
+            "template.unknown_key",
+            hint=f"A field may have {sorted(FIELD_KEYS)}.",
+        )
+    content = raw.get("content", "text")
+    if not isinstance(content, str) or content not in CONTENT_PARSERS:
+        raise _fail(
+            f"{path}.content",
+            f"unknown content parser '{content}'. Available: {sorted(CONTENT_PARSERS)}",
+            "template.content",
+        )
+    open_ = load_delimiter(raw, path, "open", "open_pattern")
+    close = load_delimiter(raw, path, "close", "close_pattern")
+    spec = load_value_spec(path, raw)
+    check_named_groups(path, spec, [open_, close])
+    return FieldTemplate(name=name, open=open_, close=close, spec=spec)
+
+
+def load_template(spec: Any) -> Template:
+    """Validate a ``response_template`` dict; raise TemplateError naming the field and key on any problem."""
+    if not isinstance(spec, dict):
+        raise _fail("", f"response_template must be a dict, got {type(spec).__name__}", "template.type")
+    version = spec.get("version", 1)
+    if version != 1 or isinstance(version, bool):
+        raise _fail("version", f"Unsupported response_template version: {version}", "template.version",
+                    hint="Only version 1 exists.")
+    if unknown := sorted(set(spec) - TEMPLATE_KEYS):
+        raise _fail(
+            "",
+            f"Unknown keys in response_template: {unknown}",
+            "template.unknown_key",
+            hint=f"A template may have {sorted(TEMPLATE_KEYS)}.",
+        )
+    defaults = spec.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise _fail("defaults", "response_template.defaults must be a dict", "template.type")
+    fields_raw = spec.get("fields", {})
+    if not isinstance(fields_raw, dict) or not fields_raw:
+        raise _fail("fields", "response_template.fields must be a non-empty dict", "template.fields")
+    fields = tuple(_load_field(str(name), raw) for name, raw in fields_raw.items())
+    implicit = [f.name for f in fields if f.open is None]
+    if len(implicit) > 1:
+        raise _fail(
+            "fields",
+            "At most one field may omit 'open'/'open_pattern' (that field becomes the implicit-open / "
+            f"leftover sink). Found: {', '.join(implicit)}",
+            "template.fields",
+            hint="Give every field but one an 'open' or 'open_pattern'.",
+        )
+    anchor = load_delimiter(spec, "", "start_anchor", "start_anchor_pattern")
+    if anchor is None:
+        raise _fail(
+            "start_anchor",
+            "response_template must define 'start_anchor' or 'start_anchor_pattern'.",
+            "template.start_anchor",
+            hint="Set start_anchor to the text that opens the assistant turn in the prompt, "
+            "e.g. \"<|im_start|>assistant\\n\".",
+        )
+    return Template(defaults=copy.deepcopy(defaults), fields=fields, start_anchor=anchor)
+
+
+__all__ = ["Delimiter", "FieldTemplate", "Template", "load_delimiter", "load_template", "load_value_spec"]

@@ -1,0 +1,146 @@
+"""Typing tool-call arguments from each tool's JSON Schema, as transformers does.
+
+Models write every argument as text in XML-ish and key/value formats (``<parameter=n>3</parameter>``).
+With ``tools=`` a region value shaped like a tool call (``{"function": {"name", "arguments": {...}}}``,
+or a list of them) has its string arguments cast to the parameter's declared type as the region closes:
+integer, number, boolean, null, object, array, and unions (``type`` lists, ``anyOf``, ``oneOf``,
+``nullable``). A cast that fails keeps the text; values that are already typed are left alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Union
+
+
+def schema_types(schema: Any) -> tuple[str, ...]:
+    """The JSON types a parameter schema admits, in declaration order."""
+    if not isinstance(schema, dict):
+        return ()
+    declared = schema.get("type")
+    found = [declared] if isinstance(declared, str) else []
+    if isinstance(declared, list):
+        found.extend(t for t in declared if isinstance(t, str))
+    for union in ("anyOf", "oneOf"):
+        for choice in schema.get(union) or []:
+            found.extend(schema_types(choice))
+    if schema.get("nullable") and "null" not in found:
+        found.append("null")
+    return tuple(found)
+
+
+def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
+    """Try one JSON type; (True, value) on success. Mirrors Python's own int()/float() leniency."""
+    if type_name == "integer":
+        try:
+            return True, int(raw)
+        except ValueError:
+            number = float(raw)  # JSON Schema integers include "3.0"
+            return (True, int(number)) if number.is_integer() else (False, None)
+    if type_name == "number":
+        number = float(raw)
+        if number != number or number in (float("inf"), float("-inf")):
+            return False, None
+        return True, int(number) if number.is_integer() and "." not in raw else number
+    if type_name == "boolean":
+        word = raw.strip().lower()
+        return (True, word in ("true", "1")) if word in ("true", "1", "false", "0") else (False, None)
+    if type_name == "null":
+        return (True, None) if raw.strip() in ("null", "None") else (False, None)
+    if type_name in ("object", "array"):
+        decoded = json.loads(raw)
+        return (True, decoded) if isinstance(decoded, dict if type_name == "object" else list) else (False, None)
+    return False, None
+
+
+def coerce(raw: str, types_: tuple[str, ...]) -> Any:
+    """Cast ``raw`` to the first of ``types_`` that accepts it; otherwise keep the text."""
+    for type_name in types_:
+        try:
+            ok, value = _cast(raw, type_name)
+        except ValueError:
+            continue
+        if ok:
+            return value
+    return raw
+
+
+_PY_TYPES: dict[Any, str] = {int: "integer", float: "number", bool: "boolean", str: "string",
+                             list: "array", tuple: "array", dict: "object", type(None): "null"}
+
+
+def _annotation_schema(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_annotation_schema(a) for a in typing.get_args(annotation)]}
+    if origin is typing.Literal:
+        values = typing.get_args(annotation)
+        return {"type": sorted({_PY_TYPES.get(type(v), "string") for v in values})}
+    base = origin if origin is not None else annotation
+    name = _PY_TYPES.get(base)
+    return {"type": name} if name else {}
+
+
+def callable_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A minimal OpenAI-style tool schema from a Python function's name and type hints."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to no types
+        hints = {}
+    properties = {
+        name: _annotation_schema(hints[name]) if name in hints else {}
+        for name in inspect.signature(fn).parameters
+        if name not in ("self", "cls")
+    }
+    return {"type": "function", "function": {"name": fn.__name__, "parameters": {"type": "object", "properties": properties}}}
+
+
+class ToolTypes:
+    """Parameter schemas of the tools a model may call, applied to tool-call shaped region values."""
+
+    def __init__(self, parameters: Mapping[str, Mapping[str, Any]]) -> None:
+        self.parameters = dict(parameters)
+
+    @classmethod
+    def from_tools(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
+        """Read tools in ``apply_chat_template`` form (dicts or callables); None when none is usable."""
+        parameters: dict[str, Mapping[str, Any]] = {}
+        for tool in tools or []:
+            if inspect.isfunction(tool) or inspect.ismethod(tool):
+                tool = callable_schema(tool)
+            fn = tool.get("function", tool) if isinstance(tool, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                params = fn.get("parameters")
+                properties = params.get("properties") if isinstance(params, dict) else None
+                parameters[fn["name"]] = properties if isinstance(properties, dict) else {}
+        return cls(parameters) if parameters else None
+
+    def apply(self, value: Any) -> Any:
+        """Cast the string arguments of every tool call in ``value`` in place; return ``value``."""
+        if isinstance(value, list):
+            return [self.apply(item) for item in value]
+        fn = value.get("function") if isinstance(value, dict) else None
+        if not isinstance(fn, dict):
+            return value
+        name, arguments = fn.get("name"), fn.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return value
+        properties = self.parameters.get(name)
+        if not properties:
+            return value
+        for key, argument in arguments.items():
+            if key not in properties or not (types_ := schema_types(properties[key])):
+                continue
+            if isinstance(argument, str):
+                arguments[key] = coerce(argument, types_)
+            elif isinstance(argument, list) and "array" not in types_:
+                # duplicate keys that merge_duplicates collected: cast element-wise
+                arguments[key] = [coerce(item, types_) if isinstance(item, str) else item for item in argument]
+        return value
+
+
+__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types"]

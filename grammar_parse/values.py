@@ -1,0 +1,242 @@
+"""Region values: the content parsers and the transform templates applied when a region closes.
+
+Each parser turns a region's raw text into one value, exactly as transformers' response parsing does
+(same stripping, same JSON dialect knobs, same XML-ish and key/value splitting), so that messages compare
+equal value for value. Failures raise :class:`~grammar_parse.errors.ParseError` (a ``ValueError``), or
+:class:`~grammar_parse.errors.PlaceholderError` (a ``KeyError``) where transformers raises ``KeyError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from .errors import ParseError, PlaceholderError
+
+ContentParser = Callable[[str, Mapping[str, Any]], Any]
+
+#: Parsers whose value is the verbatim body (modulo stripping): their chunks stream with ``dirty=False``.
+STREAMABLE_PARSERS = frozenset({"text", "int", "float", "bool"})
+
+# Control characters stand in for custom-quoted strings while the JSON dialect is rewritten; real model
+# output never contains them, and if it does we refuse rather than corrupt the value.
+_SENTINEL_OPEN, _SENTINEL_CLOSE = "\x01", "\x02"
+_UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")
+PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
+
+
+def _text(text: str, args: Mapping[str, Any]) -> str:
+    return text.strip() if args.get("strip", True) else text
+
+
+def _int(text: str, args: Mapping[str, Any]) -> int:
+    body = _text(text, args)
+    try:
+        return int(body)
+    except ValueError:
+        raise ParseError(f"expected an integer, got {body!r}", code="parse.content") from None
+
+
+def _float(text: str, args: Mapping[str, Any]) -> float:
+    body = _text(text, args)
+    try:
+        return float(body)
+    except ValueError:
+        raise ParseError(f"expected a number, got {body!r}", code="parse.content") from None
+
+
+def _bool(text: str, args: Mapping[str, Any]) -> bool:
+    return _text(text, args).lower() in ("true", "1")
+
+
+def _json(text: str, args: Mapping[str, Any]) -> Any:
+    """JSON, optionally in a model's dialect: custom string quotes and bare keys."""
+    string_delims = args.get("string_delims") or []
+    if string_delims and (_SENTINEL_OPEN in text or _SENTINEL_CLOSE in text):
+        raise ParseError(
+            "json region contains the reserved control characters \\x01/\\x02 and cannot be rewritten "
+            "safely",
+            code="parse.json",
+        )
+    working = text
+    captured: list[str] = []
+
+    def capture(m: regex.Match[str]) -> str:
+        captured.append(m.group(1))
+        return f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}"
+
+    for open_quote, close_quote in string_delims:
+        quoted = regex.escape(open_quote) + r"(.*?)" + regex.escape(close_quote)
+        working = regex.sub(quoted, capture, working, flags=regex.DOTALL)
+    if args.get("unquoted_keys", False):
+        working = _UNQUOTED_KEY.sub(r'"\1":', working)
+    for i, s in enumerate(captured):
+        working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))
+    try:
+        return json.loads(working)
+    except json.JSONDecodeError as e:
+        if args.get("allow_non_json"):
+            return _text(text, args)
+        shown = f"Content: {text!r}" if working == text else f"Original: {text!r}\nTransformed: {working!r}"
+        raise ParseError(
+            f"could not parse region as JSON ({e.msg} at line {e.lineno} column {e.colno}).\n{shown}",
+            code="parse.json",
+            hint="Set content_args.allow_non_json to keep unparseable text as a string.",
+        ) from e
+
+
+def _sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
+    if value_parser is None or raw is None:
+        return raw
+    return parse_content(raw, value_parser.get("name", "text"), value_parser.get("args", {}))
+
+
+def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Shallow ``<key>value</key>``-style tags (any ``tag_pattern`` with groups key and value) into a dict."""
+    tag_pattern = args["tag_pattern"]
+    value_parser = args.get("value_parser")
+    merge = args.get("merge_duplicates", False)
+    out: dict[str, Any] = {}
+    for m in regex.finditer(tag_pattern, text, flags=regex.DOTALL):
+        groups = m.groupdict()
+        key = groups.get("key")
+        if key is None:
+            raise ParseError(
+                f"xml-inline: tag_pattern matched without its 'key' group: {m.group(0)!r}",
+                code="parse.content",
+                hint="Make the key group of tag_pattern mandatory.",
+            )
+        value = _sub_parse(groups.get("value", ""), value_parser)
+        if merge and key in out:
+            if not isinstance(out[key], list):
+                out[key] = [out[key]]
+            out[key].append(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``key<kv_sep>value`` lines into a dict; lines without the separator are skipped."""
+    kv_sep = args.get("kv_sep", ":")
+    value_parser = args.get("value_parser")
+    out: dict[str, Any] = {}
+    for line in text.split(args.get("line_sep", "\n")):
+        line = _text(line, args)
+        if not line or kv_sep not in line:
+            continue
+        key, value = line.split(kv_sep, 1)
+        out[_text(key, args)] = _sub_parse(_text(value, args), value_parser)
+    return out
+
+
+CONTENT_PARSERS: dict[str, ContentParser] = {
+    "text": _text,
+    "int": _int,
+    "float": _float,
+    "bool": _bool,
+    "json": _json,
+    "xml-inline": _xml_inline,
+    "kv-lines": _kv_lines,
+}
+
+
+def parse_content(text: str, name: str, args: Mapping[str, Any]) -> Any:
+    """Run content parser ``name`` on ``text``."""
+    return CONTENT_PARSERS[name](text, args)
+
+
+def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
+    """Rebuild ``template`` with every whole-string ``{path}`` replaced by the value it names."""
+    if isinstance(template, dict):
+        return {k: _fill(v, scope) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, scope) for v in template]
+    if not isinstance(template, str):
+        return template
+    whole = PLACEHOLDER.fullmatch(template)
+    if whole is None:
+        return template
+    path = whole.group(1)
+    root, *keys = path.split(".")
+    if root not in scope:
+        raise PlaceholderError(
+            f"transform placeholder '{{{path}}}' is not defined. Available: {sorted(scope)}",
+            code="parse.placeholder",
+        )
+    value = scope[root]
+    for key in keys:
+        if not isinstance(value, dict):
+            raise ParseError(
+                f"transform placeholder '{{{path}}}' cannot index into {type(value).__name__} at '{key}'",
+                code="parse.transform",
+            )
+        if key not in value:
+            raise ParseError(
+                f"transform placeholder '{{{path}}}' is missing key '{key}'. Available: {sorted(value)}",
+                code="parse.transform",
+            )
+        value = value[key]
+    return value
+
+
+def mixed_placeholder(template: Any) -> str | None:
+    """The first string in ``template`` that mixes a placeholder with literal text, if any."""
+    if isinstance(template, dict):
+        template = list(template.values())
+    if isinstance(template, list):
+        for item in template:
+            found = mixed_placeholder(item)
+            if found is not None:
+                return found
+        return None
+    if isinstance(template, str) and PLACEHOLDER.search(template) and not PLACEHOLDER.fullmatch(template):
+        return template
+    return None
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """How a region's body becomes the value stored under its field."""
+
+    content: str = "text"
+    content_args: Mapping[str, Any] = field(default_factory=dict)
+    repeats: bool = False
+    join: str | None = None
+    optional: bool = True
+    transform: Any = None
+    transform_each: bool = False
+
+    @property
+    def dirty(self) -> bool:
+        """Whether chunks are raw bytes of a structured value (only meaningful once the region closes)."""
+        return self.content not in STREAMABLE_PARSERS
+
+    def value(self, body: str, captures: Mapping[str, str]) -> Any:
+        """Parse ``body`` and apply the transform (per element with ``transform_each``)."""
+        parsed = parse_content(body, self.content, self.content_args)
+        if self.transform is None:
+            return parsed
+        if not self.transform_each:
+            return _fill(self.transform, {**captures, "content": parsed})
+        if not isinstance(parsed, list):
+            raise ParseError(
+                f"transform_each requires the parsed content to be a list, got {type(parsed).__name__}.",
+                code="parse.transform",
+            )
+        out = []
+        for item in parsed:
+            if not isinstance(item, dict):
+                raise ParseError(
+                    f"transform_each requires each list element to be a dict, got {type(item).__name__}.",
+                    code="parse.transform",
+                )
+            out.append(_fill(self.transform, {**captures, **item}))
+        return out
+
+
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "ValueSpec", "mixed_placeholder", "parse_content"]
