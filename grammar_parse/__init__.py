@@ -11,6 +11,14 @@ built-in grammar name is compiled into a Lark LALR grammar; a streaming session 
 
 from __future__ import annotations
 
+from pathlib import Path as _Path
+
+# Installed, grammars/ and compat/ are the subpackages grammar_parse.grammars and grammar_parse.compat.
+# In a source checkout (python -m run from its root) they sit beside this directory: look there too.
+_checkout = _Path(__file__).resolve().parent.parent
+if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).parent / "grammars").exists():
+    __path__.append(str(_checkout))  # noqa: F821 - the package's own __path__
+
 from .compiler import compile_template
 from .errors import (
     ArgumentError,
