@@ -207,11 +207,14 @@ class Automaton:
         self.initial = fsm.initial
         self.finals = frozenset(fsm.finals)
         self.trans: dict[Any, dict[Any, Any]] = {st: dict(m) for st, m in fsm.map.items()}
-        self.alphabet = fsm.alphabet
         reverse: dict[Any, set[Any]] = {}
+        self.reverse: dict[tuple[Any, Any], frozenset[Any]] = {}
+        pairs: dict[tuple[Any, Any], set[Any]] = {}
         for st, moves in self.trans.items():
-            for target in moves.values():
+            for sym, target in moves.items():
                 reverse.setdefault(target, set()).add(st)
+                pairs.setdefault((target, sym), set()).add(st)
+        self.reverse = {k: frozenset(v) for k, v in pairs.items()}
         live, todo = set(self.finals), list(self.finals)
         while todo:
             for prev in reverse.get(todo.pop(), ()):
@@ -219,34 +222,46 @@ class Automaton:
                     live.add(prev)
                     todo.append(prev)
         self.live = frozenset(live)
+        mapping = fsm.alphabet._symbol_mapping
+        self.symbols: dict[str, Any] = {ch: sym for ch, sym in mapping.items() if isinstance(ch, str)}
+        self.other = next((sym for ch, sym in mapping.items() if not isinstance(ch, str)), None)
         self.reps: dict[Any, str] = {}
-        for ch, sym in fsm.alphabet._symbol_mapping.items():
-            if isinstance(ch, str):
-                self.reps.setdefault(sym, ch)
+        for ch, sym in self.symbols.items():
+            self.reps.setdefault(sym, ch)
+        self._steps: dict[tuple[frozenset[Any], Any], frozenset[Any]] = {}
 
     def first_alive(self, buf: str, lo: int, hi: int) -> int:
-        """First start in [lo, hi) whose path consumes ``buf[start:]`` and can still reach acceptance."""
-        threads: dict[Any, int] = {}
-        initial, trans, live, alphabet = self.initial, self.trans, self.live, self.alphabet
-        for i in range(lo, len(buf)):
-            if i < hi and initial not in threads:
-                threads[initial] = i
-            sym = alphabet[buf[i]]
-            moved: dict[Any, int] = {}
-            for st, start in threads.items():
-                target = trans.get(st, {}).get(sym)
-                if target is not None and target in live and (target not in moved or start < moved[target]):
-                    moved[target] = start
-            threads = moved
-            if not threads and i >= hi:
-                return -1
-        return min(threads.values()) if threads else -1
+        """First start in [lo, hi) such that ``buf[start:]`` is a prefix of some match, else -1.
+
+        Reads ``buf`` backwards from its end, tracking the set of automaton states from which the text
+        read so far leads to a live state (a lazily built reverse DFA); this usually dies within a few
+        characters, so the cost does not depend on how much text precedes the end.
+        """
+        current = self.live
+        best = -1
+        symbols, other, steps, reverse, initial = self.symbols, self.other, self._steps, self.reverse, self.initial
+        for i in range(len(buf) - 1, lo - 1, -1):
+            sym = symbols.get(buf[i], other)
+            if sym is None:
+                break
+            key = (current, sym)
+            nxt = steps.get(key)
+            if nxt is None:
+                nxt = frozenset(q for t in current for q in reverse.get((t, sym), ()))
+                steps[key] = nxt
+            if not nxt:
+                break
+            current = nxt
+            if i < hi and initial in current:
+                best = i
+        return best
 
     def completion(self, tail: str) -> str | None:
         """The shortest non-empty string taking the automaton from after ``tail`` to acceptance."""
         state = self.initial
         for ch in tail:
-            state = self.trans.get(state, {}).get(self.alphabet[ch])
+            sym = self.symbols.get(ch, self.other)
+            state = self.trans.get(state, {}).get(sym) if sym is not None else None
             if state is None:
                 return None
         seen, frontier = {state}, [(state, "")]
@@ -263,6 +278,53 @@ class Automaton:
         return None
 
 
+# What the regex module's \s matches (str.isspace() also accepts \x1c-\x1f, which \s does not).
+_NOT_REGEX_SPACE = frozenset("\x1c\x1d\x1e\x1f")
+REGEX_SPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace() and c not in _NOT_REGEX_SPACE)
+_ESCAPE_CHARS = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+
+
+def _is_regex_space(ch: str) -> bool:
+    return ch.isspace() and ch not in _NOT_REGEX_SPACE
+
+
+def _literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | None:
+    """Recognise ``\\s*(?:lit1|lit2)\\s*`` (each ``\\s*`` optional): (leading, literals, trailing)."""
+    tokens: list[str] = []
+    i = 0
+    while i < len(pattern):
+        tok = pattern[i : i + 2] if pattern[i] == "\\" else pattern[i]
+        tokens.append(tok)
+        i += len(tok)
+    leading = tokens[:2] == ["\\s", "*"]
+    if leading:
+        tokens = tokens[2:]
+    trailing = tokens[-2:] == ["\\s", "*"]
+    if trailing:
+        tokens = tokens[:-2]
+    if tokens[:3] == ["(", "?", ":"] and tokens[-1:] == [")"]:
+        tokens = tokens[3:-1]
+    literals, current = [], []
+    for tok in tokens + ["|"]:
+        if tok == "|":
+            if not current or _is_regex_space(current[0][0]):
+                return None
+            literals.append("".join(current))
+            current = []
+        elif len(tok) == 2:  # an escape: punctuation stands for itself, \n \t ... for control characters
+            if tok[1] in _ESCAPE_CHARS:
+                current.append(_ESCAPE_CHARS[tok[1]])
+            elif tok[1].isalnum():
+                return None
+            else:
+                current.append(tok[1])
+        elif tok in ".^$*+?{}[]()\\":
+            return None
+        else:
+            current.append(tok)
+    return leading, tuple(literals), trailing
+
+
 class RegexMatcher:
     """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise)."""
 
@@ -275,6 +337,9 @@ class RegexMatcher:
         self.end_reach = shape.end_reach
         self.context = shape.context
         self.zero_width = self.compiled.match("") is not None
+        # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
+        # whitespace walk finds the same leftmost match at memory speed.
+        self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
 
     @cached_property
     def _automaton(self) -> Automaton | None:
@@ -289,16 +354,38 @@ class RegexMatcher:
             return None
 
     def search(self, buf: str, pos: int) -> Hit | None:
+        if self.lowered is not None:
+            return self._search_lowered(buf, pos)
         m = self.compiled.search(buf, pos)
         return None if m is None else (m.start(), m.end(), m)
+
+    def _search_lowered(self, buf: str, pos: int) -> Hit | None:
+        leading, literals, trailing = self.lowered  # type: ignore[misc]
+        at, found = -1, ""
+        for lit in literals:  # written order: at one position, the first alternative wins
+            i = buf.find(lit, pos)
+            if i != -1 and (at == -1 or i < at):
+                at, found = i, lit
+        if at == -1:
+            return None
+        start, end = at, at + len(found)
+        if leading:
+            while start > pos and _is_regex_space(buf[start - 1]):
+                start -= 1
+        if trailing:
+            n = len(buf)
+            while end < n and _is_regex_space(buf[end]):
+                end += 1
+        return (start, end, None)
 
     def _first_alive(self, buf: str, lo: int, hi: int) -> int:
         """First start in [lo, hi) from which a path of the pattern consumes all of ``buf``, else -1."""
         automaton = self._automaton
         if automaton is not None:
             return automaton.first_alive(buf, lo, hi)
-        # Without an automaton, ask the regex engine (it may over-report, which only holds text longer).
-        for s in range(lo, hi):
+        # Without an automaton, ask the regex engine (it may over-report, which only holds text longer);
+        # a bounded look-back keeps one huge chunk from making this quadratic.
+        for s in range(max(lo, hi - 4096), hi):
             if self.compiled.fullmatch(buf, s, partial=True) is not None:
                 return s
         return -1
@@ -320,8 +407,7 @@ class RegexMatcher:
         if hit is None:
             m = self.compiled.search(buf, pos, partial=True)
             return None, (-1 if m is None or m.start() >= n else m.start())
-        # Unbounded patterns look back a bounded window, so one huge chunk cannot make this quadratic.
-        lo = max(pos, hit[0] - 4096 if self.max_width >= UNBOUNDED else n - self.max_width)
+        lo = pos if self.max_width >= UNBOUNDED else max(pos, n - self.max_width)
         partial = self._first_alive(buf, lo, hit[0])
         if partial != -1:
             return None, partial

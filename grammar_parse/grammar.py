@@ -40,7 +40,7 @@ from .delimiters import LiteralMatcher, Matcher, RegexMatcher
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
-from .values import ValueSpec
+from .values import STREAMABLE_PARSERS, ValueSpec
 
 DIRECTIVE = "//@"
 UNCLAIMED = "UNCLAIMED"
@@ -69,7 +69,8 @@ class Region:
 
     @property
     def dirty(self) -> bool:
-        return self.spec.dirty
+        """Whether this region's chunks are raw bytes of a structured value."""
+        return self.spec.content not in STREAMABLE_PARSERS
 
 
 @dataclass(frozen=True)

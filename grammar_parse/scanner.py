@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .delimiters import Hit, LiteralMatcher
+import re
+
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher
 
 if TYPE_CHECKING:
     from .grammar import Terminal
@@ -22,17 +24,50 @@ if TYPE_CHECKING:
 SearchCache = dict[str, tuple[str, int, Hit | None]]
 
 
+class QuietTest:
+    """A cheap test that a chunk cannot start any watched delimiter, for the session's fast path.
+
+    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals): then a delimiter,
+    complete or partial, needs one of the literals' first characters in the buffer, except that a
+    leading ``\\s*`` keeps a trailing whitespace run pending (``hold_space``).
+    """
+
+    def __init__(self, triggers: str, hold_space: bool) -> None:
+        self.triggers = triggers
+        self.hold_space = hold_space
+        if len(triggers) == 1:
+            self.hits: Any = lambda text, t=triggers: t in text
+        else:
+            self.hits = re.compile("[" + re.escape(triggers) + "]").search
+
+
+def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
+    triggers: set[str] = set()
+    hold_space = False
+    for term in watch:
+        m = term.matcher
+        if isinstance(m, LiteralMatcher):
+            triggers.update(m.first_chars)
+        elif isinstance(m, RegexMatcher) and m.lowered is not None:
+            leading, literals, _ = m.lowered
+            triggers.update(lit[0] for lit in literals)
+            hold_space |= leading
+        else:
+            return None
+    if not triggers or triggers & set(REGEX_SPACE):
+        return None
+    return QuietTest("".join(sorted(triggers)), hold_space)
+
+
 class Scanner:
     """Commit/hold decisions for one set of live delimiters."""
 
     def __init__(self, watch: tuple[Terminal, ...]) -> None:
         self.watch = watch
         self.entries = [(t, t.matcher) for t in watch]
-        # The common case inside a region: one literal close delimiter.
-        self.single_literal = (
-            watch[0].matcher if len(watch) == 1 and isinstance(watch[0].matcher, LiteralMatcher)
-            and len(watch[0].matcher.literals) == 1 else None
-        )
+        self.quiet = _quiet_test(watch)
+
+
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache) -> tuple[Terminal | None, Hit | None, int]:
         """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``."""

@@ -22,6 +22,7 @@ from lark.exceptions import UnexpectedToken
 from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
 from .compiler import compile_template
+from .delimiters import REGEX_SPACE
 from .errors import ArgumentError, FinalizedError, ParseError
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
@@ -96,6 +97,7 @@ class ResponseParser:
         self._events: list[Event] = []
         self._cache: SearchCache = {}
         self._last_empty: tuple[int, str] | None = None
+        self._fast: tuple[Any, ...] | None = None  # see _fast_path
         self._finalized = False
         callbacks: dict[Any, Callable[[Any], Any]] = dict.fromkeys(grammar.lark.rules, _ignore)
         for rule, region in grammar.rule_regions.items():
@@ -128,18 +130,41 @@ class ResponseParser:
         if self._finalized:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")
+        fast = self._fast
+        if fast is not None and text:
+            trigger, search, hold_space, append, field, dirty = fast
+            if not (text.find(trigger) >= 0 if search is None else search(text)):
+                # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
+                # except a trailing whitespace run that a leading \s* may still claim.
+                combined = self._buf + text
+                kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
+                self._buf = combined[len(kept):]
+                if not kept:
+                    return []
+                self._base += len(kept)
+                if append is None:
+                    return []
+                append(kept)
+                return [{"type": "region_chunk", "field": field, "text": kept, "dirty": dirty}]
+        events: list[Event] = []
         if text:
             self._buf += text
-        events: list[Event] = []
         self._process(events, eos=False)
         return events
 
-    def finalize(self) -> tuple[Message, list[Event]]:
-        """End the stream: close open regions, return the message and the last events."""
+    def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
+        """End the stream: close open regions, return the message and the last events.
+
+        ``text``, if given, is a last piece of output; ``finalize(text)`` gives the same message as
+        ``feed(text)`` followed by ``finalize()`` but skips the streaming decisions (one-shot parsing).
+        """
         if self._finalized:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")
         self._finalized = True
+        self._fast = None
+        if text:
+            self._buf += text
         events: list[Event] = []
         self._process(events, eos=True)
         missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
@@ -206,6 +231,21 @@ class ResponseParser:
                 self._pos = hold
             break
         self._trim()
+        self._fast = self._fast_path()
+
+    def _fast_path(self) -> tuple[Any, ...] | None:
+        """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
+        a run of text is under way, nothing is held back, and the live delimiters are all literal."""
+        info = self._states[self._parser.state_stack[-1]]
+        quiet = info.scanner.quiet
+        if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text:
+            return None
+        trigger = quiet.triggers if len(quiet.triggers) == 1 else None
+        search = None if trigger is not None else quiet.hits
+        if info.text.role != "text":  # type: ignore[union-attr]
+            return (trigger, search, quiet.hold_space, None, None, None)
+        frame = self._frames[-1]
+        return (trigger, search, quiet.hold_space, frame.chunks.append, frame.region.field, frame.region.dirty)
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
@@ -227,7 +267,7 @@ class ResponseParser:
             frame = self._frames[-1]
             frame.chunks.append(text)
             self._events.append({"type": "region_chunk", "field": frame.region.field, "text": text,
-                                 "dirty": frame.region.spec.dirty})
+                                 "dirty": frame.region.dirty})
 
     def _token(self, term: Terminal, hit: Any) -> None:
         self._run = None
@@ -363,8 +403,7 @@ def parse_response(
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools)
-    parser.feed(text)
-    return parser.finalize()[0]
+    return parser.finalize(text)[0]
 
 
 __all__ = ["ResponseParser", "parse_response", "resolve_grammar"]
