@@ -153,6 +153,35 @@ def _strip_anchors(pattern: str) -> str:
     return "".join(out)
 
 
+def find_literals(buf: str, pos: int, literals: tuple[str, ...], firsts: str) -> tuple[int, str] | None:
+    """Leftmost occurrence of any of ``literals`` at or after ``pos``: (start, literal), preferring the
+    earlier literal in ``literals`` at the same start.
+
+    Searching for the first characters (memchr speed, ~50 GB/s) and checking the literals there is
+    ~100x faster than one str.find per literal when a literal is absent (a full scan each); after a
+    few false candidates (text full of '<') it falls back to str.find per literal.
+    """
+    i = pos
+    for _ in range(8):
+        if len(firsts) == 1:
+            i = buf.find(firsts, i)
+        else:
+            found = [j for j in (buf.find(c, i) for c in firsts) if j != -1]
+            i = min(found) if found else -1
+        if i == -1:
+            return None
+        for lit in literals:
+            if buf.startswith(lit, i):
+                return i, lit
+        i += 1
+    best: tuple[int, str] | None = None
+    for lit in literals:
+        j = buf.find(lit, i)
+        if j != -1 and (best is None or j < best[0]):
+            best = (j, lit)
+    return best
+
+
 class LiteralMatcher:
     """Any of a set of fixed strings: leftmost match, longest at that position."""
 
@@ -166,13 +195,8 @@ class LiteralMatcher:
         self.zero_width = False
 
     def search(self, buf: str, pos: int) -> Hit | None:
-        best_start = -1
-        best_end = -1
-        for lit in self.literals:  # longest first, so a tie keeps the longest
-            i = buf.find(lit, pos)
-            if i != -1 and (best_start == -1 or i < best_start):
-                best_start, best_end = i, i + len(lit)
-        return None if best_start == -1 else (best_start, best_end, None)
+        found = find_literals(buf, pos, self.literals, self.first_chars)  # longest first wins a tie
+        return None if found is None else (found[0], found[0] + len(found[1]), None)
 
     def live_partial(self, buf: str, lo: int, hi: int) -> int:
         """First position in [lo, hi) whose suffix of ``buf`` is a proper prefix of a literal, else -1."""
@@ -340,6 +364,7 @@ class RegexMatcher:
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
+        self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
 
     @cached_property
     def _automaton(self) -> Automaton | None:
@@ -361,14 +386,10 @@ class RegexMatcher:
 
     def _search_lowered(self, buf: str, pos: int) -> Hit | None:
         leading, literals, trailing = self.lowered  # type: ignore[misc]
-        at, found = -1, ""
-        for lit in literals:  # written order: at one position, the first alternative wins
-            i = buf.find(lit, pos)
-            if i != -1 and (at == -1 or i < at):
-                at, found = i, lit
-        if at == -1:
+        hit = find_literals(buf, pos, literals, self._firsts)  # written order wins a tie
+        if hit is None:
             return None
-        start, end = at, at + len(found)
+        start, end = hit[0], hit[0] + len(hit[1])
         if leading:
             while start > pos and _is_regex_space(buf[start - 1]):
                 start -= 1

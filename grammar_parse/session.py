@@ -261,7 +261,7 @@ class ResponseParser:
             raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
         if self._run is not term:
             self._run = None
-            self._shift(Token(term.name, text))
+            self._shift(Token(term.name, ""))  # the text itself stays out of Lark (no copy)
             self._run = term
         if term.role == "text":
             frame = self._frames[-1]

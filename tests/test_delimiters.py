@@ -1,0 +1,79 @@
+"""Delimiter matchers: the fast paths find exactly what the regex module finds, and the streaming
+decisions never commit a match that more input could change."""
+
+from __future__ import annotations
+
+import regex
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grammar_parse.delimiters import LiteralMatcher, RegexMatcher, pattern_shape
+
+ALPHABET = " \n\t\x1c<>|/abtx_"
+texts = st.text(alphabet=ALPHABET, max_size=40)
+literal_sets = st.lists(st.text(alphabet="<>|abx", min_size=1, max_size=4), min_size=1, max_size=3, unique=True)
+
+
+def span(hit):
+    return None if hit is None else hit[:2]
+
+
+@given(literal_sets, texts, st.integers(min_value=0, max_value=40))
+def test_literal_search_is_the_longest_first_alternation(literals, text, pos):
+    pos = min(pos, len(text))
+    matcher = LiteralMatcher(tuple(literals))
+    reference = regex.compile("|".join(regex.escape(s) for s in sorted(literals, key=len, reverse=True)))
+    m = reference.search(text, pos)
+    assert span(matcher.search(text, pos)) == (None if m is None else m.span())
+
+
+LOWERED = [r"\s*<tool_call>", r"</think>\s*", r"\s*(?:<\|im_end\|>|<\|endoftext\|>)", r"\s*(?:<a|<ab)\s*",
+           r"\s*(?:<ab|<a|b<)", r"<\|im_end\|>\s*", r"\s*(?:x\||\|x)"]
+
+
+@given(st.sampled_from(LOWERED), texts, st.integers(min_value=0, max_value=40))
+def test_lowered_whitespace_literal_search_equals_regex(pattern, text, pos):
+    pos = min(pos, len(text))
+    matcher = RegexMatcher(pattern)
+    assert matcher.lowered is not None
+    m = matcher.compiled.search(text, pos)
+    assert span(matcher.search(text, pos)) == (None if m is None else m.span())
+
+
+@given(literal_sets, texts, st.text(alphabet=ALPHABET, max_size=10))
+def test_literal_commit_is_final(literals, text, more):
+    """A hit the matcher lets the scanner commit is still the leftmost hit after more text arrives."""
+    matcher = LiteralMatcher(tuple(literals))
+    hit, pending = matcher.probe(text, 0, matcher.search(text, 0))
+    if hit is not None:
+        assert span(matcher.search(text + more, 0)) == span(hit)
+    if pending != -1:
+        assert hit is None
+
+
+PATTERNS = [r"\s*<tool_call>", r"\)(?:\]<\|e\|>)?\s*", r"<\|u\|>\s*|$", r"(?:<t\|>|<e>)\s*|$", r"a.*?b",
+            r"<t>\s*<f=(?P<n>\w+)>", r"\n?</r>", r"[^<]*<c>", r"x$|y"]
+
+
+@given(st.sampled_from(PATTERNS), st.text(alphabet=" \n<>|/abtxfcreu)]=_", max_size=24),
+       st.text(alphabet=" \n<>|/abtxfcreu)]=_", max_size=8))
+def test_regex_commit_is_final(pattern, text, more):
+    """The guards (hidden partials, `$` before a final newline, preferred longer matches): whatever is
+    committed, and every byte released before ``hold``, stays so once more text arrives."""
+    matcher = RegexMatcher(pattern)
+    hit, pending = matcher.probe(text, 0, matcher.search(text, 0))
+    full = matcher.compiled.search(text + more, 0)
+    if hit is not None:
+        assert full is not None and full.span() == hit[:2]
+    hold = len(text) if pending == -1 else pending
+    if hit is None and full is not None:
+        assert full.start() >= hold, "released text that belongs to a delimiter"
+
+
+def test_pattern_shape():
+    assert pattern_shape(r"<a>").max_width == 3
+    assert pattern_shape(r"x$").end_reach == 1
+    assert pattern_shape(r"(?!abc)x").end_reach == 3
+    assert pattern_shape(r"^x").context == 1
+    assert pattern_shape(r"(?<=ab)x").context == 2
+    assert pattern_shape(r"\p{L}+x").max_width > 1000
