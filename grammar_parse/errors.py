@@ -133,6 +133,8 @@ class ParseError(GrammarParseError, ValueError):
         self.field = field
         self.position = position
         self.message_so_far = message_so_far
+        self.detail = f"field '{field}' (region at offset {position}): {self.detail}"
+        self.args = (self.detail,)
         return self
 
 

@@ -221,6 +221,8 @@ def _lark_error(e: Exception, source_name: str) -> GrammarError:
     line = getattr(e, "line", None)
     column = getattr(e, "column", None)
     message = str(e).strip()
+    if line is None and (where := regex.search(r"line (\d+) col(?:umn)? (\d+)", message)):
+        line, column = int(where.group(1)), int(where.group(2))
     code = "grammar.conflict" if "collision" in message.lower() or "conflict" in message.lower() else "grammar.syntax"
     hint = None
     if code == "grammar.conflict":

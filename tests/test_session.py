@@ -1,0 +1,174 @@
+"""The public API around the session: prefixes, batches, tools, errors, and one-shot equivalence."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse.cli import main as cli
+
+XML_TEMPLATE = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open_pattern": r"<tool_call>\s*<function=(?P<name>\w+)>", "close": "</tool_call>", "repeats": True,
+            "content": "xml-inline",
+            "content_args": {"tag_pattern": r"<parameter=(?P<key>\w+)>\s*(?P<value>.*?)\s*</parameter>"},
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"close": "<|im_end|>"},
+    },
+}
+CALL = "<tool_call><function=set_alarm><parameter=hour>7</parameter><parameter=loud>true</parameter></tool_call>"
+
+
+def test_prefix_is_truncated_after_the_last_anchor_and_replayed():
+    prefix = "<|im_start|>assistant\nold<|im_end|><|im_start|>user\nhi<|im_end|><|im_start|>assistant\n<think>\n"
+    parser = gp.ResponseParser(XML_TEMPLATE, prefix=prefix)
+    assert parser.initial_events == [{"type": "region_open", "field": "thinking"},
+                                     {"type": "region_chunk", "field": "thinking", "text": "\n", "dirty": False}]
+    parser.feed("plan</think>Done.")
+    message, _ = parser.finalize()
+    assert message == {"role": "assistant", "thinking": "plan", "content": "Done."}
+
+
+def test_prefix_without_anchor_is_used_whole():
+    message = gp.parse_response("b</think>c", XML_TEMPLATE, prefix="<think>a ")
+    assert message == {"role": "assistant", "thinking": "a b", "content": "c"}
+
+
+def test_batches_take_one_prefix_or_one_per_text():
+    texts = ["<think>x</think>one", "two"]
+    assert gp.parse_response(texts, XML_TEMPLATE, prefix="") == [
+        {"role": "assistant", "thinking": "x", "content": "one"}, {"role": "assistant", "content": "two"}]
+    got = gp.parse_response(texts, XML_TEMPLATE, prefix=["", "<think>"])
+    assert got[1] == {"role": "assistant", "thinking": "two"}
+    with pytest.raises(gp.ArgumentError) as info:
+        gp.parse_response(texts, XML_TEMPLATE, prefix=[""])
+    assert info.value.code == "usage.batch" and isinstance(info.value, ValueError)
+
+
+def test_tools_type_arguments_from_schemas_and_callables():
+    schema = [{"type": "function", "function": {"name": "set_alarm", "parameters": {
+        "type": "object", "properties": {"hour": {"type": "integer"}, "loud": {"type": "boolean"}}}}}]
+
+    def set_alarm(hour: int, loud: bool = False) -> None:
+        """Set an alarm."""
+
+    for tools in (schema, [set_alarm]):
+        message = gp.parse_response(CALL, XML_TEMPLATE, prefix="", tools=tools)
+        assert message["tool_calls"][0]["function"]["arguments"] == {"hour": 7, "loud": True}
+    untyped = gp.parse_response(CALL, XML_TEMPLATE, prefix="")
+    assert untyped["tool_calls"][0]["function"]["arguments"] == {"hour": "7", "loud": "true"}
+
+
+def test_streaming_types_arguments_in_region_close():
+    parser = gp.ResponseParser(XML_TEMPLATE, prefix="", tools=[lambda_free_schema()])
+    events = [e for chunk in (CALL[:30], CALL[30:]) for e in parser.feed(chunk)]
+    close = [e for e in events if e["type"] == "region_close"]
+    assert close[0]["value"]["function"]["arguments"]["hour"] == 7
+
+
+def lambda_free_schema():
+    return {"name": "set_alarm", "parameters": {"properties": {"hour": {"type": ["integer", "null"]}}}}
+
+
+def test_invalid_json_raises_a_located_parse_error():
+    with pytest.raises(gp.ParseError) as info:
+        gp.parse_response("<think>t</think>ok <tool_call>{bad</tool_call>", "qwen3", prefix="")
+    err = info.value
+    assert isinstance(err, ValueError) and err.code == "parse.json"
+    assert err.field == "tool_calls" and err.position == 18  # the open delimiter \s*<tool_call> starts at the space
+    assert "offset 18" in str(err)
+    assert err.message_so_far == {"role": "assistant", "reasoning_content": "t", "content": "ok"}
+    assert "JSON" in str(err) and "allow_non_json" in str(err)
+
+
+def test_undefined_placeholder_is_a_key_error():
+    template = {"start_anchor": "A", "fields": {"x": {"open": "<x>", "close": "</x>", "transform": {"a": "{nope}"}}}}
+    with pytest.raises(KeyError) as info:
+        gp.parse_response("<x>1</x>", template, prefix="")
+    assert isinstance(info.value, gp.PlaceholderError) and "nope" in str(info.value)
+
+
+def test_missing_required_field():
+    template = {"start_anchor": "A", "fields": {"answer": {"open": "<a>", "close": "</a>", "optional": False}}}
+    with pytest.raises(gp.ParseError, match="answer") as info:
+        gp.parse_response("nothing", template, prefix="")
+    assert info.value.code == "parse.missing_field"
+
+
+def test_finalize_with_text_equals_feed_then_finalize():
+    text = "<think>a</think>b " + CALL + " c<|im_end|>"
+    p1 = gp.ResponseParser(XML_TEMPLATE, prefix="")
+    events = p1.feed(text)
+    m1, final = p1.finalize()
+    p2 = gp.ResponseParser(XML_TEMPLATE, prefix="")
+    m2, events2 = p2.finalize(text)
+    assert m1 == m2
+    assert gp.events.merge_chunks(events + final) == gp.events.merge_chunks(events2)
+
+
+def test_message_property_shows_closed_regions():
+    parser = gp.ResponseParser(XML_TEMPLATE, prefix="")
+    parser.feed("<think>a</think>b")
+    assert parser.message == {"role": "assistant", "thinking": "a"}
+    assert not parser.finalized
+
+
+def test_grammar_argument_forms(tmp_path: Path):
+    lark_file = tmp_path / "mine.lark"
+    lark_file.write_text(gp.load_grammar("smollm3").lark_source)
+    json_file = tmp_path / "tpl.json"
+    json_file.write_text(json.dumps({"response_template": XML_TEMPLATE}))
+    for template in ("smollm3", "SmolLM", lark_file, str(lark_file), gp.load_grammar("smollm3")):
+        assert gp.parse_response("<think>a</think>b", template, prefix="") == {
+            "role": "assistant", "thinking": "a", "content": "b"}
+    assert gp.parse_response("x", str(json_file), prefix="") == {"role": "assistant", "content": "x"}
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return cli(list(args), out=out), out.getvalue()
+
+
+def test_cli_parse_stream_compile_check_list(tmp_path: Path, capsys):
+    sample = Path(__file__).resolve().parents[1] / "examples" / "qwen3_tool_call.txt"
+    rc, out = run_cli("parse", "--grammar", "qwen3", str(sample))
+    assert rc == 0 and json.loads(out)["tool_calls"][0]["function"]["name"] == "get_weather"
+
+    rc, out = run_cli("stream", "--grammar", "qwen3", str(sample))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert rc == 0 and lines[0] == {"type": "region_open", "field": "reasoning_content"}
+    assert lines[-1]["type"] == "message" and lines[-1]["message"] == json.loads(run_cli("parse", "-g", "qwen3", str(sample))[1])
+
+    template = tmp_path / "t.json"
+    template.write_text(json.dumps(XML_TEMPLATE))
+    rc, out = run_cli("compile", str(template))
+    assert rc == 0 and out == gp.compile_template(XML_TEMPLATE).lark_source
+    rc, out = run_cli("check", str(template))
+    assert rc == 0 and out.startswith("ok:")
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**XML_TEMPLATE, "fields": {"x": {"open": "<x>", "join": ""}}}))
+    rc, out = run_cli("check", str(bad))
+    assert rc == 1 and "template.join" in capsys.readouterr().err
+
+    rc, out = run_cli("list")
+    assert rc == 0 and "qwen3 (also: qwen2" in out
+
+    prefix = tmp_path / "prefix.txt"
+    prefix.write_text("<|im_start|>assistant\n<think>")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([lambda_free_schema()]))
+    text = tmp_path / "out.txt"
+    text.write_text("x</think>" + CALL)
+    rc, out = run_cli("parse", "-g", str(template), "--prefix-file", str(prefix), "--tools-file", str(tools), str(text))
+    assert json.loads(out) == {"role": "assistant", "thinking": "x", "tool_calls": [
+        {"type": "function", "function": {"name": "set_alarm", "arguments": {"hour": 7, "loud": "true"}}}]}

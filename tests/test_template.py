@@ -1,0 +1,118 @@
+"""Template loading: every malformed template is rejected at load time with the field and key named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import grammar_parse
+from grammar_parse.errors import ERROR_CODES, TemplateError
+
+BASE = {"start_anchor": "<|assistant|>", "fields": {"x": {"open": "<x>", "close": "</x>"}}}
+
+
+def with_field(**changes):
+    t = copy.deepcopy(BASE)
+    t["fields"]["x"].update(changes)
+    for k, v in list(changes.items()):
+        if v is None:
+            del t["fields"]["x"][k]
+    return t
+
+
+XML = {"content": "xml-inline", "content_args": {"tag_pattern": r"<(?P<key>\w+)>(?P<value>.*?)</\1>"}}
+
+REJECT = [
+    # (id, template, code, path)
+    ("not-a-dict", ["fields"], "template.type", ""),
+    ("version", {**BASE, "version": 2}, "template.version", "version"),
+    ("unknown-top-key", {**BASE, "fieldz": {}}, "template.unknown_key", ""),
+    ("defaults-not-dict", {**BASE, "defaults": []}, "template.type", "defaults"),
+    ("no-fields", {**BASE, "fields": {}}, "template.fields", "fields"),
+    ("field-not-dict", {**BASE, "fields": {"x": "<x>"}}, "template.type", "fields.x"),
+    ("unknown-field-key", with_field(opne="<x>"), "template.unknown_key", "fields.x"),
+    ("unknown-content", with_field(content="jsn"), "template.content", "fields.x.content"),
+    ("open-twice", with_field(open_pattern="<x>"), "template.delimiter", "fields.x.open"),
+    ("open-empty-list", with_field(open=[]), "template.delimiter", "fields.x.open"),
+    ("open-empty-string", with_field(open=[""]), "template.delimiter", "fields.x.open"),
+    ("open-number", with_field(open=5), "template.delimiter", "fields.x.open"),
+    ("open-pattern-invalid", with_field(open=None, open_pattern="<(x"), "template.regex", "fields.x.open_pattern"),
+    ("close-pattern-number", with_field(close=None, close_pattern=5), "template.type", "fields.x.close_pattern"),
+    ("join-number", with_field(join=7, repeats=True), "template.join", "fields.x.join"),
+    ("join-without-repeats", with_field(join=""), "template.join", "fields.x.join"),
+    ("transform-each-alone", with_field(transform_each=True), "template.transform", "fields.x.transform_each"),
+    ("transform-each-string", with_field(transform={"a": "{content}"}, transform_each="yes"),
+     "template.transform", "fields.x.transform_each"),
+    ("transform-interpolation", with_field(transform={"a": "name: {content}"}), "template.transform",
+     "fields.x.transform"),
+    ("named-groups-unused", with_field(open=None, open_pattern=r"<x (?P<name>\w+)>"), "template.named_groups",
+     "fields.x"),
+    ("two-implicit", {**BASE, "fields": {"a": {}, "b": {"close": "</b>"}}}, "template.fields", "fields"),
+    ("no-anchor", {"fields": BASE["fields"]}, "template.start_anchor", "start_anchor"),
+    ("anchor-twice", {**BASE, "start_anchor_pattern": "x"}, "template.delimiter", "start_anchor"),
+    ("content-args-list", with_field(content_args=[]), "template.type", "fields.x.content_args"),
+    ("content-args-typo", with_field(content_args={"strp": False}), "template.content", "fields.x.content_args"),
+    ("strip-not-bool", with_field(content_args={"strip": "no"}), "template.type", "fields.x.content_args.strip"),
+    ("xml-without-tag-pattern", with_field(content="xml-inline"), "template.content", "fields.x.content_args"),
+    ("xml-tag-pattern-without-key", with_field(content="xml-inline", content_args={"tag_pattern": "<a>"}),
+     "template.content", "fields.x.content_args.tag_pattern"),
+    ("xml-tag-pattern-invalid", with_field(content="xml-inline", content_args={"tag_pattern": "(?P<key>"}),
+     "template.regex", "fields.x.content_args.tag_pattern"),
+    ("value-parser-unknown", with_field(content="kv-lines", content_args={"value_parser": {"name": "yaml"}}),
+     "template.content", "fields.x.content_args.value_parser.name"),
+    ("string-delims-shape", with_field(content="json", content_args={"string_delims": ["'"]}),
+     "template.content", "fields.x.content_args.string_delims"),
+    ("kv-sep-empty", with_field(content="kv-lines", content_args={"kv_sep": ""}), "template.content",
+     "fields.x.content_args.kv_sep"),
+    ("repeats-not-bool", with_field(repeats="yes"), "template.type", "fields.x.repeats"),
+    ("optional-not-bool", with_field(optional=0), "template.type", "fields.x.optional"),
+]
+
+
+@pytest.mark.parametrize("template, code, path", [r[1:] for r in REJECT], ids=[r[0] for r in REJECT])
+def test_bad_template_is_rejected_at_load(template, code, path):
+    with pytest.raises(TemplateError) as info:
+        grammar_parse.compile_template(template)
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, grammar_parse.GrammarParseError)
+    assert (err.code, err.path) == (code, path)
+    assert err.code in ERROR_CODES
+    assert str(err).startswith(f"{path}: " if path else "")
+
+
+ACCEPT = [
+    ("minimal", BASE),
+    ("literal-lists", {**BASE, "fields": {"x": {"open": ["<a>", "<bb>"], "close": ["</a>", "</bb>"]}}}),
+    ("implicit-only", {**BASE, "fields": {"content": {}}}),
+    ("implicit-with-close", {**BASE, "fields": {"content": {"close_pattern": r"\Z"}}}),
+    ("anchor-list", {**BASE, "start_anchor": ["a", "b"]}),
+    ("anchor-pattern", {"start_anchor_pattern": r"<\|assistant\|>", "fields": BASE["fields"]}),
+    ("xml-inline", with_field(**XML)),
+    ("kv-lines", with_field(content="kv-lines", content_args={"line_sep": ";", "kv_sep": "=",
+                                                               "value_parser": {"name": "int"}})),
+    ("captures-in-transform", with_field(open=None, open_pattern=r"<x (?P<name>\w+)>",
+                                         transform={"name": "{name}", "body": "{content}"})),
+    ("odd-field-names", {**BASE, "fields": {"start": {"open": "<s>"}, "Tool Calls!": {"open": "<t>"},
+                                            "2nd": {"open": "<2>"}, "start_2": {"open": "<s2>"}}}),
+]
+
+
+@pytest.mark.parametrize("template", [r[1] for r in ACCEPT], ids=[r[0] for r in ACCEPT])
+def test_good_template_compiles_deterministically(template):
+    first = grammar_parse.compile_template(copy.deepcopy(template))
+    assert set(first.fields) == set(template["fields"])
+    assert grammar_parse.compile_template(copy.deepcopy(template)) is first  # cached
+    from grammar_parse.compiler import template_to_lark
+    from grammar_parse.template import load_template
+
+    assert template_to_lark(load_template(template)) == first.lark_source
+    assert "__ANON" not in first.lark_source
+
+
+def test_odd_field_names_keep_their_message_keys():
+    template = ACCEPT[-1][1]
+    got = grammar_parse.parse_response("<t>a<s>b<2>c", template, prefix="")
+    assert got == {"Tool Calls!": "a<s>b<2>c"}
+    got = grammar_parse.parse_response("<s>b", template, prefix="")
+    assert got == {"start": "b"}
