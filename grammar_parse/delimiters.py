@@ -54,9 +54,10 @@ class PatternShape:
     max_width: int
     end_reach: int
     context: int
+    lookaround: bool = False
 
 
-_UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED)
+_UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED, lookaround=True)
 
 
 def _width(sub: Any) -> int:
@@ -78,6 +79,7 @@ def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
                       _sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
                 context[0] = max(context[0], 1)
         elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            context.append(-1)  # marks a lookaround (automata libraries model them as consuming text)
             direction, body = av
             inner = _walk(body, reach, context)
             if direction < 0:
@@ -112,7 +114,8 @@ def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
         return _UNKNOWN_SHAPE
     reach, context = [0], [0]
     _walk(parsed, reach, context)
-    return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0])
+    return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0],
+                        lookaround=-1 in context[1:])
 
 
 def _strip_anchors(pattern: str) -> str:
@@ -292,10 +295,12 @@ class Automaton:
         while frontier:
             nxt = []
             for st, path in frontier:
-                if st in self.finals and path:
-                    return path
                 for sym, target in self.trans.get(st, {}).items():
-                    if target not in seen and target in self.live and sym in self.reps:
+                    if sym not in self.reps or target not in self.live:
+                        continue
+                    if target in self.finals:  # checked before `seen`: a loop back to the start counts
+                        return path + self.reps[sym]
+                    if target not in seen:
                         seen.add(target)
                         nxt.append((target, path + self.reps[sym]))
             frontier = nxt
@@ -360,6 +365,7 @@ class RegexMatcher:
         self.max_width = shape.max_width
         self.end_reach = shape.end_reach
         self.context = shape.context
+        self.lookaround = shape.lookaround
         self.zero_width = self.compiled.match("") is not None
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
@@ -368,7 +374,9 @@ class RegexMatcher:
 
     @cached_property
     def _automaton(self) -> Automaton | None:
-        """The pattern's automaton (anchors dropped), or None where interegular cannot build one."""
+        """The pattern's automaton (anchors dropped), or None where interegular cannot build a faithful one."""
+        if self.lookaround:
+            return None
         try:
             import interegular
 

@@ -99,6 +99,34 @@ class StateInfo:
     scanner: Scanner
 
 
+class RuleHandle:
+    """A Lark rule as the session's parse table refers to it, hashed by identity.
+
+    Lark's Rule hashes its origin and whole expansion on every dictionary lookup, and the parser looks
+    up a callback for every reduction; with these handles a reduction costs a pointer hash.
+    """
+
+    __slots__ = ("rule", "origin", "expansion", "alias")
+
+    def __init__(self, rule: Any) -> None:
+        self.rule = rule
+        self.origin = rule.origin
+        self.expansion = rule.expansion
+        self.alias = rule.alias
+
+    def __repr__(self) -> str:
+        return f"<RuleHandle {self.rule}>"
+
+
+@dataclass(frozen=True)
+class ParseTable:
+    """Lark's LALR table with rules replaced by RuleHandles (what Lark's ParseConf reads)."""
+
+    states: dict[Any, dict[str, tuple[Any, Any]]]
+    start_states: dict[str, Any]
+    end_states: dict[str, Any]
+
+
 @dataclass
 class Grammar:
     """A compiled grammar: Lark source, regions, and the LALR table the streaming session walks.
@@ -116,7 +144,8 @@ class Grammar:
     lark: lark.Lark
     states: dict[Any, StateInfo] = field(repr=False)
     rule_regions: dict[Any, Region] = field(repr=False)
-    start_state: Any = field(repr=False)
+    parse_table: ParseTable = field(repr=False)
+    base_callbacks: dict[Any, Any] = field(repr=False)
     context: int = 0  # characters of history the delimiters may look back at
 
     @property
@@ -124,9 +153,6 @@ class Grammar:
         """The grammar's Lark text, directives included (the single source of truth)."""
         return self.source
 
-    @property
-    def parse_table(self) -> Any:
-        return self.lark.parser.parser.parser.parse_table
 
     @property
     def fields(self) -> list[str]:
@@ -285,8 +311,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         except regex.error as e:
             raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
         terminals[t.name] = Terminal(name=t.name, role=role, region=region, matcher=matcher, priority=t.priority)
-    table = parser.parser.parser.parser.parse_table
-    used = {sym for actions in table.states.values() for sym in actions if sym.isupper()} - {"$END"}
+    lark_table = parser.parser.parser.parser.parse_table
+    used = {sym for actions in lark_table.states.values() for sym in actions if sym.isupper()} - {"$END"}
     for sym in sorted(used - set(defined)):
         stem, _, suffix = sym.rpartition("_")
         if sym == UNCLAIMED:
@@ -308,11 +334,19 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         except TemplateError as e:
             raise GrammarError(str(e), code="grammar.region", source=source_name) from None
 
+    handles = {r: RuleHandle(r) for r in parser.rules}
+    reduce_ = lark.parsers.lalr_analysis.Reduce
+    table = ParseTable(
+        states={st: {sym: (action, handles[arg] if action is reduce_ else arg) for sym, (action, arg) in acts.items()}
+                for st, acts in lark_table.states.items()},
+        start_states=dict(lark_table.start_states),
+        end_states=dict(lark_table.end_states),
+    )
     rule_regions = {}
-    for r in parser.rules:
+    for r, handle in handles.items():
         region = regions.get(r.alias) if r.alias else regions.get(r.origin.name)
         if region is not None:
-            rule_regions[r] = region
+            rule_regions[handle] = region
 
     states = {}
     scanners: dict[tuple[str, ...], Scanner] = {}
@@ -348,9 +382,15 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         lark=parser,
         states=states,
         rule_regions=rule_regions,
-        start_state=table.start_states["start"],
+        parse_table=table,
+        base_callbacks=dict.fromkeys(handles.values(), _ignore),
         context=context,
     )
+
+
+def _ignore(children: Any) -> None:
+    """Reductions that are not regions produce nothing."""
+    return None
 
 
 __all__ = ["Grammar", "Region", "StateInfo", "Terminal", "build_grammar"]

@@ -10,3 +10,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("deep", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--oracle", action="store_true", help="run the differential tests against transformers")
+
+
+def pytest_ignore_collect(collection_path, config):
+    # The differential tests need transformers (the `oracle` extra); they run only when asked for.
+    if "differential" in collection_path.parts and not config.getoption("--oracle"):
+        return True
+    return None
