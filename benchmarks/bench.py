@@ -184,10 +184,7 @@ def main() -> None:
             theirs = stream_cost(lambda: tf[0](TEMPLATE_DICT, prefix=""), chunks, lambda p: p.finalize(), reps)
         rows.append((f"stream, 4-char chunks, {n // 1000}k chunks (µs/chunk)", theirs, ours, floor))
 
-    # one-shot throughput
-    sizes = [4_000, 64_000] if args.quick else [4_000, 64_000, 500_000]
-    for size in sizes:
-        text = output_text(size)
+    def one_shot(label: str, text: str, their_repeat: int) -> None:
         mb = len(text.encode()) / 1e6
         ours = mb / best_of(lambda: grammar_parse.parse_response(text, TEMPLATE, prefix=""), repeat)
 
@@ -197,22 +194,15 @@ def main() -> None:
             p.finalize()
 
         floor = mb / best_of(hand, repeat)
-        theirs = mb / best_of(lambda: tf[1](text, TEMPLATE_DICT, prefix=""), repeat) if tf else None
-        rows.append((f"one-shot, {size // 1000} KB (MB/s)", theirs, ours, floor))
+        theirs = mb / best_of(lambda: tf[1](text, TEMPLATE_DICT, prefix=""), their_repeat) if tf else None
+        rows.append((label, theirs, ours, floor))
 
+    # one-shot throughput
+    for size in [4_000, 64_000] if args.quick else [4_000, 64_000, 500_000]:
+        one_shot(f"one-shot, {size // 1000} KB (MB/s)", output_text(size), repeat)
     calls = 200 if args.quick else 2000
     text = output_text(50_000 if args.quick else 500_000, tool_calls=calls)
-    mb = len(text.encode()) / 1e6
-    ours = mb / best_of(lambda: grammar_parse.parse_response(text, TEMPLATE, prefix=""), repeat)
-
-    def hand_calls() -> None:
-        p = HandWritten()
-        p.feed(text)
-        p.finalize()
-
-    floor = mb / best_of(hand_calls, repeat)
-    theirs = mb / best_of(lambda: tf[1](text, TEMPLATE_DICT, prefix=""), 1) if tf else None
-    rows.append((f"one-shot, {len(text) // 1000} KB with {calls:,} tool calls (MB/s)", theirs, ours, floor))
+    one_shot(f"one-shot, {len(text) // 1000} KB with {calls:,} tool calls (MB/s)", text, 1)
 
     check = output_text(20_000, tool_calls=20)
     hw = HandWritten()

@@ -136,6 +136,12 @@ def load_delimiter(
     return None
 
 
+def _content_name(path: str, name: Any) -> str:
+    if not isinstance(name, str) or name not in CONTENT_PARSERS:
+        raise _fail(path, f"unknown content parser '{name}'. Available: {sorted(CONTENT_PARSERS)}", "template.content")
+    return name
+
+
 def _check_bool(path: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _fail(path, f"must be true or false, got {value!r}", "template.type")
@@ -191,25 +197,13 @@ def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
 def _check_value_parser(path: str, parser: Any) -> None:
     if not isinstance(parser, dict) or set(parser) - {"name", "args"}:
         raise _fail(path, f"must be a dict with 'name' and optional 'args', got {parser!r}", "template.content")
-    name = parser.get("name", "text")
-    if name not in CONTENT_PARSERS:
-        raise _fail(
-            f"{path}.name",
-            f"unknown content parser '{name}'. Available: {sorted(CONTENT_PARSERS)}",
-            "template.content",
-        )
+    name = _content_name(f"{path}.name", parser.get("name", "text"))
     _check_content_args(f"{path}.args", name, parser.get("args", {}))
 
 
 def load_value_spec(path: str, spec: Mapping[str, Any]) -> ValueSpec:
     """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec."""
-    content = spec.get("content", "text")
-    if not isinstance(content, str) or content not in CONTENT_PARSERS:
-        raise _fail(
-            f"{path}.content",
-            f"unknown content parser '{content}'. Available: {sorted(CONTENT_PARSERS)}",
-            "template.content",
-        )
+    content = _content_name(f"{path}.content", spec.get("content", "text"))
     args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}))
     repeats = _check_bool(f"{path}.repeats", spec.get("repeats", False))
     optional = _check_bool(f"{path}.optional", spec.get("optional", True))
@@ -281,13 +275,7 @@ def _load_field(name: str, raw: Any) -> FieldTemplate:
             "template.unknown_key",
             hint=f"A field may have {sorted(FIELD_KEYS)}.",
         )
-    content = raw.get("content", "text")
-    if not isinstance(content, str) or content not in CONTENT_PARSERS:
-        raise _fail(
-            f"{path}.content",
-            f"unknown content parser '{content}'. Available: {sorted(CONTENT_PARSERS)}",
-            "template.content",
-        )
+    _content_name(f"{path}.content", raw.get("content", "text"))  # checked first, as transformers does
     open_ = load_delimiter(raw, path, "open", "open_pattern")
     close = load_delimiter(raw, path, "close", "close_pattern")
     spec = load_value_spec(path, raw)

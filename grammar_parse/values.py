@@ -33,20 +33,20 @@ def _text(text: str, args: Mapping[str, Any]) -> str:
     return text.strip() if args.get("strip", True) else text
 
 
-def _int(text: str, args: Mapping[str, Any]) -> int:
+def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], Any], expected: str) -> Any:
     body = _text(text, args)
     try:
-        return int(body)
+        return cast(body)
     except ValueError:
-        raise ParseError(f"expected an integer, got {body!r}", code="parse.content") from None
+        raise ParseError(f"expected {expected}, got {body!r}", code="parse.content") from None
+
+
+def _int(text: str, args: Mapping[str, Any]) -> int:
+    return _cast(text, args, int, "an integer")
 
 
 def _float(text: str, args: Mapping[str, Any]) -> float:
-    body = _text(text, args)
-    try:
-        return float(body)
-    except ValueError:
-        raise ParseError(f"expected a number, got {body!r}", code="parse.content") from None
+    return _cast(text, args, float, "a number")
 
 
 def _bool(text: str, args: Mapping[str, Any]) -> bool:
