@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .compiler import compile_template
 from .errors import GrammarParseError
 from .grammar import Grammar
-from .library import list_grammars, load_grammar
+from .library import grammar_from_json, list_grammars, load_grammar
 from .session import ResponseParser
 
 
@@ -75,10 +74,26 @@ def _cmd_stream(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
-    data = _read_json(args.template, "template")
-    if isinstance(data, dict) and "response_template" in data and "fields" not in data:
-        data = data["response_template"]
-    out.write(compile_template(data).lark_source)
+    out.write(grammar_from_json(_read_json(args.template, "template")).lark_source)
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
+    from grammar_parse.compat import from_tokenizer_config, legacy_grammar, to_template, translate
+
+    schema = _read_json(args.schema, "schema")
+    if isinstance(schema, dict) and "response_schema" in schema:
+        schema = schema["response_schema"]
+    translation = translate(schema)
+    out.write(legacy_grammar(schema).lark_source)
+    template, notes = to_template(schema, translation)
+    out.write("\n// ---- equivalent response_template (v1) ----\n")
+    if template is None:
+        out.write("// none: " + "; ".join(notes) + "\n")
+    else:
+        out.write(json.dumps(template, indent=2, ensure_ascii=False) + "\n")
+        for note in notes:
+            out.write(f"// note: {note}\n")
     return 0
 
 
@@ -106,7 +121,8 @@ def build_argparser() -> argparse.ArgumentParser:
     def grammar_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("input", nargs="?", help="model output file (default: stdin)")
         p.add_argument("-g", "--grammar", required=True,
-                       help="built-in grammar name (see `list`), a .lark grammar, or a response_template .json")
+                       help="built-in grammar name (see `list`), a .lark grammar, or a .json response_template, "
+                            "legacy response_schema or tokenizer_config.json")
         p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
         p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
 
@@ -118,8 +134,12 @@ def build_argparser() -> argparse.ArgumentParser:
     grammar_options(p)
     p.set_defaults(run=_cmd_stream)
     p = sub.add_parser("compile", help="print the Lark grammar a response_template compiles to")
-    p.add_argument("template", help="response_template JSON (or a tokenizer_config.json carrying one)")
+    p.add_argument("template", help="response_template or legacy response_schema JSON (or a tokenizer_config.json)")
     p.set_defaults(run=_cmd_compile)
+    p = sub.add_parser("convert", help="translate a legacy response_schema: the Lark grammar, and the v1 "
+                                       "response_template where one can say the same")
+    p.add_argument("schema", help="legacy response_schema JSON (or a tokenizer_config.json carrying one)")
+    p.set_defaults(run=_cmd_convert)
     p = sub.add_parser("check", help="validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
     p.add_argument("template", help="response_template .json, .lark grammar, or built-in name")
     p.set_defaults(run=_cmd_check)

@@ -131,22 +131,8 @@ def _rule_names(fields: tuple[FieldTemplate, ...]) -> dict[str, str]:
 
 
 def _spec_json(spec: ValueSpec, field_name: str, rule: str) -> str:
-    out: dict[str, Any] = {}
-    if field_name != rule:
-        out["field"] = field_name
-    out["content"] = spec.content
-    if spec.content_args:
-        out["content_args"] = spec.content_args
-    if spec.repeats:
-        out["repeats"] = True
-    if spec.join is not None:
-        out["join"] = spec.join
-    if not spec.optional:
-        out["optional"] = False
-    if spec.transform is not None:
-        out["transform"] = spec.transform
-    if spec.transform_each:
-        out["transform_each"] = True
+    out: dict[str, Any] = {"field": field_name} if field_name != rule else {}
+    out.update(spec.directive())
     return json.dumps(out, ensure_ascii=False)
 
 
@@ -157,10 +143,10 @@ def template_to_lark(template: Template, *, header: str | None = None) -> str:
     lines.append("//@ grammar_parse 1")
     lines.append(f"//@ defaults {json.dumps(dict(template.defaults), ensure_ascii=False)}")
     anchor = template.start_anchor
-    if anchor.literals is not None:
+    if anchor is not None and anchor.literals is not None:
         value: Any = anchor.literals[0] if len(anchor.literals) == 1 else list(anchor.literals)
         lines.append(f"//@ start_anchor {json.dumps(value, ensure_ascii=False)}")
-    else:
+    elif anchor is not None:
         lines.append(f"//@ start_anchor_pattern {json.dumps(anchor.pattern, ensure_ascii=False)}")
     for f in template.fields:
         lines.append(f"//@ region {names[f.name]} {_spec_json(f.spec, f.name, names[f.name])}")

@@ -7,6 +7,7 @@
     ├── GrammarError       (ValueError)     bad .lark grammar; .line, .column
     ├── ParseError         (ValueError)     model output that cannot be parsed; .field, .position, .message_so_far
     │   └── PlaceholderError (KeyError)     a transform names a placeholder that does not exist
+    ├── SchemaTypeError    (TypeError)      a legacy response_schema node got a value of the wrong kind
     ├── ArgumentError      (ValueError)     a bad argument to the API (missing prefix, batch length mismatch)
     └── FinalizedError     (RuntimeError)   feed() or finalize() after finalize()
 
@@ -45,6 +46,13 @@ ERROR_CODES: dict[str, str] = {
     "parse.placeholder": "a transform names a placeholder that is not defined",
     "parse.join": "a joined field produced a value that is not a string",
     "parse.missing_field": "a field marked optional: false never appeared",
+    # legacy response_schema (transformers <= 5.14)
+    "legacy.groups": "a schema regex matched but has several unnamed groups, or none",
+    "legacy.schema": "a schema node cannot handle the value it received (wrong node type or shape)",
+    "legacy.value": "text does not convert to the node's integer, number or boolean type",
+    "legacy.required": "an object node's required properties are missing",
+    "legacy.transform": "a jmespath transform is invalid",
+    "legacy.timeout": "a schema regex ran past the time limit (catastrophic backtracking on this output)",
     # API use
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type",
@@ -147,6 +155,19 @@ class PlaceholderError(ParseError, KeyError):
         return GrammarParseError.__str__(self)
 
 
+class SchemaTypeError(GrammarParseError, TypeError):
+    """A legacy ``response_schema`` node received a value of the wrong kind (transformers raises TypeError).
+
+    ``node`` is the schema path, e.g. ``properties.tool_calls.items``.
+    """
+
+    code = "legacy.schema"
+
+    def __init__(self, message: str, *, node: str, code: str = "legacy.schema", hint: str | None = None) -> None:
+        self.node = node
+        super().__init__(f"schema node {node}: {message}", code=code, hint=hint)
+
+
 class ArgumentError(GrammarParseError, ValueError):
     """The API was called with an argument it cannot use."""
 
@@ -167,5 +188,6 @@ __all__ = [
     "GrammarParseError",
     "ParseError",
     "PlaceholderError",
+    "SchemaTypeError",
     "TemplateError",
 ]

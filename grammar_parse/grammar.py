@@ -147,6 +147,8 @@ class Grammar:
     parse_table: ParseTable = field(repr=False)
     base_callbacks: dict[Any, Any] = field(repr=False)
     context: int = 0  # characters of history the delimiters may look back at
+    legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
+    legacy_timeout: float | None = 2.0
 
     @property
     def lark_source(self) -> str:
@@ -187,7 +189,8 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
             if rule in regions:
                 raise _directive_error(source_name, lineno, f"region {rule} is declared twice")
             regions[rule] = (lineno, spec)
-        elif key in ("defaults", "start_anchor", "start_anchor_pattern", "name", "aliases"):
+        elif key in ("defaults", "start_anchor", "start_anchor_pattern", "name", "aliases", "legacy_schema",
+                     "legacy_timeout"):
             try:
                 settings[key] = json.loads(rest)
             except json.JSONDecodeError as e:
@@ -198,7 +201,7 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
         else:
             raise _directive_error(
                 source_name, lineno,
-                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases",
+                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases, legacy_schema, legacy_timeout",
             )
     return settings, regions
 
@@ -288,11 +291,19 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         if not isinstance(field_name, str):
             raise _directive_error(source_name, lineno, f"region {rule}: field must be a string")
         try:
-            value_spec = load_value_spec(f"region {rule}", options)
+            if "legacy" in options:
+                # A region whose value is a legacy response_schema node (grammar_parse.compat).
+                from grammar_parse.compat.legacy import LegacyValue
+
+                value_spec: Any = LegacyValue.from_directive(options, settings.get("legacy_timeout", 2.0))
+            else:
+                value_spec = load_value_spec(f"region {rule}", options)
             if unknown := sorted(set(options) - {"content", "content_args", "repeats", "join", "optional",
-                                                  "transform", "transform_each"}):
+                                                  "transform", "transform_each", "legacy"}):
                 raise _directive_error(source_name, lineno, f"region {rule}: unknown option(s) {unknown}")
-        except TemplateError as e:
+        except (TemplateError, ValueError) as e:
+            if isinstance(e, GrammarError):
+                raise
             raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
         upper = rule.upper()
         has_open = any(t.name == f"{upper}_OPEN" for t in parser.terminals)
@@ -330,7 +341,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         delims = [terminals[n].matcher for n in (f"{region.rule.upper()}_OPEN", f"{region.rule.upper()}_CLOSE") if n in terminals]
         patterns = [Delimiter(pattern=m.pattern) if isinstance(m, RegexMatcher) else None for m in delims]
         try:
-            check_named_groups(f"region {region.rule}", region.spec, patterns)
+            if isinstance(region.spec, ValueSpec):
+                check_named_groups(f"region {region.rule}", region.spec, patterns)
         except TemplateError as e:
             raise GrammarError(str(e), code="grammar.region", source=source_name) from None
 
@@ -384,6 +396,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         rule_regions=rule_regions,
         parse_table=table,
         base_callbacks=dict.fromkeys(handles.values(), _ignore),
+        legacy_schema=settings.get("legacy_schema"),
+        legacy_timeout=settings.get("legacy_timeout", 2.0),
         context=context,
     )
 

@@ -56,6 +56,18 @@ def _builtin(file_name: str, canonical: str) -> Grammar:
     return build_grammar(text, source_name=file_name, name=canonical)
 
 
+def grammar_from_json(data: Any, *, name: str | None = None) -> Grammar:
+    """The grammar a JSON document describes: a response_template, a legacy response_schema, or a
+    tokenizer_config.json carrying either."""
+    from grammar_parse.compat import from_tokenizer_config, is_legacy_schema, legacy_grammar
+
+    if isinstance(data, dict) and ("response_template" in data or "response_schema" in data) and "fields" not in data:
+        return from_tokenizer_config(data)
+    if is_legacy_schema(data):
+        return legacy_grammar(data)
+    return compile_template(data, name=name)
+
+
 def load_grammar(name_or_path: str | Path) -> Grammar:
     """A built-in grammar by name or alias (``"qwen3"``), or a grammar file: ``.lark`` (an authored
     grammar) or ``.json`` (a response_template, or a tokenizer_config.json that carries one)."""
@@ -77,9 +89,7 @@ def load_grammar(name_or_path: str | Path) -> Grammar:
             except json.JSONDecodeError as e:
                 raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=str(path),
                                    line=e.lineno, column=e.colno) from None
-            if isinstance(data, dict) and "response_template" in data and "fields" not in data:
-                data = data["response_template"]
-            return compile_template(data, name=path.stem)
+            return grammar_from_json(data, name=path.stem)
         return build_grammar(text, source_name=str(path), name=path.stem)
     raise GrammarError(
         f"no built-in grammar named {name_or_path!r} and no such file",
@@ -89,4 +99,4 @@ def load_grammar(name_or_path: str | Path) -> Grammar:
     )
 
 
-__all__ = ["list_grammars", "load_grammar"]
+__all__ = ["grammar_from_json", "list_grammars", "load_grammar"]

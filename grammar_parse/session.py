@@ -40,6 +40,12 @@ def resolve_grammar(template: TemplateLike) -> Grammar:
         from .library import load_grammar
 
         return load_grammar(template)
+    from grammar_parse.compat.legacy import is_legacy_schema
+
+    if is_legacy_schema(template):
+        from grammar_parse.compat import legacy_grammar
+
+        return legacy_grammar(template)
     return compile_template(template)
 
 
@@ -52,6 +58,17 @@ def _copy_json(value: Any) -> Any:
     return copy.deepcopy(value) if not isinstance(value, (str, int, float, bool, type(None))) else value
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equality that does not let True equal 1 or 1 equal 1.0 (JSON values)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
@@ -59,13 +76,14 @@ def _is_empty(value: Any) -> bool:
 class _Frame:
     """An open region: its body chunks (joined once, at close) and the open delimiter's captures."""
 
-    __slots__ = ("region", "chunks", "captures", "start")
+    __slots__ = ("region", "chunks", "captures", "start", "open_text")
 
-    def __init__(self, region: Region, captures: dict[str, str], start: int) -> None:
+    def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str = "") -> None:
         self.region = region
         self.chunks: list[str] = []
         self.captures = captures
         self.start = start
+        self.open_text = open_text
 
 
 class ResponseParser:
@@ -85,6 +103,15 @@ class ResponseParser:
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None):
         self._grammar = grammar = resolve_grammar(template)
+        self._legacy_log: list[str] | None = None
+        if grammar.legacy_schema is not None:
+            # transformers <= 5.14 parsed the generated text alone; there is no anchor to cut a prompt at.
+            if prefix:
+                raise ArgumentError(
+                    "a legacy response_schema parses the generated text only and has no start anchor to find "
+                    "it in a prompt", code="usage.prefix", hint="Pass prefix=None (or \"\") with a legacy schema.")
+            prefix = ""
+            self._legacy_log = []
         if prefix is None:
             raise ArgumentError(
                 "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
@@ -102,7 +129,8 @@ class ResponseParser:
         self._prefix_len = 0
         self._frames: list[_Frame] = []
         self._run: Terminal | None = None  # text terminal whose run Lark has already seen
-        self._hit: Any = None  # the delimiter hit being fed (for the open callback's captures)
+        self._hit: Any = None  # the delimiter hit being fed (for the callbacks' captures and texts)
+        self._hit_term: Terminal | None = None
         self._events: list[Event] = []
         self._cache: SearchCache = {}
         self._last_empty: tuple[int, str] | None = None
@@ -139,25 +167,27 @@ class ResponseParser:
         if self._finalized:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")
-        fast = self._fast
-        if fast is not None and text:
-            trigger, search, hold_space, append, field, dirty = fast
-            if not (text.find(trigger) >= 0 if search is None else search(text)):
-                # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
-                # except a trailing whitespace run that a leading \s* may still claim.
-                combined = self._buf + text
-                kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
-                self._buf = combined[len(kept):]
-                if not kept:
-                    return []
-                self._base += len(kept)
-                if append is None:
-                    return []
-                append(kept)
-                return [{"type": "region_chunk", "field": field, "text": kept, "dirty": dirty}]
-        events: list[Event] = []
         if text:
+            if self._legacy_log is not None:
+                self._legacy_log.append(text)
+            fast = self._fast
+            if fast is not None:
+                trigger, search, hold_space, append, field, dirty = fast
+                if not (text.find(trigger) >= 0 if search is None else search(text)):
+                    # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
+                    # except a trailing whitespace run that a leading \s* may still claim.
+                    combined = self._buf + text
+                    kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
+                    self._buf = combined[len(kept):]
+                    if not kept:
+                        return []
+                    self._base += len(kept)
+                    if append is None:
+                        return []
+                    append(kept)
+                    return [{"type": "region_chunk", "field": field, "text": kept, "dirty": dirty}]
             self._buf += text
+        events: list[Event] = []
         self._process(events, eos=False)
         return events
 
@@ -174,8 +204,12 @@ class ResponseParser:
         self._fast = None
         if text:
             self._buf += text
+            if self._legacy_log is not None:
+                self._legacy_log.append(text)
         events: list[Event] = []
         self._process(events, eos=True)
+        if self._legacy_log is not None:
+            return self._settle_legacy(events)
         missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
         if missing:
             raise ParseError(
@@ -187,6 +221,26 @@ class ResponseParser:
         defaults = self._grammar.defaults
         self._output = {k: v for k, v in self._output.items() if k in defaults or not _is_empty(v)}
         return self._output, events
+
+    def _settle_legacy(self, events: list[Event]) -> tuple[Any, list[Event]]:
+        """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
+        from grammar_parse.compat.legacy import recursive_parse
+
+        final = recursive_parse("".join(self._legacy_log or []), self._grammar.legacy_schema or {},
+                                timeout=self._grammar.legacy_timeout)
+        if self._tools is not None and isinstance(final, dict):
+            for key, value in final.items():
+                final[key] = self._tools.apply(value)
+        streamed = {k: v for k, v in self._output.items() if not _is_empty(v) or k in self._grammar.defaults}
+        if not isinstance(final, dict):
+            changed = sorted(streamed)
+        else:
+            changed = sorted(k for k in set(final) | set(streamed)
+                             if k not in final or k not in streamed or not _same(final[k], streamed[k]))
+        if changed:
+            events.append({"type": "correction", "fields": changed, "message": final})  # type: ignore[typeddict-item]
+        self._output = final
+        return final, events
 
     # ------------------------------------------------------------------ the loop
     def _consume_prefix(self, prefix: str) -> None:
@@ -280,9 +334,9 @@ class ResponseParser:
 
     def _token(self, term: Terminal, hit: Any) -> None:
         self._run = None
-        self._hit = hit
+        self._hit, self._hit_term = hit, term
         self._shift(Token(term.name, self._buf[hit[0]:hit[1]]))
-        self._hit = None
+        self._hit, self._hit_term = None, None
 
     def _shift(self, token: Token) -> None:
         parser = self._parser
@@ -331,7 +385,8 @@ class ResponseParser:
                 match = hit[2] if hit is not None else None
                 captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
                 start = events._base + (hit[0] if hit is not None else events._pos)
-                events._frames.append(_Frame(region, captures, start))
+                open_text = events._buf[hit[0]:hit[1]] if hit is not None else ""
+                events._frames.append(_Frame(region, captures, start, open_text))
                 events._events.append({"type": "region_open", "field": region.field})
                 return token
             return on_open
@@ -353,8 +408,11 @@ class ResponseParser:
         frame = self._frames.pop()
         assert frame.region is region, (frame.region.rule, region.rule)
         spec = region.spec
+        hit, closing = self._hit, self._hit_term
+        close_text = self._buf[hit[0]:hit[1]] if closing is not None and closing.role == "close" and \
+            closing.region is region else ""
         try:
-            value = spec.value("".join(frame.chunks), frame.captures)
+            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text)
             if self._tools is not None:
                 value = self._tools.apply(value)
             if spec.join is not None and not isinstance(value, str):

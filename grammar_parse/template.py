@@ -77,7 +77,7 @@ class Template:
 
     defaults: Mapping[str, Any]
     fields: tuple[FieldTemplate, ...]
-    start_anchor: Delimiter
+    start_anchor: Delimiter | None  # None only for grammars translated from legacy schemas
 
     @property
     def implicit(self) -> FieldTemplate | None:

@@ -216,8 +216,28 @@ class ValueSpec:
         """Whether chunks are raw bytes of a structured value (only meaningful once the region closes)."""
         return self.content not in STREAMABLE_PARSERS
 
-    def value(self, body: str, captures: Mapping[str, str]) -> Any:
-        """Parse ``body`` and apply the transform (per element with ``transform_each``)."""
+    def directive(self) -> dict[str, Any]:
+        """The region options as a grammar's ``//@ region`` directive writes them (defaults left out)."""
+        out: dict[str, Any] = {"content": self.content}
+        if self.content_args:
+            out["content_args"] = self.content_args
+        if self.repeats:
+            out["repeats"] = True
+        if self.join is not None:
+            out["join"] = self.join
+        if not self.optional:
+            out["optional"] = False
+        if self.transform is not None:
+            out["transform"] = self.transform
+        if self.transform_each:
+            out["transform_each"] = True
+        return out
+
+    def value(self, body: str, captures: Mapping[str, str], open_text: str = "", close_text: str = "") -> Any:
+        """Parse ``body`` and apply the transform (per element with ``transform_each``).
+
+        ``open_text`` and ``close_text`` (the delimiters' text) are for value functions that need them.
+        """
         parsed = parse_content(body, self.content, self.content_args)
         if self.transform is None:
             return parsed

@@ -1,0 +1,348 @@
+"""Legacy ``response_schema`` parsing, exactly as transformers 5.13's ``recursive_parse``.
+
+A legacy schema is a JSON Schema whose nodes say how to cut text apart: ``x-regex`` (search; one
+unnamed group gives a string, named groups a dict), ``x-regex-iterator`` (every match, for arrays),
+``x-regex-key-value`` (groups ``key`` and ``value``, for objects), ``x-regex-substitutions``,
+``x-parser`` (``json`` or ``gemma4-tool-call``) with ``x-parser-args`` (a jmespath ``transform``,
+``allow_non_json``), ``const``, ``default``, ``required``, ``additionalProperties``, ``items`` and
+``prefixItems``. All regexes are DOTALL and run with a time limit, because some legacy regexes
+backtrack for seconds on an unterminated region.
+
+Errors are the types transformers raises (``ValueError`` or ``TypeError``), as grammar_parse errors
+that name the schema node.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import jmespath
+import regex
+
+from grammar_parse.errors import ParseError, SchemaTypeError
+
+#: Default limit, in seconds, for each regex operation a legacy schema runs.
+DEFAULT_TIMEOUT = 2.0
+
+REGEX_KEYS = ("x-regex", "x-regex-iterator", "x-regex-key-value", "x-regex-substitutions")
+SCHEMA_KEYS = frozenset({
+    *REGEX_KEYS, "x-parser", "x-parser-args", "type", "properties", "items", "prefixItems", "const",
+    "default", "required", "additionalProperties",
+})
+
+
+def is_legacy_schema(obj: Any) -> bool:
+    """Whether ``obj`` looks like a legacy response_schema rather than a v1 response_template."""
+    return isinstance(obj, dict) and "fields" not in obj and bool(SCHEMA_KEYS & set(obj))
+
+
+@lru_cache(maxsize=512)
+def _compiled(pattern: str) -> regex.Pattern[str]:
+    return regex.compile(pattern, regex.DOTALL)
+
+
+@lru_cache(maxsize=256)
+def _jmespath(expression: str) -> Any:
+    return jmespath.compile(expression)
+
+
+def _value_error(node: str, message: str, code: str, hint: str | None = None) -> ParseError:
+    return ParseError(f"schema node {node}: {message}", code=code, hint=hint)
+
+
+class _Regexes:
+    """Regex operations under one time limit, turning a timeout into a clear error."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def _guard(self, node: str, pattern: str, op: Any) -> Any:
+        try:
+            return op(_compiled(pattern))
+        except TimeoutError:
+            raise _value_error(
+                node, f"regex {pattern!r} ran longer than {self.timeout} s on this output", "legacy.timeout",
+                hint="The regex backtracks catastrophically on this text (often an unterminated region); "
+                "raise the timeout or make its lazy groups more specific.",
+            ) from None
+
+    def search(self, node: str, pattern: str, text: str) -> regex.Match[str] | None:
+        return self._guard(node, pattern, lambda p: p.search(text, timeout=self.timeout))
+
+    def finditer(self, node: str, pattern: str, text: str) -> list[regex.Match[str]]:
+        return self._guard(node, pattern, lambda p: list(p.finditer(text, timeout=self.timeout)))
+
+    def sub(self, node: str, pattern: str, repl: str, text: str) -> str:
+        return self._guard(node, pattern, lambda p: p.sub(repl, text, timeout=self.timeout))
+
+
+def _gemma4_to_json(text: str, rx: _Regexes, node: str) -> str:
+    """Gemma 4 call arguments (bare keys, ``<|"|>`` string quotes) as JSON."""
+    strings: list[str] = []
+
+    def capture(m: regex.Match[str]) -> str:
+        strings.append(m.group(1))
+        return f"\x00{len(strings) - 1}\x00"
+
+    text = _compiled(r'<\|"\|>(.*?)<\|"\|>').sub(capture, text, timeout=rx.timeout)
+    text = _compiled(r"(?<=[{,])(\w+):").sub(r'"\1":', text, timeout=rx.timeout)
+    for i, s in enumerate(strings):
+        text = text.replace(f"\x00{i}\x00", json.dumps(s))
+    return text
+
+
+def _match_value(node: str, match: regex.Match[str]) -> Any:
+    groups = match.groupdict()
+    if groups:
+        return {k: v for k, v in groups.items() if v is not None}
+    unnamed = list(match.groups())
+    if len(unnamed) > 1:
+        raise _value_error(node, f"Regex has multiple unnamed groups!\nGroups: {unnamed}", "legacy.groups",
+                           hint="Name the groups, or make all but one non-capturing (?:...).")
+    if not unnamed:
+        raise _value_error(node, f"Regex has no capture groups:\n\n{match.group(0)}", "legacy.groups",
+                           hint="Wrap the part to extract in a (...) group.")
+    return unnamed[0]
+
+
+def recursive_parse(content: Any, schema: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+    """Parse ``content`` with a legacy schema; the same result (or error type) as transformers 5.13."""
+    return _parse(content, schema, "(root)", _Regexes(timeout))
+
+
+def _parse(content: Any, schema: dict[str, Any], node: str, rx: _Regexes) -> Any:
+    if "const" in schema:
+        return schema["const"]
+    if content is None:
+        return None
+    node_type = schema.get("type")
+    if any(k in schema for k in REGEX_KEYS) and not isinstance(content, str):
+        raise SchemaTypeError(
+            f"got a non-string input, but has a regex for parsing or substitution.\nInput: {content}", node=node)
+    for pattern, replacement in schema.get("x-regex-substitutions", []):
+        content = rx.sub(node, pattern, replacement, content)
+    if (pattern := schema.get("x-regex")) is not None:
+        match = rx.search(node, pattern, content)
+        if match is None:
+            return None
+        content = _match_value(node, match)
+    if (pattern := schema.get("x-regex-iterator")) is not None:
+        if node_type != "array":
+            raise SchemaTypeError(f"type {node_type} cannot use x-regex-iterator.", node=node)
+        content = [_match_value(node, m) for m in rx.finditer(node, pattern, content)]
+        if not content:
+            return None
+    if (pattern := schema.get("x-regex-key-value")) is not None:
+        if node_type != "object":
+            raise SchemaTypeError(f"type {node_type} cannot use x-regex-key-value.", node=node)
+        pairs = {}
+        for m in rx.finditer(node, pattern, content):
+            groups = _match_value(node, m)
+            if not isinstance(groups, dict) or "key" not in groups or "value" not in groups:
+                raise _value_error(
+                    node, f"Regex for x-regex-key-value must have named groups 'key' and 'value'.\n"
+                    f"Match groups: {groups}", "legacy.groups")
+            pairs[groups["key"]] = groups["value"]
+        content = pairs
+        if not content:
+            return None
+    if "x-parser" in schema:
+        content = _apply_parser(content, schema, node, rx)
+    if node_type == "object":
+        return _parse_object(content, schema, node, rx)
+    if node_type == "array":
+        return _parse_array(content, schema, node, rx)
+    if node_type in ("string", "integer", "number", "boolean"):
+        return _parse_scalar(content, node_type, node)
+    if node_type is None or node_type == "any":
+        return content
+    raise SchemaTypeError(f"Unsupported schema type {node_type} for node content {content!r}", node=node)
+
+
+def _apply_parser(content: Any, schema: dict[str, Any], node: str, rx: _Regexes) -> Any:
+    parser = schema["x-parser"]
+    if parser not in ("json", "gemma4-tool-call"):
+        raise _value_error(node, f"Unknown parser {parser} for schema node", "legacy.schema",
+                           hint="Legacy schemas know the parsers json and gemma4-tool-call.")
+    if not isinstance(content, str):
+        raise SchemaTypeError(f"has the {parser} parser but got non-string input: {content}", node=node)
+    if parser == "gemma4-tool-call":
+        content = _gemma4_to_json(content, rx, node)
+    args = schema.get("x-parser-args", {})
+    try:
+        parsed = json.loads(content)
+    except json.JSONDecodeError as e:
+        if not args.get("allow_non_json", False):
+            raise _value_error(
+                node, f"Node has JSON parser but could not parse its contents as JSON.\n\nContent: {content}\n\n"
+                f"Error: {e}", "parse.json",
+                hint="Use the allow_non_json parser arg for nodes which may contain JSON or string content.",
+            ) from None
+        parsed = content
+    if (transform := args.get("transform")) is not None:
+        try:
+            parsed = _jmespath(transform).search(parsed)
+        except jmespath.exceptions.JMESPathError as e:
+            raise _value_error(node, f"jmespath transform {transform!r} failed: {e}", "legacy.transform") from None
+    return parsed
+
+
+def _parse_object(content: Any, schema: dict[str, Any], node: str, rx: _Regexes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    properties = schema.get("properties", {})
+    if isinstance(content, str):
+        # No regex at this level: every child parses the whole string itself.
+        if "properties" not in schema:
+            raise _value_error(node, f"Object node received string content but has no regex or parser to "
+                               f"handle it.\nContent: {content}", "legacy.schema")
+        for key, child in properties.items():
+            value = _parse(content, child, f"{node}.properties.{key}", rx)
+            if value is not None:
+                out[key] = value
+    elif isinstance(content, dict):
+        for key, child in properties.items():
+            if "const" in child:
+                out[key] = child["const"]
+            elif key in content:
+                out[key] = _parse(content[key], child, f"{node}.properties.{key}", rx)
+            elif "default" in child:
+                out[key] = child["default"]
+        additional = schema.get("additionalProperties", True)
+        if additional is not False:  # {} is falsy but means "anything"
+            additional = additional if isinstance(additional, dict) else {}
+            for key, value in content.items():
+                if key not in properties:
+                    out[key] = _parse(value, additional, f"{node}.additionalProperties", rx)
+    else:
+        raise SchemaTypeError(f"Expected a dict or str for schema node with type object, got {content}", node=node)
+    if missing := [key for key in schema.get("required", []) if key not in out]:
+        preview = repr(content[:500]) if isinstance(content, str) else repr(content)
+        raise _value_error(node, f"Required fields {missing} are missing from parsed output.\nParsed: {out}\n"
+                           f"Input: {preview}", "legacy.required")
+    return out
+
+
+def _parse_array(content: Any, schema: dict[str, Any], node: str, rx: _Regexes) -> list[Any]:
+    if not content:
+        return []
+    if "items" in schema:
+        if not isinstance(content, list):
+            raise SchemaTypeError(f"Expected a list or regex for schema node with type array, got {content}", node=node)
+        return [_parse(item, schema["items"], f"{node}.items", rx) for item in content]
+    if "prefixItems" in schema:
+        prefix = schema["prefixItems"]
+        if not isinstance(content, list):
+            if len(prefix) != 1:
+                raise SchemaTypeError(f"Expected a list or regex for schema node with type array, got {content}",
+                                      node=node)
+            content = [content]  # a single-item array: wrap the value
+        if len(content) != len(prefix):
+            raise _value_error(node, f"Array node has {len(content)} items, but schema only has {len(prefix)} "
+                               f"prefixItems defined.\nContent: {content}", "legacy.schema")
+        return [_parse(item, sub, f"{node}.prefixItems[{i}]", rx) for i, (item, sub) in enumerate(zip(content, prefix))]
+    raise _value_error(node, "Array node has no items or prefixItems schema defined.", "legacy.schema")
+
+
+def _parse_scalar(content: Any, node_type: str, node: str) -> Any:
+    if node_type == "integer":
+        if isinstance(content, int):
+            return content
+        if not isinstance(content, str):
+            raise SchemaTypeError(f"Expected a string or int for schema node with type integer, got "
+                                  f"{type(content).__name__}: {content}", node=node)
+        try:
+            return int(content)
+        except ValueError:
+            raise _value_error(node, f"Schema node has type 'integer', but the parsed string content is not a "
+                               f"valid integer: {content!r}", "legacy.value") from None
+    if node_type == "number":
+        if isinstance(content, (int, float)):
+            return float(content)
+        if not isinstance(content, str):
+            raise SchemaTypeError(f"Expected a string or number for schema node with type number, got "
+                                  f"{type(content).__name__}: {content}", node=node)
+        try:
+            return float(content)
+        except ValueError:
+            raise _value_error(node, f"Schema node has type 'number', but the parsed string content is not a "
+                               f"valid number: {content!r}", "legacy.value") from None
+    if node_type == "boolean":
+        if isinstance(content, bool):
+            return content
+        if not isinstance(content, str):
+            raise SchemaTypeError(f"Expected a string or bool for schema node with type boolean, got "
+                                  f"{type(content).__name__}: {content}", node=node)
+        if content.lower() in ("true", "1"):
+            return True
+        if content.lower() in ("false", "0"):
+            return False
+        raise _value_error(node, f"Invalid boolean value: {content}", "legacy.value")
+    if not isinstance(content, str):
+        raise SchemaTypeError(f"Expected a string for schema node with type string, got "
+                              f"{type(content).__name__}: {content}", node=node)
+    return content
+
+
+
+
+class LegacyValue:
+    """A region value computed by a legacy schema node (the value-spec interface of grammar regions).
+
+    ``mode`` says what text the node sees: ``group`` the region body (a named group of the root
+    regex), ``wrap`` the region with its delimiters (the node's own regex finds its match in it),
+    ``item`` the same for an iterator node, whose one-element list gives the region's value. Errors
+    are not raised mid-stream: the final run of the whole schema at finalize() decides.
+    """
+
+    content = "legacy"
+    content_args: dict[str, Any] = {}
+    join = None
+    optional = True
+    transform = None
+    transform_each = False
+
+    def __init__(self, node: dict[str, Any], mode: str, repeats: bool = False,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        if mode not in ("group", "wrap", "item"):
+            raise ValueError(f"unknown legacy region mode {mode!r}")
+        self.node = node
+        self.mode = mode
+        self.repeats = repeats
+        self.timeout = timeout
+
+    @property
+    def dirty(self) -> bool:
+        plain = self.mode == "group" and self.node.get("type") == "string" and not any(
+            k.startswith("x-") for k in self.node)
+        return not plain
+
+    def directive(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"legacy": {"mode": self.mode, "node": self.node}}
+        if self.repeats:
+            out["repeats"] = True
+        return out
+
+    @classmethod
+    def from_directive(cls, options: dict[str, Any], timeout: float | None = DEFAULT_TIMEOUT) -> LegacyValue:
+        legacy = options.get("legacy")
+        if not isinstance(legacy, dict) or not isinstance(legacy.get("node"), dict):
+            raise ValueError("'legacy' must be an object with a schema 'node' and a 'mode'")
+        unknown = set(options) - {"legacy", "repeats"}
+        if unknown:
+            raise ValueError(f"a legacy region takes only 'legacy' and 'repeats', not {sorted(unknown)}")
+        return cls(legacy["node"], legacy.get("mode", "group"), bool(options.get("repeats", False)), timeout)
+
+    def value(self, body: str, captures: Any, open_text: str = "", close_text: str = "") -> Any:
+        text = body if self.mode == "group" else open_text + body + close_text
+        try:
+            value = recursive_parse(text, self.node, timeout=self.timeout)
+        except (ValueError, TypeError):
+            return None  # settled by the final run of the whole schema
+        if self.mode == "item":
+            return value[0] if isinstance(value, list) and value else None
+        return value
+
+
+__all__ = ["DEFAULT_TIMEOUT", "LegacyValue", "is_legacy_schema", "recursive_parse"]
