@@ -466,6 +466,11 @@ def parse_response(
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools)
+    if parser.grammar.legacy_schema is not None:
+        # One-shot legacy parsing needs no streaming regions: the schema's own run is the result.
+        parser._legacy_log = [text]
+        parser._finalized = True
+        return parser._settle_legacy([])[0]
     return parser.finalize(text)[0]
 
 

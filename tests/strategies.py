@@ -54,7 +54,7 @@ def _walk(automaton: Any, rng: random.Random, limit: int = 40) -> str | None:
 
 def outputs(grammar: Grammar, max_pieces: int = 24) -> st.SearchStrategy[str]:
     """Texts made of the grammar's delimiters, their prefixes, filler and random characters."""
-    delims = delimiter_examples(grammar)
+    delims = delimiter_examples(grammar) or ["<", ">", "\n"]  # a grammar without delimiters still gets text
     prefixes = sorted({d[:k] for d in delims for k in range(1, len(d))})[:200]
     alphabet = "".join(sorted(set("".join(delims)) | set(" \n<>/|{}\":,")))
     piece = st.one_of(
