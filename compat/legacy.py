@@ -365,7 +365,8 @@ class LegacyValue:
             raise ValueError(f"a legacy region takes only 'legacy' and 'repeats', not {sorted(unknown)}")
         return cls(legacy["node"], legacy.get("mode", "group"), bool(options.get("repeats", False)), timeout)
 
-    def value(self, body: str, captures: Any, open_text: str = "", close_text: str = "") -> Any:
+    def value(self, body: str, captures: Any, open_text: str = "", close_text: str = "",
+              children: Any = None) -> Any:
         text = body if self.mode == "group" else open_text + body + close_text
         try:
             value = recursive_parse(text, self.node, timeout=self.timeout)

@@ -40,7 +40,7 @@ from .delimiters import LiteralMatcher, Matcher, RegexMatcher
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
-from .values import STREAMABLE_PARSERS, ValueSpec
+from .values import PLACEHOLDER, ValueSpec
 
 DIRECTIVE = "//@"
 UNCLAIMED = "UNCLAIMED"
@@ -66,11 +66,15 @@ class Region:
     field: str
     spec: ValueSpec
     implicit: bool
+    parent: str | None = None  # a component: its value goes into this region's value, not the message
+    key: str = ""  # a component's name in its parent's scope
+    entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
+    scope: Mapping[str, Any] = field(default_factory=dict)  # component values before any arrives
 
     @property
     def dirty(self) -> bool:
         """Whether this region's chunks are raw bytes of a structured value."""
-        return self.spec.content not in STREAMABLE_PARSERS
+        return self.spec.dirty
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class StateInfo:
     watch: tuple[Terminal, ...]
     default_rule: Any  # a Lark Rule reduced without lookahead, or None
     scanner: Scanner
+    text_candidates: tuple[Terminal, ...] = ()  # several text terminals end rules here: ask the parser
 
 
 class RuleHandle:
@@ -288,8 +293,20 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             raise _directive_error(source_name, lineno, f"region {rule} names no rule of the grammar")
         options = dict(spec)
         field_name = options.pop("field", rule)
-        if not isinstance(field_name, str):
-            raise _directive_error(source_name, lineno, f"region {rule}: field must be a string")
+        parent = options.pop("parent", None)
+        key = options.pop("key", rule)
+        entry_key = options.pop("entry_key", None)
+        scope = options.pop("scope", {})
+        if not isinstance(scope, dict):
+            raise _directive_error(source_name, lineno, f"region {rule}: scope must be a JSON object")
+        if not isinstance(field_name, str) or not isinstance(key, str):
+            raise _directive_error(source_name, lineno, f"region {rule}: field and key must be strings")
+        if parent is not None and (not isinstance(parent, str) or parent not in region_specs or parent == rule):
+            raise _directive_error(source_name, lineno, f"region {rule}: parent {parent!r} is not another region")
+        if entry_key is not None and (parent is None or not isinstance(entry_key, str)
+                                      or PLACEHOLDER.fullmatch(entry_key) is None):
+            raise _directive_error(source_name, lineno, f"region {rule}: entry_key must be a whole "
+                                   "{placeholder} and needs a parent")
         try:
             if "legacy" in options:
                 # A region whose value is a legacy response_schema node (grammar_parse.compat).
@@ -307,7 +324,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
         upper = rule.upper()
         has_open = any(t.name == f"{upper}_OPEN" for t in parser.terminals)
-        region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open)
+        region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open, parent=parent,
+                        key=key, entry_key=entry_key, scope=scope)
         regions[rule] = region
         by_upper[upper] = region
 
@@ -341,7 +359,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         delims = [terminals[n].matcher for n in (f"{region.rule.upper()}_OPEN", f"{region.rule.upper()}_CLOSE") if n in terminals]
         patterns = [Delimiter(pattern=m.pattern) if isinstance(m, RegexMatcher) else None for m in delims]
         try:
-            if isinstance(region.spec, ValueSpec):
+            if isinstance(region.spec, ValueSpec) and region.entry_key is None:
                 check_named_groups(f"region {region.rule}", region.spec, patterns)
         except TemplateError as e:
             raise GrammarError(str(e), code="grammar.region", source=source_name) from None
@@ -363,15 +381,22 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     states = {}
     scanners: dict[tuple[str, ...], Scanner] = {}
     for state, actions in table.states.items():
-        texts = [terminals[s] for s in actions if s in terminals and terminals[s].role in ("text", "unclaimed")]
-        if len(texts) > 1:
+        shift = lark.parsers.lalr_analysis.Shift
+        texts = [(terminals[s], a is shift) for s, (a, _) in actions.items()
+                 if s in terminals and terminals[s].role in ("text", "unclaimed")]
+        shifted = [t for t, is_shift in texts if is_shift]
+        if len(shifted) > 1:
             raise GrammarError(
-                f"text terminals {sorted(t.name for t in texts)} are live in the same parser state, so the "
+                f"text terminals {sorted(t.name for t in shifted)} are live in the same parser state, so the "
                 "parser cannot tell which region a character belongs to",
                 code="grammar.region",
                 source=source_name,
                 hint="Separate the regions with a delimiter.",
             )
+        # Where text only ends a rule (a reduction), LALR's merged lookaheads may offer several text
+        # terminals; the session then asks the parser which one it accepts.
+        candidates = tuple(sorted({t.name: t for t, _ in texts}.values(), key=lambda t: t.name))
+        text_term = shifted[0] if shifted else (candidates[0] if len(candidates) == 1 else None)
         watch = tuple(sorted((terminals[s] for s in actions if s in terminals and terminals[s].matcher is not None),
                              key=lambda t: t.sort_key))
         reduces = {arg for action, arg in actions.values() if action is not lark.parsers.lalr_analysis.Shift}
@@ -380,8 +405,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         if default_rule is not None and default_rule.origin.name == "start":
             default_rule = None  # the start rule is reduced by $END in finalize()
         scanner = scanners.setdefault(tuple(t.name for t in watch), Scanner(watch))
-        states[state] = StateInfo(text=texts[0] if texts else None, watch=watch, default_rule=default_rule,
-                                  scanner=scanner)
+        states[state] = StateInfo(text=text_term, watch=watch, default_rule=default_rule, scanner=scanner,
+                                  text_candidates=candidates if text_term is None else ())
 
     context = max((t.matcher.context for t in terminals.values() if t.matcher is not None), default=0)
     return Grammar(

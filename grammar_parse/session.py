@@ -28,6 +28,7 @@ from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .scanner import SearchCache
 from .tools import ToolTypes
+from .values import fill
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 
@@ -74,16 +75,21 @@ def _is_empty(value: Any) -> bool:
 
 
 class _Frame:
-    """An open region: its body chunks (joined once, at close) and the open delimiter's captures."""
+    """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
+    values of its component regions, and where its events point (``path``, None for a message field)."""
 
-    __slots__ = ("region", "chunks", "captures", "start", "open_text")
+    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field")
 
-    def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str = "") -> None:
+    def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
+                 field: str, path: list[Any] | None) -> None:
         self.region = region
         self.chunks: list[str] = []
         self.captures = captures
         self.start = start
         self.open_text = open_text
+        self.children: dict[str, Any] = {k: _copy_json(v) for k, v in region.scope.items()}
+        self.field = field
+        self.path = path
 
 
 class ResponseParser:
@@ -308,7 +314,9 @@ class ResponseParser:
         if info.text.role != "text":  # type: ignore[union-attr]
             return (trigger, search, quiet.hold_space, None, None, None)
         frame = self._frames[-1]
-        return (trigger, search, quiet.hold_space, frame.chunks.append, frame.region.field, frame.region.dirty)
+        if frame.path is not None:
+            return None  # component chunks carry a path; the general route adds it
+        return (trigger, search, quiet.hold_space, frame.chunks.append, frame.field, frame.region.dirty)
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
@@ -321,6 +329,8 @@ class ResponseParser:
 
     def _text(self, term: Terminal | None, text: str) -> None:
         if term is None:
+            term = self._accepted_text()
+        if term is None:
             raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
         if self._run is not term:
             self._run = None
@@ -329,8 +339,23 @@ class ResponseParser:
         if term.role == "text":
             frame = self._frames[-1]
             frame.chunks.append(text)
-            self._events.append({"type": "region_chunk", "field": frame.region.field, "text": text,
-                                 "dirty": frame.region.dirty})
+            event: Any = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
+            if frame.path is not None:
+                event["path"] = frame.path
+            self._events.append(event)
+
+    def _accepted_text(self) -> Terminal | None:
+        """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
+        for term in self._states[self._parser.state_stack[-1]].text_candidates:
+            trial = ParserState(ParseConf(self._grammar.parse_table, {}, "start"), None,  # type: ignore[arg-type]
+                                list(self._parser.state_stack), list(self._parser.value_stack))
+            trial.parse_conf.callbacks = {}
+            try:
+                trial.feed_token(Token(term.name, ""))
+            except UnexpectedToken:
+                continue
+            return term
+        return None
 
     def _token(self, term: Terminal, hit: Any) -> None:
         self._run = None
@@ -363,8 +388,11 @@ class ResponseParser:
         self._run = None
         try:
             self._parser.feed_token(Token("$END", ""), is_end=True)
-        except UnexpectedToken as e:
-            raise self._unexpected(f"the output ended early (expected {sorted(e.expected)})") from None
+        except UnexpectedToken:
+            # The output stopped where the grammar wanted more (a region's close delimiter, a required
+            # part): close what is open, innermost first, as a truncated stream should be.
+            while self._frames:
+                self._close(self._frames[-1].region)
 
     def _unexpected(self, what: str) -> ParseError:
         return ParseError(
@@ -375,27 +403,49 @@ class ResponseParser:
         )
 
     # ------------------------------------------------------------------ Lark callbacks
+    def _push(self, region: Region, captures: dict[str, str], start: int, open_text: str) -> None:
+        """Open a region: a message field, or a component of the nearest open region it belongs to."""
+        if region.parent is None:
+            frame = _Frame(region, captures, start, open_text, region.field, None)
+            self._events.append({"type": "region_open", "field": region.field})
+        else:
+            parent = next((f for f in reversed(self._frames) if f.region.rule == region.parent), None)
+            if parent is None:
+                raise self._unexpected(f"{region.rule} outside the {region.parent} it belongs to")
+            path = [*(parent.path if parent.path is not None else self._message_path(parent)), region.key]
+            if region.entry_key is not None:
+                try:
+                    path.append(str(fill(region.entry_key, captures)))
+                except (KeyError, ValueError):
+                    pass  # the entry's key comes from a component not parsed yet
+            frame = _Frame(region, captures, start, open_text, parent.field, path)
+            self._events.append({"type": "region_open", "field": frame.field, "path": frame.path})  # type: ignore[typeddict-unknown-key]
+        self._frames.append(frame)
+
+    def _message_path(self, frame: _Frame) -> list[Any]:
+        """Where a message field's value will go: [field] or, for a repeated field, [field, index]."""
+        if not frame.region.spec.repeats:
+            return [frame.field]
+        existing = self._output.get(frame.field)
+        return [frame.field, len(existing) if isinstance(existing, list) else 0]
+
     def _opener(self, term: Terminal) -> Callable[[Token], Token]:
         region = term.region
         assert region is not None
-        events = self
         if term.role == "open":
             def on_open(token: Token) -> Token:
-                hit = events._hit
+                hit = self._hit
                 match = hit[2] if hit is not None else None
                 captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
-                start = events._base + (hit[0] if hit is not None else events._pos)
-                open_text = events._buf[hit[0]:hit[1]] if hit is not None else ""
-                events._frames.append(_Frame(region, captures, start, open_text))
-                events._events.append({"type": "region_open", "field": region.field})
+                start = self._base + (hit[0] if hit is not None else self._pos)
+                self._push(region, captures, start, self._buf[hit[0]:hit[1]] if hit is not None else "")
                 return token
             return on_open
 
         def on_text(token: Token) -> Token:
-            frames = events._frames
+            frames = self._frames
             if not frames or frames[-1].region is not region:
-                frames.append(_Frame(region, {}, events._base + events._pos))
-                events._events.append({"type": "region_open", "field": region.field})
+                self._push(region, {}, self._base + self._pos, "")
             return token
         return on_text
 
@@ -405,15 +455,18 @@ class ResponseParser:
         return on_close
 
     def _close(self, region: Region) -> None:
+        if not self._frames or self._frames[-1].region is not region:
+            # A field without an opener opens at its first text; a rule that held none never opened it.
+            assert region.implicit, (region.rule, [f.region.rule for f in self._frames])
+            return
         frame = self._frames.pop()
-        assert frame.region is region, (frame.region.rule, region.rule)
         spec = region.spec
         hit, closing = self._hit, self._hit_term
         close_text = self._buf[hit[0]:hit[1]] if closing is not None and closing.role == "close" and \
             closing.region is region else ""
         try:
-            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text)
-            if self._tools is not None:
+            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
+            if self._tools is not None and region.parent is None:
                 value = self._tools.apply(value)
             if spec.join is not None and not isinstance(value, str):
                 raise ParseError(
@@ -423,6 +476,9 @@ class ResponseParser:
                 )
         except ParseError as e:
             raise e.locate(region.field, frame.start - self._prefix_len, self._output) from None
+        if region.parent is not None:
+            self._store_component(frame, value)
+            return
         output = self._output
         key = region.field
         if spec.join is not None:
@@ -437,6 +493,21 @@ class ResponseParser:
         else:
             output[key] = value
         self._events.append({"type": "region_close", "field": key, "value": value})
+
+    def _store_component(self, frame: _Frame, value: Any) -> None:
+        """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
+        region = frame.region
+        parent = next(f for f in reversed(self._frames) if f.region.rule == region.parent)
+        scope = parent.children
+        if region.entry_key is not None:
+            entry = fill(region.entry_key, {**frame.captures, **frame.children})
+            scope.setdefault(region.key, {})[str(entry)] = value
+        elif region.spec.repeats:
+            scope.setdefault(region.key, []).append(value)
+        else:
+            scope[region.key] = value
+        self._events.append({"type": "region_close", "field": frame.field, "path": frame.path,  # type: ignore[typeddict-unknown-key]
+                             "value": value})
 
 
 def parse_response(

@@ -33,8 +33,10 @@ _CONTENT_ARGS: dict[str, frozenset[str]] = {
     "float": frozenset({"strip"}),
     "bool": frozenset({"strip"}),
     "json": frozenset({"strip", "unquoted_keys", "string_delims", "allow_non_json"}),
-    "xml-inline": frozenset({"tag_pattern", "value_parser", "merge_duplicates"}),
+    "xml-inline": frozenset({"tag_pattern", "value_parser", "value_parser_when", "merge_duplicates"}),
     "kv-lines": frozenset({"strip", "line_sep", "kv_sep", "value_parser"}),
+    "pythonic": frozenset(),
+    "json-name-keys": frozenset({"strip", "unquoted_keys", "string_delims", "allow_non_json"}),
 }
 
 
@@ -191,6 +193,15 @@ def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
             )
     if "value_parser" in args:
         _check_value_parser(f"{path}.value_parser", args["value_parser"])
+    if "value_parser_when" in args:
+        when = args["value_parser_when"]
+        if not isinstance(when, dict) or set(when) != {"group", "equals", "parser"}:
+            raise _fail(f"{path}.value_parser_when", "must be {\"group\": ..., \"equals\": ..., \"parser\": {...}}",
+                        "template.content")
+        if when["group"] not in regex.compile(args["tag_pattern"], regex.DOTALL).groupindex:
+            raise _fail(f"{path}.value_parser_when.group", f"tag_pattern has no group {when['group']!r}",
+                        "template.content")
+        _check_value_parser(f"{path}.value_parser_when.parser", when["parser"])
     return args
 
 

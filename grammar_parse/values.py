@@ -8,6 +8,7 @@ equal value for value. Failures raise :class:`~grammar_parse.errors.ParseError` 
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """Shallow ``<key>value</key>``-style tags (any ``tag_pattern`` with groups key and value) into a dict."""
     tag_pattern = args["tag_pattern"]
     value_parser = args.get("value_parser")
+    when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
     for m in regex.finditer(tag_pattern, text, flags=regex.DOTALL):
@@ -110,7 +112,10 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
                 code="parse.content",
                 hint="Make the key group of tag_pattern mandatory.",
             )
-        value = _sub_parse(groups.get("value", ""), value_parser)
+        chosen = value_parser
+        if when is not None and groups.get(when["group"]) == when["equals"]:
+            chosen = when["parser"]
+        value = _sub_parse(groups.get("value", ""), chosen)
         if merge and key in out:
             if not isinstance(out[key], list):
                 out[key] = [out[key]]
@@ -134,6 +139,64 @@ def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_PY_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A Python literal from the AST, never evaluated as code (true/false/null are accepted too)."""
+    if isinstance(node, ast.Name) and node.id in _PY_CONSTANTS:
+        return _PY_CONSTANTS[node.id]
+    if isinstance(node, ast.List):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Tuple):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values) if k is not None}
+    return ast.literal_eval(node)
+
+
+def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Python call syntax: ``[f(a=1), g(b="x")]`` or one call per line, into ``{"name", "arguments"}``.
+
+    The text is parsed, never executed: only keyword arguments with literal values are accepted.
+    """
+    body = text.strip()
+    try:
+        tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
+    except SyntaxError as e:
+        raise ParseError(f"not Python call syntax ({e.msg}): {body[:200]!r}", code="parse.content") from None
+    if isinstance(tree, ast.List):
+        calls = list(tree.elts)
+    elif isinstance(tree, list):
+        calls = [stmt.value if isinstance(stmt, ast.Expr) else stmt for stmt in tree]
+    else:
+        calls = [tree]
+    out = []
+    for call in calls:
+        if not isinstance(call, ast.Call) or call.args:
+            raise ParseError(f"expected f(key=value, ...) calls, got {ast.unparse(call)[:100]!r}",
+                             code="parse.content", hint="Positional arguments and expressions are not accepted.")
+        try:
+            arguments = {kw.arg: _literal(kw.value) for kw in call.keywords if kw.arg is not None}
+        except (ValueError, TypeError, SyntaxError):
+            raise ParseError(f"argument values must be literals: {ast.unparse(call)[:100]!r}",
+                             code="parse.content") from None
+        out.append({"name": ast.unparse(call.func), "arguments": arguments})
+    return out
+
+
+def _json_name_keys(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON calls keyed by name (``[{"get_weather": {...}}]`` or ``{"f": {...}}``) as name/arguments."""
+    data = _json(text, args)
+    items = data if isinstance(data, list) else [data]
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ParseError(f"expected objects keyed by tool name, got {item!r}", code="parse.content")
+        out.extend({"name": name, "arguments": arguments} for name, arguments in item.items())
+    return out
+
+
 CONTENT_PARSERS: dict[str, ContentParser] = {
     "text": _text,
     "int": _int,
@@ -142,6 +205,8 @@ CONTENT_PARSERS: dict[str, ContentParser] = {
     "json": _json,
     "xml-inline": _xml_inline,
     "kv-lines": _kv_lines,
+    "pythonic": _pythonic,
+    "json-name-keys": _json_name_keys,
 }
 
 
@@ -182,6 +247,11 @@ def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
             )
         value = value[key]
     return value
+
+
+def fill(template: Any, scope: Mapping[str, Any]) -> Any:
+    """``template`` with its whole-string ``{path}`` placeholders replaced from ``scope``."""
+    return _fill(template, scope)
 
 
 def mixed_placeholder(template: Any) -> str | None:
@@ -233,11 +303,18 @@ class ValueSpec:
             out["transform_each"] = True
         return out
 
-    def value(self, body: str, captures: Mapping[str, str], open_text: str = "", close_text: str = "") -> Any:
+    def value(self, body: str, captures: Mapping[str, Any], open_text: str = "", close_text: str = "",
+              children: Mapping[str, Any] | None = None) -> Any:
         """Parse ``body`` and apply the transform (per element with ``transform_each``).
 
-        ``open_text`` and ``close_text`` (the delimiters' text) are for value functions that need them.
+        ``children`` are the values of component regions inside this one: they join the captures in the
+        transform's scope, and without a transform they are the value. ``open_text`` and ``close_text``
+        (the delimiters' text) are for value functions that need them.
         """
+        if children:
+            captures = {**captures, **children}
+            if self.transform is None:
+                return dict(children)
         parsed = parse_content(body, self.content, self.content_args)
         if self.transform is None:
             return parsed
@@ -259,4 +336,4 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "ValueSpec", "mixed_placeholder", "parse_content"]
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]

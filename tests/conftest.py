@@ -14,6 +14,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_addoption(parser):
     parser.addoption("--oracle", action="store_true", help="run the differential tests against transformers")
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -7,7 +7,8 @@ import copy
 import pytest
 
 import grammar_parse
-from conformance import model_template_samples, run_case
+import grammar_parse as gp
+from conformance import jsonable, model_template_samples, strict_equal
 
 # corpus model family -> the built-in grammar written from its template
 BUILTIN_FOR = {
@@ -31,10 +32,19 @@ def test_every_builtin_is_covered():
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s["id"])
-def test_builtin_matches_its_template(sample):
-    case = copy.deepcopy(sample)
-    case["template"] = BUILTIN_FOR[sample["id"].split("::")[0]]
-    assert run_case(case) == []
+def test_builtin_gives_the_oracle_message(sample):
+    """The built-in grammar gives transformers' message on its template's samples, one-shot and streamed.
+    (Its events may differ: a built-in may keep text that the transformers template drops, such as text
+    before a tool call, which changes where regions open.)"""
+    grammar = BUILTIN_FOR[sample["id"].split("::")[0]]
+    expected = sample["expect"].get("oneshot_message", sample["expect"]["message"])
+    assert strict_equal(jsonable(gp.parse_response(sample["text"], grammar, prefix=sample["prefix"],
+                                                   tools=copy.deepcopy(sample["tools"]))), expected)
+    if sample["chunks"] is not None:
+        parser = gp.ResponseParser(grammar, sample["prefix"], tools=copy.deepcopy(sample["tools"]))
+        for chunk in sample["chunks"]:
+            parser.feed(chunk)
+        assert strict_equal(jsonable(parser.finalize()[0]), expected)
 
 
 @pytest.mark.parametrize("name", sorted(grammar_parse.list_grammars()))

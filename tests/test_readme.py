@@ -24,24 +24,29 @@ def shown_value(lines: list[str], stmt: ast.stmt) -> str | None:
     return following[1:].strip() if following.startswith("#") else None
 
 
+def run_checked(code: str, namespace: dict) -> int:
+    """Run ``code`` statement by statement; an expression followed by a literal comment must equal it.
+    Returns how many values were checked."""
+    lines = code.splitlines()
+    checked = 0
+    for stmt in ast.parse(code).body:
+        shown = shown_value(lines, stmt) if isinstance(stmt, ast.Expr) else None
+        try:
+            expected = ast.literal_eval(shown) if shown else None
+        except (ValueError, SyntaxError):
+            shown = None
+        if shown is None:
+            exec(compile(ast.Module([stmt], []), "example", "exec"), namespace)
+            continue
+        value = eval(compile(ast.Expression(stmt.value), "example", "eval"), namespace)  # type: ignore[attr-defined]
+        assert value == expected, (ast.unparse(stmt), value)
+        checked += 1
+    return checked
+
+
 def test_readme_examples_run_and_show_true_values(monkeypatch):
     monkeypatch.chdir(ROOT)
     blocks = python_blocks()
     assert blocks, "the README has Python examples"
-    checked = 0
-    for code in blocks:
-        namespace: dict = {}
-        lines = code.splitlines()
-        for stmt in ast.parse(code).body:
-            exec(compile(ast.Module([stmt], []), "README.md", "exec"), namespace)
-            if isinstance(stmt, ast.Expr):
-                shown = shown_value(lines, stmt)
-                try:
-                    expected = ast.literal_eval(shown) if shown else None
-                except (ValueError, SyntaxError):
-                    continue
-                value = eval(compile(ast.Expression(stmt.value), "README.md", "eval"), namespace)
-                assert value == expected, (ast.unparse(stmt), value)
-                checked += 1
-    assert checked >= 2
+    assert sum(run_checked(code, {}) for code in blocks) >= 2
     assert os.path.exists(ROOT / "examples" / "qwen3_tool_call.txt")
