@@ -84,9 +84,9 @@ def test_invalid_json_raises_a_located_parse_error():
         gp.parse_response("<think>t</think>ok <tool_call>{bad</tool_call>", "qwen3", prefix="")
     err = info.value
     assert isinstance(err, ValueError) and err.code == "parse.json"
-    assert err.field == "tool_calls" and err.position == 18  # the open delimiter \s*<tool_call> starts at the space
-    assert "offset 18" in str(err)
-    assert err.message_so_far == {"role": "assistant", "reasoning_content": "t", "content": "ok"}
+    assert err.field == "tool_calls" and err.position == 19  # where its open delimiter <tool_call> starts
+    assert "offset 19" in str(err)
+    assert err.message_so_far == {"role": "assistant", "reasoning_content": "t"}  # content is still open
     assert "JSON" in str(err) and "allow_non_json" in str(err)
 
 
