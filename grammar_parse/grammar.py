@@ -93,7 +93,7 @@ class Terminal:
         return (-self.priority, self.region.field if self.region else "", self.name)
 
 
-@dataclass(frozen=True)
+@dataclass
 class StateInfo:
     """What the session needs in one parser state: where text goes and which delimiters are live."""
 
@@ -102,6 +102,7 @@ class StateInfo:
     default_rule: Any  # a Lark Rule reduced without lookahead, or None
     scanner: Scanner
     text_candidates: tuple[Terminal, ...] = ()  # several text terminals end rules here: ask the parser
+    text_sensitive: bool = False  # see build_grammar
 
 
 class RuleHandle:
@@ -408,6 +409,13 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         states[state] = StateInfo(text=text_term, watch=watch, default_rule=default_rule, scanner=scanner,
                                   text_candidates=candidates if text_term is None else ())
 
+    # A state is text-sensitive when the first character of text moves the parser to a state that
+    # watches other delimiters ("<think> only at the start"); the session then rescans after it.
+    for state, info in states.items():
+        term = info.text or (info.text_candidates[0] if info.text_candidates else None)
+        if term is None:
+            continue
+        info.text_sensitive = _after_text(table, states, state, term.name) is not info.scanner
     context = max((t.matcher.context for t in terminals.values() if t.matcher is not None), default=0)
     return Grammar(
         source=text,
@@ -425,6 +433,21 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         legacy_timeout=settings.get("legacy_timeout", 2.0),
         context=context,
     )
+
+
+def _after_text(table: ParseTable, states: dict[Any, StateInfo], state: Any, text: str) -> Any:
+    """The scanner live after the first text token in ``state`` (None when the stack below decides)."""
+    action, target = table.states[state][text]
+    if action is not lark.parsers.lalr_analysis.Shift:
+        return None
+    stack = [state, target]
+    while (rule := states[stack[-1]].default_rule) is not None:
+        size = len(rule.expansion)
+        if size >= len(stack):
+            return None
+        del stack[len(stack) - size:]
+        stack.append(table.states[stack[-1]][rule.origin.name][1])
+    return states[stack[-1]].scanner
 
 
 def _ignore(children: Any) -> None:

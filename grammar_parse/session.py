@@ -25,7 +25,7 @@ from .compiler import compile_template
 from .delimiters import REGEX_SPACE
 from .errors import ArgumentError, FinalizedError, ParseError
 from .events import Event, Message
-from .grammar import Grammar, Region, Terminal
+from .grammar import Grammar, Region, StateInfo, Terminal
 from .scanner import SearchCache
 from .tools import ToolTypes
 from .values import fill
@@ -274,8 +274,8 @@ class ResponseParser:
             term, hit, hold = info.scanner.scan(buf, pos, eos, self._cache)
             if term is not None:
                 start, end, _ = hit  # type: ignore[misc]
-                if start > pos:
-                    self._text(info.text, buf[pos:start])
+                if start > pos and self._route(info, start):
+                    continue
                 self._pos = end
                 if start == end:
                     # A zero-width close of a region that never opened does nothing and ends the pass
@@ -290,14 +290,12 @@ class ResponseParser:
                 self._token(term, hit)
                 continue
             if eos:
-                if pos < len(buf):
-                    self._text(info.text, buf[pos:])
-                    self._pos = len(buf)
+                if pos < len(buf) and self._route(info, len(buf)):
+                    continue
                 self._end()
                 break
-            if hold > pos:
-                self._text(info.text, buf[pos:hold])
-                self._pos = hold
+            if hold > pos and self._route(info, hold):
+                continue
             break
         self._trim()
         self._fast = self._fast_path()
@@ -317,6 +315,16 @@ class ResponseParser:
         if frame.path is not None:
             return None  # component chunks carry a path; the general route adds it
         return (trigger, search, quiet.hold_space, frame.chunks.append, frame.field, frame.region.dirty)
+
+    def _route(self, info: StateInfo, end: int) -> bool:
+        """Route buffer text up to ``end`` into the current region; True when the delimiters that are
+        live changed on the way (an ordered grammar), so the caller must scan again from the new place."""
+        pos, wanted = self._pos, end
+        if info.text_sensitive and self._run is not info.text and end - pos > 1:
+            end = pos + 1  # the first character decides the new state; scan the rest under it
+        self._text(info.text, self._buf[pos:end])
+        self._pos = end
+        return end < wanted or self._states[self._parser.state_stack[-1]].scanner is not info.scanner
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
