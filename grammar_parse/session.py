@@ -107,7 +107,8 @@ class ResponseParser:
     'Hi'
     """
 
-    def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None):
+    def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
+                 extended_events: bool = False):
         self._grammar = grammar = resolve_grammar(template)
         self._legacy_log: list[str] | None = None
         if grammar.legacy_schema is not None:
@@ -127,6 +128,7 @@ class ResponseParser:
                 code="usage.prefix",
             )
         self._tools = ToolTypes.from_tools(tools)
+        self._extended = extended_events  # region_open events also carry the open delimiter's captures
         self._states = grammar.states
         self._output: Message = _copy_json(grammar.defaults)
         self._buf = ""
@@ -415,7 +417,10 @@ class ResponseParser:
         """Open a region: a message field, or a component of the nearest open region it belongs to."""
         if region.parent is None:
             frame = _Frame(region, captures, start, open_text, region.field, None)
-            self._events.append({"type": "region_open", "field": region.field})
+            event: Any = {"type": "region_open", "field": region.field}
+            if self._extended:
+                event["captures"] = captures
+            self._events.append(event)
         else:
             parent = next((f for f in reversed(self._frames) if f.region.rule == region.parent), None)
             if parent is None:
@@ -427,7 +432,10 @@ class ResponseParser:
                 except (KeyError, ValueError):
                     pass  # the entry's key comes from a component not parsed yet
             frame = _Frame(region, captures, start, open_text, parent.field, path)
-            self._events.append({"type": "region_open", "field": frame.field, "path": frame.path})  # type: ignore[typeddict-unknown-key]
+            event = {"type": "region_open", "field": frame.field, "path": frame.path}
+            if self._extended:
+                event["captures"] = captures
+            self._events.append(event)
         self._frames.append(frame)
 
     def _message_path(self, frame: _Frame) -> list[Any]:

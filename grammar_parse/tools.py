@@ -143,4 +143,35 @@ class ToolTypes:
         return value
 
 
-__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types"]
+
+
+
+def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
+    """Problems with one tool call against the tools offered: an unknown tool, or arguments that do not
+    validate against the tool's parameters schema (JSON Schema). Each problem is ``{"path", "message"}``
+    with a JSON path into the call (``$.function.arguments.city``); an empty list means the call is fine."""
+    import jsonschema
+
+    fn = call.get("function") if isinstance(call, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    schemas: dict[str, Any] = {}
+    for tool in tools:
+        if inspect.isfunction(tool) or inspect.ismethod(tool):
+            tool = callable_schema(tool)
+        spec = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            schemas[spec["name"]] = spec.get("parameters") or {"type": "object"}
+    if name not in schemas:
+        return [{"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(schemas)}"}]
+    arguments = fn.get("arguments", {})
+    validator_cls = jsonschema.validators.validator_for(schemas[name], default=jsonschema.Draft202012Validator)
+    try:
+        validator_cls.check_schema(schemas[name])
+    except jsonschema.SchemaError as e:
+        return [{"path": "$.function.arguments", "message": f"the tool's parameters schema is invalid: {e.message}"}]
+    problems = []
+    for error in sorted(validator_cls(schemas[name]).iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        problems.append({"path": f"$.function.arguments{path}", "message": error.message})
+    return problems
+__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types", "validate_call"]

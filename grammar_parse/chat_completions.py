@@ -1,0 +1,186 @@
+"""OpenAI Chat Completions from parsed output: streaming deltas and the final message.
+
+Pure functions over events, no server: :class:`ChatCompletionsStream` wraps a ResponseParser and turns
+each piece of model output into ``choices[0].delta`` dicts, exactly as an OpenAI-compatible server
+streams them:
+
+* the first delta is ``{"role": "assistant"}``;
+* answer text arrives as ``{"content": ...}``, reasoning as ``{"reasoning_content": ...}`` (or any
+  field name, e.g. ``reasoning``);
+* a tool call arrives as ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name",
+  "arguments": ""}}]}`` and then ``{"tool_calls": [{"index", "function": {"arguments": fragment}}]}``.
+
+Concatenated the way the OpenAI client does, the deltas give :meth:`ChatCompletionsStream.message`:
+text fields are stripped as the parser strips them (leading whitespace is never sent, trailing
+whitespace only once more text follows), and each ``arguments`` string is the concatenation of its
+fragments. ``finish_reason`` is ``tool_calls`` when calls were made, ``stop`` otherwise, and ``length``
+whenever the generator says it stopped at its token limit (a truncated call is reported, not hidden).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .events import Event
+from .session import ResponseParser, TemplateLike
+from .toolstream import ToolCallDelta, ToolCallStreamer
+from .tools import validate_call
+
+#: Message fields read as reasoning, in order of preference.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def default_ids() -> Callable[[str], str]:
+    """Random ids (``call_...``); inject your own factory for deterministic ids."""
+    return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
+
+
+class _StrippedText:
+    """Streams a text field the way the parser will strip it: no leading whitespace, and trailing
+    whitespace held back until more text shows it is inside the value."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.held = ""
+        self.sent: list[str] = []
+
+    def add(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self.started = True
+        body = text.rstrip()
+        out = self.held + body if body else ""
+        self.held = (self.held + text) if not body else text[len(body):]
+        if out:
+            self.sent.append(out)
+        return out
+
+    @property
+    def value(self) -> str:
+        return "".join(self.sent)
+
+
+class ChatCompletionsStream:
+    """Chat Completions deltas for one response (see the module doc).
+
+    >>> s = ChatCompletionsStream("qwen3", prefix="", ids=lambda kind: f"{kind}_1")
+    >>> s.feed('<tool_call>\\n{"name": "f", "arguments": {"a": 1}}\\n</tool_call>')[-1]
+    {'tool_calls': [{'index': 0, 'function': {'arguments': '{"a": 1}'}}]}
+    """
+
+    def __init__(
+        self,
+        template: TemplateLike,
+        prefix: str | None = None,
+        *,
+        tools: Iterable[Any] | None = None,
+        reasoning_field: str = "reasoning_content",
+        ids: Callable[[str], str] | None = None,
+    ) -> None:
+        self.tools = list(tools) if tools is not None else None
+        self.parser = ResponseParser(template, prefix, tools=self.tools, extended_events=True)
+        self.calls = ToolCallStreamer(self.parser.grammar, self.tools)
+        self.reasoning_field = reasoning_field
+        self.ids = ids or default_ids()
+        self.texts: dict[str, _StrippedText] = {}
+        self.call_ids: dict[int, str] = {}
+        self.started = False
+        self.finish_reason: str | None = None
+        self._message: dict[str, Any] | None = None
+        self.pending = self._deltas(self.parser.initial_events)
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """The deltas this piece of output completes."""
+        out = self.pending + self._deltas(self.parser.feed(text))
+        self.pending = []
+        return out
+
+    def finish(self, *, length: bool = False) -> list[dict[str, Any]]:
+        """End of generation (``length=True`` if it stopped at the token limit): the last deltas."""
+        parsed, events = self.parser.finalize()
+        out = self.pending + self._deltas(events)
+        self.pending = []
+        self._message = self._build_message(parsed)
+        self.finish_reason = "length" if length else "tool_calls" if self._message.get("tool_calls") else "stop"
+        return out
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The final Chat Completions message (after :meth:`finish`)."""
+        if self._message is None:
+            raise RuntimeError("call finish() first")
+        return self._message
+
+    # internals
+    def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self.started:
+            self.started = True
+            out.append({"role": "assistant"})
+        for event in events:
+            field = event.get("field")
+            if event["type"] == "region_chunk" and "path" not in event and field != self.calls.field:
+                target = "content" if field == "content" else self.reasoning_field if field in REASONING_FIELDS else None
+                if target is not None:
+                    text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
+                    if text:
+                        out.append({target: text})
+        for delta in self.calls.feed(events):  # type: ignore[arg-type]
+            out.append({"tool_calls": [self._tool_delta(delta)]})
+        return out
+
+    def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:
+        index = delta["index"]
+        if "name" in delta:
+            call_id = delta.get("id") or self.ids("call")
+            self.call_ids[index] = call_id
+            return {"index": index, "id": call_id, "type": "function",
+                    "function": {"name": delta["name"], "arguments": delta.get("arguments", "")}}
+        return {"index": index, "function": {"arguments": delta["arguments"]}}
+
+    def _build_message(self, parsed: dict[str, Any]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
+        if isinstance(message["content"], str) and "content" in self.texts:
+            message["content"] = self.texts["content"].value or None
+        reasoning = next((parsed[f] for f in REASONING_FIELDS if isinstance(parsed.get(f), str) and parsed[f]), None)
+        if reasoning is not None:
+            message[self.reasoning_field] = self.texts[self.reasoning_field].value \
+                if self.reasoning_field in self.texts else reasoning
+        calls = []
+        for index, call in enumerate(parsed.get(self.calls.field) or []):
+            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            arguments = self.calls.arguments_text(index) if index < self.calls.count else \
+                json.dumps(fn.get("arguments", {}), ensure_ascii=False)
+            entry: dict[str, Any] = {"id": self.call_ids.get(index) or call.get("id") or self.ids("call"),
+                                     "type": "function", "function": {"name": fn.get("name"), "arguments": arguments}}
+            if self.tools is not None and (errors := validate_call(call, self.tools)):
+                entry["errors"] = errors
+            calls.append(entry)
+        if calls:
+            message["tool_calls"] = calls
+        return message
+
+
+def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None, tools: Iterable[Any] | None = None,
+                 reasoning_field: str = "reasoning_content", ids: Callable[[str], str] | None = None,
+                 length: bool = False) -> tuple[dict[str, Any], str]:
+    """One-shot: the Chat Completions message and finish_reason for a complete output."""
+    stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids)
+    stream.feed(text)
+    stream.finish(length=length)
+    return stream.message, stream.finish_reason  # type: ignore[return-value]
+
+
+def chunk(delta: dict[str, Any], *, completion_id: str, model: str, created: int,
+          finish_reason: str | None = None) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` object around one delta (the clock and ids are the caller's)."""
+    return {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+
+__all__ = ["ChatCompletionsStream", "REASONING_FIELDS", "chat_message", "chunk", "default_ids"]

@@ -1,0 +1,557 @@
+"""Tool calls as a server streams them: each call's name first, then fragments of its arguments string.
+
+:class:`ToolCallStreamer` reads a parser's events and emits :class:`ToolCallDelta` dicts. For one call,
+the ``arguments`` fragments only ever append, and their concatenation is the call's final arguments
+string (``arguments_text(index)``), whose JSON is the call's typed ``arguments``.
+
+How the arguments are read depends on the grammar region of the call:
+
+* **JSON** (Hermes, Llama, Mistral, ...): the model's own bytes of the arguments value are streamed as
+  they arrive, through an incremental JSON scanner (strings, escapes and depth; exact when an escape or
+  a multi-byte character is split across chunks). A value that ``tools=`` would retype (the string
+  ``"3"`` for an integer parameter) is held until it is complete and sent typed, so the text stays the
+  JSON of the typed arguments. Cost per chunk is proportional to the chunk, not the arguments.
+* **XML-like parameters** (``xml-inline`` regions, parameter components): each argument is sent, typed,
+  as soon as it is complete: ``{"city": "Paris"``, then ``, "days": 3``, then ``}``.
+* **Everything else** (pythonic calls, JS-like objects, legacy schemas): the call is sent when its region
+  closes, as ``json.dumps`` of the parsed arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import regex
+
+from .grammar import Grammar, Region
+from .tools import ToolTypes, coerce, schema_types
+from .values import PLACEHOLDER, ValueSpec
+
+
+class ToolCallDelta(TypedDict, total=False):
+    """One step of one call: ``index`` always; ``id``/``name`` once, first; then ``arguments`` fragments."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+
+# ---------------------------------------------------------------------------- where name and arguments come from
+@dataclass(frozen=True)
+class CallPlan:
+    """How a tool-call region carries its calls (derived once per region from its value spec)."""
+
+    mode: str  # json_body | json_key | json_array | xml | components | at_close
+    name_capture: str | None = None  # the open delimiter's group holding the name
+    name_key: str | None = None  # the body (or element) key holding the name
+    args_key: str | None = None  # the body (or element) key holding the arguments
+    id_capture: str | None = None
+    tag_pattern: Any = None  # xml mode
+    value_parser: Any = None
+
+
+def _placeholder(value: Any) -> str | None:
+    m = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+    return m.group(1) if m else None
+
+
+def plan_for(region: Region) -> CallPlan:
+    """The CallPlan of a tool-call region; ``at_close`` whenever the shape is not recognised."""
+    spec = region.spec
+    if not isinstance(spec, ValueSpec) or spec.transform is None or not isinstance(spec.transform, dict):
+        return CallPlan("at_close")
+    call = spec.transform
+    fn = call.get("function")
+    id_capture = _placeholder(call.get("id"))
+    pure_json = spec.content == "json" and not spec.content_args.get("string_delims") \
+        and not spec.content_args.get("unquoted_keys") and not spec.content_args.get("allow_non_json")
+    if spec.transform_each:
+        if pure_json and isinstance(fn, dict):
+            name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
+            if name and args and "." not in name and "." not in args:
+                return CallPlan("json_array", name_key=name, args_key=args)
+        return CallPlan("at_close")
+    if fn == "{content}" and pure_json:
+        return CallPlan("json_key", name_key="name", args_key="arguments",
+                        id_capture=id_capture if id_capture and "." not in id_capture else None)
+    if not isinstance(fn, dict):
+        return CallPlan("at_close")
+    name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
+    if name is None or args is None:
+        return CallPlan("at_close")
+    name_capture = name if not name.startswith("content") else None
+    name_key = name[len("content."):] if name.startswith("content.") and name.count(".") == 1 else None
+    if name_capture is None and name_key is None:
+        return CallPlan("at_close")
+    id_capture = id_capture if id_capture and not id_capture.startswith("content") else None
+    common = {"name_capture": name_capture, "name_key": name_key, "id_capture": id_capture}
+    if pure_json and args == "content" and name_capture:
+        return CallPlan("json_body", **common)
+    if pure_json and args.startswith("content.") and args.count(".") == 1:
+        return CallPlan("json_key", args_key=args[len("content."):], **common)
+    if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
+            "merge_duplicates") and "value_parser_when" not in spec.content_args:
+        return CallPlan("xml", tag_pattern=regex.compile(spec.content_args["tag_pattern"], regex.DOTALL),
+                        value_parser=spec.content_args.get("value_parser"), **common)
+    if name_capture and "." not in args and spec.content in ("text",):
+        return CallPlan("components", args_key=args, **common)
+    return CallPlan("at_close")
+
+
+# ---------------------------------------------------------------------------- the incremental JSON scanner
+_STRING_STOP = regex.compile(r'["\\]')
+_WS = " \t\n\r"
+
+
+class JsonWalker:
+    """Walks JSON text arriving in pieces, calling back at the events the streamer needs.
+
+    It keeps only a stack of containers and the string/escape state, so each piece costs its length.
+    ``on_key(depth, key, pos)`` names the value about to start at ``depth``; ``on_value_start(depth, pos)``
+    and ``on_value_end(depth, pos)`` bracket every value (positions are absolute offsets in the text).
+    """
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+        self.stack: list[str] = []  # "{" or "["
+        self.expect_key: list[bool] = []
+        self.in_string = False
+        self.escape = False
+        self.string_is_key = False
+        self.key_chars: list[str] = []
+        self.scalar_start = -1  # a number/literal being read
+        self.offset = 0
+        self.done = False
+
+    def feed(self, text: str) -> None:
+        i, n, base = 0, len(text), self.offset
+        listener = self.listener
+        while i < n and not self.done:
+            if self.in_string:
+                if self.escape:
+                    self.escape = False
+                    if self.string_is_key:
+                        self.key_chars.append("\\" + text[i])
+                    i += 1
+                    continue
+                m = _STRING_STOP.search(text, i)
+                j = m.start() if m else n
+                if self.string_is_key:
+                    self.key_chars.append(text[i:j])
+                if m is None:
+                    i = n
+                    break
+                if text[j] == "\\":
+                    self.escape = True
+                    i = j + 1
+                    continue
+                self.in_string = False
+                i = j + 1
+                if self.string_is_key:
+                    key = json.loads('"' + "".join(self.key_chars) + '"')
+                    listener.on_key(len(self.stack), key, base + i)
+                else:
+                    listener.on_value_end(len(self.stack), base + i)
+                    self._after_value()
+                continue
+            ch = text[i]
+            if self.scalar_start >= 0:
+                if ch in ",]}" or ch in _WS:
+                    self.scalar_start = -1
+                    listener.on_value_end(len(self.stack), base + i)
+                    self._after_value()
+                    continue
+                i += 1
+                continue
+            if ch in _WS or ch == ":":
+                i += 1
+                continue
+            if ch == ",":
+                if self.stack and self.stack[-1] == "{":
+                    self.expect_key[-1] = True
+                i += 1
+                continue
+            if ch == '"':
+                self.in_string = True
+                self.escape = False
+                if self.stack and self.stack[-1] == "{" and self.expect_key[-1]:
+                    self.string_is_key = True
+                    self.key_chars = []
+                    self.expect_key[-1] = False
+                else:
+                    self.string_is_key = False
+                    listener.on_value_start(len(self.stack), base + i)
+                i += 1
+                continue
+            if ch in "{[":
+                listener.on_value_start(len(self.stack), base + i)
+                self.stack.append(ch)
+                self.expect_key.append(ch == "{")
+                i += 1
+                continue
+            if ch in "}]":
+                if not self.stack:
+                    self.done = True
+                    break
+                self.stack.pop()
+                self.expect_key.pop()
+                i += 1
+                listener.on_value_end(len(self.stack), base + i)
+                self._after_value()
+                continue
+            self.scalar_start = base + i  # number, true, false, null
+            listener.on_value_start(len(self.stack), base + i)
+            i += 1
+        self.offset = base + n
+
+    def finish(self) -> None:
+        """End of text: a number still being read ends here."""
+        if self.scalar_start >= 0:
+            self.scalar_start = -1
+            self.listener.on_value_end(len(self.stack), self.offset)
+
+    def _after_value(self) -> None:
+        if not self.stack:
+            self.done = True
+
+
+# ---------------------------------------------------------------------------- one call being streamed
+@dataclass
+class _Call:
+    index: int
+    name: str | None = None
+    id: str | None = None
+    sent_head: bool = False
+    parts: list[str] = field(default_factory=list)  # arguments fragments sent so far
+    members: int | None = None  # arguments sent member by member: how many so far
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+
+class _JsonCallReader:
+    """Follows one region's JSON body, finding names and streaming argument values (see module doc)."""
+
+    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+        self.streamer = streamer
+        self.plan = plan
+        self.captures = captures
+        self.walker = JsonWalker(self)
+        self.text: list[str] = []  # the body seen so far, for slicing (only what is still needed is kept)
+        self.text_base = 0
+        self.key_at: dict[int, str] = {}
+        self.call: _Call | None = None
+        self.args_depth = 1 if plan.mode == "json_body" else 2 if plan.mode == "json_key" else 3
+        self.capturing = False
+        self.sent_to = 0  # absolute offset up to which argument bytes were sent
+        self.name_start = -1
+        self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
+        if plan.mode != "json_array":
+            self.call = streamer._new_call(captures, plan)
+
+    # the text window
+    def feed(self, text: str) -> None:
+        self.text.append(text)
+        self.walker.feed(text)
+        if self.capturing and self.held is None:
+            self._send_until(self.walker.offset)
+        self._compact()
+
+    def _slice(self, start: int, end: int) -> str:
+        whole = "".join(self.text)
+        self.text = [whole]
+        return whole[start - self.text_base:end - self.text_base]
+
+    def _compact(self) -> None:
+        keep = min(x for x in (self.sent_to if self.capturing else self.walker.offset,
+                               self.name_start if self.name_start >= 0 else self.walker.offset,
+                               self.held[0] if self.held else self.walker.offset))
+        if keep > self.text_base + 4096:
+            whole = "".join(self.text)
+            self.text = [whole[keep - self.text_base:]]
+            self.text_base = keep
+
+    def _send_until(self, end: int) -> None:
+        if end > self.sent_to and self.call is not None:
+            self.streamer._send_arguments(self.call, self._slice(self.sent_to, end))
+            self.sent_to = end
+
+    # walker callbacks
+    def on_key(self, depth: int, key: str, pos: int) -> None:
+        self.key_at[depth] = key
+        if self.capturing and depth == self.args_depth and self.call is not None:
+            if self.streamer._param_types(self.call.name, key):
+                self._send_until(pos)  # up to the key; its value is held until complete, then retyped
+                self.held = (-1, key)
+
+    def on_value_start(self, depth: int, pos: int) -> None:
+        plan = self.plan
+        if plan.mode == "json_array" and depth == 1:
+            self.call = self.streamer._new_call(self.captures, plan)
+            return
+        key = self.key_at.get(depth)
+        name_depth = 1 if plan.mode != "json_array" else 2
+        if plan.name_key is not None and depth == name_depth and key == plan.name_key:
+            self.name_start = pos
+        args_here = (plan.mode == "json_body" and depth == 0) or (
+            plan.mode != "json_body" and depth == self.args_depth - 1 and key == plan.args_key)
+        if args_here and self.call is not None and not self.capturing:
+            self.streamer._start_arguments(self.call)
+            self.capturing = True
+            self.sent_to = pos
+        if self.held is not None and self.held[0] == -1 and depth == self.args_depth:
+            self.held = (pos, self.held[1])
+
+    def on_value_end(self, depth: int, pos: int) -> None:
+        plan = self.plan
+        name_depth = 1 if plan.mode != "json_array" else 2
+        if self.name_start >= 0 and depth == name_depth and self.call is not None:
+            raw = self._slice(self.name_start, pos)
+            self.name_start = -1
+            try:
+                name = json.loads(raw)
+            except json.JSONDecodeError:
+                name = None
+            if isinstance(name, str) and self.call.name is None:
+                self.call.name = name
+                self.streamer._send_head(self.call)
+        if self.held is not None and depth == self.args_depth and self.held[0] >= 0:
+            start, key = self.held
+            raw = self._slice(start, pos)
+            self.held = None
+            self._send_until(start)
+            self.streamer._send_arguments(self.call, self.streamer._retyped(self.call, key, raw))  # type: ignore[arg-type]
+            self.sent_to = pos
+        if self.capturing and depth == self.args_depth - 1:
+            self._send_until(pos)
+            self.capturing = False
+        if plan.mode == "json_array" and depth == 1 and self.call is not None:
+            self.streamer._close_call(self.call)
+            self.call = None
+
+    def close(self) -> None:
+        self.walker.finish()
+        if self.call is not None:
+            self.streamer._close_call(self.call)
+
+
+class _XmlCallReader:
+    """Streams each parameter of an xml-inline body as its tag completes."""
+
+    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+        self.streamer = streamer
+        self.plan = plan
+        self.call = streamer._new_call(captures, plan)
+        self.body: list[str] = []
+        self.scanned = 0
+        streamer._start_arguments(self.call, partial_object=True)
+
+    def feed(self, text: str) -> None:
+        self.body.append(text)
+        self._scan(final=False)
+
+    def _scan(self, final: bool) -> None:
+        body = "".join(self.body)
+        self.body = [body]
+        for m in self.plan.tag_pattern.finditer(body, self.scanned):
+            if not final and m.end() >= len(body):
+                break  # it could still grow
+            groups = m.groupdict()
+            key = groups.get("key")
+            if key is None:
+                continue
+            from .values import _sub_parse  # noqa: PLC0415 - the same sub-parser as the region value
+
+            try:
+                value = _sub_parse(groups.get("value", ""), self.plan.value_parser)
+            except Exception:  # noqa: BLE001 - the region's own parse reports it at close
+                value = groups.get("value", "")
+            self.streamer._send_member(self.call, key, value)
+            self.scanned = m.end()
+
+    def close(self) -> None:
+        self._scan(final=True)
+        self.streamer._close_call(self.call)
+
+
+# ---------------------------------------------------------------------------- the streamer
+class ToolCallStreamer:
+    """Turns a ResponseParser's events into OpenAI-style tool-call deltas.
+
+    Feed it every event list the parser returns (``initial_events``, each ``feed()``, ``finalize()``);
+    it returns the deltas those events complete. ``tools`` are the same tool schemas given to the
+    parser; they type arguments as they stream.
+    """
+
+    def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls") -> None:
+        self.field = field
+        self.types = ToolTypes.from_tools(tools)
+        regions = [r for r in grammar.regions.values() if r.field == field and r.parent is None]
+        self.plan = plan_for(regions[0]) if len(regions) == 1 else CallPlan("at_close")
+        self.calls: list[_Call] = []
+        self.out: list[ToolCallDelta] = []
+        self.reader: Any = None
+        self.component_call: _Call | None = None
+        self.pending_open = False
+
+    # public
+    def feed(self, events: list[dict[str, Any]]) -> list[ToolCallDelta]:
+        """The deltas these events complete, in order."""
+        self.out = []
+        for event in events:
+            if event.get("field") != self.field:
+                continue
+            kind = event["type"]
+            if "path" in event:
+                self._component(event)
+            elif kind == "region_open":
+                self._open(event)
+            elif kind == "region_chunk" and self.reader is not None:
+                self.reader.feed(event["text"])
+            elif kind == "region_close":
+                self._close(event)
+        return self.out
+
+    def arguments_text(self, index: int) -> str:
+        """The complete arguments string of call ``index`` (the concatenation of its fragments)."""
+        return self.calls[index].arguments
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+    # region events
+    def _open(self, event: dict[str, Any]) -> None:
+        captures = event.get("captures", {})
+        mode = self.plan.mode
+        if mode in ("json_body", "json_key", "json_array"):
+            self.reader = _JsonCallReader(self, self.plan, captures)
+        elif mode == "xml":
+            self.reader = _XmlCallReader(self, self.plan, captures)
+        elif mode == "components":
+            self.component_call = self._new_call(captures, self.plan)
+            self._start_arguments(self.component_call, partial_object=True)
+        else:
+            self.reader = None
+
+    def _close(self, event: dict[str, Any]) -> None:
+        value = event.get("value")
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+            self._reconcile(value)
+            return
+        if self.component_call is not None:
+            self._close_call(self.component_call)
+            self.component_call = None
+            self._reconcile(value)
+            return
+        for call_value in value if isinstance(value, list) else [value]:
+            fn = call_value.get("function") if isinstance(call_value, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+                         id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
+            self.calls.append(call)
+            self._send_head(call)
+            arguments = fn.get("arguments", {})
+            self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
+            call.parts = call.parts or ["{}"]
+
+    def _component(self, event: dict[str, Any]) -> None:
+        call = self.component_call
+        path = event["path"]
+        if call is None or event["type"] != "region_close" or len(path) < 4 or path[2] != self.plan.args_key:
+            return
+        self._send_member(call, str(path[3]), event["value"])
+
+    def _reconcile(self, value: Any) -> None:
+        """The region's final value names the calls; a name or id not seen while streaming is sent now."""
+        values = value if isinstance(value, list) else [value]
+        streamed = self.calls[len(self.calls) - len(values):] if values and len(self.calls) >= len(values) else []
+        for call, call_value in zip(streamed, values):
+            fn = call_value.get("function") if isinstance(call_value, dict) else None
+            if isinstance(fn, dict) and call.name is None and isinstance(fn.get("name"), str):
+                call.name = fn["name"]
+                self._send_head(call)
+
+    # the pieces every reader uses
+    def _new_call(self, captures: dict[str, str], plan: CallPlan) -> _Call:
+        call = _Call(index=len(self.calls))
+        self.calls.append(call)
+        if plan.name_capture and plan.name_capture in captures:
+            call.name = captures[plan.name_capture]
+        if plan.id_capture and plan.id_capture in captures:
+            call.id = captures[plan.id_capture]
+        if call.name is not None:
+            self._send_head(call)
+        return call
+
+    def _send_head(self, call: _Call) -> None:
+        if call.sent_head or call.name is None:
+            return
+        call.sent_head = True
+        delta: ToolCallDelta = {"index": call.index}
+        if call.id is not None:
+            delta["id"] = call.id
+        delta["name"] = call.name
+        self.out.append(delta)
+        if call.parts:  # arguments arrived before the name: send them now, after it
+            self.out.append({"index": call.index, "arguments": call.arguments})
+
+    def _send_arguments(self, call: _Call, text: str) -> None:
+        if not text:
+            return
+        call.parts.append(text)
+        if call.sent_head:
+            self.out.append({"index": call.index, "arguments": text})
+
+    def _start_arguments(self, call: _Call, partial_object: bool = False) -> None:
+        if partial_object and call.members is None:
+            call.members = 0
+
+    def _send_member(self, call: _Call, key: str, value: Any) -> None:
+        value = self._retype_value(call, key, value)
+        prefix = "{" if not call.members else ", "
+        call.members = (call.members or 0) + 1
+        self._send_arguments(call, f"{prefix}{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+
+    def _close_call(self, call: _Call) -> None:
+        if call.members is not None:
+            self._send_arguments(call, "{}" if call.members == 0 else "}")
+        elif not call.parts:
+            self._send_arguments(call, "{}")
+        self._send_head(call)
+
+    # typing
+    def _param_types(self, name: str | None, key: str) -> tuple[str, ...]:
+        if self.types is None or name is None:
+            return ()
+        properties = self.types.parameters.get(name) or {}
+        return schema_types(properties[key]) if key in properties else ()
+
+    def _retype_value(self, call: _Call, key: str, value: Any) -> Any:
+        types = self._param_types(call.name, key)
+        if not types:
+            return value
+        if isinstance(value, str):
+            return coerce(value, types)
+        if isinstance(value, list) and "array" not in types:
+            return [coerce(v, types) if isinstance(v, str) else v for v in value]
+        return value
+
+    def _retyped(self, call: _Call, key: str, raw: str) -> str:
+        """A held value's text: the model's bytes, or the typed value's JSON where typing changed it."""
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+        typed = self._retype_value(call, key, value)
+        return raw if typed == value and type(typed) is type(value) else json.dumps(typed, ensure_ascii=False)
+
+
+__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "plan_for"]
