@@ -50,3 +50,21 @@ def test_readme_examples_run_and_show_true_values(monkeypatch):
     assert blocks, "the README has Python examples"
     assert sum(run_checked(code, {}) for code in blocks) >= 2
     assert os.path.exists(ROOT / "examples" / "qwen3_tool_call.txt")
+
+
+def test_readme_server_loop_streams_what_one_shot_parses(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    code = next(block for block in python_blocks() if "def serve(" in block)
+    exec(compile(code, "README.md", "exec"), namespace)
+    pieces = ["<think>Need the tool.</th", 'ink>Checking. <tool_call>{"name": "get_weather", "argu',
+              'ments": {"city": "Paris"}}</tool_call><|im_end|>']
+    chunks = list(namespace["serve"](lambda prompt: iter(pieces), "", None))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant"}
+    assert "".join(d.get("content", "") for d in deltas) == "Checking."
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Need the tool."
+    calls = [c for d in deltas for c in d.get("tool_calls", [])]
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert "".join(c["function"]["arguments"] for c in calls) == '{"city": "Paris"}'
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -1,0 +1,140 @@
+"""grammar_parse behind a transformers tokenizer: its template, token ids, batches, and token streams.
+
+Drop-in for transformers' tokenizer-level API::
+
+    from grammar_parse.compat.tokenizer import parse_response, get_response_parser
+    message = parse_response(tokenizer, output_ids, prefix=prompt_ids, tools=tools)
+
+Any object with ``decode(ids, skip_special_tokens=...)`` works (a transformers tokenizer, or a
+``tokenizers.Tokenizer``); the grammar comes from its ``response_template`` (transformers >= 5.15),
+else its legacy ``response_schema``, else the ones in its ``init_kwargs`` (its tokenizer_config.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from grammar_parse import ArgumentError, Grammar, GrammarError, ResponseParser, compile_template
+from grammar_parse.events import Event, Message
+
+from .legacy import is_legacy_schema
+
+
+def grammar_for(tokenizer: Any) -> Grammar:
+    """The grammar a tokenizer carries: response_template, else legacy response_schema."""
+    from . import legacy_grammar
+
+    sources = [tokenizer, getattr(tokenizer, "init_kwargs", None) or {}]
+    for key in ("response_template", "response_schema"):
+        for source in sources:
+            value = source.get(key) if isinstance(source, dict) else getattr(source, key, None)
+            if value:
+                return legacy_grammar(value) if key == "response_schema" or is_legacy_schema(value) \
+                    else compile_template(value)
+    raise GrammarError(
+        "the tokenizer carries neither a response_template nor a response_schema",
+        code="grammar.not_found", source=type(tokenizer).__name__,
+        hint="Pass a template or a built-in grammar name (grammar-parse list) with template=...",
+    )
+
+
+def _ids(value: Any) -> list[int] | None:
+    """Token ids as a flat list, from a list, numpy array or torch tensor of one sequence."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+def _text(tokenizer: Any, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    ids = _ids(value)
+    if ids is None:
+        raise ArgumentError(f"expected text or token ids, got {type(value).__name__}", code="usage.batch")
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _batch(value: Any) -> list[Any] | None:
+    """The items of a batch (a list of texts, of id lists, or a 2-D array), or None for one item."""
+    if hasattr(value, "tolist") and getattr(value, "ndim", 1) == 2:
+        return list(value.tolist())
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) or _ids(v) is not None for v in value) \
+            and _ids(value) is None:
+        return list(value)
+    return None
+
+
+def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: Iterable[Any] | None = None,
+                   template: Any = None) -> Message | list[Message]:
+    """Parse model output given as text or token ids (or a batch of them) with the tokenizer's grammar
+    (or ``template``). ``prefix`` is the prompt as text or ids, one for all or one per batch item."""
+    import grammar_parse
+
+    grammar = template if template is not None else grammar_for(tokenizer)
+    items = _batch(response)
+    if items is None:
+        text = _text(tokenizer, response)
+        return grammar_parse.parse_response(text, grammar, prefix=None if prefix is None else _text(tokenizer, prefix),
+                                            tools=tools)  # type: ignore[return-value]
+    prefixes = _batch(prefix) if prefix is not None else None
+    if prefixes is not None and len(prefixes) != len(items):
+        raise ArgumentError(f"got {len(items)} outputs but {len(prefixes)} prefixes", code="usage.batch")
+    return [
+        grammar_parse.parse_response(_text(tokenizer, item), grammar, tools=tools,
+                                     prefix=None if prefix is None else _text(tokenizer, prefixes[i] if prefixes else prefix))
+        for i, item in enumerate(items)
+    ]  # type: ignore[misc]
+
+
+def get_response_parser(tokenizer: Any, prefix: Any = None, *, tools: Iterable[Any] | None = None,
+                        template: Any = None) -> ResponseParser:
+    """A streaming ResponseParser with the tokenizer's grammar; ``prefix`` may be token ids."""
+    grammar = template if template is not None else grammar_for(tokenizer)
+    return ResponseParser(grammar, None if prefix is None else _text(tokenizer, prefix), tools=tools)
+
+
+class TokenStream:
+    """Feed token ids as they are generated; text is decoded incrementally (only complete characters
+    are passed on, so a multi-byte character split across tokens is never broken), at a cost per token
+    that does not grow with the output."""
+
+    def __init__(self, tokenizer: Any, prefix: Any = None, *, tools: Iterable[Any] | None = None,
+                 template: Any = None) -> None:
+        self.tokenizer = tokenizer
+        self.parser = get_response_parser(tokenizer, prefix, tools=tools, template=template)
+        self.ids: list[int] = []
+        self.prefix_offset = 0  # ids before this were fully turned into text
+        self.read_offset = 0
+
+    @property
+    def initial_events(self) -> list[Event]:
+        return self.parser.initial_events
+
+    def feed_ids(self, ids: Iterable[int]) -> list[Event]:
+        """The events these new token ids complete."""
+        self.ids.extend(_ids(list(ids)) or [])
+        decode = self.tokenizer.decode
+        # Decode only the tokens since the last emitted text, with the ones before them as context, so a
+        # tokenizer that merges across tokens (spaces, byte fallback) still gives the right characters.
+        before = decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=False)
+        after = decode(self.ids[self.prefix_offset:], skip_special_tokens=False)
+        if after.endswith("\ufffd") or len(after) <= len(before) or not after.startswith(before):
+            return self.parser.feed("")  # an incomplete character: wait for the next token
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return self.parser.feed(after[len(before):])
+
+    def finalize(self) -> tuple[Message, list[Event]]:
+        """End of generation: any text still undecoded, then the parser's final message and events."""
+        events: list[Event] = []
+        before = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=False)
+        after = self.tokenizer.decode(self.ids[self.prefix_offset:], skip_special_tokens=False)
+        if len(after) > len(before) and after.startswith(before):
+            events += self.parser.feed(after[len(before):])
+        message, final = self.parser.finalize()
+        return message, events + final
+
+
+__all__ = ["TokenStream", "get_response_parser", "grammar_for", "parse_response"]

@@ -1,0 +1,101 @@
+"""grammar_parse behind a tokenizer: template lookup, token ids, batches and token streams, with a small
+byte-level BPE tokenizer trained here (the `tokenizers` package, no downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grammar_parse
+from conformance import load
+from grammar_parse.compat.tokenizer import TokenStream, get_response_parser, grammar_for, parse_response
+
+tokenizers = pytest.importorskip("tokenizers")  # in the test extra
+
+SAMPLE = (Path(__file__).resolve().parents[1] / "examples" / "qwen3_tool_call.txt").read_text(encoding="utf-8")
+SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
+TEMPLATE = load("transformers_model_templates.json")[0]["template"]  # the transformers Qwen3 template
+SCHEMA = next(e["template"] for e in load("transformers_model_templates.json") if e["format"] == "legacy_xregex")
+
+
+class Tokenizer:
+    """The shape of a transformers tokenizer that the glue relies on: decode() and a response template."""
+
+    def __init__(self, response_template=None, response_schema=None):
+        from tokenizers import Tokenizer as Raw, decoders, models, pre_tokenizers, trainers
+
+        raw = Raw(models.BPE())
+        raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        raw.decoder = decoders.ByteLevel()
+        raw.train_from_iterator([SAMPLE, "Paris is nice. Città é 日本 🙂"] * 3,
+                                trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
+                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        self.raw = raw
+        self.response_template = response_template
+        self.init_kwargs = {"response_schema": response_schema} if response_schema else {}
+
+    def encode(self, text):
+        return self.raw.encode(text).ids
+
+    def decode(self, ids, skip_special_tokens=False):
+        return self.raw.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer(response_template=TEMPLATE)
+
+
+def test_grammar_comes_from_the_tokenizer(tok):
+    assert grammar_for(tok) is grammar_parse.compile_template(TEMPLATE)
+    legacy = Tokenizer(response_schema=SCHEMA)
+    assert grammar_for(legacy).legacy_schema == SCHEMA
+    with pytest.raises(grammar_parse.GrammarError, match="neither"):
+        grammar_for(Tokenizer())
+
+
+def test_token_ids_text_and_batches_agree(tok):
+    expected = grammar_parse.parse_response(SAMPLE, TEMPLATE, prefix="")
+    ids = tok.encode(SAMPLE)
+    assert tok.decode(ids) == SAMPLE
+    assert parse_response(tok, ids, prefix="") == expected
+    assert parse_response(tok, SAMPLE, prefix=[]) == expected
+    assert parse_response(tok, [ids, tok.encode("Hi<|im_end|>")], prefix="") == [
+        expected, {"role": "assistant", "content": "Hi"}]
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert parse_response(tok, [tok.encode("a</think>b")], prefix=[tok.encode(prompt)]) == [
+        {"role": "assistant", "reasoning_content": "a", "content": "b"}]
+    with pytest.raises(grammar_parse.ArgumentError):
+        parse_response(tok, [ids, ids], prefix=[[], [], []])
+
+    class Array:  # what numpy arrays and torch tensors offer the glue: ndim and tolist()
+        def __init__(self, data, ndim):
+            self.data, self.ndim = data, ndim
+
+        def tolist(self):
+            return self.data
+
+    assert parse_response(tok, Array(ids, 1), prefix="") == expected
+    assert parse_response(tok, Array([ids], 2), prefix="") == [expected]
+    parser = get_response_parser(tok, tok.encode(prompt))
+    assert parser.initial_events[0] == {"type": "region_open", "field": "reasoning_content"}
+
+
+@settings(max_examples=30)
+@given(st.text(alphabet="Paris is nice. Città é 日本 🙂", max_size=40))
+def test_token_stream_equals_one_shot(text):
+    tok = Tokenizer(response_template=TEMPLATE)
+    full = f"<think>\n{text}\n</think>\n\n{text}<|im_end|>"
+    stream = TokenStream(tok, "")
+    events = []
+    for token in tok.encode(full):  # one token at a time; multi-byte characters span several tokens
+        events += stream.feed_ids([token])
+    message, final = stream.finalize()
+    assert message == grammar_parse.parse_response(full, TEMPLATE, prefix="")
+    chunks = "".join(e["text"] for e in events + final if e["type"] == "region_chunk")
+    assert "\ufffd" not in chunks
+    assert json.dumps(message, ensure_ascii=False)

@@ -1,0 +1,188 @@
+"""Tool calls streamed the way servers stream them, for every built-in format (its golden samples with
+tool calls) and any chunking: the name comes first, argument fragments only append and join into the
+final arguments string, whose JSON is the typed arguments; indices stay put; `{}` for no arguments; and
+the real OpenAI client, accumulating the deltas, gets the one-shot message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grammar_parse
+from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.toolstream import JsonWalker
+from strategies import chunkings
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def call_cases() -> list[tuple[str, Path]]:
+    out = []
+    for folder in sorted(GOLDEN.iterdir()):
+        for path in sorted(folder.glob("*.json")):
+            if path.name.endswith(".tools.json"):
+                continue
+            expected = json.loads(path.read_text(encoding="utf-8"))
+            if expected.get("tool_calls") and "error" not in expected:
+                out.append((folder.name, path.with_suffix(".txt")))
+    return out
+
+
+CASES = call_cases()
+
+
+def counter():
+    n = iter(range(10**6))
+    return lambda kind: f"{kind}_{next(n)}"
+
+
+def stream(grammar: str, chunks: list[str], prefix: str, tools: Any) -> tuple[ChatCompletionsStream, list[dict]]:
+    s = ChatCompletionsStream(grammar, prefix, tools=tools, ids=counter())
+    deltas = []
+    for c in chunks:
+        deltas += s.feed(c)
+    deltas += s.finish()
+    return s, deltas
+
+
+def load_case(path: Path) -> tuple[str, str, Any, dict]:
+    prefix_file = path.with_name(path.stem + ".prefix.txt")
+    tools_file = path.with_name(path.stem + ".tools.json")
+    return (path.read_text(encoding="utf-8"), prefix_file.read_text(encoding="utf-8") if prefix_file.exists() else "",
+            json.loads(tools_file.read_text(encoding="utf-8")) if tools_file.exists() else None,
+            json.loads(path.with_suffix(".json").read_text(encoding="utf-8")))
+
+
+def test_there_are_tool_call_samples():
+    assert len(CASES) >= 3
+
+
+@pytest.mark.parametrize("grammar, path", CASES, ids=[f"{g}/{p.stem}" for g, p in CASES])
+@settings(max_examples=25)
+@given(data=st.data())
+def test_tool_call_deltas(grammar, path, data):
+    text, prefix, tools, expected = load_case(path)
+    chunks = data.draw(chunkings(text), label="chunks")
+    s, deltas = stream(grammar, chunks, prefix, tools)
+    seen_name: set[int] = set()
+    fragments: dict[int, list[str]] = {}
+    order: list[int] = []
+    for delta in deltas:
+        for call in delta.get("tool_calls", []):
+            index = call["index"]
+            if "id" in call:
+                assert index not in seen_name, "a call's head is sent once"
+                assert call["function"]["name"] and call["type"] == "function"
+                seen_name.add(index)
+                order.append(index)
+            assert index in seen_name, "the name arrives before any argument fragment"
+            fragments.setdefault(index, []).append(call["function"]["arguments"])
+    assert order == list(range(len(order))), "indices in order of appearance"
+    message_calls = s.message["tool_calls"]
+    assert len(message_calls) == len(expected["tool_calls"]) == len(order)
+    for index, (got, want) in enumerate(zip(message_calls, expected["tool_calls"])):
+        arguments = "".join(fragments[index])
+        assert arguments == got["function"]["arguments"], "fragments join into the final string"
+        assert json.loads(arguments) == want["function"].get("arguments", {}), "its JSON is the typed arguments"
+        assert got["function"]["name"] == want["function"]["name"]
+        if want.get("id"):
+            assert got["id"] == want["id"], "a model-written id is kept"
+        if not want["function"].get("arguments"):
+            assert arguments == "{}"
+    one_shot, reason = chat_message(text, grammar, prefix=prefix, tools=tools, ids=counter())
+    assert s.message == one_shot and s.finish_reason == reason == "tool_calls"
+    openai = pytest.importorskip("openai")  # in the test extra
+    assert accumulate(openai, deltas, s.finish_reason) == one_shot
+
+
+def accumulate(openai: Any, deltas: list[dict], finish_reason: str) -> dict[str, Any]:
+    """What the OpenAI Python client assembles from the stream."""
+    from openai.lib.streaming.chat._completions import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    state = ChatCompletionStreamState()
+    for i, delta in enumerate([*deltas, {}]):
+        state.handle_chunk(ChatCompletionChunk.model_validate({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason if i == len(deltas) else None}]}))
+    message = state.get_final_completion().choices[0].message
+    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    for key, value in (message.model_extra or {}).items():
+        if value is not None:
+            out[key] = value
+    if message.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                           "arguments": c.function.arguments}}
+                             for c in message.tool_calls]
+    return out
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES, st.booleans(), st.data())
+def test_json_walker_finds_the_exact_value_bytes_at_any_split(value, ascii_only, data):
+    indent = data.draw(st.sampled_from([None, 1]))
+    raw = json.dumps({"name": "f", "arguments": value}, ensure_ascii=ascii_only, indent=indent)
+    spans: dict[str, tuple[int, int]] = {}
+
+    class Listener:
+        def on_key(self, depth, key, pos):
+            self.key = key if depth == 1 else getattr(self, "key", None)
+
+        def on_value_start(self, depth, pos):
+            if depth == 1:
+                spans[self.key] = (pos, -1)
+
+        def on_value_end(self, depth, pos):
+            if depth == 1:
+                spans[self.key] = (spans[self.key][0], pos)
+
+    walker = JsonWalker(Listener())
+    for piece in data.draw(chunkings(raw)):
+        walker.feed(piece)
+    walker.finish()
+    start, end = spans["arguments"]
+    assert json.loads(raw[start:end]) == value
+    if indent is None:
+        assert raw[start:end] == json.dumps(value, ensure_ascii=ascii_only)  # exactly the value's own bytes
+
+
+def test_validation_attaches_problems_instead_of_raising():
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}}]
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"days": "x"}}\n</tool_call>'
+            '<tool_call>\n{"name": "launch", "arguments": {}}\n</tool_call>')
+    message, reason = chat_message(text, "qwen3", prefix="", tools=tools, ids=counter())
+    first, second = message["tool_calls"]
+    assert {e["path"] for e in first["errors"]} == {"$.function.arguments", "$.function.arguments.days"}
+    assert second["errors"] == [{"path": "$.function.name", "message": "unknown tool 'launch'; offered: ['get_weather']"}]
+    assert reason == "tool_calls"
+
+
+def test_truncation_is_reported_as_length():
+    s = ChatCompletionsStream("qwen3", "", ids=counter())
+    s.feed("<think>still thinking")
+    s.finish(length=True)
+    assert s.finish_reason == "length"
+    assert s.message == {"role": "assistant", "content": None, "reasoning_content": "still thinking"}
+
+
+def test_typed_values_stream_typed():
+    tools = [{"name": "set", "parameters": {"properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}}]
+    text = '<tool_call>{"name": "set", "arguments": {"n": "7", "s": "7"}}</tool_call>'
+    s, deltas = stream("qwen3", [text[i:i + 2] for i in range(0, len(text), 2)], "", tools)
+    assert s.message["tool_calls"][0]["function"]["arguments"] == '{"n": 7, "s": "7"}'
+    assert grammar_parse.parse_response(text, "qwen3", prefix="", tools=tools)["tool_calls"][0]["function"][
+        "arguments"] == {"n": 7, "s": "7"}
