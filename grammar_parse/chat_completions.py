@@ -131,7 +131,8 @@ class ChatCompletionsStream:
                     if text:
                         out.append({target: text})
         for delta in self.calls.feed(events):  # type: ignore[arg-type]
-            out.append({"tool_calls": [self._tool_delta(delta)]})
+            if not delta.get("done"):
+                out.append({"tool_calls": [self._tool_delta(delta)]})
         return out
 
     def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:

@@ -31,12 +31,14 @@ from .values import PLACEHOLDER, ValueSpec
 
 
 class ToolCallDelta(TypedDict, total=False):
-    """One step of one call: ``index`` always; ``id``/``name`` once, first; then ``arguments`` fragments."""
+    """One step of one call: ``index`` always; ``id``/``name`` once, first; then ``arguments`` fragments;
+    finally ``done: True`` once the call is complete."""
 
     index: int
     id: str
     name: str
     arguments: str
+    done: bool
 
 
 # ---------------------------------------------------------------------------- where name and arguments come from
@@ -49,6 +51,7 @@ class CallPlan:
     name_key: str | None = None  # the body (or element) key holding the name
     args_key: str | None = None  # the body (or element) key holding the arguments
     id_capture: str | None = None
+    id_key: str | None = None  # the body (or element) key holding a model-written call id
     tag_pattern: Any = None  # xml mode
     value_parser: Any = None
 
@@ -71,8 +74,9 @@ def plan_for(region: Region) -> CallPlan:
     if spec.transform_each:
         if pure_json and isinstance(fn, dict):
             name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
+            id_key = id_capture if id_capture and "." not in id_capture else None
             if name and args and "." not in name and "." not in args:
-                return CallPlan("json_array", name_key=name, args_key=args)
+                return CallPlan("json_array", name_key=name, args_key=args, id_key=id_key)
         return CallPlan("at_close")
     if fn == "{content}" and pure_json:
         return CallPlan("json_key", name_key="name", args_key="arguments",
@@ -227,6 +231,8 @@ class _Call:
     sent_head: bool = False
     parts: list[str] = field(default_factory=list)  # arguments fragments sent so far
     members: int | None = None  # arguments sent member by member: how many so far
+    closed: bool = False
+    wants_id: bool = False  # the model writes an id for this call somewhere in its body
 
     @property
     def arguments(self) -> str:
@@ -249,6 +255,7 @@ class _JsonCallReader:
         self.capturing = False
         self.sent_to = 0  # absolute offset up to which argument bytes were sent
         self.name_start = -1
+        self.id_start = -1
         self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
         if plan.mode != "json_array":
             self.call = streamer._new_call(captures, plan)
@@ -269,6 +276,7 @@ class _JsonCallReader:
     def _compact(self) -> None:
         keep = min(x for x in (self.sent_to if self.capturing else self.walker.offset,
                                self.name_start if self.name_start >= 0 else self.walker.offset,
+                               self.id_start if self.id_start >= 0 else self.walker.offset,
                                self.held[0] if self.held else self.walker.offset))
         if keep > self.text_base + 4096:
             whole = "".join(self.text)
@@ -297,6 +305,8 @@ class _JsonCallReader:
         name_depth = 1 if plan.mode != "json_array" else 2
         if plan.name_key is not None and depth == name_depth and key == plan.name_key:
             self.name_start = pos
+        if plan.id_key is not None and depth == name_depth and key == plan.id_key:
+            self.id_start = pos
         args_here = (plan.mode == "json_body" and depth == 0) or (
             plan.mode != "json_body" and depth == self.args_depth - 1 and key == plan.args_key)
         if args_here and self.call is not None and not self.capturing:
@@ -309,16 +319,17 @@ class _JsonCallReader:
     def on_value_end(self, depth: int, pos: int) -> None:
         plan = self.plan
         name_depth = 1 if plan.mode != "json_array" else 2
-        if self.name_start >= 0 and depth == name_depth and self.call is not None:
-            raw = self._slice(self.name_start, pos)
-            self.name_start = -1
-            try:
-                name = json.loads(raw)
-            except json.JSONDecodeError:
-                name = None
-            if isinstance(name, str) and self.call.name is None:
-                self.call.name = name
-                self.streamer._send_head(self.call)
+        for attr in ("name", "id"):
+            start = getattr(self, f"{attr}_start")
+            if start >= 0 and depth == name_depth and self.call is not None:
+                setattr(self, f"{attr}_start", -1)
+                try:
+                    value = json.loads(self._slice(start, pos))
+                except json.JSONDecodeError:
+                    value = None
+                if isinstance(value, str) and getattr(self.call, attr) is None:
+                    setattr(self.call, attr, value)
+                    self.streamer._send_head(self.call)
         if self.held is not None and depth == self.args_depth and self.held[0] >= 0:
             start, key = self.held
             raw = self._slice(start, pos)
@@ -396,7 +407,7 @@ class ToolCallStreamer:
         self.out: list[ToolCallDelta] = []
         self.reader: Any = None
         self.component_call: _Call | None = None
-        self.pending_open = False
+        self.done_upto = 0  # calls before this index were reported done
 
     # public
     def feed(self, events: list[dict[str, Any]]) -> list[ToolCallDelta]:
@@ -414,6 +425,7 @@ class ToolCallStreamer:
                 self.reader.feed(event["text"])
             elif kind == "region_close":
                 self._close(event)
+            self._flush_done()
         return self.out
 
     def arguments_text(self, index: int) -> str:
@@ -460,7 +472,7 @@ class ToolCallStreamer:
             self._send_head(call)
             arguments = fn.get("arguments", {})
             self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
-            call.parts = call.parts or ["{}"]
+            self._close_call(call)
 
     def _component(self, event: dict[str, Any]) -> None:
         call = self.component_call
@@ -481,7 +493,7 @@ class ToolCallStreamer:
 
     # the pieces every reader uses
     def _new_call(self, captures: dict[str, str], plan: CallPlan) -> _Call:
-        call = _Call(index=len(self.calls))
+        call = _Call(index=len(self.calls), wants_id=plan.id_key is not None)
         self.calls.append(call)
         if plan.name_capture and plan.name_capture in captures:
             call.name = captures[plan.name_capture]
@@ -492,7 +504,8 @@ class ToolCallStreamer:
         return call
 
     def _send_head(self, call: _Call) -> None:
-        if call.sent_head or call.name is None:
+        # The head carries the id too: where the model writes it after the arguments, wait for it.
+        if call.sent_head or call.name is None or (call.wants_id and call.id is None and not call.closed):
             return
         call.sent_head = True
         delta: ToolCallDelta = {"index": call.index}
@@ -525,7 +538,16 @@ class ToolCallStreamer:
             self._send_arguments(call, "{}" if call.members == 0 else "}")
         elif not call.parts:
             self._send_arguments(call, "{}")
+        call.closed = True
         self._send_head(call)
+
+    def _flush_done(self) -> None:
+        """A closed call whose name is out is done: say so once (consumers finish its item)."""
+        for call in self.calls[self.done_upto:]:
+            if not (call.closed and call.sent_head):
+                break
+            self.out.append({"index": call.index, "done": True})
+            self.done_upto += 1
 
     # typing
     def _param_types(self, name: str | None, key: str) -> tuple[str, ...]:
