@@ -111,6 +111,16 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server
+    from .server import LMSPApp, serve
+
+    app = LMSPApp(grammar=load_grammar(args.grammar), model=args.model, token=args.token)
+    out.write(f"LMSP endpoint for model {args.model!r} at http://{args.host}:{args.port}/lmsp/v1/responses\n")
+    out.flush()
+    serve(app, args.host, args.port)
+    return 0
+
+
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="grammar-parse",
@@ -143,6 +153,13 @@ def build_argparser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
     p.add_argument("template", help="response_template .json, .lark grammar, or built-in name")
     p.set_defaults(run=_cmd_check)
+    p = sub.add_parser("serve", help="run the reference LMSP endpoint (replays recorded outputs; needs the serve extra)")
+    p.add_argument("-g", "--grammar", default="qwen3", help="grammar of the model's output (default qwen3)")
+    p.add_argument("--model", default="qwen3", help="model id clients ask for (default qwen3)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--token", help="require this bearer token")
+    p.set_defaults(run=_cmd_serve)
     p = sub.add_parser("list", help="list the built-in grammars")
     p.set_defaults(run=_cmd_list)
     return ap

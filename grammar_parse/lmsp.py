@@ -1,0 +1,256 @@
+"""LMSP 1.0 Responses from parsed output: output items, the response object, and stream events.
+
+Pure functions over events (no I/O, no clock: ids and timestamps come from the caller).
+:class:`ResponseStream` wraps a ResponseParser and turns model output into LMSP stream events:
+
+* ``response.created``, then for each region, in the order the regions appear:
+  ``response.output_item.added``, deltas, ``response.output_item.done`` with the complete item;
+* reasoning becomes a ``reasoning`` item (its text in one ``summary_text`` part), each tool call a
+  ``function_call`` item (``arguments`` is a JSON-encoded string; a model-written call id is kept as
+  ``call_id``), content a ``message`` item with one ``output_text`` part;
+* text deltas are ``response.output_text.delta``; two extension events, which clients that do not know
+  them ignore, carry the rest: ``response.reasoning_summary_text.delta`` (reasoning text) and
+  ``response.function_call_arguments.delta`` (fragments of a call's arguments string);
+* exactly one final event: ``response.completed`` (with usage), ``response.incomplete`` (the generator
+  hit ``max_output_tokens``: open regions are closed and kept), ``response.failed`` (a problem object:
+  a parse failure never drops the stream) or ``response.cancelled``.
+
+Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
+event frames. Items are only added once they have something to say: whitespace-only text makes none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .chat_completions import REASONING_FIELDS, _StrippedText
+from .errors import GrammarParseError
+from .events import Event
+from .session import ResponseParser, TemplateLike
+from .toolstream import ToolCallStreamer
+
+IdFactory = Callable[[str], str]
+
+
+def problem(code: str, detail: str, status: int = 500, title: str | None = None) -> dict[str, Any]:
+    """A problem object (RFC 9457 shape) with the LMSP error ``code``."""
+    return {"type": f"urn:lmsp:error:{code}", "title": title or code.replace("_", " ").capitalize(),
+            "status": status, "detail": detail, "code": code}
+
+
+def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
+
+
+def response_object(response_id: str, *, model: str, created_at: int, status: str, output: list[dict[str, Any]],
+                    usage_: dict[str, int] | None, error: dict[str, Any] | None = None,
+                    incomplete_reason: str | None = None) -> dict[str, Any]:
+    """The LMSP response object (6.2)."""
+    return {"id": response_id, "object": "response", "created_at": created_at, "status": status, "model": model,
+            "output": output, "usage": usage_, "error": error,
+            "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None}
+
+
+class ResponseStream:
+    """LMSP stream events for one response (see the module doc).
+
+    ``ids(kind)`` makes ids for ``resp``, ``msg``, ``rs``, ``fc`` and ``call``.
+    """
+
+    def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
+                 response_id: str | None = None, ids: IdFactory) -> None:
+        self.ids = ids
+        self.response_id = response_id or ids("resp")
+        self.parser = ResponseParser(template, prefix, tools=list(tools) if tools is not None else None,
+                                     extended_events=True)
+        self.calls = ToolCallStreamer(self.parser.grammar, tools)
+        self.next_id = 1
+        self.output: list[dict[str, Any]] = []
+        self.open_items: dict[str, int] = {}  # text field -> output index of its open item
+        self.texts: dict[int, _StrippedText] = {}
+        self.call_items: dict[int, int] = {}  # tool call index -> output index
+        self.final: dict[str, Any] | None = None
+        self.pending = [self._event("response.created", {"status": "in_progress"})]
+        self.pending += self._translate(self.parser.initial_events)
+
+    # public
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """Events this piece of output completes."""
+        out, self.pending = self.pending, []
+        try:
+            return out + self._translate(self.parser.feed(text))
+        except GrammarParseError as e:
+            return out + self.fail(problem("parse_failed", str(e), 500, "The model output could not be parsed"))
+
+    def complete(self, input_tokens: int = 0, output_tokens: int = 0, *, truncated: bool = False) -> list[dict[str, Any]]:
+        """End of generation: ``response.completed``, or ``response.incomplete`` when ``truncated`` (the
+        token limit): open regions are closed and their items kept."""
+        if self.final is not None:
+            return []
+        out, self.pending = self.pending, []
+        try:
+            _, events = self.parser.finalize()
+        except GrammarParseError as e:
+            return out + self.fail(problem("parse_failed", str(e), 500, "The model output could not be parsed"))
+        out += self._translate(events)
+        out += self._close_all()
+        totals = usage(input_tokens, output_tokens)
+        if truncated:
+            self.final = self._event("response.incomplete", {"status": "incomplete", "usage": totals,
+                                                             "incomplete_details": {"reason": "max_output_tokens"}})
+        else:
+            self.final = self._event("response.completed", {"status": "completed", "usage": totals})
+        return [*out, self.final]
+
+    def fail(self, error: dict[str, Any]) -> list[dict[str, Any]]:
+        """End with ``response.failed`` carrying a problem object."""
+        if self.final is not None:
+            return []
+        self.final = self._event("response.failed", {"status": "failed", "error": error})
+        return [self.final]
+
+    def cancel(self) -> list[dict[str, Any]]:
+        """End with ``response.cancelled`` (the client went away)."""
+        if self.final is not None:
+            return []
+        self.final = self._event("response.cancelled", {"status": "cancelled"})
+        return [self.final]
+
+    @property
+    def status(self) -> str:
+        return "in_progress" if self.final is None else self.final["data"]["status"]
+
+    def response(self, *, model: str, created_at: int) -> dict[str, Any]:
+        """The response object as it stands (final once the stream has ended)."""
+        data = self.final["data"] if self.final else {}
+        return response_object(self.response_id, model=model, created_at=created_at, status=self.status,
+                               output=self.output, usage_=data.get("usage"), error=data.get("error"),
+                               incomplete_reason=(data.get("incomplete_details") or {}).get("reason"))
+
+    # events
+    def _event(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        event = {"id": self.next_id, "event": name, "data": {"response_id": self.response_id, **data}}
+        self.next_id += 1
+        return event
+
+    def _translate(self, events: list[Event]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for event in events:
+            field = event.get("field")
+            if "path" in event or field == self.calls.field:
+                continue
+            kind = "reasoning" if field in REASONING_FIELDS else "message" if field == "content" else None
+            if kind is None:
+                continue
+            if event["type"] == "region_chunk":
+                out += self._text(field, kind, event["text"])  # type: ignore[arg-type]
+            elif event["type"] == "region_close" and field in self.open_items:
+                out += self._finish_text(field)  # type: ignore[arg-type]
+        for delta in self.calls.feed(events):  # type: ignore[arg-type]
+            out += self._tool(delta)
+        return out
+
+    def _text(self, field: str, kind: str, text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        index = self.open_items.get(field)
+        stripped = self.texts[index] if index is not None else _StrippedText()
+        delta = stripped.add(text)
+        if not delta:
+            return out  # whitespace so far: the item waits for real text
+        if index is None:
+            index = len(self.output)
+            self.open_items[field] = index
+            self.texts[index] = stripped
+            item = {"id": self.ids("msg"), "type": "message", "role": "assistant", "content": []} if kind == "message" \
+                else {"id": self.ids("rs"), "type": "reasoning", "summary": []}
+            self.output.append(item)
+            out.append(self._event("response.output_item.added", {"output_index": index, "item": _copy(item)}))
+        item = self.output[index]
+        name = "response.output_text.delta" if item["type"] == "message" else "response.reasoning_summary_text.delta"
+        out.append(self._event(name, {"item_id": item["id"], "output_index": index, "delta": delta}))
+        return out
+
+    def _finish_text(self, field: str) -> list[dict[str, Any]]:
+        index = self.open_items.pop(field)
+        item = self.output[index]
+        text = self.texts[index].value
+        if item["type"] == "message":
+            item["content"] = [{"type": "output_text", "text": text}]
+        else:
+            item["summary"] = [{"type": "summary_text", "text": text}]
+        return [self._event("response.output_item.done", {"output_index": index, "item": _copy(item)})]
+
+    def _tool(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        call = delta["index"]
+        if "name" in delta:
+            index = len(self.output)
+            self.call_items[call] = index
+            item = {"id": self.ids("fc"), "type": "function_call", "call_id": delta.get("id") or self.ids("call"),
+                    "name": delta["name"], "arguments": ""}
+            self.output.append(item)
+            return [self._event("response.output_item.added", {"output_index": index, "item": _copy(item)})]
+        index = self.call_items[call]
+        item = self.output[index]
+        if delta.get("done"):
+            return [self._event("response.output_item.done", {"output_index": index, "item": _copy(item)})]
+        item["arguments"] += delta["arguments"]
+        return [self._event("response.function_call_arguments.delta",
+                            {"item_id": item["id"], "output_index": index, "delta": delta["arguments"]})]
+
+    def _close_all(self) -> list[dict[str, Any]]:
+        out = []
+        for field in list(self.open_items):
+            out += self._finish_text(field)
+        return out
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(item))
+
+
+def sse(event: dict[str, Any]) -> str:
+    """One server-sent event frame: ``id:``, ``event:`` and a one-line JSON ``data:``."""
+    return f"id: {event['id']}\nevent: {event['event']}\ndata: {json.dumps(event['data'], ensure_ascii=False)}\n\n"
+
+
+def parse_sse(text: str) -> list[dict[str, Any]]:
+    """Frames back into events (for clients and tests)."""
+    events = []
+    for frame in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in frame.splitlines():
+            key, _, value = line.partition(": ")
+            fields[key] = value
+        if "event" in fields:
+            events.append({"id": int(fields["id"]), "event": fields["event"], "data": json.loads(fields["data"])})
+    return events
+
+
+def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str, created_at: int, ids: IdFactory,
+            tools: Iterable[Any] | None = None, input_tokens: int = 0,
+            output_tokens: int = 0, truncated: bool = False) -> dict[str, Any]:
+    """One-shot: the response object for a complete output (the same items the stream builds)."""
+    stream = ResponseStream(template, prefix, tools=tools, ids=ids)
+    stream.feed(text)
+    stream.complete(input_tokens, output_tokens, truncated=truncated)
+    return stream.response(model=model, created_at=created_at)
+
+
+
+
+def schema_validator(name: str) -> Any:
+    """A jsonschema validator for one definition of the protocol's schema (``request``, ``response``,
+    ``item_message``, ``event:response.completed``, ``event`` for any event, ...)."""
+    import jsonschema
+    from importlib import resources
+
+    document = json.loads(resources.files("grammar_parse").joinpath("schemas/lmsp.json").read_text(encoding="utf-8"))
+    if name not in document["$defs"]:
+        raise KeyError(f"no schema {name!r}; there are {sorted(document['$defs'])}")
+    schema = {**document, "$ref": f"#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(schema)
+
+
+__all__ = ["ResponseStream", "parse_sse", "problem", "respond", "response_object", "schema_validator", "sse", "usage"]

@@ -1,0 +1,280 @@
+"""A reference LMSP 1.0 endpoint: ``POST /lmsp/v1/responses`` and ``GET /lmsp/v1/responses/{id}``.
+
+A plain ASGI application (run it with any ASGI server; ``grammar-parse serve`` uses uvicorn, the
+``serve`` extra). Generation is pluggable: a backend turns a request and its prompt into text pieces.
+The default :class:`ReplayBackend` replays recorded model outputs chunked like tokens, honouring
+``max_output_tokens``, so the whole service runs on any machine. The output goes through grammar_parse
+(:class:`grammar_parse.lmsp.ResponseStream`), so responses and streams are LMSP-correct by construction.
+
+Errors are problem documents (``application/problem+json``): 400 ``invalid_request`` for a malformed
+request, 400 ``unsupported_capability`` when it needs tools or structured output the grammar cannot
+produce, 401 ``unauthorized`` without the configured bearer token, 404 ``model_not_found`` and
+``response_not_found``. If the client closes a streaming connection, generation stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import regex
+
+from .grammar import Grammar
+from .lmsp import ResponseStream, problem, schema_validator
+from .session import resolve_grammar
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TOKENISH = regex.compile(r"\s*[^\s]{1,4}|\s+")
+
+
+def random_ids(kind: str) -> str:
+    """``kind_`` plus 26 random Crockford base-32 characters, like the ids in the LMSP examples."""
+    return f"{kind}_" + "".join(secrets.choice(_CROCKFORD) for _ in range(26))
+
+
+def tokens(text: str) -> list[str]:
+    """Text cut into token-sized pieces (a word piece of up to four characters with its leading space)."""
+    return _TOKENISH.findall(text)
+
+
+@dataclass
+class Generation:
+    """One generation in progress: text pieces, and what the backend says about them once done."""
+
+    pieces: AsyncIterator[str]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    truncated: bool = False
+
+
+class ReplayBackend:
+    """Replays recorded outputs (Qwen3 format, shipped with the package): a tool call when the request
+    offers tools, an answer after a tool result, otherwise a greeting; at most ``max_output_tokens``."""
+
+    def __init__(self, samples: dict[str, str] | None = None, *, delay: float = 0.0) -> None:
+        folder = resources.files("grammar_parse").joinpath("samples")
+        self.samples = samples or {name: folder.joinpath(f"{name}.txt").read_text(encoding="utf-8")
+                                   for name in ("answer", "tool_call", "after_tool")}
+        self.delay = delay
+        self.pulled = 0  # pieces handed out, across generations (tests watch it stop)
+
+    def choose(self, request: dict[str, Any]) -> str:
+        items = request.get("input", [])
+        if items and items[-1].get("type") == "function_call_output":
+            return self.samples["after_tool"]
+        return self.samples["tool_call"] if request.get("tools") else self.samples["answer"]
+
+    def start(self, request: dict[str, Any], prompt: str) -> Generation:
+        pieces = tokens(self.choose(request))
+        limit = request.get("max_output_tokens")
+        truncated = limit is not None and limit < len(pieces)
+        kept = pieces[:limit] if truncated else pieces
+        generation = Generation(pieces=self._emit(kept), input_tokens=len(tokens(prompt)), output_tokens=len(kept),
+                                truncated=truncated)
+        return generation
+
+    async def _emit(self, pieces: list[str]) -> AsyncIterator[str]:
+        for piece in pieces:
+            self.pulled += 1
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            yield piece
+
+
+def chatml_prompt(items: list[dict[str, Any]]) -> str:
+    """A ChatML rendering of the input items ending with an open assistant turn (the parser's prefix)."""
+    out = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item["content"]
+            text = content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+            out.append(f"<|im_start|>{item['role']}\n{text}<|im_end|>\n")
+        elif kind == "function_call":
+            out.append(f'<|im_start|>assistant\n<tool_call>\n{{"name": {json.dumps(item["name"])}, '
+                       f'"arguments": {item["arguments"]}}}\n</tool_call><|im_end|>\n')
+        elif kind == "function_call_output":
+            out.append(f"<|im_start|>user\n<tool_response>\n{item['output']}\n</tool_response><|im_end|>\n")
+    return "".join(out) + "<|im_start|>assistant\n"
+
+
+class HTTPProblem(Exception):
+    def __init__(self, status: int, code: str, detail: str, title: str | None = None) -> None:
+        super().__init__(detail)
+        self.document = problem(code, detail, status, title)
+        self.status = status
+
+
+@dataclass
+class LMSPApp:
+    """The ASGI application. ``model`` is the id clients ask for; ``grammar`` parses its output."""
+
+    grammar: Any = "qwen3"
+    model: str = "qwen3"
+    token: str | None = None
+    backend: Any = field(default_factory=ReplayBackend)
+    ids: Callable[[str], str] = random_ids
+    clock: Callable[[], float] = time.time
+    store: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.compiled: Grammar = resolve_grammar(self.grammar)
+        self.request_schema = schema_validator("request")
+        self.has_tools = any(r.field == "tool_calls" and r.parent is None for r in self.compiled.regions.values())
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            self._authorize(scope)
+            path, method = scope["path"].rstrip("/"), scope["method"]
+            if path == "/lmsp/v1/responses" and method == "POST":
+                await self._create(scope, receive, send)
+            elif path.startswith("/lmsp/v1/responses/") and method == "GET":
+                stored = self.store.get(path.rsplit("/", 1)[1])
+                if stored is None:
+                    raise HTTPProblem(404, "response_not_found", "no stored response has this id")
+                await _json(send, 200, stored)
+            else:
+                raise HTTPProblem(404, "not_found", f"{method} {scope['path']} is not an LMSP endpoint here")
+        except HTTPProblem as e:
+            headers = [(b"www-authenticate", b'Bearer realm="lmsp"')] if e.status == 401 else []
+            await _json(send, e.status, e.document, content_type=b"application/problem+json", headers=headers)
+
+    def _authorize(self, scope: dict[str, Any]) -> None:
+        if self.token is None:
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not secrets.compare_digest(given, f"Bearer {self.token}"):
+            raise HTTPProblem(401, "unauthorized", "a valid bearer token is required", "Unauthorized")
+
+    async def _read(self, receive: Callable[..., Any]) -> dict[str, Any]:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise HTTPProblem(400, "invalid_request", f"the body is not JSON: {e}") from None
+        errors = sorted(self.request_schema.iter_errors(request), key=lambda e: list(e.absolute_path))
+        if errors:
+            where = "/".join(str(p) for p in errors[0].absolute_path) or "(body)"
+            raise HTTPProblem(400, "invalid_request", f"{where}: {errors[0].message}")
+        return request
+
+    def _check(self, request: dict[str, Any]) -> None:
+        if request["model"] != self.model:
+            raise HTTPProblem(404, "model_not_found", f"this service serves {self.model!r}, not {request['model']!r}")
+        if request.get("tools") and not self.has_tools:
+            raise HTTPProblem(400, "unsupported_capability", "the model's output format has no tool calls")
+        if (request.get("response_format") or {}).get("type") == "json_schema":
+            raise HTTPProblem(400, "unsupported_capability", "structured output is not available for this model")
+        calls = {item["call_id"] for item in request["input"] if item.get("type") == "function_call"}
+        for item in request["input"]:
+            if item.get("type") == "function_call_output" and item["call_id"] not in calls:
+                raise HTTPProblem(400, "invalid_request",
+                                  f"function_call_output {item['call_id']!r} answers no function_call in the input")
+
+    async def _create(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        request = await self._read(receive)
+        self._check(request)
+        items = list(request["input"])
+        if (previous := request.get("previous_response_id")) is not None:
+            if previous not in self.store:
+                raise HTTPProblem(404, "response_not_found", "previous_response_id is not a stored response")
+            items = self.store[previous].get("_input", []) + self.store[previous]["output"] + items
+        prompt = chatml_prompt(items)
+        tools = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in request.get("tools") or []]
+        stream = ResponseStream(self.compiled, prompt, tools=tools or None, ids=self.ids)
+        created_at = int(self.clock())
+        generation = self.backend.start(request, prompt)
+        if request.get("stream"):
+            await self._stream(stream, generation, receive, send, request, created_at)
+            return
+        async for piece in generation.pieces:
+            stream.feed(piece)
+        stream.complete(generation.input_tokens, generation.output_tokens, truncated=generation.truncated)
+        response = stream.response(model=self.model, created_at=created_at)
+        if response["status"] == "failed":
+            raise HTTPProblem(500, "parse_failed", response["error"]["detail"], "The model output could not be parsed")
+        self._keep(request, items, response)
+        await _json(send, 200, response)
+
+    async def _stream(self, stream: ResponseStream, generation: Generation, receive: Callable[..., Any],
+                      send: Callable[..., Any], request: dict[str, Any], created_at: int) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # the client closing the connection stops generation
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            pieces = generation.pieces
+            async for piece in pieces:
+                if gone.is_set():
+                    break
+                if not await _frames(send, stream.feed(piece)) or stream.status != "in_progress":
+                    break
+            if gone.is_set():
+                await pieces.aclose()  # type: ignore[attr-defined]
+                return
+            await _frames(send, stream.complete(generation.input_tokens, generation.output_tokens,
+                                                truncated=generation.truncated))
+            self._keep(request, request["input"], stream.response(model=self.model, created_at=created_at))
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+
+    def _keep(self, request: dict[str, Any], items: list[dict[str, Any]], response: dict[str, Any]) -> None:
+        if request.get("store"):
+            self.store[response["id"]] = response | {"_input": items}
+
+
+async def _frames(send: Callable[..., Any], events: list[dict[str, Any]]) -> bool:
+    from .lmsp import sse
+
+    if events:
+        try:
+            await send({"type": "http.response.body", "body": "".join(map(sse, events)).encode(), "more_body": True})
+        except OSError:
+            return False
+    return True
+
+
+async def _json(send: Callable[..., Any], status: int, body: dict[str, Any], *, content_type: bytes = b"application/json",
+                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps({k: v for k, v in body.items() if not k.startswith("_")}, ensure_ascii=False).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def serve(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000) -> None:  # pragma: no cover - CLI entry
+    """Run the app with uvicorn (``pip install 'grammar-parse[serve]'``)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise SystemExit("grammar-parse serve needs an ASGI server: pip install 'grammar-parse[serve]'") from None
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+__all__ = ["Generation", "LMSPApp", "ReplayBackend", "chatml_prompt", "random_ids", "serve", "tokens"]
