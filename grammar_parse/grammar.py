@@ -170,6 +170,15 @@ class Grammar:
         return f"<Grammar {self.name or 'anonymous'}: {', '.join(self.fields)}>"
 
 
+def _delimiter_role(terminal: str, upper: str) -> str | None:
+    """"open"/"close" when ``terminal`` is ``UPPER_OPEN`` / ``UPPER_CLOSE``, optionally ``_SUFFIX``ed."""
+    for role in ("OPEN", "CLOSE"):
+        base = f"{upper}_{role}"
+        if terminal == base or terminal.startswith(base + "_"):
+            return role.lower()
+    return None
+
+
 def _directive_error(source_name: str, line: int, message: str) -> GrammarError:
     return GrammarError(message, code="grammar.directive", source=source_name, line=line, column=1)
 
@@ -324,7 +333,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
                 raise
             raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
         upper = rule.upper()
-        has_open = any(t.name == f"{upper}_OPEN" for t in parser.terminals)
+        has_open = any(_delimiter_role(t.name, upper) == "open" for t in parser.terminals)
         region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open, parent=parent,
                         key=key, entry_key=entry_key, scope=scope)
         regions[rule] = region
@@ -333,9 +342,10 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     terminals: dict[str, Terminal] = {}
     defined = {t.name: t for t in parser.terminals}
     for t in parser.terminals:
-        stem, _, suffix = t.name.rpartition("_")
-        region = by_upper.get(stem) if suffix in ("OPEN", "CLOSE") else None
-        role = suffix.lower() if region is not None else "delimiter"
+        # The longest region name wins: TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool.
+        owner = next((u for u in sorted(by_upper, key=len, reverse=True) if _delimiter_role(t.name, u)), None)
+        region = by_upper.get(owner) if owner else None
+        role = _delimiter_role(t.name, owner) if owner else "delimiter"
         try:
             matcher = _matcher(t)
         except regex.error as e:

@@ -23,7 +23,7 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
 from .compiler import compile_template
 from .delimiters import REGEX_SPACE
-from .errors import ArgumentError, FinalizedError, ParseError
+from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .scanner import SearchCache
@@ -31,6 +31,9 @@ from .tools import ToolTypes
 from .values import fill
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
+
+#: Default bound on one region's text (characters): a runaway region stops growing past it.
+MAX_REGION_CHARS = 64 * 1024 * 1024
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -78,7 +81,7 @@ class _Frame:
     """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
     values of its component regions, and where its events point (``path``, None for a message field)."""
 
-    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field")
+    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
                  field: str, path: list[Any] | None) -> None:
@@ -90,6 +93,7 @@ class _Frame:
         self.children: dict[str, Any] = {k: _copy_json(v) for k, v in region.scope.items()}
         self.field = field
         self.path = path
+        self.size = 0
 
 
 class ResponseParser:
@@ -100,6 +104,13 @@ class ResponseParser:
     complete on its own): it is truncated after the last start anchor and replayed, so a region the
     template pre-opened (``<think>`` in the prompt) is parsed correctly; its events are ``initial_events``.
 
+    ``strict=False`` (lenient mode) never raises because of model output: a region whose text cannot be
+    parsed keeps its raw text as its value, and the problem is recorded in :attr:`errors`, in the
+    message under ``"parse_errors"``, and as a ``parse_error`` event. ``discarded_spans`` lists the
+    output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
+    ``max_region_chars`` bounds one region's text. With ``extended_events=True`` each ``region_open``
+    also carries ``captures``, the named groups of its open delimiter.
+
     >>> p = ResponseParser("qwen3", prefix="")
     >>> events = p.feed("<think>hm</think>Hi")
     >>> message, final_events = p.finalize()
@@ -108,7 +119,8 @@ class ResponseParser:
     """
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
-                 extended_events: bool = False):
+                 strict: bool = True, extended_events: bool = False, trace: bool = False,
+                 max_region_chars: int = MAX_REGION_CHARS):
         self._grammar = grammar = resolve_grammar(template)
         self._legacy_log: list[str] | None = None
         if grammar.legacy_schema is not None:
@@ -128,7 +140,13 @@ class ResponseParser:
                 code="usage.prefix",
             )
         self._tools = ToolTypes.from_tools(tools)
+        self._strict = strict
         self._extended = extended_events  # region_open events also carry the open delimiter's captures
+        self._trace: list[dict[str, Any]] | None = [] if trace else None
+        self._max_region = max_region_chars
+        self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
+        self._discarded: list[list[int]] = []
+        self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._states = grammar.states
         self._output: Message = _copy_json(grammar.defaults)
         self._buf = ""
@@ -167,6 +185,19 @@ class ResponseParser:
         return self._output
 
     @property
+    def discarded_spans(self) -> list[tuple[int, int]]:
+        """[start, end) offsets of output text that went into no field (text outside every region)."""
+        return [(a, b) for a, b in self._discarded]
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        """With ``trace=True``: every consumed piece of the output in order, as ``{"kind": "text" |
+        "delimiter" | "discarded", "start", "end", "field" or "terminal"}`` (prompt replay excluded)."""
+        if self._trace is None:
+            raise RuntimeError("create the parser with trace=True to record spans")
+        return self._trace
+
+    @property
     def finalized(self) -> bool:
         return self._finalized
 
@@ -189,15 +220,38 @@ class ResponseParser:
                     self._buf = combined[len(kept):]
                     if not kept:
                         return []
-                    self._base += len(kept)
                     if append is None:
+                        self._note_discard(self._offset(0), self._offset(len(kept)))
+                        self._base += len(kept)
                         return []
+                    self._base += len(kept)
                     append(kept)
                     return [{"type": "region_chunk", "field": field, "text": kept, "dirty": dirty}]
             self._buf += text
         events: list[Event] = []
-        self._process(events, eos=False)
+        self._guarded(events, eos=False)
         return events
+
+    def _guarded(self, events: list[Event], eos: bool) -> None:
+        """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
+        the rest of the output is discarded (reported), instead of raising."""
+        if self._degraded:
+            self._events = events
+            self._discard(len(self._buf))
+            if eos:
+                self._close_open()
+            return
+        try:
+            self._process(events, eos)
+        except GrammarParseError as e:
+            if self._strict:
+                raise
+            self._events = events
+            self._record(e.code, str(e), getattr(e, "field", None), None)
+            self._degraded = True
+            self._discard(len(self._buf))
+            if eos:
+                self._close_open()
 
     def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
         """End the stream: close open regions, return the message and the last events.
@@ -215,20 +269,59 @@ class ResponseParser:
             if self._legacy_log is not None:
                 self._legacy_log.append(text)
         events: list[Event] = []
-        self._process(events, eos=True)
+        self._guarded(events, eos=True)
         if self._legacy_log is not None:
             return self._settle_legacy(events)
         missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
         if missing:
-            raise ParseError(
+            error = ParseError(
                 f"Required response_template fields missing from parsed output: {missing}",
                 code="parse.missing_field",
                 message_so_far=self._output,
                 hint="The model did not produce them; mark the fields optional if that is acceptable.",
             )
+            if self._strict:
+                raise error
+            self._record(error.code, str(error), missing[0], None)
         defaults = self._grammar.defaults
         self._output = {k: v for k, v in self._output.items() if k in defaults or not _is_empty(v)}
+        if self.errors:
+            self._output["parse_errors"] = self.errors
         return self._output, events
+
+    # ------------------------------------------------------------------ lenient mode and accounting
+    def _offset(self, buffer_pos: int) -> int:
+        """Offset in the model output (negative inside the replayed prompt) of a buffer position."""
+        return self._base + buffer_pos - self._prefix_len
+
+    def _record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
+        """Lenient mode: keep a problem with its stable code, field and output span, and tell the stream."""
+        error = {"code": code, "field": field, "span": span, "message": message}
+        self.errors.append(error)
+        self._events.append({"type": "parse_error", **error})  # type: ignore[typeddict-item]
+
+    def _discard(self, end: int) -> None:
+        """Drop buffer text up to ``end`` (it belongs to no field), and report its span."""
+        start = self._pos
+        if end > start:
+            self._note_discard(self._offset(start), self._offset(end))
+            self._pos = end
+
+    def _note_discard(self, start: int, end: int) -> None:
+        if end <= start or end <= 0:
+            return
+        start = max(start, 0)
+        if self._discarded and self._discarded[-1][1] == start:
+            self._discarded[-1][1] = end
+        else:
+            self._discarded.append([start, end])
+        if self._trace is not None:
+            self._trace.append({"kind": "discarded", "start": start, "end": end})
+
+    def _close_open(self) -> None:
+        """Close every open region, innermost first (end of output, or giving up in lenient mode)."""
+        while self._frames:
+            self._close(self._frames[-1].region)
 
     def _settle_legacy(self, events: list[Event]) -> tuple[Any, list[Event]]:
         """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
@@ -286,6 +379,7 @@ class ResponseParser:
                     idle = term.role == "close" and not (self._frames and self._frames[-1].region is term.region)
                     if idle or marker == self._last_empty:
                         if eos:
+                            self._discard(len(buf))  # transformers leaves the rest unparsed
                             self._end()
                         break
                     self._last_empty = marker
@@ -307,7 +401,8 @@ class ResponseParser:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
         info = self._states[self._parser.state_stack[-1]]
         quiet = info.scanner.quiet
-        if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text:
+        if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text \
+                or self._trace is not None or self._max_region < MAX_REGION_CHARS:
             return None
         trigger = quiet.triggers if len(quiet.triggers) == 1 else None
         search = None if trigger is not None else quiet.hits
@@ -338,21 +433,46 @@ class ResponseParser:
             self._cache.clear()
 
     def _text(self, term: Terminal | None, text: str) -> None:
+        start = self._offset(self._pos)
         if term is None:
             term = self._accepted_text()
         if term is None:
-            raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
+            if self._strict:
+                raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
+            self._record("parse.unexpected", f"text {text[:40]!r} where the grammar allows none", None,
+                         [start, start + len(text)])
+            self._note_discard(start, start + len(text))
+            return
         if self._run is not term:
             self._run = None
             self._shift(Token(term.name, ""))  # the text itself stays out of Lark (no copy)
             self._run = term
-        if term.role == "text":
-            frame = self._frames[-1]
-            frame.chunks.append(text)
-            event: Any = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
-            if frame.path is not None:
-                event["path"] = frame.path
-            self._events.append(event)
+        if term.role != "text":
+            self._note_discard(start, start + len(text))
+            return
+        frame = self._frames[-1]
+        frame.size += len(text)
+        if frame.size > self._max_region:
+            if self._strict:
+                raise ParseError(f"region {frame.field} is longer than {self._max_region} characters",
+                                 code="parse.region_too_large", field=frame.field,
+                                 position=frame.start - self._prefix_len,
+                                 hint="Raise max_region_chars if such output is expected.")
+            keep = max(0, len(text) - (frame.size - self._max_region))
+            if keep < len(text) and frame.size - len(text) <= self._max_region:
+                self._record("parse.region_too_large", f"region {frame.field} is longer than {self._max_region} "
+                             "characters; the rest of it is discarded", frame.field, [start + keep, start + len(text)])
+            self._note_discard(start + keep, start + len(text))
+            text = text[:keep]
+            if not text:
+                return
+        if self._trace is not None:
+            self._trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
+        frame.chunks.append(text)
+        event: Any = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
+        if frame.path is not None:
+            event["path"] = frame.path
+        self._events.append(event)
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
@@ -369,6 +489,9 @@ class ResponseParser:
 
     def _token(self, term: Terminal, hit: Any) -> None:
         self._run = None
+        if self._trace is not None and hit[1] > hit[0]:
+            self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
+                                "end": self._offset(hit[1])})
         self._hit, self._hit_term = hit, term
         self._shift(Token(term.name, self._buf[hit[0]:hit[1]]))
         self._hit, self._hit_term = None, None
@@ -401,8 +524,7 @@ class ResponseParser:
         except UnexpectedToken:
             # The output stopped where the grammar wanted more (a region's close delimiter, a required
             # part): close what is open, innermost first, as a truncated stream should be.
-            while self._frames:
-                self._close(self._frames[-1].region)
+            self._close_open()
 
     def _unexpected(self, what: str) -> ParseError:
         return ParseError(
@@ -473,8 +595,11 @@ class ResponseParser:
     def _close(self, region: Region) -> None:
         if not self._frames or self._frames[-1].region is not region:
             # A field without an opener opens at its first text; a rule that held none never opened it.
-            assert region.implicit, (region.rule, [f.region.rule for f in self._frames])
-            return
+            if region.implicit:
+                return
+            # A rule reduced as this region without its open delimiter (an alternative opened by another
+            # terminal): it is an empty region.
+            self._push(region, {}, self._offset(self._pos) + self._prefix_len, "")
         frame = self._frames.pop()
         spec = region.spec
         hit, closing = self._hit, self._hit_term
@@ -491,7 +616,11 @@ class ResponseParser:
                     code="parse.join",
                 )
         except ParseError as e:
-            raise e.locate(region.field, frame.start - self._prefix_len, self._output) from None
+            e.locate(region.field, frame.start - self._prefix_len, self._output)
+            if self._strict:
+                raise e from None
+            value = "".join(frame.chunks).strip()  # the raw text is kept
+            self._record(e.code, str(e), region.field, [frame.start - self._prefix_len, self._offset(self._pos)])
         if region.parent is not None:
             self._store_component(frame, value)
             return
@@ -501,11 +630,13 @@ class ResponseParser:
             previous = output.get(key)
             output[key] = value if previous is None else previous + spec.join + value
         elif spec.repeats:
+            # A list per region (transform_each) adds its elements: two blocks of calls are one list.
+            values = value if spec.transform_each and isinstance(value, list) else [value]
             existing = output.get(key)
             if isinstance(existing, list):
-                existing.append(value)
+                existing.extend(values)
             else:
-                output[key] = [value]
+                output[key] = list(values)
         else:
             output[key] = value
         self._events.append({"type": "region_close", "field": key, "value": value})

@@ -27,7 +27,8 @@ STREAMABLE_PARSERS = frozenset({"text", "int", "float", "bool"})
 # output never contains them, and if it does we refuse rather than corrupt the value.
 _SENTINEL_OPEN, _SENTINEL_CLOSE = "\x01", "\x02"
 _UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")
-PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
+# {path}, or alternatives {a.b|c} of which the first present wins, optionally {...?} (may be absent).
+PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*(?:\|\w+(?:\.\w+)*)*)(\??)\}")
 
 
 def _text(text: str, args: Mapping[str, Any]) -> str:
@@ -215,18 +216,39 @@ def parse_content(text: str, name: str, args: Mapping[str, Any]) -> Any:
     return CONTENT_PARSERS[name](text, args)
 
 
+_MISSING = object()  # an optional placeholder with nothing to fill in: its key or element is left out
+
+
 def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
-    """Rebuild ``template`` with every whole-string ``{path}`` replaced by the value it names."""
+    """Rebuild ``template`` with every whole-string ``{path}`` replaced by the value it names.
+
+    Beyond transformers' ``{path}``: ``{a|b}`` takes the first path that exists, and a trailing ``?``
+    (``{id?}``) leaves the key (or list element) out when none does.
+    """
     if isinstance(template, dict):
-        return {k: _fill(v, scope) for k, v in template.items()}
+        filled = {k: _fill(v, scope) for k, v in template.items()}
+        return {k: v for k, v in filled.items() if v is not _MISSING}
     if isinstance(template, list):
-        return [_fill(v, scope) for v in template]
+        return [v for v in (_fill(v, scope) for v in template) if v is not _MISSING]
     if not isinstance(template, str):
         return template
     whole = PLACEHOLDER.fullmatch(template)
     if whole is None:
         return template
-    path = whole.group(1)
+    paths, optional = whole.group(1).split("|"), whole.group(2) == "?"
+    first_error: ParseError | None = None
+    for path in paths:
+        try:
+            return _lookup(path, scope)
+        except ParseError as e:  # PlaceholderError too
+            first_error = first_error or e
+    if optional:
+        return _MISSING
+    assert first_error is not None
+    raise first_error
+
+
+def _lookup(path: str, scope: Mapping[str, Any]) -> Any:
     root, *keys = path.split(".")
     if root not in scope:
         raise PlaceholderError(
@@ -251,7 +273,10 @@ def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
 
 def fill(template: Any, scope: Mapping[str, Any]) -> Any:
     """``template`` with its whole-string ``{path}`` placeholders replaced from ``scope``."""
-    return _fill(template, scope)
+    value = _fill(template, scope)
+    if value is _MISSING:
+        raise PlaceholderError(f"nothing to fill in for {template!r}", code="parse.placeholder")
+    return value
 
 
 def mixed_placeholder(template: Any) -> str | None:

@@ -56,3 +56,13 @@ def test_golden(grammar, path, request):
     for chunk in (1, 2, 3, 5, 7, 13):
         streamed = run(grammar, text, prefix, tools, chunk)
         assert strict_equal(streamed, expected), f"chunk size {chunk}: {json.dumps(streamed, ensure_ascii=False)}"
+@pytest.mark.parametrize("name", sorted(grammar_parse.list_grammars()))
+def test_every_builtin_grammar_has_its_golden_cases(name):
+    folder = GOLDEN / name
+    assert folder.is_dir(), f"tests/golden/{name}/ is missing"
+    stems = {p.stem for p in folder.glob("*.txt") if not p.name.endswith(".prefix.txt")}
+    assert REQUIRED <= stems, f"missing cases: {sorted(REQUIRED - stems)}"
+    assert stems & TRUNCATION, "needs a truncated or malformed case"
+    grammar = grammar_parse.load_grammar(name)
+    if any(r.field in ("reasoning_content", "thinking", "reasoning") for r in grammar.regions.values()):
+        assert "reasoning" in stems, "a grammar with reasoning needs a reasoning case"

@@ -1,0 +1,243 @@
+"""LMSP 1.0 Responses: items and events from parsed output, validated against the protocol's schemas,
+and the reference endpoint tested end to end on loopback with a real HTTP client."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grammar_parse.lmsp import ResponseStream, parse_sse, respond, schema_validator, sse
+from grammar_parse.server import LMSPApp, ReplayBackend, tokens
+
+uvicorn = pytest.importorskip("uvicorn")  # in the test extra
+httpx = pytest.importorskip("httpx")
+
+EVENT, RESPONSE = schema_validator("event"), schema_validator("response")
+SAMPLE = (Path(__file__).resolve().parents[1] / "examples" / "qwen3_tool_call.txt").read_text(encoding="utf-8")
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather now",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+
+
+def counter():
+    n = itertools.count(1)
+    return lambda kind: f"{kind}_{next(n):026d}"
+
+
+def valid(validator, obj) -> None:
+    errors = list(validator.iter_errors(obj))
+    assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)} in {json.dumps(obj)[:300]}"
+
+
+def check_stream(events: list[dict[str, Any]]) -> None:
+    """Ids 1..n strictly increasing, every frame valid, exactly one final event, last."""
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    for e in events:
+        valid(EVENT, e)
+    finals = [e for e in events if e["event"] in ("response.completed", "response.incomplete", "response.failed",
+                                                  "response.cancelled")]
+    assert len(finals) == 1 and events[-1] is finals[0]
+    assert events[0]["event"] == "response.created"
+
+
+def rebuild(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The output array a client assembles from the stream: items as done, in output_index order."""
+    done = {e["data"]["output_index"]: e["data"]["item"] for e in events if e["event"] == "response.output_item.done"}
+    texts: dict[int, str] = {}
+    for e in events:
+        if e["event"].endswith(".delta"):
+            texts[e["data"]["output_index"]] = texts.get(e["data"]["output_index"], "") + e["data"]["delta"]
+    for index, item in done.items():  # the deltas add up to what each done item says
+        said = item.get("arguments") if item["type"] == "function_call" else (
+            (item.get("content") or item.get("summary"))[0]["text"])
+        assert texts.get(index, "") == said
+    return [done[i] for i in sorted(done)]
+
+
+# ---------------------------------------------------------------------------- pure items and events
+@pytest.mark.parametrize("size", [1, 3, 7, 1000])
+def test_stream_and_one_shot_describe_the_same_output(size):
+    stream = ResponseStream("qwen3", "", ids=counter())
+    events = []
+    for i in range(0, len(SAMPLE), size):
+        events += stream.feed(SAMPLE[i:i + size])
+    events += stream.complete(12, 40)
+    check_stream(events)
+    response = stream.response(model="qwen3", created_at=1)
+    valid(RESPONSE, response)
+    assert rebuild(events) == response["output"]
+    assert [item["type"] for item in response["output"]] == ["reasoning", "message", "function_call", "function_call"]
+    assert json.loads(response["output"][2]["arguments"]) == {"city": "Paris", "unit": "celsius"}
+    assert respond(SAMPLE, "qwen3", prefix="", model="qwen3", created_at=1, ids=counter(), input_tokens=12,
+                   output_tokens=40) == response
+    assert parse_sse("".join(map(sse, events))) == events
+
+
+def test_truncation_closes_regions_and_keeps_them():
+    stream = ResponseStream("qwen3", "", ids=counter())
+    events = stream.feed("<think>Half a thought") + stream.complete(3, 5, truncated=True)
+    check_stream(events)
+    assert events[-1]["data"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    response = stream.response(model="qwen3", created_at=1)
+    assert response["status"] == "incomplete" and response["output"][0]["summary"][0]["text"] == "Half a thought"
+    valid(RESPONSE, response)
+
+
+def test_parse_failure_ends_the_stream_with_a_problem():
+    stream = ResponseStream("qwen3", "", ids=counter())
+    events = stream.feed("<tool_call>{not json</tool_call>") + stream.complete()
+    check_stream(events)
+    assert events[-1]["event"] == "response.failed" and events[-1]["data"]["error"]["code"] == "parse_failed"
+
+
+def test_model_written_call_ids_are_kept():
+    stream = ResponseStream("kimi_k2", "", ids=counter())
+    text = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+            '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>')
+    stream.feed(text)
+    stream.complete()
+    item = stream.response(model="m", created_at=0)["output"][0]
+    assert item["call_id"] == "functions.get_weather:0" and item["name"] == "get_weather"
+
+
+# ---------------------------------------------------------------------------- the endpoint on loopback
+class Server:
+    def __init__(self, app: LMSPApp) -> None:
+        self.config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
+        self.server = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        for _ in range(500):
+            if self.server.started:
+                break
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+@pytest.fixture()
+def served() -> Iterator[tuple[str, LMSPApp]]:
+    app = LMSPApp(grammar="qwen3", model="qwen3", token="secret", ids=counter(), clock=lambda: 1794200000)
+    with Server(app) as url:
+        yield url, app
+
+
+def post(url: str, body: Any, token: str | None = "secret", **kw: Any) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(f"{url}/lmsp/v1/responses", content=data, headers={**headers, "Content-Type": "application/json"},
+                      timeout=10, **kw)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def test_sync_and_stream_describe_the_same_output(served):
+    url, _ = served
+    sync = post(url, {"model": "qwen3", "input": [user("Hi")]})
+    assert sync.status_code == 200
+    response = sync.json()
+    valid(RESPONSE, response)
+    assert response["status"] == "completed" and response["usage"]["output_tokens"] > 0
+    streamed = post(url, {"model": "qwen3", "input": [user("Hi")], "stream": True})
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(streamed.text)
+    check_stream(events)
+    output = rebuild(events)
+    strip_ids = lambda items: [{k: v for k, v in i.items() if k != "id"} for i in items]  # noqa: E731
+    assert strip_ids(output) == strip_ids(response["output"])
+    assert [i["type"] for i in output] == ["reasoning", "message"]
+
+
+def test_tool_call_round_trip(served):
+    url, _ = served
+    first = post(url, {"model": "qwen3", "input": [user("Weather in Hangzhou?")], "tools": TOOLS}).json()
+    call = next(item for item in first["output"] if item["type"] == "function_call")
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Hangzhou"}
+    follow = {"model": "qwen3", "tools": TOOLS, "input": [
+        user("Weather in Hangzhou?"), {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 17}'}]}
+    second = post(url, follow)
+    assert second.status_code == 200, second.text
+    text = next(item for item in second.json()["output"] if item["type"] == "message")["content"][0]["text"]
+    assert "17 degrees" in text
+    wrong = post(url, {**follow, "input": follow["input"][:1] + follow["input"][2:]})
+    assert wrong.status_code == 400 and wrong.json()["code"] == "invalid_request"
+
+
+def test_max_output_tokens_gives_response_incomplete(served):
+    url, _ = served
+    events = parse_sse(post(url, {"model": "qwen3", "input": [user("Hi")], "stream": True,
+                                  "max_output_tokens": 5}).text)
+    check_stream(events)
+    assert events[-1]["event"] == "response.incomplete"
+    assert events[-1]["data"]["incomplete_details"]["reason"] == "max_output_tokens"
+    sync = post(url, {"model": "qwen3", "input": [user("Hi")], "max_output_tokens": 5}).json()
+    assert sync["status"] == "incomplete" and sync["usage"]["output_tokens"] == 5
+
+
+@pytest.mark.parametrize("body, token, status, code", [
+    ({"model": "qwen3", "input": [user("Hi")]}, None, 401, "unauthorized"),
+    ({"model": "qwen3", "input": [user("Hi")]}, "wrong", 401, "unauthorized"),
+    (b"{not json", "secret", 400, "invalid_request"),
+    ({"model": "qwen3"}, "secret", 400, "invalid_request"),
+    ({"model": "qwen3", "input": [user("Hi")], "max_output_tokens": 0}, "secret", 400, "invalid_request"),
+    ({"model": "other", "input": [user("Hi")]}, "secret", 404, "model_not_found"),
+    ({"model": "qwen3", "input": [user("Hi")], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object"}}}}, "secret", 400, "unsupported_capability"),
+])
+def test_errors_are_problem_documents(served, body, token, status, code):
+    url, _ = served
+    reply = post(url, body, token=token)
+    assert reply.status_code == status
+    assert reply.headers["content-type"] == "application/problem+json"
+    assert reply.json()["code"] == code
+    valid(schema_validator("problem"), reply.json())
+
+
+def test_tools_need_a_grammar_with_tool_calls():
+    app = LMSPApp(grammar={"start_anchor": "A", "fields": {"content": {}}}, model="plain", ids=counter())
+    with Server(app) as url:
+        reply = post(url, {"model": "plain", "input": [user("Hi")], "tools": TOOLS}, token=None)
+    assert reply.status_code == 400 and reply.json()["code"] == "unsupported_capability"
+
+
+def test_stored_responses_and_unknown_ids(served):
+    url, app = served
+    kept = post(url, {"model": "qwen3", "input": [user("Hi")], "store": True}).json()
+    got = httpx.get(f"{url}/lmsp/v1/responses/{kept['id']}", headers={"Authorization": "Bearer secret"})
+    assert got.status_code == 200 and got.json() == kept
+    missing = httpx.get(f"{url}/lmsp/v1/responses/resp_nope", headers={"Authorization": "Bearer secret"})
+    assert missing.status_code == 404 and missing.json()["code"] == "response_not_found"
+    not_kept = post(url, {"model": "qwen3", "input": [user("Hi")]}).json()
+    assert httpx.get(f"{url}/lmsp/v1/responses/{not_kept['id']}",
+                     headers={"Authorization": "Bearer secret"}).status_code == 404
+
+
+def test_closing_the_connection_stops_generation():
+    backend = ReplayBackend(delay=0.02)
+    app = LMSPApp(grammar="qwen3", model="qwen3", backend=backend, ids=counter())
+    with Server(app) as url:
+        with httpx.stream("POST", f"{url}/lmsp/v1/responses", timeout=10,
+                          json={"model": "qwen3", "input": [user("Hi")], "stream": True}) as reply:
+            for _ in itertools.islice(reply.iter_lines(), 6):
+                pass
+        time.sleep(0.5)
+        pulled = backend.pulled
+        time.sleep(0.3)
+        assert backend.pulled == pulled, "generation goes on after the client left"
+    total = len(tokens(backend.samples["answer"]))
+    assert pulled < total
