@@ -15,6 +15,11 @@ text fields are stripped as the parser strips them (leading whitespace is never 
 whitespace only once more text follows), and each ``arguments`` string is the concatenation of its
 fragments. ``finish_reason`` is ``tool_calls`` when calls were made, ``stop`` otherwise, and ``length``
 whenever the generator says it stopped at its token limit (a truncated call is reported, not hidden).
+
+With ``strict=False`` broken output never raises: the message gets the parser's ``parse_errors``, and
+a tool call whose text could not be parsed keeps the name and arguments it streamed, with an
+``errors`` list saying why (a call that never got a name sends nothing and is left out; its text is in
+the error's span).
 """
 
 from __future__ import annotations
@@ -81,14 +86,16 @@ class ChatCompletionsStream:
         tools: Iterable[Any] | None = None,
         reasoning_field: str = "reasoning_content",
         ids: Callable[[str], str] | None = None,
+        strict: bool = True,
     ) -> None:
         self.tools = list(tools) if tools is not None else None
-        self.parser = ResponseParser(template, prefix, tools=self.tools, extended_events=True)
+        self.parser = ResponseParser(template, prefix, tools=self.tools, extended_events=True, strict=strict)
         self.calls = ToolCallStreamer(self.parser.grammar, self.tools)
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, _StrippedText] = {}
         self.call_ids: dict[int, str] = {}
+        self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
         self.started = False
         self.finish_reason: str | None = None
         self._message: dict[str, Any] | None = None
@@ -140,9 +147,11 @@ class ChatCompletionsStream:
         if "name" in delta:
             call_id = delta.get("id") or self.ids("call")
             self.call_ids[index] = call_id
-            return {"index": index, "id": call_id, "type": "function",
+            # a lenient parse can leave a call without a name (never sent): the wire indexes stay dense
+            wire = self.wire_index.setdefault(index, len(self.wire_index))
+            return {"index": wire, "id": call_id, "type": "function",
                     "function": {"name": delta["name"], "arguments": delta.get("arguments", "")}}
-        return {"index": index, "function": {"arguments": delta["arguments"]}}
+        return {"index": self.wire_index[index], "function": {"arguments": delta["arguments"]}}
 
     def _build_message(self, parsed: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
@@ -152,9 +161,19 @@ class ChatCompletionsStream:
         if reasoning is not None:
             message[self.reasoning_field] = self.texts[self.reasoning_field].value \
                 if self.reasoning_field in self.texts else reasoning
+        problems = [e["message"] for e in self.parser.errors if e["field"] == self.calls.field]
         calls = []
         for index, call in enumerate(parsed.get(self.calls.field) or []):
-            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            if not isinstance(call, dict):
+                # lenient mode kept a broken call's raw text: report the call as streamed, if it got a name
+                problem = problems.pop(0) if problems else "the call could not be parsed"
+                if index in self.wire_index:
+                    calls.append({"id": self.call_ids[index], "type": "function",
+                                  "function": {"name": self.calls.calls[index].name,
+                                               "arguments": self.calls.arguments_text(index)},
+                                  "errors": [problem]})
+                continue
+            fn = call.get("function", {})
             arguments = self.calls.arguments_text(index) if index < self.calls.count else \
                 json.dumps(fn.get("arguments", {}), ensure_ascii=False)
             entry: dict[str, Any] = {"id": self.call_ids.get(index) or call.get("id") or self.ids("call"),
@@ -164,14 +183,17 @@ class ChatCompletionsStream:
             calls.append(entry)
         if calls:
             message["tool_calls"] = calls
+        if self.parser.errors:
+            message["parse_errors"] = self.parser.errors
         return message
 
 
 def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None, tools: Iterable[Any] | None = None,
                  reasoning_field: str = "reasoning_content", ids: Callable[[str], str] | None = None,
-                 length: bool = False) -> tuple[dict[str, Any], str]:
+                 length: bool = False, strict: bool = True) -> tuple[dict[str, Any], str]:
     """One-shot: the Chat Completions message and finish_reason for a complete output."""
-    stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids)
+    stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids,
+                                   strict=strict)
     stream.feed(text)
     stream.finish(length=length)
     return stream.message, stream.finish_reason  # type: ignore[return-value]

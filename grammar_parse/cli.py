@@ -35,11 +35,12 @@ def _parser(args: argparse.Namespace) -> ResponseParser:
     tools = _read_json(args.tools_file, "tools file") if args.tools_file else None
     if tools is not None and not isinstance(tools, list):
         raise SystemExit("grammar-parse: the tools file must hold a JSON list of tool schemas")
-    return ResponseParser(_grammar(args.grammar), prefix, tools=tools)
+    return ResponseParser(_grammar(args.grammar), prefix, tools=tools, strict=not args.lenient)
 
 
 def _dump(obj: Any, out: TextIO, compact: bool = False) -> None:
-    out.write(json.dumps(obj, ensure_ascii=False, indent=None if compact else 2) + "\n")
+    text = json.dumps(obj, ensure_ascii=False, indent=None if compact else 2)
+    out.write(text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")  # lone surrogates escaped
     out.flush()
 
 
@@ -135,6 +136,8 @@ def build_argparser() -> argparse.ArgumentParser:
                             "legacy response_schema or tokenizer_config.json")
         p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
         p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
+        p.add_argument("--lenient", action="store_true",
+                       help="never fail on model output: keep unparseable text and report it under parse_errors")
 
     p = sub.add_parser("parse", help="parse a complete output and print the message as JSON")
     grammar_options(p)

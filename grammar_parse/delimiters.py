@@ -37,6 +37,9 @@ except ImportError:  # pragma: no cover - older Pythons
 
 UNBOUNDED = 1 << 30
 
+#: Seconds one search of a delimiter (or content) pattern may take before the parse fails (parse.timeout).
+REGEX_TIMEOUT = 1.0
+
 #: (start, end, match object or None for literals)
 Hit = tuple[int, int, Any]
 
@@ -104,10 +107,16 @@ def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
     return sensitive
 
 
+def _unnamed(pattern: str) -> str:
+    """``pattern`` with its named groups made non-capturing (for analysis, never for matching)."""
+    return regex.sub(r"(?<!\\)((?:\\\\)*)\(\?P<\w+>", r"\1(?:", pattern)
+
+
 def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
     """Analyse ``pattern`` with Python's own regex parser; unknown syntax gives a cautious answer."""
-    # \p{..} classes exist only in `regex`; any one character stands in for them here.
-    simplified = regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern)
+    # \p{..} classes exist only in `regex`; any one character stands in for them here. Named groups do
+    # not matter to the shape, and `regex` allows a name twice where the stdlib parser does not.
+    simplified = _unnamed(regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern))
     try:
         parsed = _sre_parse.parse(simplified, flags & ~regex.VERSION1 & 0xFFFF)
     except Exception:  # noqa: BLE001 - any syntax the stdlib parser lacks
@@ -367,6 +376,8 @@ class RegexMatcher:
         self.context = shape.context
         self.lookaround = shape.lookaround
         self.zero_width = self.compiled.match("") is not None
+        # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
+        self.limit: dict[str, float] = {"timeout": REGEX_TIMEOUT} if backtracking_risk(pattern)[1] else {}
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
@@ -380,7 +391,7 @@ class RegexMatcher:
         try:
             import interegular
 
-            stripped = _strip_anchors(self.pattern)
+            stripped = _strip_anchors(_unnamed(self.pattern))
             source = stripped if not self.flags & regex.DOTALL else f"(?s:{stripped})"
             return Automaton(interegular.parse_pattern(source).to_fsm())
         except Exception:  # noqa: BLE001 - lookbehinds, backreferences, regex-only syntax
@@ -389,7 +400,7 @@ class RegexMatcher:
     def search(self, buf: str, pos: int) -> Hit | None:
         if self.lowered is not None:
             return self._search_lowered(buf, pos)
-        m = self.compiled.search(buf, pos)
+        m = self.compiled.search(buf, pos, **self.limit)
         return None if m is None else (m.start(), m.end(), m)
 
     def _search_lowered(self, buf: str, pos: int) -> Hit | None:
@@ -415,7 +426,7 @@ class RegexMatcher:
         # Without an automaton, ask the regex engine (it may over-report, which only holds text longer);
         # a bounded look-back keeps one huge chunk from making this quadratic.
         for s in range(max(lo, hi - 4096), hi):
-            if self.compiled.fullmatch(buf, s, partial=True) is not None:
+            if self.compiled.fullmatch(buf, s, partial=True, **self.limit) is not None:
                 return s
         return -1
 
@@ -427,14 +438,14 @@ class RegexMatcher:
         completion = automaton.completion(buf[hit[0]:]) if automaton is not None else None
         if completion is None:
             return False
-        m = self.compiled.match(buf + completion, hit[0])
+        m = self.compiled.match(buf + completion, hit[0], **self.limit)
         return m is not None and m.span() == (hit[0], hit[1])
 
     def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
         """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""
         n = len(buf)
         if hit is None:
-            m = self.compiled.search(buf, pos, partial=True)
+            m = self.compiled.search(buf, pos, partial=True, **self.limit)
             return None, (-1 if m is None or m.start() >= n else m.start())
         lo = pos if self.max_width >= UNBOUNDED else max(pos, n - self.max_width)
         partial = self._first_alive(buf, lo, hit[0])
@@ -449,3 +460,65 @@ Matcher = LiteralMatcher | RegexMatcher
 
 
 __all__ = ["Hit", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "pattern_shape"]
+
+
+def _repeat_ops() -> tuple[Any, ...]:
+    return (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
+
+
+def _unbounded(op: Any, av: Any) -> bool:
+    return op in _repeat_ops() and av[1] >= _sre.MAXREPEAT
+
+
+def _flat(items: Any) -> list[Any]:
+    """Items with capturing groups opened up (a group does not change how a repeat backtracks)."""
+    out: list[Any] = []
+    for op, av in items:
+        out.extend(_flat(av[-1]) if op is _sre.SUBPATTERN else [(op, av)])
+    return out
+
+
+def _risk_walk(items: Any, found: list[str], counter: list[int]) -> bool:
+    """Count backtracking repeats (``counter[0]``), note complex ones (``counter[1]``: a repeat holding a
+    choice or another repeat) and record nested repeats nothing anchors. Returns whether ``items``
+    contain a repeat."""
+    has = False
+    for op, av in items:
+        if op in _repeat_ops():
+            has = True
+            body = _flat(av[2])
+            inner = _risk_walk(body, found, counter)
+            if av[1] >= _sre.MAXREPEAT:
+                counter[0] += 1
+                if inner or any(o is _sre.BRANCH for o, _ in body):
+                    counter[1] += 1
+                if inner and all(o in _repeat_ops() for o, _ in body):
+                    found.append("a repeated group made only of repeats ((a+)+, (\\w+\\s?)*): it backtracks "
+                                 "exponentially on a near miss")
+        elif op is _sre.SUBPATTERN:
+            has |= _risk_walk(av[-1], found, counter)
+        elif op is _sre.BRANCH:
+            for alt in av[1]:
+                has |= _risk_walk(alt, found, counter)
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            has |= _risk_walk(av[1], found, counter)
+        # possessive repeats and atomic groups never backtrack: they are safe by construction
+    return has
+
+
+def backtracking_risk(pattern: str) -> tuple[str | None, bool]:
+    """(why the pattern is rejected, or None; whether searches need a time limit).
+
+    A repeat nested in a repeat with nothing fixed between them (``(\\w+\\s?)*``, ``(a+)+``) backtracks
+    exponentially on a near miss: rejected. Several independent unbounded repeats (``.*?\\S.*?``) can be
+    quadratic: allowed, with a time limit on every search.
+    """
+    simplified = _unnamed(regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern))
+    try:
+        parsed = _sre_parse.parse(simplified, regex.DOTALL)
+    except Exception:  # noqa: BLE001 - regex-only syntax: not analysed, so always time-limited
+        return None, True
+    found: list[str] = []
+    counter = [0, 0]
+    _risk_walk(parsed, found, counter)
+    return (found[0] if found else None), counter[0] >= 2 or counter[1] > 0

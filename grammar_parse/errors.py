@@ -28,6 +28,7 @@ ERROR_CODES: dict[str, str] = {
     "template.fields": "the template has no fields, or more than one field without an opener",
     "template.delimiter": "an open/close/start_anchor delimiter is empty, of the wrong type, or given twice",
     "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
+    "template.regex_backtracking": "a pattern nests repeats so that it can backtrack catastrophically",
     "template.content": "a field names an unknown content parser or gives it bad arguments",
     "template.join": "'join' is not a string or is used without 'repeats'",
     "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
@@ -46,6 +47,10 @@ ERROR_CODES: dict[str, str] = {
     "parse.placeholder": "a transform names a placeholder that is not defined",
     "parse.join": "a joined field produced a value that is not a string",
     "parse.missing_field": "a field marked optional: false never appeared",
+    "parse.json_depth": "a json region nests deeper than the limit (JSON_MAX_DEPTH)",
+    "parse.region_too_large": "a region's text is longer than max_region_chars",
+    "parse.timeout": "a pattern ran longer than its time limit on this output (REGEX_TIMEOUT)",
+    "parse.unexpected": "lenient mode: text or a delimiter where the grammar allows none (discarded)",
     # legacy response_schema (transformers <= 5.14)
     "legacy.groups": "a schema regex matched but has several unnamed groups, or none",
     "legacy.schema": "a schema node cannot handle the value it received (wrong node type or shape)",

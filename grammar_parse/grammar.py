@@ -36,7 +36,7 @@ import lark
 import regex
 from lark.lexer import Lexer
 
-from .delimiters import LiteralMatcher, Matcher, RegexMatcher
+from .delimiters import LiteralMatcher, Matcher, RegexMatcher, backtracking_risk
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
@@ -350,6 +350,10 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             matcher = _matcher(t)
         except regex.error as e:
             raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
+        if isinstance(matcher, RegexMatcher) and (reason := backtracking_risk(matcher.pattern)[0]):
+            raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {reason}",
+                               code="grammar.syntax", source=source_name,
+                               hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
         terminals[t.name] = Terminal(name=t.name, role=role, region=region, matcher=matcher, priority=t.priority)
     lark_table = parser.parser.parser.parser.parse_table
     used = {sym for actions in lark_table.states.values() for sym in actions if sym.isupper()} - {"$END"}

@@ -13,7 +13,10 @@ Pure functions over events (no I/O, no clock: ids and timestamps come from the c
   ``response.function_call_arguments.delta`` (fragments of a call's arguments string);
 * exactly one final event: ``response.completed`` (with usage), ``response.incomplete`` (the generator
   hit ``max_output_tokens``: open regions are closed and kept), ``response.failed`` (a problem object:
-  a parse failure never drops the stream) or ``response.cancelled``.
+  a parse failure never drops the stream) or ``response.cancelled``;
+* with ``strict=False`` a parse failure does not end the response: the broken region keeps what it
+  streamed and a third extension event, ``response.parse_error`` (``code``, ``field``, ``span``,
+  ``message``), reports it where it happened.
 
 Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
 event frames. Items are only added once they have something to say: whitespace-only text makes none.
@@ -60,11 +63,11 @@ class ResponseStream:
     """
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
-                 response_id: str | None = None, ids: IdFactory) -> None:
+                 response_id: str | None = None, ids: IdFactory, strict: bool = True) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
         self.parser = ResponseParser(template, prefix, tools=list(tools) if tools is not None else None,
-                                     extended_events=True)
+                                     extended_events=True, strict=strict)
         self.calls = ToolCallStreamer(self.parser.grammar, tools)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
@@ -139,6 +142,9 @@ class ResponseStream:
         out: list[dict[str, Any]] = []
         for event in events:
             field = event.get("field")
+            if event["type"] == "parse_error":
+                out.append(self._event("response.parse_error", {k: event[k] for k in ("code", "field", "span", "message")}))  # type: ignore[literal-required]
+                continue
             if "path" in event or field == self.calls.field:
                 continue
             kind = "reasoning" if field in REASONING_FIELDS else "message" if field == "content" else None
@@ -210,9 +216,15 @@ def _copy(item: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(item))
 
 
+def wire_json(obj: Any) -> str:
+    """JSON text that is valid UTF-8 even when model output held lone surrogates (they become ``\\udXXX``
+    escapes, which JSON allows)."""
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def sse(event: dict[str, Any]) -> str:
     """One server-sent event frame: ``id:``, ``event:`` and a one-line JSON ``data:``."""
-    return f"id: {event['id']}\nevent: {event['event']}\ndata: {json.dumps(event['data'], ensure_ascii=False)}\n\n"
+    return f"id: {event['id']}\nevent: {event['event']}\ndata: {wire_json(event['data'])}\n\n"
 
 
 def parse_sse(text: str) -> list[dict[str, Any]]:

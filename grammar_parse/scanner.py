@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import re
 
 from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher
+from .errors import ParseError
 
 if TYPE_CHECKING:
     from .grammar import Terminal
@@ -76,16 +77,21 @@ class Scanner:
         best_hit: Hit | None = None
         best_key: Any = None
         for term, matcher in self.entries:
-            cached = cache.get(term.name)
-            if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
-                hit = cached[2]
-            else:
-                hit = matcher.search(buf, pos)  # type: ignore[union-attr]
-                cache[term.name] = (buf, pos, hit)
-            if not eos:
-                hit, pending = matcher.probe(buf, pos, hit)  # type: ignore[union-attr]
-                if pending != -1 and pending < hold:
-                    hold = pending
+            try:
+                cached = cache.get(term.name)
+                if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
+                    hit = cached[2]
+                else:
+                    hit = matcher.search(buf, pos)  # type: ignore[union-attr]
+                    cache[term.name] = (buf, pos, hit)
+                if not eos:
+                    hit, pending = matcher.probe(buf, pos, hit)  # type: ignore[union-attr]
+                    if pending != -1 and pending < hold:
+                        hold = pending
+            except TimeoutError:
+                raise ParseError(f"delimiter {term.name} ({matcher.pattern!r}) ran past its time limit on this "  # type: ignore[union-attr]
+                                 "output", code="parse.timeout", field=term.region.field if term.region else None,
+                                 hint="The pattern backtracks badly on this text; make it more specific.") from None
             if hit is not None:
                 key = (hit[0], hit[0] - hit[1], term.sort_key)
                 if best_key is None or key < best_key:

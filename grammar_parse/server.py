@@ -26,7 +26,7 @@ from typing import Any
 import regex
 
 from .grammar import Grammar
-from .lmsp import ResponseStream, problem, schema_validator
+from .lmsp import ResponseStream, problem, schema_validator, wire_json
 from .session import resolve_grammar
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -262,7 +262,7 @@ async def _frames(send: Callable[..., Any], events: list[dict[str, Any]]) -> boo
 
 async def _json(send: Callable[..., Any], status: int, body: dict[str, Any], *, content_type: bytes = b"application/json",
                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = json.dumps({k: v for k, v in body.items() if not k.startswith("_")}, ensure_ascii=False).encode()
+    data = wire_json({k: v for k, v in body.items() if not k.startswith("_")}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode()), *(headers or [])]})
     await send({"type": "http.response.body", "body": data})

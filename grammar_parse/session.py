@@ -296,6 +296,11 @@ class ResponseParser:
 
     def _record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
         """Lenient mode: keep a problem with its stable code, field and output span, and tell the stream."""
+        last = self.errors[-1] if self.errors else None
+        if code == "parse.unexpected" and last and last["code"] == code and span and last["span"] \
+                and last["span"][1] == span[0]:
+            last["span"][1] = span[1]  # one run of stray text is one problem, however it was chunked
+            return
         error = {"code": code, "field": field, "span": span, "message": message}
         self.errors.append(error)
         self._events.append({"type": "parse_error", **error})  # type: ignore[typeddict-item]
@@ -327,8 +332,18 @@ class ResponseParser:
         """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
         from grammar_parse.compat.legacy import recursive_parse
 
-        final = recursive_parse("".join(self._legacy_log or []), self._grammar.legacy_schema or {},
-                                timeout=self._grammar.legacy_timeout)
+        self._events = events
+        try:
+            final = recursive_parse("".join(self._legacy_log or []), self._grammar.legacy_schema or {},
+                                    timeout=self._grammar.legacy_timeout)
+        except GrammarParseError as e:
+            if self._strict:
+                raise
+            self._record(e.code, str(e), None, None)  # lenient: the regions' message stands
+            final = {k: v for k, v in self._output.items() if not _is_empty(v) or k in self._grammar.defaults}
+            final["parse_errors"] = self.errors
+            self._output = final
+            return final, events
         if self._tools is not None and isinstance(final, dict):
             for key, value in final.items():
                 final[key] = self._tools.apply(value)
@@ -439,8 +454,9 @@ class ResponseParser:
         if term is None:
             if self._strict:
                 raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
-            self._record("parse.unexpected", f"text {text[:40]!r} where the grammar allows none", None,
-                         [start, start + len(text)])
+            # the message names no text: a run of stray text is one error however it was chunked
+            self._record("parse.unexpected", "text where the grammar allows none was discarded (see the span)",
+                         None, [start, start + len(text)])
             self._note_discard(start, start + len(text))
             return
         if self._run is not term:
@@ -663,11 +679,13 @@ def parse_response(
     *,
     prefix: str | list[str] | None = None,
     tools: Iterable[Any] | None = None,
+    strict: bool = True,
 ) -> Message | list[Message]:
     """Parse a complete model output (or a list of them) into a message (or a list of messages).
 
     Equivalent to feeding the whole text to a :class:`ResponseParser` and finalizing it. For a batch,
-    ``prefix`` is one prompt for all texts or a list with one per text.
+    ``prefix`` is one prompt for all texts or a list with one per text. ``strict=False`` is lenient
+    mode (see :class:`ResponseParser`): problems are reported under ``"parse_errors"``, never raised.
     """
     if isinstance(text, (list, tuple)):
         if isinstance(prefix, (list, tuple)):
@@ -680,10 +698,11 @@ def parse_response(
             prefixes = list(prefix)
         else:
             prefixes = [prefix] * len(text)
-        return [parse_response(t, template, prefix=p, tools=tools) for t, p in zip(text, prefixes)]  # type: ignore[misc]
+        return [parse_response(t, template, prefix=p, tools=tools, strict=strict)  # type: ignore[misc]
+                for t, p in zip(text, prefixes)]
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
-    parser = ResponseParser(template, prefix, tools=tools)
+    parser = ResponseParser(template, prefix, tools=tools, strict=strict)
     if parser.grammar.legacy_schema is not None:
         # One-shot legacy parsing needs no streaming regions: the schema's own run is the result.
         parser._legacy_log = [text]

@@ -16,6 +16,7 @@ from typing import Any
 
 import regex
 
+from .delimiters import backtracking_risk
 from .errors import TemplateError
 from .values import CONTENT_PARSERS, ValueSpec, mixed_placeholder
 
@@ -95,9 +96,14 @@ def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
     if not isinstance(pattern, str):
         raise _fail(path, f"must be a regex string, got {type(pattern).__name__}", "template.type")
     try:
-        return regex.compile(pattern, regex.DOTALL)
+        compiled = regex.compile(pattern, regex.DOTALL)
     except regex.error as e:
         raise _fail(path, f"invalid regex {pattern!r}: {e}", "template.regex") from None
+    reason, _ = backtracking_risk(pattern)
+    if reason is not None:
+        raise _fail(path, f"regex {pattern!r} has {reason}", "template.regex_backtracking",
+                    hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
+    return compiled
 
 
 def load_delimiter(

@@ -16,6 +16,7 @@ from typing import Any
 
 import regex
 
+from .delimiters import REGEX_TIMEOUT
 from .errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
@@ -78,8 +79,11 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
     for i, s in enumerate(captured):
         working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))
+    _check_depth(working)
     try:
         return json.loads(working)
+    except RecursionError:
+        raise ParseError("json region nests too deeply to parse", code="parse.json_depth") from None
     except json.JSONDecodeError as e:
         if args.get("allow_non_json"):
             return _text(text, args)
@@ -89,6 +93,29 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
             code="parse.json",
             hint="Set content_args.allow_non_json to keep unparseable text as a string.",
         ) from e
+
+
+_BRACKETS = regex.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', regex.DOTALL)
+
+#: Deepest JSON nesting a json region may have (Python's parser would exhaust its stack far sooner
+#: than real output needs; deeper input is refused with parse.json_depth).
+JSON_MAX_DEPTH = 256
+
+
+def _check_depth(text: str) -> None:
+    if text.count("[") + text.count("{") <= JSON_MAX_DEPTH:
+        return
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        ch = m.group()
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > JSON_MAX_DEPTH:
+                raise ParseError(f"json region nests deeper than {JSON_MAX_DEPTH} levels", code="parse.json_depth",
+                                 hint="Raise grammar_parse.values.JSON_MAX_DEPTH if such output is expected.")
+        elif ch in "]}":
+            depth -= 1
 
 
 def _sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
@@ -104,7 +131,12 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
-    for m in regex.finditer(tag_pattern, text, flags=regex.DOTALL):
+    try:
+        matches = list(regex.finditer(tag_pattern, text, flags=regex.DOTALL, timeout=REGEX_TIMEOUT))
+    except TimeoutError:
+        raise ParseError(f"xml-inline: tag_pattern ran past its time limit on this region: {tag_pattern!r}",
+                         code="parse.timeout") from None
+    for m in matches:
         groups = m.groupdict()
         key = groups.get("key")
         if key is None:

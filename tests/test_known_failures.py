@@ -43,6 +43,8 @@ CASES: list[tuple[str, str, str, str, dict[str, Any]]] = [
      "<|im_start|>assistant\n<think>\n\n</think>\n\n", {"role": "assistant", "content": "Answer."}),
     ("8 parameterless call", "qwen3", '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', "",
      {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": {}}}]}),
+    ("12 prose mentioning markup stays content", "qwen3", "Wrap each call in <tool_call> tags.<|im_end|>", "",
+     {"role": "assistant", "content": "Wrap each call in <tool_call> tags."}),
     ("13 stop tokens do not leak", "qwen3", "Answer.<|im_end|>\n<|endoftext|>", "",
      {"role": "assistant", "content": "Answer."}),
     ("14 text before, between and after calls", "qwen3",
@@ -137,6 +139,35 @@ def test_11_per_chunk_work_does_not_grow_with_the_output(monkeypatch):
     assert largest < 16
     assert len(fed) < 10
     assert message["reasoning_content"].startswith("word0 word1")
+
+
+def test_9_truncation_keeps_the_message_and_reports_length():
+    """SGLang #35565 (the message deleted when generation stops at a tool-call marker), vLLM #58228
+    (finish_reason "tool_calls" hides "length"), exo PR #2184 (truncation reported as a 500)."""
+    at_marker = ChatCompletionsStream("qwen3", "", ids=lambda kind: kind)
+    at_marker.feed("Let me check the weather.\n<tool_call>\n")
+    at_marker.finish(length=True)
+    assert at_marker.message["content"].startswith("Let me check the weather.")
+    assert at_marker.finish_reason == "length"
+
+    mid_call = ChatCompletionsStream("qwen3", "", ids=lambda kind: kind, strict=False)
+    deltas = mid_call.feed('Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
+    deltas += mid_call.finish(length=True)
+    (call,) = mid_call.message["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Pa'} and call["errors"]
+    assert mid_call.message["content"] == "Checking."
+    assert mid_call.message["parse_errors"][0]["code"] == "parse.json"
+    assert mid_call.finish_reason == "length"
+    streamed = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if "tool_calls" in d)
+    assert streamed == '{"city": "Pa'  # what the client already holds is what the message says
+
+
+def test_12_prose_mentioning_markup_streams_without_stalling():
+    """club-3090 #72 / vLLM #22975: a literal <tool_call> in prose left the stream silent for a minute.
+    Here the text after the would-be opener shows it is prose, and it streams on at once."""
+    stream = ChatCompletionsStream("qwen3", "", ids=lambda kind: kind)
+    sent = [d.get("content", "") for d in stream.feed("Wrap each call in <tool_call> tags")]
+    assert "".join(sent) == "Wrap each call in <tool_call> tags"
 
 
 def test_15_one_grammar_per_family_under_every_name():

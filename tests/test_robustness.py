@@ -1,0 +1,202 @@
+"""Reliability: lenient mode and its error channel, byte accounting, hostile templates and outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse.errors import ERROR_CODES
+
+CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+
+
+# ---------------------------------------------------------------------------- lenient mode
+def test_lenient_keeps_raw_text_and_reports_the_problem():
+    text = "Hi.\n<tool_call>\n{bad json\n</tool_call>\n" + CALL + "<|im_end|>"
+    with pytest.raises(gp.ParseError):
+        gp.parse_response(text, "qwen3", prefix="")  # strict, as transformers
+    message = gp.parse_response(text, "qwen3", prefix="", strict=False)
+    assert message["tool_calls"][0] == "{bad json"  # the raw text is kept
+    assert message["tool_calls"][1]["function"] == {"name": "f", "arguments": {"a": 1}}
+    assert message["content"] == "Hi."
+    (error,) = message["parse_errors"]
+    assert error["code"] == "parse.json" and error["field"] == "tool_calls"
+    start, end = error["span"]
+    assert text[start:end].startswith("<tool_call>") and "{bad json" in text[start:end]
+
+
+def test_lenient_errors_reach_the_stream_and_the_parser():
+    parser = gp.ResponseParser("qwen3", "", strict=False)
+    events = parser.feed("<tool_call>{nope</tool_call>")
+    assert [e for e in events if e["type"] == "parse_error"][0]["code"] == "parse.json"
+    message, _ = parser.finalize()
+    assert parser.errors == message["parse_errors"] and len(parser.errors) == 1
+
+
+def test_lenient_missing_required_field_is_reported():
+    template = {"start_anchor": "A", "fields": {"answer": {"open": "<a>", "close": "</a>", "optional": False}}}
+    message = gp.parse_response("nothing", template, prefix="", strict=False)
+    assert message["parse_errors"][0]["code"] == "parse.missing_field"
+
+
+def test_lenient_text_where_the_grammar_allows_none_is_discarded_and_reported(tmp_path):
+    path = tmp_path / "strict.lark"
+    path.write_text('//@ region answer {}\nstart: answer\nanswer: ANSWER_OPEN ANSWER_TEXT* ANSWER_CLOSE\n'
+                    'ANSWER_OPEN: "<a>"\nANSWER_CLOSE: "</a>"\n%declare ANSWER_TEXT\n')
+    with pytest.raises(gp.ParseError):
+        gp.parse_response("junk<a>yes</a>more", str(path), prefix="")
+    parser = gp.ResponseParser(str(path), "", strict=False)
+    parser.feed("junk<a>yes</a>more")
+    message, _ = parser.finalize()
+    assert message["answer"] == "yes"
+    assert parser.discarded_spans == [(0, 4), (14, 18)]
+    assert {e["code"] for e in message["parse_errors"]} == {"parse.unexpected"}
+
+
+def test_every_recorded_code_is_documented():
+    parser = gp.ResponseParser("qwen3", "", strict=False)
+    parser.feed("<tool_call>{x</tool_call><tool_call>" + "[" * 1000 + "</tool_call>")
+    message, _ = parser.finalize()
+    assert {e["code"] for e in message["parse_errors"]} == {"parse.json", "parse.json_depth"}
+    assert all(e["code"] in ERROR_CODES for e in message["parse_errors"])
+
+
+# ---------------------------------------------------------------------------- byte accounting
+def account(parser: gp.ResponseParser, text: str) -> None:
+    """Spans tile the output: every character is text of a field, a delimiter, or discarded."""
+    spans = [s for s in parser.spans if s["end"] > 0]
+    assert spans[0]["start"] == 0 and spans[-1]["end"] == len(text)
+    for before, after in zip(spans, spans[1:]):
+        assert before["end"] == after["start"], (before, after)
+    discarded = [(s["start"], s["end"]) for s in spans if s["kind"] == "discarded"]
+    merged: list[tuple[int, int]] = []
+    for a, b in discarded:
+        merged = merged[:-1] + [(merged[-1][0], b)] if merged and merged[-1][1] == a else merged + [(a, b)]
+    assert merged == parser.discarded_spans
+
+
+def test_byte_accounting_of_a_sample():
+    text = "<think>plan</think>Hi " + CALL + " bye<|im_end|>\n<|endoftext|>"
+    parser = gp.ResponseParser("qwen3", "", trace=True)
+    for i in range(0, len(text), 3):
+        parser.feed(text[i:i + 3])
+    parser.finalize()
+    account(parser, text)
+    assert parser.discarded_spans == [(text.index("\n<|endoftext|>"), len(text))]
+
+
+# ---------------------------------------------------------------------------- hostile templates
+@pytest.mark.parametrize("pattern", [r"(a+)+b", r"<x>(\w+\s?)*</x>", r"(?:\d*)*;"])
+def test_catastrophic_patterns_are_rejected_at_load(pattern):
+    with pytest.raises(gp.TemplateError) as info:
+        gp.compile_template({"start_anchor": "A", "fields": {"x": {"open_pattern": pattern, "close": "</x>"}}})
+    assert info.value.code == "template.regex_backtracking" and info.value.path == "fields.x.open_pattern"
+    with pytest.raises(gp.TemplateError) as info:
+        gp.compile_template({"start_anchor": "A", "fields": {"x": {"open": "<x>", "close": "</x>", "content": "xml-inline",
+                                                                   "content_args": {"tag_pattern": f"(?P<key>k){pattern}"}}}})
+    assert info.value.path == "fields.x.content_args.tag_pattern"
+
+
+def test_a_slow_pattern_is_bounded_at_run_time(monkeypatch):
+    from grammar_parse import delimiters
+
+    monkeypatch.setattr(delimiters, "REGEX_TIMEOUT", 0.05)
+    template = {"start_anchor": "A", "fields": {"x": {"open_pattern": r"<x>.*?(?:a|b).*?(?:a|b).*?!", "close": "</x>"},
+                                                "content": {}}}
+    with pytest.raises(gp.ParseError) as info:
+        gp.parse_response("<x>" + "ab" * 30_000 + "?", template, prefix="")
+    assert info.value.code in ("parse.timeout",)
+
+
+def test_region_size_limit():
+    with pytest.raises(gp.ParseError) as info:
+        p = gp.ResponseParser("qwen3", "", max_region_chars=100)
+        p.feed("<think>" + "x" * 200)
+    assert info.value.code == "parse.region_too_large"
+    p = gp.ResponseParser("qwen3", "", max_region_chars=100, strict=False)
+    for _ in range(10):
+        p.feed("<think>" if _ == 0 else "x" * 30)
+    message, _ = p.finalize()
+    assert len(message["reasoning_content"]) == 100
+    assert message["parse_errors"][0]["code"] == "parse.region_too_large"
+
+
+# ---------------------------------------------------------------------------- hostile outputs
+@pytest.mark.parametrize("text", [
+    "<tool_cal" * 50_000,                                   # near-delimiters
+    "<think>" + "word " * 100_000,                          # an unterminated region
+    "<tool_call>" + "[" * 100_000,                          # deep JSON, unterminated
+    "Hi \ud800 there \x00 and \udfff<|im_end|>",            # lone surrogates and NUL
+    "</think>" * 10_000 + "<tool_call>" * 10_000,           # delimiters out of place
+])
+@pytest.mark.parametrize("strict", [True, False])
+def test_hostile_outputs_end_with_a_result_or_a_clear_error(text, strict):
+    for chunks in ([text], [text[i:i + 4096] for i in range(0, len(text), 4096)]):
+        parser = gp.ResponseParser("qwen3", "", strict=strict)
+        try:
+            for chunk in chunks:
+                parser.feed(chunk)
+            message, _ = parser.finalize()
+        except gp.GrammarParseError as e:
+            assert strict and e.code in ERROR_CODES
+        else:
+            assert isinstance(message, dict)
+            json.dumps(message)  # serialisable, surrogates and all
+
+
+def test_surrogates_survive_the_wire_formats():
+    from grammar_parse.lmsp import ResponseStream, parse_sse, sse
+
+    stream = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_1")
+    events = stream.feed("Hi \ud800 there<|im_end|>") + stream.complete()
+    wire = "".join(map(sse, events)).encode("utf-8")  # strict UTF-8: no lone surrogate reaches the wire
+    back = parse_sse(wire.decode("utf-8"))
+    assert back[-1]["event"] == "response.completed"
+    assert "".join(e["data"]["delta"] for e in back if e["event"] == "response.output_text.delta") == "Hi \ud800 there"
+
+
+# ---------------------------------------------------------------------------- lenient adapters
+BROKEN_THEN_GOOD = ('<tool_call>{"name": "get_weather", "arguments": {"city": "Par</tool_call>'
+                    '<tool_call>{"nam</tool_call>' + CALL + "Done.")
+
+
+def test_lenient_chat_completions_keep_streamed_calls_and_dense_indexes():
+    from grammar_parse.chat_completions import ChatCompletionsStream
+
+    stream = ChatCompletionsStream("qwen3", "", strict=False, ids=lambda kind: f"{kind}_{kind}")
+    deltas = []
+    for i in range(0, len(BROKEN_THEN_GOOD), 3):
+        deltas += stream.feed(BROKEN_THEN_GOOD[i:i + 3])
+    deltas += stream.finish()
+    indexes = [d["tool_calls"][0]["index"] for d in deltas if "tool_calls" in d]
+    assert sorted(set(indexes)) == [0, 1]  # the call that never got a name sends nothing
+    first, second = stream.message["tool_calls"]
+    assert first["function"] == {"name": "get_weather", "arguments": '{"city": "Par'}
+    assert "JSON" in first["errors"][0] and "errors" not in second
+    assert second["function"] == {"name": "f", "arguments": '{"a": 1}'}
+    assert [e["code"] for e in stream.message["parse_errors"]] == ["parse.json", "parse.json"]
+    assert stream.message["content"] == "Done." and stream.finish_reason == "tool_calls"
+    with pytest.raises(gp.ParseError):
+        ChatCompletionsStream("qwen3", "").feed(BROKEN_THEN_GOOD)  # strict by default
+
+
+def test_lenient_lmsp_stream_reports_parse_errors_and_completes():
+    from grammar_parse.lmsp import ResponseStream, schema_validator
+
+    counter = iter(range(1000))
+    stream = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_{next(counter)}", strict=False)
+    events = stream.feed(BROKEN_THEN_GOOD) + stream.complete()
+    validator = schema_validator("event")
+    for event in events:
+        validator.validate(event)
+    errors = [e["data"] for e in events if e["event"] == "response.parse_error"]
+    assert [(e["code"], e["field"]) for e in errors] == [("parse.json", "tool_calls")] * 2
+    start, end = errors[1]["span"]
+    assert BROKEN_THEN_GOOD[start:end] == '<tool_call>{"nam</tool_call>'
+    assert events[-1]["event"] == "response.completed"
+    calls = [item for item in stream.output if item["type"] == "function_call"]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Par'), ("f", '{"a": 1}')]
+    strict = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_{next(counter)}")
+    assert strict.feed(BROKEN_THEN_GOOD)[-1]["event"] == "response.failed"
