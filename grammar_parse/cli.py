@@ -108,7 +108,7 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     for name, aliases in list_grammars().items():
         grammar = load_grammar(name)
         also = f" (also: {', '.join(aliases)})" if aliases else ""
-        out.write(f"{name}{also}\n    fields: {', '.join(grammar.fields)}\n")
+        out.write(f"{name}{also}\n    fields: {', '.join(dict.fromkeys(grammar.fields))}\n")
     return 0
 
 

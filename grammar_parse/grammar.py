@@ -15,7 +15,8 @@ A grammar is a valid Lark grammar whose comments carry ``//@`` directives::
 
 A ``region`` directive names a rule; its JSON holds the same value keys as a template field (content,
 content_args, repeats, join, optional, transform, transform_each) plus ``field``, the message key when it
-differs from the rule name. The rule's terminals are found by name: ``<RULE>_OPEN`` opens the region,
+differs from the rule name, and ``extend`` (a repeated region's list value joins the field's list instead
+of being appended as one element). The rule's terminals are found by name: ``<RULE>_OPEN`` opens the region,
 ``<RULE>_CLOSE`` closes it, and the declared ``<RULE>_TEXT`` carries its text. Alternatives aliased
 ``-> rule`` belong to the region too. A declared ``UNCLAIMED`` terminal carries text outside every region
 (dropped from the message). Other terminals with a pattern are delimiters that belong to no region.
@@ -70,6 +71,7 @@ class Region:
     key: str = ""  # a component's name in its parent's scope
     entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
     scope: Mapping[str, Any] = field(default_factory=dict)  # component values before any arrives
+    extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
 
     @property
     def dirty(self) -> bool:
@@ -307,6 +309,10 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         key = options.pop("key", rule)
         entry_key = options.pop("entry_key", None)
         scope = options.pop("scope", {})
+        extend = options.pop("extend", False)
+        if not isinstance(extend, bool) or (extend and not options.get("repeats")):
+            raise _directive_error(source_name, lineno, f"region {rule}: extend must be true or false, "
+                                   "and only a repeated region (\"repeats\": true) can extend its list")
         if not isinstance(scope, dict):
             raise _directive_error(source_name, lineno, f"region {rule}: scope must be a JSON object")
         if not isinstance(field_name, str) or not isinstance(key, str):
@@ -335,7 +341,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         upper = rule.upper()
         has_open = any(_delimiter_role(t.name, upper) == "open" for t in parser.terminals)
         region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open, parent=parent,
-                        key=key, entry_key=entry_key, scope=scope)
+                        key=key, entry_key=entry_key, scope=scope, extend=extend)
         regions[rule] = region
         by_upper[upper] = region
 

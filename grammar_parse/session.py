@@ -646,8 +646,9 @@ class ResponseParser:
             previous = output.get(key)
             output[key] = value if previous is None else previous + spec.join + value
         elif spec.repeats:
-            # A list per region (transform_each) adds its elements: two blocks of calls are one list.
-            values = value if spec.transform_each and isinstance(value, list) else [value]
+            # transformers appends each region's value, lists too; a grammar can ask that a region's list
+            # extend the field instead (two blocks of calls are one list of calls).
+            values = value if region.extend and isinstance(value, list) else [value]
             existing = output.get(key)
             if isinstance(existing, list):
                 existing.extend(values)

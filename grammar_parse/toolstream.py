@@ -50,6 +50,7 @@ class CallPlan:
     name_capture: str | None = None  # the open delimiter's group holding the name
     name_key: str | None = None  # the body (or element) key holding the name
     args_key: str | None = None  # the body (or element) key holding the arguments
+    args_alternatives: tuple[str, ...] = ()  # other keys that may hold them (a `{a|b}` placeholder)
     id_capture: str | None = None
     id_key: str | None = None  # the body (or element) key holding a model-written call id
     tag_pattern: Any = None  # xml mode
@@ -59,6 +60,16 @@ class CallPlan:
 def _placeholder(value: Any) -> str | None:
     m = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
     return m.group(1) if m else None
+
+
+def _keys(path: str, prefix: str) -> tuple[str, ...] | None:
+    """The keys of a (``|``-separated) placeholder path whose every alternative is ``prefix`` + one key."""
+    keys = []
+    for alternative in path.split("|"):
+        if not alternative.startswith(prefix) or "." in alternative[len(prefix):]:
+            return None
+        keys.append(alternative[len(prefix):])
+    return tuple(keys)
 
 
 def plan_for(region: Region) -> CallPlan:
@@ -75,8 +86,9 @@ def plan_for(region: Region) -> CallPlan:
         if pure_json and isinstance(fn, dict):
             name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
             id_key = id_capture if id_capture and "." not in id_capture else None
-            if name and args and "." not in name and "." not in args:
-                return CallPlan("json_array", name_key=name, args_key=args, id_key=id_key)
+            keys = _keys(args, "") if args else None
+            if name and keys and "." not in name and "|" not in name:
+                return CallPlan("json_array", name_key=name, args_key=keys[0], args_alternatives=keys[1:], id_key=id_key)
         return CallPlan("at_close")
     if fn == "{content}" and pure_json:
         return CallPlan("json_key", name_key="name", args_key="arguments",
@@ -84,7 +96,7 @@ def plan_for(region: Region) -> CallPlan:
     if not isinstance(fn, dict):
         return CallPlan("at_close")
     name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
-    if name is None or args is None:
+    if name is None or args is None or "|" in name:
         return CallPlan("at_close")
     name_capture = name if not name.startswith("content") else None
     name_key = name[len("content."):] if name.startswith("content.") and name.count(".") == 1 else None
@@ -94,8 +106,8 @@ def plan_for(region: Region) -> CallPlan:
     common = {"name_capture": name_capture, "name_key": name_key, "id_capture": id_capture}
     if pure_json and args == "content" and name_capture:
         return CallPlan("json_body", **common)
-    if pure_json and args.startswith("content.") and args.count(".") == 1:
-        return CallPlan("json_key", args_key=args[len("content."):], **common)
+    if pure_json and (keys := _keys(args, "content.")):
+        return CallPlan("json_key", args_key=keys[0], args_alternatives=keys[1:], **common)
     if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
             "merge_duplicates") and "value_parser_when" not in spec.content_args:
         return CallPlan("xml", tag_pattern=regex.compile(spec.content_args["tag_pattern"], regex.DOTALL),
@@ -307,8 +319,10 @@ class _JsonCallReader:
             self.name_start = pos
         if plan.id_key is not None and depth == name_depth and key == plan.id_key:
             self.id_start = pos
+        # With alternative keys, the first one written carries the arguments (models write one of them).
         args_here = (plan.mode == "json_body" and depth == 0) or (
-            plan.mode != "json_body" and depth == self.args_depth - 1 and key == plan.args_key)
+            plan.mode != "json_body" and depth == self.args_depth - 1
+            and (key == plan.args_key or key in plan.args_alternatives))
         if args_here and self.call is not None and not self.capturing:
             self.streamer._start_arguments(self.call)
             self.capturing = True

@@ -68,3 +68,13 @@ def test_readme_server_loop_streams_what_one_shot_parses(monkeypatch):
     assert calls[0]["function"]["name"] == "get_weather"
     assert "".join(c["function"]["arguments"] for c in calls) == '{"city": "Paris"}'
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_readme_lists_every_built_in_grammar_with_its_aliases():
+    import grammar_parse as gp
+
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Built-in grammars", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| ([^|]*) \|", section, re.M)
+    listed = {name: [a.strip() for a in aliases.split(",") if a.strip()] for name, aliases in rows}
+    assert listed == {name: list(aliases) for name, aliases in gp.list_grammars().items()}
+    assert f"{len(listed)} formats" in section

@@ -116,3 +116,21 @@ def test_odd_field_names_keep_their_message_keys():
     assert got == {"Tool Calls!": "a<s>b<2>c"}
     got = grammar_parse.parse_response("<s>b", template, prefix="")
     assert got == {"start": "b"}
+
+
+REPEATED_LISTS = {"start_anchor": "A:", "fields": {
+    "tool_calls": {"open": "<tc>", "close": "</tc>", "repeats": True, "content": "json", "transform_each": True,
+                   "transform": {"type": "function", "function": {"name": "{name}"}}},
+    "content": {"content": "text"}}}
+
+
+def test_repeated_list_values_nest_as_in_transformers():
+    """transformers 5.23 appends each region's list as one element; a template cannot ask for more (the
+    grammar-only ``extend`` option flattens, see docs/grammar-authoring.md)."""
+    text = 'Hi<tc>[{"name": "a"}, {"name": "b"}]</tc><tc>[{"name": "c"}]</tc>'
+    calls = grammar_parse.parse_response(text, copy.deepcopy(REPEATED_LISTS), prefix="")["tool_calls"]
+    assert [[c["function"]["name"] for c in block] for block in calls] == [["a", "b"], ["c"]]
+    with pytest.raises(TemplateError) as e:
+        grammar_parse.compile_template({**REPEATED_LISTS, "fields": {"tool_calls": {
+            **REPEATED_LISTS["fields"]["tool_calls"], "extend": True}}})
+    assert e.value.code == "template.unknown_key"

@@ -186,3 +186,20 @@ def test_typed_values_stream_typed():
     assert s.message["tool_calls"][0]["function"]["arguments"] == '{"n": 7, "s": "7"}'
     assert grammar_parse.parse_response(text, "qwen3", prefix="", tools=tools)["tool_calls"][0]["function"][
         "arguments"] == {"n": 7, "s": "7"}
+
+
+@pytest.mark.parametrize("grammar, head, tail", [
+    ("llama3_json", "<|python_tag|>", "<|eom_id|>"),
+    ("internlm2", "<|action_start|><|plugin|>\n", "<|action_end|><|im_end|>"),
+])
+@pytest.mark.parametrize("key", ["parameters", "arguments"])
+def test_alternative_argument_keys_stream_before_the_call_closes(grammar, head, tail, key):
+    """`{content.parameters|content.arguments}`: whichever key the model writes streams as it arrives."""
+    body = f'{{"name": "get_weather", "{key}": {{"city": "Paris", "days": 3}}}}'
+    s = ChatCompletionsStream(grammar, "", ids=counter())
+    early = s.feed(head + body[:-8])  # the call is still open
+    fragments = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in early if "tool_calls" in d)
+    assert fragments.startswith('{"city": "Paris"')
+    s.feed(body[-8:] + tail)
+    s.finish()
+    assert s.message["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris", "days": 3}'

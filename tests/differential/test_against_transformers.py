@@ -63,3 +63,11 @@ def test_same_results_as_transformers(family, template, data):
         # templates its events can describe closes and reopens that one-shot parsing never sees, even
         # when the final message happens to agree; there only the message is compared.
         assert strict_equal(ours, theirs)
+
+
+def test_repeated_list_values_match_transformers():
+    from test_template import REPEATED_LISTS
+
+    for text in ['Hi<tc>[{"name": "a"}, {"name": "b"}]</tc><tc>[{"name": "c"}]</tc>', '<tc>[]</tc>x<tc>[{"name": "d"}]</tc>']:
+        for chunks in (None, [text[i:i + 3] for i in range(0, len(text), 3)]):
+            assert strict_equal(run("ours", REPEATED_LISTS, text, chunks), run("theirs", REPEATED_LISTS, text, chunks))
