@@ -127,6 +127,55 @@ def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
                         lookaround=-1 in context[1:])
 
 
+def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The characters every match of ``pattern`` starts with, or None when that is not a small known set
+    (the pattern can match empty, starts with an assertion or a broad class, ignores case, ...).
+
+    A chunk without any of them cannot begin a match, complete or partial: the session's fast path."""
+    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
+        return None
+    try:
+        parsed = _sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF)
+    except Exception:  # noqa: BLE001 - syntax only `regex` knows
+        return None
+    found = _firsts(list(parsed))
+    return "".join(sorted(found)) if found else None
+
+
+def _firsts(items: list[Any]) -> set[str] | None:
+    """First characters of a parsed sequence whose first item always consumes one, else None."""
+    if not items:
+        return None
+    op, av = items[0]
+    if op is _sre.LITERAL:
+        return {chr(av)}
+    if op is _sre.IN:
+        out: set[str] = set()
+        for item_op, item_av in av:
+            if item_op is _sre.LITERAL:
+                out.add(chr(item_av))
+            elif item_op is _sre.RANGE and item_av[1] - item_av[0] < 64:
+                out.update(map(chr, range(item_av[0], item_av[1] + 1)))
+            else:
+                return None  # negated sets, categories, wide ranges
+        return out
+    if op is _sre.SUBPATTERN:
+        return None if av[1] else _firsts(list(av[-1]))  # inline flags: give up
+    if op is getattr(_sre, "ATOMIC_GROUP", None):
+        return _firsts(list(av))
+    if op is _sre.BRANCH:
+        union: set[str] = set()
+        for alternative in av[1]:
+            found = _firsts(list(alternative))
+            if found is None:
+                return None
+            union |= found
+        return union
+    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)) and av[0] >= 1:
+        return _firsts(list(av[2]))
+    return None
+
+
 def _strip_anchors(pattern: str) -> str:
     """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
 
@@ -382,6 +431,7 @@ class RegexMatcher:
         # whitespace walk finds the same leftmost match at memory speed.
         self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
+        self.first_chars = None if self.zero_width else first_chars(pattern, flags)
 
     @cached_property
     def _automaton(self) -> Automaton | None:

@@ -28,9 +28,10 @@ SearchCache = dict[str, tuple[str, int, Hit | None]]
 class QuietTest:
     """A cheap test that a chunk cannot start any watched delimiter, for the session's fast path.
 
-    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals): then a delimiter,
-    complete or partial, needs one of the literals' first characters in the buffer, except that a
-    leading ``\\s*`` keeps a trailing whitespace run pending (``hold_space``).
+    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals), or a regex whose
+    matches all start with one of a few known characters: then a delimiter, complete or partial, needs
+    one of those first characters in the buffer, except that a leading ``\\s*`` keeps a trailing
+    whitespace run pending (``hold_space``).
     """
 
     def __init__(self, triggers: str, hold_space: bool) -> None:
@@ -53,6 +54,8 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
             leading, literals, _ = m.lowered
             triggers.update(lit[0] for lit in literals)
             hold_space |= leading
+        elif isinstance(m, RegexMatcher) and m.first_chars:
+            triggers.update(m.first_chars)
         else:
             return None
     if not triggers or triggers & set(REGEX_SPACE):

@@ -3,11 +3,12 @@ decisions never commit a match that more input could change."""
 
 from __future__ import annotations
 
+import pytest
 import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher, pattern_shape
+from grammar_parse.delimiters import LiteralMatcher, RegexMatcher, first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -77,3 +78,23 @@ def test_pattern_shape():
     assert pattern_shape(r"^x").context == 1
     assert pattern_shape(r"(?<=ab)x").context == 2
     assert pattern_shape(r"\p{L}+x").max_width > 1000
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"<tool_call>(?=\s*[{\[])", "<"),     # a literal start: the quiet fast path applies
+    (r"(?:<a>|\[b)+", "<["),
+    (r"[xy]z|w", "wxy"),
+    (r"(?=\s*\{)", None),                  # zero-width: no first character
+    (r"\s*<x>", None),                     # whitespace first (handled by the \s* lowering instead)
+    (r"x?y", None),                        # an optional first item
+    (r"(?i)abc", None),                    # case-insensitive
+    (r"[^a]b", None),
+    (r"\p{L}x", None),
+])
+def test_first_chars_of_a_pattern(pattern, expected):
+    assert first_chars(pattern) == expected
+    if expected:  # every match, complete or partial, really starts with one of them
+        compiled = regex.compile(pattern, regex.DOTALL)
+        starts = [text[m.start()] for text in ["a <tool_call> { xz <a>[b yz w <a", "q[b<tool_c", "<tool_call>  "]
+                  for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
+        assert starts and set(starts) <= set(expected)
