@@ -21,6 +21,8 @@ from strategies import chunkings
 
 CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+KIMI = ("<|tool_calls_section_begin|><|tool_call_begin|>{id}<|tool_call_argument_begin|>"
+        '{{"city": "Paris"}}<|tool_call_end|><|tool_calls_section_end|>')
 XML = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
 
 CASES: list[tuple[str, str, str, str, dict[str, Any]]] = [
@@ -43,6 +45,22 @@ CASES: list[tuple[str, str, str, str, dict[str, Any]]] = [
      "<|im_start|>assistant\n<think>\n\n</think>\n\n", {"role": "assistant", "content": "Answer."}),
     ("8 parameterless call", "qwen3", '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', "",
      {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": {}}}]}),
+    ("10 GLM-4.7 drops the opening <arg_value>", "glm47",
+     "<tool_call>get_weather<arg_key>city</arg_key>Paris</arg_value></tool_call>", "", {"role": "assistant", "tool_calls": [CALL]}),
+    ("10 GLM-4.7 repeats </arg_key>", "glm47",
+     "<tool_call>get_weather<arg_key>city</arg_key></arg_key><arg_value>Paris</arg_value></tool_call>", "",
+     {"role": "assistant", "tool_calls": [CALL]}),
+    ("10 Kimi id without punctuation", "kimi_k2", KIMI.format(id="functionsget_weather5"), "",
+     {"role": "assistant", "tool_calls": [{"id": "functionsget_weather5", **CALL}]}),
+    ("10 Kimi id sanitised by the client", "kimi_k2", KIMI.format(id="functions_get_weather_1"), "",
+     {"role": "assistant", "tool_calls": [{"id": "functions_get_weather_1", **CALL}]}),
+    ("10 gpt-oss answers without channel tokens", "gpt_oss", "I can't help with that.", "",
+     {"role": "assistant", "content": "I can't help with that."}),
+    ("10 Qwen3.6 duplicate </parameter>", "qwen3_5", XML.replace("</parameter>", "</parameter>\n</parameter>"), "",
+     {"role": "assistant", "tool_calls": [CALL]}),
+    ("10 nested JSON arguments", "hunyuan_a13b",
+     '<answer><tool_calls>[{"name": "f", "arguments": {"a": {"b": [1, {"c": "]}"}]}}}]</tool_calls></answer>', "",
+     {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": {"b": [1, {"c": "]}"}]}}}}]}),
     ("12 prose mentioning markup stays content", "qwen3", "Wrap each call in <tool_call> tags.<|im_end|>", "",
      {"role": "assistant", "content": "Wrap each call in <tool_call> tags."}),
     ("13 stop tokens do not leak", "qwen3", "Answer.<|im_end|>\n<|endoftext|>", "",
