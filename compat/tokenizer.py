@@ -82,9 +82,10 @@ def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: 
     prefixes = _batch(prefix) if prefix is not None else None
     if prefixes is not None and len(prefixes) != len(items):
         raise ArgumentError(f"got {len(items)} outputs but {len(prefixes)} prefixes", code="usage.batch")
+    shared = None if prefix is None or prefixes is not None else _text(tokenizer, prefix)  # decoded once
     return [
         grammar_parse.parse_response(_text(tokenizer, item), grammar, tools=tools,
-                                     prefix=None if prefix is None else _text(tokenizer, prefixes[i] if prefixes else prefix))
+                                     prefix=_text(tokenizer, prefixes[i]) if prefixes is not None else shared)
         for i, item in enumerate(items)
     ]  # type: ignore[misc]
 
@@ -115,7 +116,10 @@ class TokenStream:
 
     def feed_ids(self, ids: Iterable[int]) -> list[Event]:
         """The events these new token ids complete."""
-        self.ids.extend(_ids(list(ids)) or [])
+        new = _ids(ids if hasattr(ids, "tolist") else list(ids))  # arrays and tensors give ints via tolist()
+        if new is None:
+            raise ArgumentError(f"feed_ids takes token ids (ints), got {type(ids).__name__}", code="usage.batch")
+        self.ids.extend(new)
         decode = self.tokenizer.decode
         # Decode only the tokens since the last emitted text, with the ones before them as context, so a
         # tokenizer that merges across tokens (spaces, byte fallback) still gives the right characters.

@@ -431,6 +431,7 @@ class RegexMatcher:
         # whitespace walk finds the same leftmost match at memory speed.
         self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
+        self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
 
     @cached_property
@@ -468,6 +469,18 @@ class RegexMatcher:
                 end += 1
         return (start, end, None)
 
+    def _lowered_partial(self, buf: str, pos: int) -> int:
+        """Where a ``\\s*<lit>`` match may be arriving, with no complete one in the buffer: a proper prefix
+        of a literal at the edge, and before it the whitespace a leading ``\\s*`` takes (what a partial
+        regex search finds, without its quadratic cost on long whitespace runs)."""
+        n = len(buf)
+        start = self._prefixes.live_partial(buf, pos, n)  # type: ignore[union-attr]
+        start = n if start == -1 else start
+        if self.lowered[0]:  # type: ignore[index]
+            while start > pos and _is_regex_space(buf[start - 1]):
+                start -= 1
+        return -1 if start >= n else start
+
     def _first_alive(self, buf: str, lo: int, hi: int) -> int:
         """First start in [lo, hi) from which a path of the pattern consumes all of ``buf``, else -1."""
         automaton = self._automaton
@@ -495,6 +508,8 @@ class RegexMatcher:
         """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""
         n = len(buf)
         if hit is None:
+            if self._prefixes is not None:
+                return None, self._lowered_partial(buf, pos)
             m = self.compiled.search(buf, pos, partial=True, **self.limit)
             return None, (-1 if m is None or m.start() >= n else m.start())
         lo = pos if self.max_width >= UNBOUNDED else max(pos, n - self.max_width)

@@ -26,7 +26,7 @@ from typing import Any
 import regex
 
 from .grammar import Grammar
-from .lmsp import ResponseStream, problem, schema_validator, wire_json
+from .lmsp import ResponseStream, problem, schema_validator, sse, wire_json
 from .session import resolve_grammar
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -204,19 +204,21 @@ class LMSPApp:
         created_at = int(self.clock())
         generation = self.backend.start(request, prompt)
         if request.get("stream"):
-            await self._stream(stream, generation, receive, send, request, created_at)
+            await self._stream(stream, generation, receive, send, request, items, created_at)
             return
         async for piece in generation.pieces:
             stream.feed(piece)
         stream.complete(generation.input_tokens, generation.output_tokens, truncated=generation.truncated)
         response = stream.response(model=self.model, created_at=created_at)
         if response["status"] == "failed":
-            raise HTTPProblem(500, "parse_failed", response["error"]["detail"], "The model output could not be parsed")
+            error = response["error"]
+            raise HTTPProblem(error["status"], error["code"], error["detail"], error["title"])
         self._keep(request, items, response)
         await _json(send, 200, response)
 
     async def _stream(self, stream: ResponseStream, generation: Generation, receive: Callable[..., Any],
-                      send: Callable[..., Any], request: dict[str, Any], created_at: int) -> None:
+                      send: Callable[..., Any], request: dict[str, Any], items: list[dict[str, Any]],
+                      created_at: int) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         gone = asyncio.Event()
@@ -239,7 +241,7 @@ class LMSPApp:
                 return
             await _frames(send, stream.complete(generation.input_tokens, generation.output_tokens,
                                                 truncated=generation.truncated))
-            self._keep(request, request["input"], stream.response(model=self.model, created_at=created_at))
+            self._keep(request, items, stream.response(model=self.model, created_at=created_at))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
@@ -250,8 +252,6 @@ class LMSPApp:
 
 
 async def _frames(send: Callable[..., Any], events: list[dict[str, Any]]) -> bool:
-    from .lmsp import sse
-
     if events:
         try:
             await send({"type": "http.response.body", "body": "".join(map(sse, events)).encode(), "more_body": True})

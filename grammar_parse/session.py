@@ -34,6 +34,8 @@ TemplateLike = dict[str, Any] | Grammar | str | Path
 
 #: Default bound on one region's text (characters): a runaway region stops growing past it.
 MAX_REGION_CHARS = 64 * 1024 * 1024
+#: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
+_RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -211,22 +213,26 @@ class ResponseParser:
                 self._legacy_log.append(text)
             fast = self._fast
             if fast is not None:
-                trigger, search, hold_space, append, field, dirty = fast
+                trigger, search, hold_space, frame = fast
                 if not (text.find(trigger) >= 0 if search is None else search(text)):
                     # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
-                    # except a trailing whitespace run that a leading \s* may still claim.
+                    # except a trailing whitespace run that a leading \s* may still claim. Text that would
+                    # pass the region size limit takes the general route, which applies it.
                     combined = self._buf + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
-                    self._buf = combined[len(kept):]
-                    if not kept:
-                        return []
-                    if append is None:
-                        self._note_discard(self._offset(0), self._offset(len(kept)))
+                    if frame is None or frame.size + len(kept) <= self._max_region:
+                        self._buf = combined[len(kept):]
+                        if not kept:
+                            return []
+                        start = self._offset(0)
                         self._base += len(kept)
-                        return []
-                    self._base += len(kept)
-                    append(kept)
-                    return [{"type": "region_chunk", "field": field, "text": kept, "dirty": dirty}]
+                        if frame is None:
+                            self._note_discard(start, start + len(kept))
+                            return []
+                        frame.size += len(kept)
+                        frame.chunks.append(kept)
+                        return [{"type": "region_chunk", "field": frame.field, "text": kept,
+                                 "dirty": frame.region.dirty}]
             self._buf += text
         events: list[Event] = []
         self._guarded(events, eos=False)
@@ -235,6 +241,7 @@ class ResponseParser:
     def _guarded(self, events: list[Event], eos: bool) -> None:
         """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
         the rest of the output is discarded (reported), instead of raising."""
+        self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
         if self._degraded:
             self._events = events
             self._discard(len(self._buf))
@@ -297,9 +304,9 @@ class ResponseParser:
     def _record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
         """Lenient mode: keep a problem with its stable code, field and output span, and tell the stream."""
         last = self.errors[-1] if self.errors else None
-        if code == "parse.unexpected" and last and last["code"] == code and span and last["span"] \
-                and last["span"][1] == span[0]:
-            last["span"][1] = span[1]  # one run of stray text is one problem, however it was chunked
+        if code in _RUN_ERRORS and last and last["code"] == code and last["field"] == field and span \
+                and last["span"] and last["span"][1] == span[0]:
+            last["span"][1] = span[1]  # one run of dropped text is one problem, however it was chunked
             return
         error = {"code": code, "field": field, "span": span, "message": message}
         self.errors.append(error)
@@ -417,16 +424,16 @@ class ResponseParser:
         info = self._states[self._parser.state_stack[-1]]
         quiet = info.scanner.quiet
         if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text \
-                or self._trace is not None or self._max_region < MAX_REGION_CHARS:
+                or self._trace is not None:
             return None
         trigger = quiet.triggers if len(quiet.triggers) == 1 else None
         search = None if trigger is not None else quiet.hits
         if info.text.role != "text":  # type: ignore[union-attr]
-            return (trigger, search, quiet.hold_space, None, None, None)
+            return (trigger, search, quiet.hold_space, None)
         frame = self._frames[-1]
         if frame.path is not None:
             return None  # component chunks carry a path; the general route adds it
-        return (trigger, search, quiet.hold_space, frame.chunks.append, frame.field, frame.region.dirty)
+        return (trigger, search, quiet.hold_space, frame)
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
@@ -475,7 +482,7 @@ class ResponseParser:
                                  position=frame.start - self._prefix_len,
                                  hint="Raise max_region_chars if such output is expected.")
             keep = max(0, len(text) - (frame.size - self._max_region))
-            if keep < len(text) and frame.size - len(text) <= self._max_region:
+            if keep < len(text):
                 self._record("parse.region_too_large", f"region {frame.field} is longer than {self._max_region} "
                              "characters; the rest of it is discarded", frame.field, [start + keep, start + len(text)])
             self._note_discard(start + keep, start + len(text))

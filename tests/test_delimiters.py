@@ -98,3 +98,16 @@ def test_first_chars_of_a_pattern(pattern, expected):
         starts = [text[m.start()] for text in ["a <tool_call> { xz <a>[b yz w <a", "q[b<tool_c", "<tool_call>  "]
                   for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
         assert starts and set(starts) <= set(expected)
+
+
+@given(st.sampled_from([r"\s*<tool_call>", r"\s*(?:<a>|<ab>|\[X)", r"(?:<x>|</x>)\s*", r"\s*<\|im_end\|>\s*"]),
+       st.text(alphabet=" \n\u3000<>tool_cabX[/|imend", max_size=16), st.integers(min_value=0, max_value=16))
+def test_lowered_patterns_find_the_partial_match_the_regex_finds(pattern, buf, pos):
+    """``\\s*<lit>`` delimiters are searched with str.find; where nothing matches yet, the pending start
+    they report is the one a partial regex search gives (which is quadratic on long whitespace)."""
+    matcher = RegexMatcher(pattern)
+    assert matcher.lowered is not None
+    pos = min(pos, len(buf))
+    if matcher.search(buf, pos) is None:
+        m = matcher.compiled.search(buf, pos, partial=True)
+        assert matcher.probe(buf, pos, None)[1] == (-1 if m is None or m.start() >= len(buf) else m.start())

@@ -241,3 +241,22 @@ def test_closing_the_connection_stops_generation():
         assert backend.pulled == pulled, "generation goes on after the client left"
     total = len(tokens(backend.samples["answer"]))
     assert pulled < total
+
+
+def test_a_streamed_response_keeps_the_whole_conversation(served):
+    """previous_response_id chains: a stored streamed response carries the history it continued, exactly
+    as a stored synchronous one does (the next prompt, and so its input_tokens, are the same)."""
+    url, _ = served
+
+    def chain(stream_second: bool) -> int:
+        first = post(url, {"model": "qwen3", "input": [user("Hi")], "store": True}).json()
+        second = {"model": "qwen3", "input": [user("And then?")], "store": True, "previous_response_id": first["id"]}
+        if stream_second:
+            events = parse_sse(post(url, {**second, "stream": True}).text)
+            second_id = events[-1]["data"]["response_id"]
+        else:
+            second_id = post(url, second).json()["id"]
+        third = post(url, {"model": "qwen3", "input": [user("Bye")], "previous_response_id": second_id}).json()
+        return third["usage"]["input_tokens"]
+
+    assert chain(stream_second=True) == chain(stream_second=False)

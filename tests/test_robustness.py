@@ -123,6 +123,40 @@ def test_region_size_limit():
     assert message["parse_errors"][0]["code"] == "parse.region_too_large"
 
 
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+def test_region_size_limit_holds_for_any_chunking(size):
+    """Small chunks of plain text take the session's fast path; the limit must hold there too."""
+    text = "Hello " * 40 + "<|im_end|>"
+    one_shot = gp.ResponseParser("qwen3", "", max_region_chars=100, strict=False).finalize(text)[0]
+    assert len(one_shot["content"]) == 100 and one_shot["parse_errors"][0]["code"] == "parse.region_too_large"
+    for strict in (False, True):
+        p = gp.ResponseParser("qwen3", "", max_region_chars=100, strict=strict)
+        try:
+            for i in range(0, len(text), size):
+                p.feed(text[i:i + size])
+            message, _ = p.finalize()
+        except gp.ParseError as e:
+            assert strict and e.code == "parse.region_too_large"
+        else:
+            assert not strict and message == one_shot
+            assert p.discarded_spans == [(100, len(text) - 10)]
+
+
+def test_lenient_stream_after_an_unrecoverable_error_matches_one_shot(tmp_path):
+    """After an error the rest is discarded; no stale fast path may route a later chunk into a region."""
+    path = tmp_path / "branches.lark"
+    path.write_text('//@ grammar_parse 1\n//@ region body {"content": "text"}\nstart: A body X | B body Y\n'
+                    'body: BODY_OPEN BODY_TEXT*\nA: "a"\nB: "b"\nX: "x"\nY: "y"\nBODY_OPEN.1: "<"\n%declare BODY_TEXT\n')
+    chunks = ["a<hello", " world", "y", "zzz"]
+    one_shot = gp.ResponseParser(str(path), "", strict=False)
+    expected, _ = one_shot.finalize("".join(chunks))
+    streamed = gp.ResponseParser(str(path), "", strict=False)
+    events = [e for c in chunks for e in streamed.feed(c)]
+    message, _ = streamed.finalize()
+    assert message == expected and streamed.discarded_spans == one_shot.discarded_spans == [(14, 17)]
+    assert "".join(e["text"] for e in events if e["type"] == "region_chunk") == "hello world"
+
+
 # ---------------------------------------------------------------------------- hostile outputs
 @pytest.mark.parametrize("text", [
     "<tool_cal" * 50_000,                                   # near-delimiters

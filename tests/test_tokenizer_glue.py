@@ -45,6 +45,20 @@ class Tokenizer:
         return self.raw.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
+class Array:
+    """What numpy arrays and torch tensors offer the glue: ndim and tolist(); iterating gives scalars
+    that are not Python ints (as numpy's int64)."""
+
+    def __init__(self, data, ndim):
+        self.data, self.ndim = data, ndim
+
+    def tolist(self):
+        return self.data
+
+    def __iter__(self):
+        return iter(float(x) for x in self.data)
+
+
 @pytest.fixture(scope="module")
 def tok():
     return Tokenizer(response_template=TEMPLATE)
@@ -72,13 +86,6 @@ def test_token_ids_text_and_batches_agree(tok):
     with pytest.raises(grammar_parse.ArgumentError):
         parse_response(tok, [ids, ids], prefix=[[], [], []])
 
-    class Array:  # what numpy arrays and torch tensors offer the glue: ndim and tolist()
-        def __init__(self, data, ndim):
-            self.data, self.ndim = data, ndim
-
-        def tolist(self):
-            return self.data
-
     assert parse_response(tok, Array(ids, 1), prefix="") == expected
     assert parse_response(tok, Array([ids], 2), prefix="") == [expected]
     parser = get_response_parser(tok, tok.encode(prompt))
@@ -99,3 +106,13 @@ def test_token_stream_equals_one_shot(text):
     chunks = "".join(e["text"] for e in events + final if e["type"] == "region_chunk")
     assert "\ufffd" not in chunks
     assert json.dumps(message, ensure_ascii=False)
+
+
+def test_token_stream_takes_arrays_and_rejects_what_is_not_ids(tok):
+    text = "Hi there<|im_end|>"
+    stream = TokenStream(tok, "")
+    for token in tok.encode(text):
+        stream.feed_ids(Array([token], 1))
+    assert stream.finalize()[0] == grammar_parse.parse_response(text, TEMPLATE, prefix="")
+    with pytest.raises(grammar_parse.ArgumentError):
+        TokenStream(tok, "").feed_ids(["Hi"])
