@@ -38,6 +38,24 @@ from .tools import validate_call
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
+def open_stream(template: TemplateLike, prefix: str | None, tools: Iterable[Any] | None,
+                strict: bool) -> tuple[list[Any] | None, ResponseParser, ToolCallStreamer]:
+    """What every adapter streams from: the tools as a list, a parser with extended events (captures on
+    open, paths on components) and a tool-call streamer over the same tools."""
+    tools = list(tools) if tools is not None else None
+    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict)
+    return tools, parser, ToolCallStreamer(parser.grammar, tools)
+
+
+def text_kind(event: Event, tool_field: str) -> str | None:
+    """Which stream a region event's text goes to: ``content``, ``reasoning``, or None (tool calls,
+    components and other fields)."""
+    field = event.get("field")
+    if "path" in event or field == tool_field:
+        return None
+    return "content" if field == "content" else "reasoning" if field in REASONING_FIELDS else None
+
+
 def default_ids() -> Callable[[str], str]:
     """Random ids (``call_...``); inject your own factory for deterministic ids."""
     return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
@@ -88,18 +106,15 @@ class ChatCompletionsStream:
         ids: Callable[[str], str] | None = None,
         strict: bool = True,
     ) -> None:
-        self.tools = list(tools) if tools is not None else None
-        self.parser = ResponseParser(template, prefix, tools=self.tools, extended_events=True, strict=strict)
-        self.calls = ToolCallStreamer(self.parser.grammar, self.tools)
+        self.tools, self.parser, self.calls = open_stream(template, prefix, tools, strict)
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, _StrippedText] = {}
         self.call_ids: dict[int, str] = {}
         self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
-        self.started = False
         self.finish_reason: str | None = None
         self._message: dict[str, Any] | None = None
-        self.pending = self._deltas(self.parser.initial_events)
+        self.pending = [{"role": "assistant"}, *self._deltas(self.parser.initial_events)]
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """The deltas this piece of output completes."""
@@ -126,17 +141,13 @@ class ChatCompletionsStream:
     # internals
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        if not self.started:
-            self.started = True
-            out.append({"role": "assistant"})
         for event in events:
-            field = event.get("field")
-            if event["type"] == "region_chunk" and "path" not in event and field != self.calls.field:
-                target = "content" if field == "content" else self.reasoning_field if field in REASONING_FIELDS else None
-                if target is not None:
-                    text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
-                    if text:
-                        out.append({target: text})
+            kind = text_kind(event, self.calls.field) if event["type"] == "region_chunk" else None
+            if kind is not None:
+                target = "content" if kind == "content" else self.reasoning_field
+                text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
+                if text:
+                    out.append({target: text})
         for delta in self.calls.feed(events):  # type: ignore[arg-type]
             if not delta.get("done"):
                 out.append({"tool_calls": [self._tool_delta(delta)]})

@@ -28,11 +28,10 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .chat_completions import REASONING_FIELDS, _StrippedText
+from .chat_completions import _StrippedText, open_stream, text_kind
 from .errors import GrammarParseError
 from .events import Event
-from .session import ResponseParser, TemplateLike
-from .toolstream import ToolCallStreamer
+from .session import TemplateLike, _copy_json
 
 IdFactory = Callable[[str], str]
 
@@ -41,6 +40,11 @@ def problem(code: str, detail: str, status: int = 500, title: str | None = None)
     """A problem object (RFC 9457 shape) with the LMSP error ``code``."""
     return {"type": f"urn:lmsp:error:{code}", "title": title or code.replace("_", " ").capitalize(),
             "status": status, "detail": detail, "code": code}
+
+
+def parse_failed(detail: str) -> dict[str, Any]:
+    """The problem object of output the grammar could not parse."""
+    return problem("parse_failed", detail, 500, "The model output could not be parsed")
 
 
 def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
@@ -66,9 +70,7 @@ class ResponseStream:
                  response_id: str | None = None, ids: IdFactory, strict: bool = True) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
-        self.parser = ResponseParser(template, prefix, tools=list(tools) if tools is not None else None,
-                                     extended_events=True, strict=strict)
-        self.calls = ToolCallStreamer(self.parser.grammar, tools)
+        _, self.parser, self.calls = open_stream(template, prefix, tools, strict)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
         self.open_items: dict[str, int] = {}  # text field -> output index of its open item
@@ -85,7 +87,7 @@ class ResponseStream:
         try:
             return out + self._translate(self.parser.feed(text))
         except GrammarParseError as e:
-            return out + self.fail(problem("parse_failed", str(e), 500, "The model output could not be parsed"))
+            return out + self.fail(parse_failed(str(e)))
 
     def complete(self, input_tokens: int = 0, output_tokens: int = 0, *, truncated: bool = False) -> list[dict[str, Any]]:
         """End of generation: ``response.completed``, or ``response.incomplete`` when ``truncated`` (the
@@ -96,7 +98,7 @@ class ResponseStream:
         try:
             _, events = self.parser.finalize()
         except GrammarParseError as e:
-            return out + self.fail(problem("parse_failed", str(e), 500, "The model output could not be parsed"))
+            return out + self.fail(parse_failed(str(e)))
         out += self._translate(events)
         out += self._close_all()
         totals = usage(input_tokens, output_tokens)
@@ -145,9 +147,7 @@ class ResponseStream:
             if event["type"] == "parse_error":
                 out.append(self._event("response.parse_error", {k: event[k] for k in ("code", "field", "span", "message")}))  # type: ignore[literal-required]
                 continue
-            if "path" in event or field == self.calls.field:
-                continue
-            kind = "reasoning" if field in REASONING_FIELDS else "message" if field == "content" else None
+            kind = text_kind(event, self.calls.field)
             if kind is None:
                 continue
             if event["type"] == "region_chunk":
@@ -169,10 +169,10 @@ class ResponseStream:
             index = len(self.output)
             self.open_items[field] = index
             self.texts[index] = stripped
-            item = {"id": self.ids("msg"), "type": "message", "role": "assistant", "content": []} if kind == "message" \
+            item = {"id": self.ids("msg"), "type": "message", "role": "assistant", "content": []} if kind == "content" \
                 else {"id": self.ids("rs"), "type": "reasoning", "summary": []}
             self.output.append(item)
-            out.append(self._event("response.output_item.added", {"output_index": index, "item": _copy(item)}))
+            out.append(self._event("response.output_item.added", {"output_index": index, "item": _copy_json(item)}))
         item = self.output[index]
         name = "response.output_text.delta" if item["type"] == "message" else "response.reasoning_summary_text.delta"
         out.append(self._event(name, {"item_id": item["id"], "output_index": index, "delta": delta}))
@@ -186,7 +186,7 @@ class ResponseStream:
             item["content"] = [{"type": "output_text", "text": text}]
         else:
             item["summary"] = [{"type": "summary_text", "text": text}]
-        return [self._event("response.output_item.done", {"output_index": index, "item": _copy(item)})]
+        return [self._event("response.output_item.done", {"output_index": index, "item": _copy_json(item)})]
 
     def _tool(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
         call = delta["index"]
@@ -196,11 +196,11 @@ class ResponseStream:
             item = {"id": self.ids("fc"), "type": "function_call", "call_id": delta.get("id") or self.ids("call"),
                     "name": delta["name"], "arguments": ""}
             self.output.append(item)
-            return [self._event("response.output_item.added", {"output_index": index, "item": _copy(item)})]
+            return [self._event("response.output_item.added", {"output_index": index, "item": _copy_json(item)})]
         index = self.call_items[call]
         item = self.output[index]
         if delta.get("done"):
-            return [self._event("response.output_item.done", {"output_index": index, "item": _copy(item)})]
+            return [self._event("response.output_item.done", {"output_index": index, "item": _copy_json(item)})]
         item["arguments"] += delta["arguments"]
         return [self._event("response.function_call_arguments.delta",
                             {"item_id": item["id"], "output_index": index, "delta": delta["arguments"]})]
@@ -210,10 +210,6 @@ class ResponseStream:
         for field in list(self.open_items):
             out += self._finish_text(field)
         return out
-
-
-def _copy(item: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(item))
 
 
 def wire_json(obj: Any) -> str:

@@ -109,15 +109,28 @@ class ToolTypes:
     def from_tools(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
         """Read tools in ``apply_chat_template`` form (dicts or callables); None when none is usable."""
         parameters: dict[str, Mapping[str, Any]] = {}
-        for tool in tools or []:
-            if inspect.isfunction(tool) or inspect.ismethod(tool):
-                tool = callable_schema(tool)
-            fn = tool.get("function", tool) if isinstance(tool, dict) else None
-            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-                params = fn.get("parameters")
-                properties = params.get("properties") if isinstance(params, dict) else None
-                parameters[fn["name"]] = properties if isinstance(properties, dict) else {}
+        for name, fn in tool_specs(tools).items():
+            params = fn.get("parameters")
+            properties = params.get("properties") if isinstance(params, dict) else None
+            parameters[name] = properties if isinstance(properties, dict) else {}
         return cls(parameters) if parameters else None
+
+    def types_of(self, name: str | None, key: str) -> tuple[str, ...]:
+        """The JSON types the schema allows for argument ``key`` of tool ``name`` (empty: leave it be)."""
+        properties = self.parameters.get(name) or {}  # type: ignore[arg-type]
+        return schema_types(properties[key]) if key in properties else ()
+
+    def retype(self, name: str | None, key: str, value: Any) -> Any:
+        """One argument value cast to its schema's types (strings, and lists of strings that
+        merge_duplicates collected for a non-array parameter, element-wise)."""
+        types_ = self.types_of(name, key)
+        if not types_:
+            return value
+        if isinstance(value, str):
+            return coerce(value, types_)
+        if isinstance(value, list) and "array" not in types_:
+            return [coerce(item, types_) if isinstance(item, str) else item for item in value]
+        return value
 
     def apply(self, value: Any) -> Any:
         """Cast the string arguments of every tool call in ``value`` in place; return ``value``."""
@@ -129,21 +142,22 @@ class ToolTypes:
         name, arguments = fn.get("name"), fn.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
-        properties = self.parameters.get(name)
-        if not properties:
-            return value
         for key, argument in arguments.items():
-            if key not in properties or not (types_ := schema_types(properties[key])):
-                continue
-            if isinstance(argument, str):
-                arguments[key] = coerce(argument, types_)
-            elif isinstance(argument, list) and "array" not in types_:
-                # duplicate keys that merge_duplicates collected: cast element-wise
-                arguments[key] = [coerce(item, types_) if isinstance(item, str) else item for item in argument]
+            arguments[key] = self.retype(name, key, argument)
         return value
 
 
-
+def tool_specs(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
+    """Each usable tool's function spec by name (dicts with or without a ``function`` wrapper, or
+    callables, as ``apply_chat_template`` takes them)."""
+    specs: dict[str, dict[str, Any]] = {}
+    for tool in tools or []:
+        if inspect.isfunction(tool) or inspect.ismethod(tool):
+            tool = callable_schema(tool)
+        spec = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            specs[spec["name"]] = spec
+    return specs
 
 
 def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
@@ -154,13 +168,7 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
 
     fn = call.get("function") if isinstance(call, dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
-    schemas: dict[str, Any] = {}
-    for tool in tools:
-        if inspect.isfunction(tool) or inspect.ismethod(tool):
-            tool = callable_schema(tool)
-        spec = tool.get("function", tool) if isinstance(tool, dict) else None
-        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-            schemas[spec["name"]] = spec.get("parameters") or {"type": "object"}
+    schemas = {tool: spec.get("parameters") or {"type": "object"} for tool, spec in tool_specs(tools).items()}
     if name not in schemas:
         return [{"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(schemas)}"}]
     arguments = fn.get("arguments", {})
@@ -174,4 +182,6 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         problems.append({"path": f"$.function.arguments{path}", "message": error.message})
     return problems
-__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types", "validate_call"]
+
+
+__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types", "tool_specs", "validate_call"]

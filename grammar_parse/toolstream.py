@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 import regex
 
 from .grammar import Grammar, Region
-from .tools import ToolTypes, coerce, schema_types
+from .tools import ToolTypes
 from .values import PLACEHOLDER, ValueSpec
 
 
@@ -304,7 +304,7 @@ class _JsonCallReader:
     def on_key(self, depth: int, key: str, pos: int) -> None:
         self.key_at[depth] = key
         if self.capturing and depth == self.args_depth and self.call is not None:
-            if self.streamer._param_types(self.call.name, key):
+            if self.streamer.types is not None and self.streamer.types.types_of(self.call.name, key):
                 self._send_until(pos)  # up to the key; its value is held until complete, then retyped
                 self.held = (-1, key)
 
@@ -564,21 +564,8 @@ class ToolCallStreamer:
             self.done_upto += 1
 
     # typing
-    def _param_types(self, name: str | None, key: str) -> tuple[str, ...]:
-        if self.types is None or name is None:
-            return ()
-        properties = self.types.parameters.get(name) or {}
-        return schema_types(properties[key]) if key in properties else ()
-
     def _retype_value(self, call: _Call, key: str, value: Any) -> Any:
-        types = self._param_types(call.name, key)
-        if not types:
-            return value
-        if isinstance(value, str):
-            return coerce(value, types)
-        if isinstance(value, list) and "array" not in types:
-            return [coerce(v, types) if isinstance(v, str) else v for v in value]
-        return value
+        return value if self.types is None else self.types.retype(call.name, key, value)
 
     def _retyped(self, call: _Call, key: str, raw: str) -> str:
         """A held value's text: the model's bytes, or the typed value's JSON where typing changed it."""

@@ -106,6 +106,15 @@ def test_model_written_call_ids_are_kept():
     assert item["call_id"] == "functions.get_weather:0" and item["name"] == "get_weather"
 
 
+def test_tools_given_as_any_iterable_type_the_streamed_arguments():
+    tools = [{"name": "set", "parameters": {"properties": {"n": {"type": "integer"}}}}]
+    text = '<tool_call>{"name": "set", "arguments": {"n": "7"}}</tool_call>'
+    streams = [ResponseStream("qwen3", "", tools=given, ids=counter()) for given in (tools, iter(tools))]
+    deltas = [[e["data"]["delta"] for e in s.feed(text) + s.complete()
+               if e["event"] == "response.function_call_arguments.delta"] for s in streams]
+    assert "".join(deltas[0]) == '{"n": 7}' and deltas[1] == deltas[0]
+
+
 # ---------------------------------------------------------------------------- the endpoint on loopback
 class Server:
     def __init__(self, app: LMSPApp) -> None:
