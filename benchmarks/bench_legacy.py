@@ -10,7 +10,6 @@ and, with timeout=None, on the standard library's `re` exactly as transformers d
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grammar_parse  # noqa: E402
-from bench import output_text  # noqa: E402
+from bench import best_of, output_text  # noqa: E402
 from grammar_parse.compat import legacy_grammar  # noqa: E402
 
 QWEN3_SCHEMA: dict[str, Any] = {
@@ -43,15 +42,6 @@ QWEN3_SCHEMA: dict[str, Any] = {
 }
 
 
-def best(fn: Any, repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main() -> None:
     try:
         from transformers.utils.chat_parsing_utils import recursive_parse as theirs
@@ -68,11 +58,11 @@ def main() -> None:
         cells = []
         if theirs is not None:
             assert theirs(text, QWEN3_SCHEMA) == expected
-            cells.append(f"{mb / best(lambda: theirs(text, QWEN3_SCHEMA)):.1f}")
+            cells.append(f"{mb / best_of(lambda: theirs(text, QWEN3_SCHEMA), 3):.1f}")
         else:
             cells.append("-")
         for grammar in (bounded, unbounded):
-            cells.append(f"{mb / best(lambda: grammar_parse.parse_response(text, grammar)):.1f}")
+            cells.append(f"{mb / best_of(lambda: grammar_parse.parse_response(text, grammar), 3):.1f}")
         print(f"| {len(text) // 1000} KB, {calls} tool call{'s' if calls > 1 else ''} | " + " | ".join(cells) + " |")
 
 

@@ -23,9 +23,10 @@ import jmespath
 import regex
 
 from grammar_parse.errors import ParseError, SchemaTypeError
+from grammar_parse.grammar import LEGACY_TIMEOUT
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs.
-DEFAULT_TIMEOUT = 2.0
+DEFAULT_TIMEOUT = LEGACY_TIMEOUT
 
 REGEX_KEYS = ("x-regex", "x-regex-iterator", "x-regex-key-value", "x-regex-substitutions")
 _REGEX_KEYS = frozenset(REGEX_KEYS)
@@ -327,12 +328,8 @@ class LegacyValue:
     are not raised mid-stream: the final run of the whole schema at finalize() decides.
     """
 
-    content = "legacy"
-    content_args: dict[str, Any] = {}
     join = None
     optional = True
-    transform = None
-    transform_each = False
 
     def __init__(self, node: dict[str, Any], mode: str, repeats: bool = False,
                  timeout: float | None = DEFAULT_TIMEOUT) -> None:

@@ -14,7 +14,6 @@ finalize(), and listed in the translation's notes.
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +21,12 @@ from typing import Any
 import regex
 
 from grammar_parse.compiler import template_to_lark
+from grammar_parse.delimiters import REPEAT_OPS, _sre
+from grammar_parse.delimiters import _sre_parse as _parser
 from grammar_parse.template import Delimiter, FieldTemplate, Template
 
-from .legacy import DEFAULT_TIMEOUT, LegacyValue
+from .legacy import DEFAULT_TIMEOUT, LegacyValue, _jmespath
 
-_sre: Any = importlib.import_module("re._constants")
-_parser: Any = importlib.import_module("re._parser")
 
 _DELIMITER_OPS = {_sre.LITERAL, _sre.IN, _sre.AT, _sre.NOT_LITERAL}
 
@@ -96,7 +95,7 @@ def _unparse_item(op: Any, av: Any) -> str:
         return _unparse_class(av)
     if op is _sre.AT:
         return _ATS[av]
-    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+    if op in REPEAT_OPS:
         lo, hi, sub = av
         inner = _unparse(list(sub))
         if len(sub) != 1 or sub[0][0] in (_sre.SUBPATTERN, _sre.BRANCH) or len(inner) > 2 and not inner.startswith("["):
@@ -112,13 +111,7 @@ def _unparse_item(op: Any, av: Any) -> str:
         return ("(?=" if av[0] > 0 else "(?<=") + _unparse(list(av[1])) + ")"
     if op is _sre.ASSERT_NOT:
         return ("(?!" if av[0] > 0 else "(?<!") + _unparse(list(av[1])) + ")"
-    if op is _sre.CATEGORY:
-        return _CATEGORIES[av]
     raise ValueError(f"unsupported regex construct {op}")
-
-
-def _is_literal(item: tuple[Any, Any]) -> bool:
-    return item[0] is _sre.LITERAL
 
 
 def _is_delimiterish(item: tuple[Any, Any]) -> bool:
@@ -126,7 +119,7 @@ def _is_delimiterish(item: tuple[Any, Any]) -> bool:
     op, av = item
     if op in _DELIMITER_OPS:
         return True
-    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+    if op in REPEAT_OPS:
         return all(_is_delimiterish(i) for i in av[2]) and (av[1] == 1 or all(i[0] is not _sre.LITERAL or chr(i[1]).isspace() for i in av[2]))
     if op is _sre.BRANCH:
         return all(all(_is_delimiterish(i) for i in alt) for alt in av[1])
@@ -171,7 +164,7 @@ def _paths(seq: list[Any], trail: list[tuple[list[Any], int]], found: dict[int, 
         elif op is _sre.BRANCH:
             for alt in av[1]:
                 _paths(list(alt), here, found)
-        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT) and av[1] == 1:
+        elif op in REPEAT_OPS and av[1] == 1:
             _paths(list(av[2]), here, found)  # an optional part keeps its context; repeats do not
 
 
@@ -193,7 +186,7 @@ def _context(path: list[tuple[list[Any], int]], step: int) -> list[tuple[Any, An
         if depth == 0:
             break
         op, av = path[depth - 1][0][path[depth - 1][1]]
-        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT) and av[1] != 1:
+        if op in REPEAT_OPS and av[1] != 1:
             return collected
     return collected
 
@@ -236,7 +229,7 @@ def _following(path: list[tuple[list[Any], int]]) -> list[tuple[Any, Any]]:
     for depth in range(len(path) - 1, -1, -1):
         seq, index = path[depth]
         rest.extend(seq[index + 1:])
-        if depth and path[depth - 1][0][path[depth - 1][1]][0] in (_sre.MAX_REPEAT, _sre.MIN_REPEAT) \
+        if depth and path[depth - 1][0][path[depth - 1][1]][0] in REPEAT_OPS \
                 and path[depth - 1][0][path[depth - 1][1]][1][1] != 1:
             break
     return rest
@@ -263,7 +256,7 @@ def _terminators(items: list[tuple[Any, Any]], out: list[str]) -> None:
             out.append(prefix)
         elif op is _sre.ASSERT and av[0] > 0:
             _terminators(list(av[1]), out)
-        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+        elif op in REPEAT_OPS:
             _terminators(list(av[2]), out)
         elif op is _sre.SUBPATTERN and av[0] is None:
             _terminators(list(av[3]), out)
@@ -284,7 +277,7 @@ def _group_region(name: str, path: list[tuple[list[Any], int]]) -> _Region | Non
     seq, index = path[-1]
     body = list(seq[index][1][3])
     # A group of repeated <tag>...</tag> blocks: one region per block.
-    if len(body) == 1 and body[0][0] in (_sre.MAX_REPEAT, _sre.MIN_REPEAT) and body[0][1][1] != 1:
+    if len(body) == 1 and body[0][0] in REPEAT_OPS and body[0][1][1] != 1:
         block = list(body[0][1][2])
         head, tail = _literal_run(block, from_end=False), _literal_run(block, from_end=True)
         if head and tail and len(head) + len(tail) < len(block):
@@ -467,19 +460,13 @@ def _content_spec(node: dict[str, Any]) -> dict[str, Any]:
     if args.get("allow_non_json"):
         spec.setdefault("content_args", {})["allow_non_json"] = True
     if (transform := args.get("transform")) is not None:
-        parsed = jmespath_parsed(transform)
+        parsed = _jmespath(transform).parsed
         if parsed["type"] == "projection" and parsed["children"][0]["type"] == "identity":
             spec["transform"] = _jmespath_to_transform(parsed["children"][1], each=True)
             spec["transform_each"] = True
         else:
             spec["transform"] = _jmespath_to_transform(parsed, each=False)
     return spec
-
-
-def jmespath_parsed(expression: str) -> dict[str, Any]:
-    import jmespath
-
-    return jmespath.compile(expression).parsed
 
 
 def to_template(schema: dict[str, Any], translation: Translation) -> tuple[dict[str, Any] | None, list[str]]:

@@ -36,6 +36,8 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 UNBOUNDED = 1 << 30
+#: The parsed-regex ops of a backtracking repeat (greedy or lazy).
+REPEAT_OPS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
 
 #: Seconds one search of a delimiter (or content) pattern may take before the parse fails (parse.timeout).
 REGEX_TIMEOUT = 1.0
@@ -140,6 +142,25 @@ def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
         return None
     found = _firsts(list(parsed))
     return "".join(sorted(found)) if found else None
+
+
+def last_char(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The literal character every match of ``pattern`` ends with, or None when there is no such one.
+    A match can only complete in text that holds it (the tool streamer rescans only then)."""
+    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
+        return None
+    try:
+        items = list(_sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF))
+    except Exception:  # noqa: BLE001 - syntax only `regex` knows
+        return None
+    while items:
+        op, av = items[-1]
+        if op is _sre.LITERAL:
+            return chr(av)
+        if op is not _sre.SUBPATTERN or av[1]:
+            return None
+        items = list(av[-1])
+    return None
 
 
 def _firsts(items: list[Any]) -> set[str] | None:
@@ -293,13 +314,12 @@ class Automaton:
         self.finals = frozenset(fsm.finals)
         self.trans: dict[Any, dict[Any, Any]] = {st: dict(m) for st, m in fsm.map.items()}
         reverse: dict[Any, set[Any]] = {}
-        self.reverse: dict[tuple[Any, Any], frozenset[Any]] = {}
         pairs: dict[tuple[Any, Any], set[Any]] = {}
         for st, moves in self.trans.items():
             for sym, target in moves.items():
                 reverse.setdefault(target, set()).add(st)
                 pairs.setdefault((target, sym), set()).add(st)
-        self.reverse = {k: frozenset(v) for k, v in pairs.items()}
+        self.reverse: dict[tuple[Any, Any], frozenset[Any]] = {k: frozenset(v) for k, v in pairs.items()}
         live, todo = set(self.finals), list(self.finals)
         while todo:
             for prev in reverse.get(todo.pop(), ()):
@@ -426,7 +446,9 @@ class RegexMatcher:
         self.lookaround = shape.lookaround
         self.zero_width = self.compiled.match("") is not None
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
-        self.limit: dict[str, float] = {"timeout": REGEX_TIMEOUT} if backtracking_risk(pattern)[1] else {}
+        #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.
+        self.risk, timed = backtracking_risk(pattern)
+        self.limit: dict[str, float] = {"timeout": REGEX_TIMEOUT} if timed else {}
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
@@ -527,14 +549,6 @@ Matcher = LiteralMatcher | RegexMatcher
 __all__ = ["Hit", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "pattern_shape"]
 
 
-def _repeat_ops() -> tuple[Any, ...]:
-    return (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
-
-
-def _unbounded(op: Any, av: Any) -> bool:
-    return op in _repeat_ops() and av[1] >= _sre.MAXREPEAT
-
-
 def _flat(items: Any) -> list[Any]:
     """Items with capturing groups opened up (a group does not change how a repeat backtracks)."""
     out: list[Any] = []
@@ -549,7 +563,7 @@ def _risk_walk(items: Any, found: list[str], counter: list[int]) -> bool:
     contain a repeat."""
     has = False
     for op, av in items:
-        if op in _repeat_ops():
+        if op in REPEAT_OPS:
             has = True
             body = _flat(av[2])
             inner = _risk_walk(body, found, counter)
@@ -557,7 +571,7 @@ def _risk_walk(items: Any, found: list[str], counter: list[int]) -> bool:
                 counter[0] += 1
                 if inner or any(o is _sre.BRANCH for o, _ in body):
                     counter[1] += 1
-                if inner and all(o in _repeat_ops() for o, _ in body):
+                if inner and all(o in REPEAT_OPS for o, _ in body):
                     found.append("a repeated group made only of repeats ((a+)+, (\\w+\\s?)*): it backtracks "
                                  "exponentially on a near miss")
         elif op is _sre.SUBPATTERN:

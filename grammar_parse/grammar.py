@@ -31,13 +31,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import lark
 import regex
 from lark.lexer import Lexer
 
-from .delimiters import LiteralMatcher, Matcher, RegexMatcher, backtracking_risk
+from .delimiters import LiteralMatcher, Matcher, RegexMatcher
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
@@ -59,6 +60,10 @@ class _ScannerLexer(Lexer):
         raise NotImplementedError("grammar_parse feeds tokens to the parser itself")
 
 
+#: Seconds a legacy response_schema regex may run (grammar_parse.compat.legacy.DEFAULT_TIMEOUT).
+LEGACY_TIMEOUT = 2.0
+
+
 @dataclass(frozen=True)
 class Region:
     """A message field produced by one grammar rule."""
@@ -73,9 +78,10 @@ class Region:
     scope: Mapping[str, Any] = field(default_factory=dict)  # component values before any arrives
     extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
 
-    @property
+    @cached_property
     def dirty(self) -> bool:
-        """Whether this region's chunks are raw bytes of a structured value."""
+        """Whether this region's chunks are raw bytes of a structured value (read for every chunk, so
+        worked out once)."""
         return self.spec.dirty
 
 
@@ -156,7 +162,7 @@ class Grammar:
     base_callbacks: dict[Any, Any] = field(repr=False)
     context: int = 0  # characters of history the delimiters may look back at
     legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
-    legacy_timeout: float | None = 2.0
+    legacy_timeout: float | None = LEGACY_TIMEOUT
 
     @property
     def lark_source(self) -> str:
@@ -328,7 +334,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
                 # A region whose value is a legacy response_schema node (grammar_parse.compat).
                 from grammar_parse.compat.legacy import LegacyValue
 
-                value_spec: Any = LegacyValue.from_directive(options, settings.get("legacy_timeout", 2.0))
+                value_spec: Any = LegacyValue.from_directive(options, settings.get("legacy_timeout", LEGACY_TIMEOUT))
             else:
                 value_spec = load_value_spec(f"region {rule}", options)
             if unknown := sorted(set(options) - {"content", "content_args", "repeats", "join", "optional",
@@ -347,16 +353,17 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
 
     terminals: dict[str, Terminal] = {}
     defined = {t.name: t for t in parser.terminals}
+    owners = sorted(by_upper, key=len, reverse=True)
     for t in parser.terminals:
         # The longest region name wins: TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool.
-        owner = next((u for u in sorted(by_upper, key=len, reverse=True) if _delimiter_role(t.name, u)), None)
+        owner = next((u for u in owners if _delimiter_role(t.name, u)), None)
         region = by_upper.get(owner) if owner else None
         role = _delimiter_role(t.name, owner) if owner else "delimiter"
         try:
             matcher = _matcher(t)
         except regex.error as e:
             raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
-        if isinstance(matcher, RegexMatcher) and (reason := backtracking_risk(matcher.pattern)[0]):
+        if isinstance(matcher, RegexMatcher) and (reason := matcher.risk):
             raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {reason}",
                                code="grammar.syntax", source=source_name,
                                hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
@@ -425,7 +432,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         default_rule = next(iter(reduces)) if only_reduce and len(reduces) == 1 else None
         if default_rule is not None and default_rule.origin.name == "start":
             default_rule = None  # the start rule is reduced by $END in finalize()
-        scanner = scanners.setdefault(tuple(t.name for t in watch), Scanner(watch))
+        watched = tuple(t.name for t in watch)
+        scanner = scanners.get(watched) or scanners.setdefault(watched, Scanner(watch))  # one per watch list
         states[state] = StateInfo(text=text_term, watch=watch, default_rule=default_rule, scanner=scanner,
                                   text_candidates=candidates if text_term is None else ())
 
@@ -450,7 +458,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         parse_table=table,
         base_callbacks=dict.fromkeys(handles.values(), _ignore),
         legacy_schema=settings.get("legacy_schema"),
-        legacy_timeout=settings.get("legacy_timeout", 2.0),
+        legacy_timeout=settings.get("legacy_timeout", LEGACY_TIMEOUT),
         context=context,
     )
 

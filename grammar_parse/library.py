@@ -59,11 +59,20 @@ def _builtin(file_name: str, canonical: str) -> Grammar:
 def grammar_from_json(data: Any, *, name: str | None = None) -> Grammar:
     """The grammar a JSON document describes: a response_template, a legacy response_schema, or a
     tokenizer_config.json carrying either."""
-    from grammar_parse.compat import from_tokenizer_config, is_legacy_schema, legacy_grammar
+    from grammar_parse.compat import from_tokenizer_config
 
     if isinstance(data, dict) and ("response_template" in data or "response_schema" in data) and "fields" not in data:
         return from_tokenizer_config(data)
+    return grammar_from_dict(data, name=name)
+
+
+def grammar_from_dict(data: Any, *, name: str | None = None) -> Grammar:
+    """The grammar of a response_template, or of a legacy response_schema (told apart by their keys)."""
+    from grammar_parse.compat.legacy import is_legacy_schema
+
     if is_legacy_schema(data):
+        from grammar_parse.compat import legacy_grammar
+
         return legacy_grammar(data)
     return compile_template(data, name=name)
 

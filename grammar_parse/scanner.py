@@ -37,10 +37,9 @@ class QuietTest:
     def __init__(self, triggers: str, hold_space: bool) -> None:
         self.triggers = triggers
         self.hold_space = hold_space
-        if len(triggers) == 1:
-            self.hits: Any = lambda text, t=triggers: t in text
-        else:
-            self.hits = re.compile("[" + re.escape(triggers) + "]").search
+        # One trigger is found with str.find; several with a character-class search.
+        self.trigger = triggers if len(triggers) == 1 else None
+        self.hits: Any = None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
 
 
 def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
@@ -67,11 +66,8 @@ class Scanner:
     """Commit/hold decisions for one set of live delimiters."""
 
     def __init__(self, watch: tuple[Terminal, ...]) -> None:
-        self.watch = watch
         self.entries = [(t, t.matcher) for t in watch]
         self.quiet = _quiet_test(watch)
-
-
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache) -> tuple[Terminal | None, Hit | None, int]:
         """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``."""

@@ -21,7 +21,6 @@ from lark import Token
 from lark.exceptions import UnexpectedToken
 from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
-from .compiler import compile_template
 from .delimiters import REGEX_SPACE
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message
@@ -42,17 +41,11 @@ def resolve_grammar(template: TemplateLike) -> Grammar:
     """A Grammar from a template dict, a Grammar, or a built-in grammar name / ``.lark`` path."""
     if isinstance(template, Grammar):
         return template
+    from .library import grammar_from_dict, load_grammar
+
     if isinstance(template, (str, Path)):
-        from .library import load_grammar
-
         return load_grammar(template)
-    from grammar_parse.compat.legacy import is_legacy_schema
-
-    if is_legacy_schema(template):
-        from grammar_parse.compat import legacy_grammar
-
-        return legacy_grammar(template)
-    return compile_template(template)
+    return grammar_from_dict(template)
 
 
 def _copy_json(value: Any) -> Any:
@@ -426,14 +419,12 @@ class ResponseParser:
         if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text \
                 or self._trace is not None:
             return None
-        trigger = quiet.triggers if len(quiet.triggers) == 1 else None
-        search = None if trigger is not None else quiet.hits
         if info.text.role != "text":  # type: ignore[union-attr]
-            return (trigger, search, quiet.hold_space, None)
+            return (quiet.trigger, quiet.hits, quiet.hold_space, None)
         frame = self._frames[-1]
         if frame.path is not None:
             return None  # component chunks carry a path; the general route adds it
-        return (trigger, search, quiet.hold_space, frame)
+        return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
@@ -499,10 +490,9 @@ class ResponseParser:
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
+        conf = ParseConf(self._grammar.parse_table, {}, "start")  # no callbacks: a trial changes nothing
         for term in self._states[self._parser.state_stack[-1]].text_candidates:
-            trial = ParserState(ParseConf(self._grammar.parse_table, {}, "start"), None,  # type: ignore[arg-type]
-                                list(self._parser.state_stack), list(self._parser.value_stack))
-            trial.parse_conf.callbacks = {}
+            trial = ParserState(conf, None, list(self._parser.state_stack), list(self._parser.value_stack))  # type: ignore[arg-type]
             try:
                 trial.feed_token(Token(term.name, ""))
             except UnexpectedToken:

@@ -199,12 +199,12 @@ def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
             )
     if "value_parser" in args:
         _check_value_parser(f"{path}.value_parser", args["value_parser"])
-    if "value_parser_when" in args:
+    if "value_parser_when" in args:  # an xml-inline key only, so `tag` is its compiled tag_pattern
         when = args["value_parser_when"]
         if not isinstance(when, dict) or set(when) != {"group", "equals", "parser"}:
             raise _fail(f"{path}.value_parser_when", "must be {\"group\": ..., \"equals\": ..., \"parser\": {...}}",
                         "template.content")
-        if when["group"] not in regex.compile(args["tag_pattern"], regex.DOTALL).groupindex:
+        if when["group"] not in tag.groupindex:
             raise _fail(f"{path}.value_parser_when.group", f"tag_pattern has no group {when['group']!r}",
                         "template.content")
         _check_value_parser(f"{path}.value_parser_when.parser", when["parser"])

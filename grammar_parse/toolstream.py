@@ -27,7 +27,8 @@ import regex
 
 from .grammar import Grammar, Region
 from .tools import ToolTypes
-from .values import PLACEHOLDER, ValueSpec
+from .delimiters import UNBOUNDED, last_char, pattern_shape
+from .values import PLACEHOLDER, ValueSpec, _sub_parse
 
 
 class ToolCallDelta(TypedDict, total=False):
@@ -54,6 +55,8 @@ class CallPlan:
     id_capture: str | None = None
     id_key: str | None = None  # the body (or element) key holding a model-written call id
     tag_pattern: Any = None  # xml mode
+    tag_end: str | None = None  # the character every tag match ends with (None: any)
+    tag_context: int = 0  # how far before its start a tag match may look (anchors, lookbehind)
     value_parser: Any = None
 
 
@@ -110,8 +113,10 @@ def plan_for(region: Region) -> CallPlan:
         return CallPlan("json_key", args_key=keys[0], args_alternatives=keys[1:], **common)
     if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
             "merge_duplicates") and "value_parser_when" not in spec.content_args:
-        return CallPlan("xml", tag_pattern=regex.compile(spec.content_args["tag_pattern"], regex.DOTALL),
-                        value_parser=spec.content_args.get("value_parser"), **common)
+        pattern = spec.content_args["tag_pattern"]
+        return CallPlan("xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern),
+                        tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"),
+                        **common)
     if name_capture and "." not in args and spec.content in ("text",):
         return CallPlan("components", args_key=args, **common)
     return CallPlan("at_close")
@@ -286,10 +291,13 @@ class _JsonCallReader:
         return whole[start - self.text_base:end - self.text_base]
 
     def _compact(self) -> None:
-        keep = min(x for x in (self.sent_to if self.capturing else self.walker.offset,
-                               self.name_start if self.name_start >= 0 else self.walker.offset,
-                               self.id_start if self.id_start >= 0 else self.walker.offset,
-                               self.held[0] if self.held else self.walker.offset))
+        offset = self.walker.offset
+        if offset <= self.text_base + 4096:
+            return  # nothing to drop yet (every position still needed is at most the walker's)
+        keep = min(self.sent_to if self.capturing else offset,
+                   self.name_start if self.name_start >= 0 else offset,
+                   self.id_start if self.id_start >= 0 else offset,
+                   self.held[0] if self.held else offset)
         if keep > self.text_base + 4096:
             whole = "".join(self.text)
             self.text = [whole[keep - self.text_base:]]
@@ -371,32 +379,38 @@ class _XmlCallReader:
         self.streamer = streamer
         self.plan = plan
         self.call = streamer._new_call(captures, plan)
-        self.body: list[str] = []
-        self.scanned = 0
+        self.body: list[str] = []  # the text after the last tag sent (and the context before it)
+        self.scanned = 0  # where in it the next tag may start
+        self.waiting = False  # a tag matched at the end of the text and could still grow
         streamer._start_arguments(self.call, partial_object=True)
 
     def feed(self, text: str) -> None:
         self.body.append(text)
-        self._scan(final=False)
+        # A new tag can only end in text holding its last character: scan then (or to settle a waiting
+        # one), so a long value costs its length, not its length times its chunks.
+        if self.waiting or self.plan.tag_end is None or self.plan.tag_end in text:
+            self._scan(final=False)
 
     def _scan(self, final: bool) -> None:
         body = "".join(self.body)
-        self.body = [body]
-        for m in self.plan.tag_pattern.finditer(body, self.scanned):
+        scanned = self.scanned
+        self.waiting = False
+        for m in self.plan.tag_pattern.finditer(body, scanned):
             if not final and m.end() >= len(body):
-                break  # it could still grow
+                self.waiting = True  # it could still grow
+                break
             groups = m.groupdict()
             key = groups.get("key")
             if key is None:
                 continue
-            from .values import _sub_parse  # noqa: PLC0415 - the same sub-parser as the region value
-
             try:
                 value = _sub_parse(groups.get("value", ""), self.plan.value_parser)
             except Exception:  # noqa: BLE001 - the region's own parse reports it at close
                 value = groups.get("value", "")
             self.streamer._send_member(self.call, key, value)
-            self.scanned = m.end()
+            scanned = m.end()
+        keep = 0 if self.plan.tag_context >= UNBOUNDED else max(0, scanned - self.plan.tag_context)
+        self.body, self.scanned = [body[keep:]], scanned - keep
 
     def close(self) -> None:
         self._scan(final=True)

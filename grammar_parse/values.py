@@ -179,9 +179,7 @@ def _literal(node: ast.expr) -> Any:
     """A Python literal from the AST, never evaluated as code (true/false/null are accepted too)."""
     if isinstance(node, ast.Name) and node.id in _PY_CONSTANTS:
         return _PY_CONSTANTS[node.id]
-    if isinstance(node, ast.List):
-        return [_literal(e) for e in node.elts]
-    if isinstance(node, ast.Tuple):
+    if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
         return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values) if k is not None}
