@@ -1,5 +1,6 @@
-"""Loading the transformers conformance corpus (../shared/conformance beside the checkout) and
-replaying a case through grammar_parse the way the corpus verifier replays it through transformers."""
+"""Loading the transformers conformance corpus (tests/data/conformance, or the folder named by
+GRAMMAR_PARSE_CONFORMANCE) and replaying a case through grammar_parse the way the corpus verifier replays it
+through transformers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import grammar_parse
 
-CORPUS = Path(os.environ.get("GRAMMAR_PARSE_CONFORMANCE", Path(__file__).resolve().parents[2] / "shared" / "conformance"))
+CORPUS = Path(os.environ.get("GRAMMAR_PARSE_CONFORMANCE") or Path(__file__).resolve().parent / "data" / "conformance")
 
 _BUILTIN_ERRORS = {"ValueError": ValueError, "KeyError": KeyError, "TypeError": TypeError, "RuntimeError": RuntimeError}
 
@@ -37,8 +38,8 @@ def load(name: str) -> Any:
     path = CORPUS / name
     if not path.exists():
         raise FileNotFoundError(
-            f"conformance corpus not found at {path}; check out ../shared beside the project or set "
-            "GRAMMAR_PARSE_CONFORMANCE"
+            f"conformance corpus file not found: {path}; the project ships it in tests/data/conformance "
+            "(GRAMMAR_PARSE_CONFORMANCE, when set, must name a folder holding the three corpus files)"
         )
     return json.loads(path.read_text(encoding="utf-8"))
 

@@ -1,4 +1,4 @@
-"""The transformers conformance corpus, replayed case by case (see ../shared/conformance/README.md).
+"""The transformers conformance corpus, replayed case by case (see tests/data/conformance/README.md).
 
 Every response_template case and every new-format model-template sample must match transformers 5.23:
 the same message, the same events feed by feed, the same exception type. The exceptions are the cases

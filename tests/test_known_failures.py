@@ -1,4 +1,4 @@
-"""The failures ../shared/FORMATS.md lists for today's parsers ("What goes wrong"), each as a test
+"""Failures that today's parsers (vLLM, SGLang, Ollama, llama.cpp) show on real model output, each as a test
 against our library, one-shot and streamed with any chunking.
 
 A table of cases (grammar, the failure it guards against, output, prompt, expected message) is checked
