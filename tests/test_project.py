@@ -1,0 +1,45 @@
+"""What a user checks before depending on the project: the licence matches the package metadata, and no
+file of the project points outside the checkout (it stands on its own, tests and corpus included)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKED = ["README.md", "pyproject.toml", "grammar_parse", "grammars", "compat", "docs", "tests", "benchmarks",
+           "examples", ".ci"]
+# A path into the development folder beside the checkout, or a citation of its design notes.
+OUTSIDE = re.compile(r"\.\./shared\b|/shared[/](?:conformance|spec|FORMATS|DESIGN|STYLE)|\bFORMATS\.md\b")
+
+
+def project_files() -> list[Path]:
+    files = []
+    for entry in CHECKED:
+        path = ROOT / entry
+        candidates = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        files += [p for p in candidates if "__pycache__" not in p.parts and "venv" not in p.parts
+                  and p.suffix not in (".pyc",)]
+    return files
+
+
+def test_licence_file_matches_the_metadata():
+    licence = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    declared = re.search(r'^license\s*=\s*\{\s*text\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert declared and declared.group(1) == "Apache-2.0"
+    assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in licence
+
+
+def test_the_corpus_ships_with_the_tests():
+    corpus = ROOT / "tests" / "data" / "conformance"
+    names = {p.name for p in corpus.iterdir()}
+    assert {"README.md", "transformers_response_template.json", "transformers_legacy_xregex.json",
+            "transformers_model_templates.json"} <= names
+
+
+def test_no_file_points_outside_the_checkout():
+    files = project_files()
+    assert len(files) > 500  # the grammars, golden samples and corpus are all read
+    found = {str(p.relative_to(ROOT)): OUTSIDE.findall(p.read_text(encoding="utf-8", errors="replace")) for p in files}
+    assert {name: hits for name, hits in found.items() if hits} == {}
