@@ -124,9 +124,14 @@ def _suggestions(name: str) -> list[str]:
     for canonical, aliases in library.aliases.items():
         for spelling in [canonical, *aliases]:
             spelled.setdefault(normalise_name(spelling), spelling)
+    wanted = normalise_name(name)
+    canonical_keys = [normalise_name(n) for n in library.aliases]
     out: list[str] = []
     seen: set[str] = set()
-    for key in difflib.get_close_matches(normalise_name(name), list(library.names), n=8, cutoff=0.6):
+    # Grammar names first: "qwen4" should suggest qwen3 before the alias "qwen".
+    close = [*difflib.get_close_matches(wanted, canonical_keys, n=3, cutoff=0.6),
+             *difflib.get_close_matches(wanted, list(library.names), n=8, cutoff=0.6)]
+    for key in close:
         canonical = library.names[key][0]
         if canonical not in seen:
             seen.add(canonical)
