@@ -141,7 +141,7 @@ def _suggestions(name: str) -> list[str]:
 
 def _is_file(name: str) -> bool:
     try:
-        return Path(name).exists()
+        return bool(name) and Path(name).is_file()
     except (OSError, ValueError):  # a name no file system accepts (NUL bytes, too long)
         return False
 

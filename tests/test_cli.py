@@ -194,11 +194,12 @@ def test_ctrl_c_exits_130_without_a_traceback():
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):
-    (tmp_path / "o.txt").write_text("x" * 300_000)  # more JSON than a pipe buffers, so writing blocks
-    proc = subprocess.Popen([sys.executable, "-m", "grammar_parse", "parse", "-g", "qwen3", str(tmp_path / "o.txt")],
+    # Thousands of event lines, written one by one: the reader closes after the first (as `| head -1` does).
+    (tmp_path / "o.txt").write_text('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n' * 3000)
+    proc = subprocess.Popen([sys.executable, "-m", "grammar_parse", "stream", "-g", "qwen3", str(tmp_path / "o.txt")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
-    assert proc.stdout.read(1) == b"{"
+    assert json.loads(proc.stdout.readline())["type"] == "region_open"
     proc.stdout.close()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and err == b""
