@@ -1,41 +1,124 @@
-"""The ``grammar-parse`` command line: parse, stream, compile, check and list grammars."""
+"""The ``grammar-parse`` command line: parse, stream, compile, check and list grammars.
+
+Every error a user can cause ends as one line on stderr, ``grammar-parse: error [CODE]: what, and what to
+do``, and an exit status that tells a script which kind it was (see ``EXIT_STATUS``); no traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import codecs
+import io
 import json
 import os
+import re
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TextIO
 
+from . import __version__
 from .errors import GrammarParseError
 from .grammar import Grammar
-from .library import grammar_from_json, list_grammars, load_grammar
+from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from .session import ResponseParser
+
+EXIT_OK = 0
+EXIT_PARSE = 1  # the model output did not parse (strict mode); `check`: the grammar or template is invalid
+EXIT_USAGE = 2  # as argparse: bad arguments, unreadable files, unknown grammars, grammars that do not load
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+EXIT_STATUS = f"""\
+exit status:
+  {EXIT_OK}    success
+  {EXIT_PARSE}    the model output did not parse (strict mode); for `check`, the grammar or template is invalid
+  {EXIT_USAGE}    usage error: a bad argument, a missing, unreadable or non-UTF-8 file, an unknown grammar
+       name, or a grammar or template that does not load
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+errors are one line on stderr: grammar-parse: error [CODE]: MESSAGE HINT
+"""
+
+GRAMMAR_HELP = ("a built-in grammar name or alias (see `list`; case and -, _, . are ignored, and vLLM/SGLang "
+                "parser names work), or a file: an argument with a / or ending in .lark or .json is a path "
+                "(.json: a response_template, legacy response_schema or tokenizer_config.json)")
+
+#: Errors from loading a grammar that mean "cannot read it", not "it is invalid" (`check` exits 2 on these).
+_UNREADABLE = frozenset({"grammar.not_found", "grammar.encoding"})
+_MAX_DETAIL = 600  # characters of an error's message shown (a failing region's text can be megabytes)
+
+
+class CommandLineError(GrammarParseError):
+    """Something named on the command line cannot be used: a missing, unreadable or non-UTF-8 file, an
+    unknown grammar, a grammar or template that does not load. The command exits with status 2."""
+
+    code = "usage.file"
+
+
+@contextmanager
+def _loading() -> Iterator[None]:
+    """Errors raised while loading what the command line names are usage errors (status 2), not parse
+    failures (status 1); the error keeps its code and hint."""
+    try:
+        yield
+    except CommandLineError:
+        raise
+    except GrammarParseError as e:
+        raise CommandLineError(e.detail, code=e.code, hint=e.hint) from e
+
+
+def _read_text(path: str, what: str) -> str:
+    if path == "-":
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that the locale cannot change the decoding
+        try:
+            return stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
+        except UnicodeDecodeError:
+            raise CommandLineError("standard input is not UTF-8 text.", code="usage.file",
+                                   hint="Pipe in text saved as UTF-8.") from None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CommandLineError(f"cannot read the {what} {path}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
+    except UnicodeDecodeError:
+        raise CommandLineError(f"the {what} {path} is not UTF-8 text.", code="usage.file",
+                               hint="Give a text file saved as UTF-8.") from None
 
 
 def _read_json(path: str, what: str) -> Any:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise SystemExit(f"grammar-parse: cannot read {what} {path}: {e.strerror}") from None
+        return json.loads(_read_text(path, what))
     except json.JSONDecodeError as e:
-        raise SystemExit(f"grammar-parse: {what} {path} is not valid JSON: {e}") from None
+        raise CommandLineError(f"the {what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
+                               code="usage.json", hint="Fix the JSON.") from None
+
+
+@contextmanager
+def _open_raw(path: str | None, what: str) -> Iterator[io.FileIO]:
+    """The input as an unbuffered binary file: one read returns as soon as anything arrives."""
+    try:
+        f = io.FileIO(sys.stdin.fileno(), "rb", closefd=False) if path in (None, "-") else io.FileIO(str(path), "rb")
+    except OSError as e:
+        raise CommandLineError(f"cannot read the {what} {path}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
+    with f:
+        yield f
 
 
 def _grammar(spec: str) -> Grammar:
-    return load_grammar(spec)
+    with _loading():
+        return load_grammar(spec)
 
 
 def _parser(args: argparse.Namespace) -> ResponseParser:
-    prefix = Path(args.prefix_file).read_text(encoding="utf-8") if args.prefix_file else ""
+    prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
     tools = _read_json(args.tools_file, "tools file") if args.tools_file else None
     if tools is not None and not isinstance(tools, list):
-        raise SystemExit("grammar-parse: the tools file must hold a JSON list of tool schemas")
-    return ResponseParser(_grammar(args.grammar), prefix, tools=tools, strict=not args.lenient)
+        raise CommandLineError(f"the tools file {args.tools_file} holds a JSON {type(tools).__name__}, not a list.",
+                               code="usage.json", hint="Give a JSON list of tool schemas, as the OpenAI API takes.")
+    grammar = _grammar(args.grammar)
+    with _loading():
+        return ResponseParser(grammar, prefix, tools=tools, strict=not args.lenient)
 
 
 def _dump(obj: Any, out: TextIO, compact: bool = False) -> None:
@@ -45,49 +128,65 @@ def _dump(obj: Any, out: TextIO, compact: bool = False) -> None:
 
 
 def _cmd_parse(args: argparse.Namespace, out: TextIO) -> int:
+    text = _read_text(args.input or "-", "model output file")
     parser = _parser(args)
-    text = Path(args.input).read_text(encoding="utf-8") if args.input not in (None, "-") else sys.stdin.read()
     parser.feed(text)
     message, _ = parser.finalize()
     _dump(message, out, args.compact)
-    return 0
+    return EXIT_OK
 
 
 def _cmd_stream(args: argparse.Namespace, out: TextIO) -> int:
-    parser = _parser(args)
-    for event in parser.initial_events:
-        _dump(event, out, compact=True)
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    fd = sys.stdin.fileno() if args.input in (None, "-") else os.open(args.input, os.O_RDONLY)
-    while True:
-        data = os.read(fd, 65536)  # returns as soon as anything arrives
-        text = decoder.decode(data, final=not data)
-        if text:
-            for event in parser.feed(text):
-                _dump(event, out, compact=True)
-        if not data:
-            break
+    with _open_raw(args.input, "model output file") as source:
+        parser = _parser(args)
+        for event in parser.initial_events:
+            _dump(event, out, compact=True)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            data = source.read(65536) or b""
+            text = decoder.decode(data, final=not data)
+            if text:
+                for event in parser.feed(text):
+                    _dump(event, out, compact=True)
+            if not data:
+                break
     message, events = parser.finalize()
     for event in events:
         _dump(event, out, compact=True)
     _dump({"type": "message", "message": message}, out, compact=True)
-    return 0
+    return EXIT_OK
 
 
 def _cmd_compile(args: argparse.Namespace, out: TextIO) -> int:
-    out.write(grammar_from_json(_read_json(args.template, "template")).lark_source)
-    return 0
+    out.write(_grammar(args.template).lark_source)
+    return EXIT_OK
+
+
+def _not_legacy_hint(document: Any) -> str:
+    keys = set(document) if isinstance(document, dict) else set()
+    if "fields" in keys or "response_template" in keys:
+        return "It is a response_template: `grammar-parse compile` prints its grammar."
+    if TOKENIZER_CONFIG_KEYS & keys:
+        return "It is a tokenizer config that carries no response_schema."
+    return "A legacy response_schema is a JSON Schema object with x-regex / x-parser keys (transformers <= 5.14)."
 
 
 def _cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
-    from grammar_parse.compat import from_tokenizer_config, legacy_grammar, to_template, translate
+    from grammar_parse.compat import legacy_grammar, to_template, translate
+    from grammar_parse.compat.legacy import is_legacy_schema
 
-    schema = _read_json(args.schema, "schema")
-    if isinstance(schema, dict) and "response_schema" in schema:
-        schema = schema["response_schema"]
-    translation = translate(schema)
-    out.write(legacy_grammar(schema).lark_source)
-    template, notes = to_template(schema, translation)
+    document = _read_json(args.schema, "schema")
+    schema = document
+    if isinstance(document, dict) and document.get("response_schema") is not None:
+        schema = document["response_schema"]
+    if not is_legacy_schema(schema):
+        raise CommandLineError(f"{args.schema} is not a legacy response_schema.", code="usage.not_legacy",
+                               hint=_not_legacy_hint(document))
+    with _loading():
+        translation = translate(schema)
+        lark_source = legacy_grammar(schema).lark_source
+        template, notes = to_template(schema, translation)
+    out.write(lark_source)
     out.write("\n// ---- equivalent response_template (v1) ----\n")
     if template is None:
         out.write("// none: " + "; ".join(notes) + "\n")
@@ -95,13 +194,18 @@ def _cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(template, indent=2, ensure_ascii=False) + "\n")
         for note in notes:
             out.write(f"// note: {note}\n")
-    return 0
+    return EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    grammar = _grammar(args.template)
+    try:
+        grammar = load_grammar(args.template)
+    except GrammarParseError as e:
+        if e.code in _UNREADABLE:  # nothing to check: a usage error
+            raise CommandLineError(e.detail, code=e.code, hint=e.hint) from e
+        raise  # the check's verdict: invalid (status 1)
     out.write(f"ok: {args.template}: fields {', '.join(grammar.fields)}\n")
-    return 0
+    return EXIT_OK
 
 
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
@@ -109,75 +213,107 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         grammar = load_grammar(name)
         also = f" (also: {', '.join(aliases)})" if aliases else ""
         out.write(f"{name}{also}\n    fields: {', '.join(dict.fromkeys(grammar.fields))}\n")
-    return 0
+    return EXIT_OK
 
 
 def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server
     from .server import LMSPApp, serve
 
-    app = LMSPApp(grammar=load_grammar(args.grammar), model=args.model, token=args.token)
+    app = LMSPApp(grammar=_grammar(args.grammar), model=args.model, token=args.token)
     out.write(f"LMSP endpoint for model {args.model!r} at http://{args.host}:{args.port}/lmsp/v1/responses\n")
     out.flush()
     serve(app, args.host, args.port)
-    return 0
+    return EXIT_OK
 
 
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="grammar-parse",
         description="Parse raw LLM output into structured chat messages with grammars.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    ap.add_argument("--version", action="version", version=f"grammar-parse {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=EXIT_STATUS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
     def grammar_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", nargs="?", help="model output file (default: stdin)")
-        p.add_argument("-g", "--grammar", required=True,
-                       help="built-in grammar name (see `list`), a .lark grammar, or a .json response_template, "
-                            "legacy response_schema or tokenizer_config.json")
+        p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
+        p.add_argument("-g", "--grammar", required=True, help=GRAMMAR_HELP)
         p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
         p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
         p.add_argument("--lenient", action="store_true",
                        help="never fail on model output: keep unparseable text and report it under parse_errors")
 
-    p = sub.add_parser("parse", help="parse a complete output and print the message as JSON")
+    p = command("parse", "parse a complete output and print the message as JSON")
     grammar_options(p)
     p.add_argument("--compact", action="store_true", help="print the JSON on one line")
     p.set_defaults(run=_cmd_parse)
-    p = sub.add_parser("stream", help="parse stdin as it arrives; print one event per line, then the message")
+    p = command("stream", "parse stdin as it arrives; print one event per line, then the message")
     grammar_options(p)
     p.set_defaults(run=_cmd_stream)
-    p = sub.add_parser("compile", help="print the Lark grammar a response_template compiles to")
-    p.add_argument("template", help="response_template or legacy response_schema JSON (or a tokenizer_config.json)")
+    p = command("compile", "print the Lark grammar of a built-in, a .lark file or a .json template")
+    p.add_argument("template", metavar="grammar", help=GRAMMAR_HELP)
     p.set_defaults(run=_cmd_compile)
-    p = sub.add_parser("convert", help="translate a legacy response_schema: the Lark grammar, and the v1 "
-                                       "response_template where one can say the same")
+    p = command("convert", "translate a legacy response_schema: the Lark grammar, and the v1 response_template "
+                           "where one can say the same")
     p.add_argument("schema", help="legacy response_schema JSON (or a tokenizer_config.json carrying one)")
     p.set_defaults(run=_cmd_convert)
-    p = sub.add_parser("check", help="validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
-    p.add_argument("template", help="response_template .json, .lark grammar, or built-in name")
+    p = command("check", "validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
+    p.add_argument("template", metavar="grammar", help=GRAMMAR_HELP)
     p.set_defaults(run=_cmd_check)
-    p = sub.add_parser("serve", help="run the reference LMSP endpoint (replays recorded outputs; needs the serve extra)")
+    p = command("serve", "run the reference LMSP endpoint (replays recorded outputs; needs the serve extra)")
     p.add_argument("-g", "--grammar", default="qwen3", help="grammar of the model's output (default qwen3)")
     p.add_argument("--model", default="qwen3", help="model id clients ask for (default qwen3)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--token", help="require this bearer token")
     p.set_defaults(run=_cmd_serve)
-    p = sub.add_parser("list", help="list the built-in grammars")
+    p = command("list", "list the built-in grammars and their aliases")
     p.set_defaults(run=_cmd_list)
     return ap
 
 
+def _one_line(error: GrammarParseError) -> str:
+    """The error as one line: its message (newlines folded, cut to a readable length), then its hint."""
+    detail = re.sub(r"\s*\n\s*", " ", error.detail).strip()
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[:_MAX_DETAIL] + f"... ({len(detail) - _MAX_DETAIL} more characters)"
+    hint = re.sub(r"\s*\n\s*", " ", error.hint or "").strip()
+    return f"grammar-parse: error [{error.code}]: {detail}" + (f" {hint}" if hint else "")
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, send what is left to /dev/null so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (tests): silence stderr instead
+        sys.stderr.close()
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_argparser().parse_args(argv)
+    """Run the command line; returns the exit status (see ``EXIT_STATUS``)."""
+    try:
+        args = build_argparser().parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) and argparse's usage errors (2), already printed
+        return e.code if isinstance(e.code, int) else EXIT_OK if e.code is None else EXIT_USAGE
     try:
         return int(args.run(args, out or sys.stdout))
+    except CommandLineError as e:
+        sys.stderr.write(_one_line(e) + "\n")
+        return EXIT_USAGE
     except GrammarParseError as e:
-        sys.stderr.write(f"grammar-parse: error [{e.code}]: {e}\n")
-        return 1
+        sys.stderr.write(_one_line(e) + "\n")
+        return EXIT_PARSE
     except BrokenPipeError:  # the reader went away (| head): stop quietly
-        sys.stderr.close()
-        return 0
+        _quiet_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

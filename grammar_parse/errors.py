@@ -34,12 +34,15 @@ ERROR_CODES: dict[str, str] = {
     "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
     "template.named_groups": "a delimiter pattern captures named groups but the field has no transform",
     "template.start_anchor": "the template defines neither start_anchor nor start_anchor_pattern",
+    "template.tokenizer_config": "a tokenizer_config.json (or chat_template.json) carries no response_template or "
+                                 "response_schema",
     # authored grammars
     "grammar.syntax": "the .lark text is not a valid Lark grammar",
     "grammar.directive": "a //@ directive line is malformed or names an unknown region",
     "grammar.conflict": "the grammar is ambiguous for an LALR(1) parser (shift/reduce or reduce/reduce)",
     "grammar.region": "a region's rules or terminals are missing or inconsistent",
     "grammar.not_found": "no built-in grammar or file has that name",
+    "grammar.encoding": "a grammar or template file is not UTF-8 text",
     # model output
     "parse.content": "a region's text does not parse with the field's content parser (int, float, ...)",
     "parse.json": "a json region does not hold valid JSON",
@@ -62,6 +65,10 @@ ERROR_CODES: dict[str, str] = {
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type",
     "usage.finalized": "the parser was used after finalize()",
+    # command line (exit status 2)
+    "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
+    "usage.json": "a JSON file named on the command line is not valid JSON, or not of the shape the option needs",
+    "usage.not_legacy": "convert was given a document that is not a legacy response_schema",
 }
 
 

@@ -58,8 +58,8 @@ def test_builtin_loads_with_header_and_source(name):
         assert grammar_parse.load_grammar(alias) is grammar
 
 
-def test_unknown_grammar_name_lists_the_builtins():
+def test_unknown_grammar_name_suggests_the_closest_builtin():
     with pytest.raises(grammar_parse.GrammarError) as info:
-        grammar_parse.load_grammar("no-such-model")
+        grammar_parse.load_grammar("qwen-4")
     assert info.value.code == "grammar.not_found"
-    assert "qwen3" in str(info.value)
+    assert "Did you mean 'qwen3'" in str(info.value) and "grammar-parse list" in str(info.value)

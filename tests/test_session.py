@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.cli import main as cli
 
 XML_TEMPLATE = {
     "start_anchor": "<|im_start|>assistant\n",
@@ -131,44 +129,3 @@ def test_grammar_argument_forms(tmp_path: Path):
         assert gp.parse_response("<think>a</think>b", template, prefix="") == {
             "role": "assistant", "thinking": "a", "content": "b"}
     assert gp.parse_response("x", str(json_file), prefix="") == {"role": "assistant", "content": "x"}
-
-
-def run_cli(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    return cli(list(args), out=out), out.getvalue()
-
-
-def test_cli_parse_stream_compile_check_list(tmp_path: Path, capsys):
-    sample = Path(__file__).resolve().parents[1] / "examples" / "qwen3_tool_call.txt"
-    rc, out = run_cli("parse", "--grammar", "qwen3", str(sample))
-    assert rc == 0 and json.loads(out)["tool_calls"][0]["function"]["name"] == "get_weather"
-
-    rc, out = run_cli("stream", "--grammar", "qwen3", str(sample))
-    lines = [json.loads(line) for line in out.splitlines()]
-    assert rc == 0 and lines[0] == {"type": "region_open", "field": "reasoning_content"}
-    assert lines[-1]["type"] == "message" and lines[-1]["message"] == json.loads(run_cli("parse", "-g", "qwen3", str(sample))[1])
-
-    template = tmp_path / "t.json"
-    template.write_text(json.dumps(XML_TEMPLATE))
-    rc, out = run_cli("compile", str(template))
-    assert rc == 0 and out == gp.compile_template(XML_TEMPLATE).lark_source
-    rc, out = run_cli("check", str(template))
-    assert rc == 0 and out.startswith("ok:")
-
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({**XML_TEMPLATE, "fields": {"x": {"open": "<x>", "join": ""}}}))
-    rc, out = run_cli("check", str(bad))
-    assert rc == 1 and "template.join" in capsys.readouterr().err
-
-    rc, out = run_cli("list")
-    assert rc == 0 and "qwen3 (also: qwen2" in out
-
-    prefix = tmp_path / "prefix.txt"
-    prefix.write_text("<|im_start|>assistant\n<think>")
-    tools = tmp_path / "tools.json"
-    tools.write_text(json.dumps([lambda_free_schema()]))
-    text = tmp_path / "out.txt"
-    text.write_text("x</think>" + CALL)
-    rc, out = run_cli("parse", "-g", str(template), "--prefix-file", str(prefix), "--tools-file", str(tools), str(text))
-    assert json.loads(out) == {"role": "assistant", "thinking": "x", "tool_calls": [
-        {"type": "function", "function": {"name": "set_alarm", "arguments": {"hour": 7, "loud": "true"}}}]}
