@@ -11,9 +11,9 @@ every pending one, because a pending delimiter that starts no later might be the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher
 from .errors import ParseError
@@ -37,9 +37,11 @@ class QuietTest:
     def __init__(self, triggers: str, hold_space: bool) -> None:
         self.triggers = triggers
         self.hold_space = hold_space
-        # One trigger is found with str.find; several with a character-class search.
-        self.trigger = triggers if len(triggers) == 1 else None
-        self.hits: Any = None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
+        # One trigger is found with str.find; several with a character-class search (``trigger`` is then
+        # empty and unused).
+        self.trigger = triggers if len(triggers) == 1 else ""
+        self.hits: Callable[[str], re.Match[str] | None] | None = \
+            None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
 
 
 def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:

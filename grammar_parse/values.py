@@ -12,7 +12,7 @@ import ast
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import regex
 
@@ -324,6 +324,32 @@ def mixed_placeholder(template: Any) -> str | None:
     return None
 
 
+class RegionValue(Protocol):
+    """What a region asks of its value spec: a :class:`ValueSpec`, or compat's ``LegacyValue`` (a legacy
+    response_schema node)."""
+
+    @property
+    def repeats(self) -> bool: ...
+
+    @property
+    def join(self) -> str | None: ...
+
+    @property
+    def optional(self) -> bool: ...
+
+    @property
+    def dirty(self) -> bool: ...
+
+    def directive(self) -> dict[str, Any]:
+        """The region options as a ``//@ region`` directive writes them."""
+        ...
+
+    def value(self, body: str, captures: Mapping[str, Any], open_text: str = "", close_text: str = "",
+              children: Mapping[str, Any] | None = None) -> Any:
+        """The region's value from its body, open-delimiter captures, delimiter texts and components."""
+        ...
+
+
 @dataclass(frozen=True)
 class ValueSpec:
     """How a region's body becomes the value stored under its field."""
@@ -391,4 +417,4 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]
