@@ -12,7 +12,7 @@ import ast
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import regex
 
@@ -20,6 +20,7 @@ from .delimiters import REGEX_TIMEOUT
 from .errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
+_T = TypeVar("_T")
 
 #: Parsers whose value is the verbatim body (modulo stripping): their chunks stream with ``dirty=False``.
 STREAMABLE_PARSERS = frozenset({"text", "int", "float", "bool"})
@@ -36,7 +37,7 @@ def _text(text: str, args: Mapping[str, Any]) -> str:
     return text.strip() if args.get("strip", True) else text
 
 
-def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], Any], expected: str) -> Any:
+def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], _T], expected: str) -> _T:
     body = _text(text, args)
     try:
         return cast(body)
@@ -196,6 +197,7 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
     except SyntaxError as e:
         raise ParseError(f"not Python call syntax ({e.msg}): {body[:200]!r}", code="parse.content") from None
+    calls: list[ast.AST]
     if isinstance(tree, ast.List):
         calls = list(tree.elts)
     elif isinstance(tree, list):
@@ -220,7 +222,7 @@ def _json_name_keys(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     """JSON calls keyed by name (``[{"get_weather": {...}}]`` or ``{"f": {...}}``) as name/arguments."""
     data = _json(text, args)
     items = data if isinstance(data, list) else [data]
-    out = []
+    out: list[dict[str, Any]] = []
     for item in items:
         if not isinstance(item, dict):
             raise ParseError(f"expected objects keyed by tool name, got {item!r}", code="parse.content")
