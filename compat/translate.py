@@ -241,7 +241,8 @@ def _terminators(items: list[tuple[Any, Any]], out: list[str]) -> None:
     Whitespace alone does not end a field; other capturing groups are skipped (their literals open
     their own regions)."""
     run: list[Any] = []
-    for op, av in [*items, (None, None)]:
+    ended: list[tuple[Any, Any]] = [*items, (None, None)]  # the end flushes the last run
+    for op, av in ended:
         if op is _sre.LITERAL:
             run.append((op, av))
             continue

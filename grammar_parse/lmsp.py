@@ -35,7 +35,7 @@ from .session import TemplateLike, _copy_json
 from .toolstream import ToolCallDelta
 
 if TYPE_CHECKING:
-    from jsonschema.protocols import Validator
+    from jsonschema import Draft202012Validator
 
 IdFactory = Callable[[str], str]
 
@@ -129,7 +129,10 @@ class ResponseStream:
 
     @property
     def status(self) -> str:
-        return "in_progress" if self.final is None else self.final["data"]["status"]
+        if self.final is None:
+            return "in_progress"
+        status: str = self.final["data"]["status"]
+        return status
 
     def response(self, *, model: str, created_at: int) -> dict[str, Any]:
         """The response object as it stands (final once the stream has ended)."""
@@ -252,7 +255,7 @@ def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str
 
 
 
-def schema_validator(name: str) -> Validator:
+def schema_validator(name: str) -> Draft202012Validator:
     """A jsonschema validator for one definition of the protocol's schema (``request``, ``response``,
     ``item_message``, ``event:response.completed``, ``event`` for any event, ...)."""
     import jsonschema

@@ -193,6 +193,7 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     The text is parsed, never executed: only keyword arguments with literal values are accepted.
     """
     body = text.strip()
+    tree: ast.expr | list[ast.stmt]
     try:
         tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
     except SyntaxError as e:
