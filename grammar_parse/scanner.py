@@ -91,8 +91,9 @@ class Scanner:
                     if pending != -1 and pending < hold:
                         hold = pending
             except TimeoutError:
-                pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # only regexes time out
-                raise ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output", code="parse.timeout", field=term.region.field if term.region else None,
+                pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # (only regexes time out)
+                raise ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output",
+                                 code="parse.timeout", field=term.region.field if term.region else None,
                                  hint="The pattern backtracks badly on this text; make it more specific.") from None
             if hit is not None:
                 key = (hit[0], hit[0] - hit[1], term.sort_key)

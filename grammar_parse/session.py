@@ -26,12 +26,12 @@ from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
 from .scanner import SearchCache
+from .tools import ToolTypes
+from .values import fill
 
 if TYPE_CHECKING:
     from lark.common import ParserCallbacks
     from lark.lexer import LexerThread
-from .tools import ToolTypes
-from .values import fill
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 

@@ -47,22 +47,25 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[s
 
 
 def run_mypy(layout: tuple[Path, list[tuple[str, str]]], targets: list[str],
-             monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
+             monkeypatch: pytest.MonkeyPatch, *options: str) -> tuple[str, int]:
     """mypy with the project's [tool.mypy] config, run from the layout (so ``grammar_parse`` is the
     copy); its report with paths mapped back to the project's."""
     tmp, renames = layout
     monkeypatch.chdir(tmp)
     stdout, stderr, status = mypy_api.run(["--config-file", str(ROOT / "pyproject.toml"), "--strict",
-                                           "--cache-dir", str(tmp / ".mypy_cache"), *targets])
+                                           "--cache-dir", str(tmp / ".mypy_cache"), *options, *targets])
     report = stdout + stderr
     for installed, source in renames:
         report = re.sub(rf"^{re.escape(installed)}", source, report, flags=re.MULTILINE)
     return report, status
 
 
-def test_package_is_mypy_strict_clean(layout, monkeypatch):
-    report, status = run_mypy(layout, ["-p", "grammar_parse"], monkeypatch)
-    assert status == 0, f"mypy --strict on the installed package:\n{report}"
+@pytest.mark.parametrize("python", ["configured", "running"])
+def test_package_is_mypy_strict_clean(layout, monkeypatch, python):
+    """With the configured python_version (the oldest supported, 3.10) and the running interpreter's."""
+    options = [] if python == "configured" else ["--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    report, status = run_mypy(layout, ["-p", "grammar_parse"], monkeypatch, *options)
+    assert status == 0, f"mypy --strict ({python} Python version) on the installed package:\n{report}"
     assert "no issues found" in report
 
 
