@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar, Union
 
 import jmespath
 import regex
+from jmespath.parser import ParsedResult
 
 from grammar_parse.errors import ParseError, SchemaTypeError
 from grammar_parse.grammar import LEGACY_TIMEOUT
@@ -30,6 +32,10 @@ DEFAULT_TIMEOUT = LEGACY_TIMEOUT
 
 REGEX_KEYS = ("x-regex", "x-regex-iterator", "x-regex-key-value", "x-regex-substitutions")
 _REGEX_KEYS = frozenset(REGEX_KEYS)
+
+#: A match of either engine (the standard library's without a time limit, see _Regexes).
+Match = Union[re.Match[str], regex.Match[str]]
+_T = TypeVar("_T")
 
 #: A schema node's location, built lazily: the root's name, or (parent, step, key) joined on error.
 Node = Any
@@ -64,7 +70,7 @@ def _compiled_stdlib(pattern: str) -> re.Pattern[str]:
 
 
 @lru_cache(maxsize=256)
-def _jmespath(expression: str) -> Any:
+def _jmespath(expression: str) -> ParsedResult:
     return jmespath.compile(expression)
 
 
@@ -87,11 +93,9 @@ class _Regexes:
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
 
-    def _guard(self, node: Node, pattern: str, op: Any) -> Any:
-        if self.timeout is None:
-            return op(_compiled_stdlib(pattern))
+    def _guard(self, node: Node, pattern: str, op: Callable[[], _T]) -> _T:
         try:
-            return op(_compiled(pattern))
+            return op()
         except TimeoutError:
             raise _value_error(
                 node, f"regex {pattern!r} ran longer than {self.timeout} s on this output", "legacy.timeout",
@@ -99,35 +103,41 @@ class _Regexes:
                 "raise the timeout or make its lazy groups more specific.",
             ) from None
 
-    def _limit(self) -> dict[str, float]:
-        return {} if self.timeout is None else {"timeout": self.timeout}
+    def search(self, node: Node, pattern: str, text: str) -> Match | None:
+        timeout = self.timeout
+        if timeout is None:
+            return _compiled_stdlib(pattern).search(text)
+        return self._guard(node, pattern, lambda: _compiled(pattern).search(text, timeout=timeout))
 
-    def search(self, node: Node, pattern: str, text: str) -> Any:
-        return self._guard(node, pattern, lambda p: p.search(text, **self._limit()))
+    def finditer(self, node: Node, pattern: str, text: str) -> list[Match]:
+        timeout = self.timeout
+        if timeout is None:
+            return list(_compiled_stdlib(pattern).finditer(text))
+        return self._guard(node, pattern, lambda: list(_compiled(pattern).finditer(text, timeout=timeout)))
 
-    def finditer(self, node: Node, pattern: str, text: str) -> list[Any]:
-        return self._guard(node, pattern, lambda p: list(p.finditer(text, **self._limit())))
-
-    def sub(self, node: Node, pattern: str, repl: Any, text: str) -> str:
-        return self._guard(node, pattern, lambda p: p.sub(repl, text, **self._limit()))
+    def sub(self, node: Node, pattern: str, repl: str | Callable[[Match], str], text: str) -> str:
+        timeout = self.timeout
+        if timeout is None:
+            return _compiled_stdlib(pattern).sub(repl, text)
+        return self._guard(node, pattern, lambda: _compiled(pattern).sub(repl, text, timeout=timeout))
 
 
 def _gemma4_to_json(text: str, rx: _Regexes, node: Node) -> str:
     """Gemma 4 call arguments (bare keys, ``<|"|>`` string quotes) as JSON."""
     strings: list[str] = []
 
-    def capture(m: regex.Match[str]) -> str:
+    def capture(m: Match) -> str:
         strings.append(m.group(1))
         return f"\x00{len(strings) - 1}\x00"
 
-    text = rx.sub(node, r'<\|"\|>(.*?)<\|"\|>', capture, text)  # type: ignore[arg-type]
+    text = rx.sub(node, r'<\|"\|>(.*?)<\|"\|>', capture, text)
     text = rx.sub(node, r"(?<=[{,])(\w+):", r'"\1":', text)
     for i, s in enumerate(strings):
         text = text.replace(f"\x00{i}\x00", json.dumps(s))
     return text
 
 
-def _match_value(node: Node, match: Any) -> Any:
+def _match_value(node: Node, match: Match) -> Any:
     groups = match.groupdict()
     if groups:
         return {k: v for k, v in groups.items() if v is not None}
@@ -362,8 +372,8 @@ class LegacyValue:
             raise ValueError(f"a legacy region takes only 'legacy' and 'repeats', not {sorted(unknown)}")
         return cls(legacy["node"], legacy.get("mode", "group"), bool(options.get("repeats", False)), timeout)
 
-    def value(self, body: str, captures: Any, open_text: str = "", close_text: str = "",
-              children: Any = None) -> Any:
+    def value(self, body: str, captures: Mapping[str, Any], open_text: str = "", close_text: str = "",
+              children: Mapping[str, Any] | None = None) -> Any:
         text = body if self.mode == "group" else open_text + body + close_text
         try:
             value = recursive_parse(text, self.node, timeout=self.timeout)

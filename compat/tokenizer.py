@@ -13,7 +13,7 @@ else its legacy ``response_schema``, else the ones in its ``init_kwargs`` (its t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from grammar_parse import ArgumentError, Grammar, GrammarError, ResponseParser, compile_template
 from grammar_parse.events import Event, Message
@@ -54,7 +54,8 @@ def _text(tokenizer: Any, value: Any) -> str:
     ids = _ids(value)
     if ids is None:
         raise ArgumentError(f"expected text or token ids, got {type(value).__name__}", code="usage.batch")
-    return tokenizer.decode(ids, skip_special_tokens=False)
+    text: str = tokenizer.decode(ids, skip_special_tokens=False)
+    return text
 
 
 def _batch(value: Any) -> list[Any] | None:
@@ -67,10 +68,29 @@ def _batch(value: Any) -> list[Any] | None:
     return None
 
 
+@overload
+def parse_response(tokenizer: Any, response: str | list[int], *, prefix: Any = None,
+                   tools: Iterable[Any] | None = None, template: Any = None) -> Message: ...
+
+
+@overload
+def parse_response(tokenizer: Any, response: list[str] | list[list[int]], *, prefix: Any = None,
+                   tools: Iterable[Any] | None = None, template: Any = None) -> list[Message]: ...
+
+
+@overload
+def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: Iterable[Any] | None = None,
+                   template: Any = None) -> Message | list[Message]: ...
+
+
 def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: Iterable[Any] | None = None,
                    template: Any = None) -> Message | list[Message]:
     """Parse model output given as text or token ids (or a batch of them) with the tokenizer's grammar
-    (or ``template``). ``prefix`` is the prompt as text or ids, one for all or one per batch item."""
+    (or ``template``). ``prefix`` is the prompt as text or ids, one for all or one per batch item.
+
+    The result is a message for one output (text or a list of ids) and a list of messages for a batch
+    (a list of texts or of id lists); for an array or tensor that depends on its shape, so its type is
+    the union."""
     import grammar_parse
 
     grammar = template if template is not None else grammar_for(tokenizer)
@@ -78,7 +98,7 @@ def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: 
     if items is None:
         text = _text(tokenizer, response)
         return grammar_parse.parse_response(text, grammar, prefix=None if prefix is None else _text(tokenizer, prefix),
-                                            tools=tools)  # type: ignore[return-value]
+                                            tools=tools)
     prefixes = _batch(prefix) if prefix is not None else None
     if prefixes is not None and len(prefixes) != len(items):
         raise ArgumentError(f"got {len(items)} outputs but {len(prefixes)} prefixes", code="usage.batch")
@@ -87,7 +107,7 @@ def parse_response(tokenizer: Any, response: Any, *, prefix: Any = None, tools: 
         grammar_parse.parse_response(_text(tokenizer, item), grammar, tools=tools,
                                      prefix=_text(tokenizer, prefixes[i]) if prefixes is not None else shared)
         for i, item in enumerate(items)
-    ]  # type: ignore[misc]
+    ]
 
 
 def get_response_parser(tokenizer: Any, prefix: Any = None, *, tools: Iterable[Any] | None = None,

@@ -15,6 +15,7 @@ finalize(), and listed in the translation's notes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,7 +241,8 @@ def _terminators(items: list[tuple[Any, Any]], out: list[str]) -> None:
     Whitespace alone does not end a field; other capturing groups are skipped (their literals open
     their own regions)."""
     run: list[Any] = []
-    for op, av in [*items, (None, None)]:
+    ended: list[tuple[Any, Any]] = [*items, (None, None)]  # the end flushes the last run
+    for op, av in ended:
         if op is _sre.LITERAL:
             run.append((op, av))
             continue
@@ -400,7 +402,7 @@ def translate(schema: dict[str, Any]) -> Translation:
             name=r.name,
             open=Delimiter(pattern=r.open) if r.open is not None else None,
             close=Delimiter(pattern=r.close) if r.close is not None else None,
-            spec=spec,  # type: ignore[arg-type]
+            spec=spec,
         ))
     return Translation(fields, defaults, notes)
 
@@ -410,7 +412,7 @@ class _NotExpressible(Exception):
     pass
 
 
-def _jmespath_to_transform(node: dict[str, Any], each: bool) -> Any:
+def _jmespath_to_transform(node: Mapping[str, Any], each: bool) -> Any:
     """A jmespath AST as a v1 transform template ({placeholder} strings, literals, dicts, lists)."""
     kind = node["type"]
     if kind == "literal":
@@ -478,7 +480,9 @@ def to_template(schema: dict[str, Any], translation: Translation) -> tuple[dict[
     fields: dict[str, Any] = {}
     try:
         for f in translation.fields:
-            spec: LegacyValue = f.spec  # type: ignore[assignment]
+            spec = f.spec
+            if not isinstance(spec, LegacyValue):  # translate() makes only these
+                raise _NotExpressible(f"field {f.name!r} has no legacy schema node")
             node = spec.node
             if spec.mode == "item":
                 node = node.get("items", {})

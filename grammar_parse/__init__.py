@@ -2,7 +2,8 @@
 
 A response template (transformers' ``response_template`` format), an authored ``.lark`` grammar, or a
 built-in grammar name is compiled into a Lark LALR grammar; a streaming session walks it and emits
-``region_open`` / ``region_chunk`` / ``region_close`` events as delimiters complete.
+``region_open`` / ``region_chunk`` / ``region_close`` events as delimiters complete (and ``parse_error``
+in lenient mode, ``correction`` for a legacy schema): the :data:`Event` TypedDicts.
 
 >>> from grammar_parse import parse_response
 >>> parse_response("<think>hm</think>Hello!", "qwen3", prefix="")
@@ -29,7 +30,7 @@ from .errors import (
     PlaceholderError,
     TemplateError,
 )
-from .events import Event, Message, RegionChunk, RegionClose, RegionOpen
+from .events import Correction, Event, Message, ParseErrorEvent, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar
 from .library import list_grammars, load_grammar
 from .session import ResponseParser, parse_response
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "Correction",
     "Event",
     "FinalizedError",
     "Grammar",
@@ -45,6 +47,7 @@ __all__ = [
     "GrammarParseError",
     "Message",
     "ParseError",
+    "ParseErrorEvent",
     "PlaceholderError",
     "RegionChunk",
     "RegionClose",

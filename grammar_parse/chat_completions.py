@@ -142,13 +142,13 @@ class ChatCompletionsStream:
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for event in events:
-            kind = text_kind(event, self.calls.field) if event["type"] == "region_chunk" else None
-            if kind is not None:
-                target = "content" if kind == "content" else self.reasoning_field
-                text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
-                if text:
-                    out.append({target: text})
-        for delta in self.calls.feed(events):  # type: ignore[arg-type]
+            if event["type"] != "region_chunk" or (kind := text_kind(event, self.calls.field)) is None:
+                continue
+            target = "content" if kind == "content" else self.reasoning_field
+            text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
+            if text:
+                out.append({target: text})
+        for delta in self.calls.feed(events):
             if not delta.get("done"):
                 out.append({"tool_calls": [self._tool_delta(delta)]})
         return out
@@ -207,7 +207,8 @@ def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None
                                    strict=strict)
     stream.feed(text)
     stream.finish(length=length)
-    return stream.message, stream.finish_reason  # type: ignore[return-value]
+    assert stream.finish_reason is not None  # finish() sets it
+    return stream.message, stream.finish_reason
 
 
 def chunk(delta: dict[str, Any], *, completion_id: str, model: str, created: int,

@@ -25,7 +25,7 @@ import regex
 from .errors import TemplateError
 from .grammar import UNCLAIMED, Grammar, build_grammar
 from .template import Delimiter, FieldTemplate, Template, load_template
-from .values import ValueSpec
+from .values import RegionValue
 
 _RESERVED_RULES = frozenset({"start"})
 _CACHE_SIZE = 256
@@ -130,7 +130,7 @@ def _rule_names(fields: tuple[FieldTemplate, ...]) -> dict[str, str]:
     return names
 
 
-def _spec_json(spec: ValueSpec, field_name: str, rule: str) -> str:
+def _spec_json(spec: RegionValue, field_name: str, rule: str) -> str:
     out: dict[str, Any] = {"field": field_name} if field_name != rule else {}
     out.update(spec.directive())
     return json.dumps(out, ensure_ascii=False)

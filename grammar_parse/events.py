@@ -1,38 +1,89 @@
-"""The event and message dicts the parser produces (plain dicts with transformers' exact keys)."""
+"""The event and message dicts the parser produces (plain dicts with transformers' exact keys).
+
+Every event the parser emits is one of the :data:`Event` members, told apart by ``type``; narrowing on
+``event["type"]`` gives the member's keys. Keys that only some events carry (a component's ``path``,
+``captures`` with ``extended_events=True``) are optional keys of their member.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypedDict, Union
 
+#: A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``.
+Message = dict[str, Any]
 
-class RegionOpen(TypedDict):
-    """A field's region began (its open delimiter completed, or its first byte arrived)."""
+# Optional keys come from a ``total=False`` subclass (not NotRequired) so the required/optional key sets
+# are right at run time on Python 3.10 too, without typing_extensions.
 
+
+class _RegionOpenKeys(TypedDict):
     type: Literal["region_open"]
     field: str
 
 
-class RegionChunk(TypedDict):
-    """Text routed into the open region. ``dirty`` marks raw bytes of a structured value (json, ...)."""
+class RegionOpen(_RegionOpenKeys, total=False):
+    """A field's region began (its open delimiter completed, or its first byte arrived).
 
+    ``path`` (components only): where the component's value goes inside the field's value, e.g.
+    ``["tool_calls", 0, "arguments", "city"]``. ``captures`` (with ``extended_events=True``): the named
+    groups of the open delimiter.
+    """
+
+    path: list[str | int]
+    captures: dict[str, str]
+
+
+class _RegionChunkKeys(TypedDict):
     type: Literal["region_chunk"]
     field: str
     text: str
     dirty: bool
 
 
-class RegionClose(TypedDict):
-    """A region ended; ``value`` is what the field received (after content parsing, transform, typing)."""
+class RegionChunk(_RegionChunkKeys, total=False):
+    """Text routed into the open region. ``dirty`` marks raw bytes of a structured value (json, ...);
+    ``path`` as in :class:`RegionOpen`."""
 
+    path: list[str | int]
+
+
+class _RegionCloseKeys(TypedDict):
     type: Literal["region_close"]
     field: str
     value: Any
 
 
-Event = Union[RegionOpen, RegionChunk, RegionClose]
+class RegionClose(_RegionCloseKeys, total=False):
+    """A region ended; ``value`` is what the field received (after content parsing, transform, typing);
+    ``path`` as in :class:`RegionOpen`."""
 
-#: A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``.
-Message = dict[str, Any]
+    path: list[str | int]
+
+
+class ParseErrorEvent(TypedDict):
+    """Lenient mode (``strict=False``): a problem was recorded instead of raised. The same dict (less
+    ``type``) is in ``ResponseParser.errors`` and the message's ``parse_errors``. ``code`` is a stable
+    error code, ``field`` the field it concerns (or None), ``span`` the [start, end) output offsets it
+    covers (or None)."""
+
+    type: Literal["parse_error"]
+    code: str
+    field: str | None
+    span: list[int] | None
+    message: str
+
+
+class Correction(TypedDict):
+    """Legacy ``response_schema`` only, at finalize: the schema's run over the whole output disagrees
+    with the regions streamed so far. ``message`` is the final message (what ``finalize`` returns);
+    ``fields`` the keys that differ."""
+
+    type: Literal["correction"]
+    fields: list[str]
+    message: Message
+
+
+Event = Union[RegionOpen, RegionChunk, RegionClose, ParseErrorEvent, Correction]
 
 
 def merge_chunks(events: list[Event]) -> list[Event]:
@@ -46,10 +97,21 @@ def merge_chunks(events: list[Event]) -> list[Event]:
             and last["type"] == "region_chunk"
             and last["field"] == event["field"]
         ):
-            merged[-1] = {**last, "text": last["text"] + event["text"]}  # type: ignore[typeddict-item]
+            joined = last.copy()
+            joined["text"] = last["text"] + event["text"]
+            merged[-1] = joined
         else:
             merged.append(event)
     return merged
 
 
-__all__ = ["Event", "Message", "RegionChunk", "RegionClose", "RegionOpen", "merge_chunks"]
+__all__ = [
+    "Correction",
+    "Event",
+    "Message",
+    "ParseErrorEvent",
+    "RegionChunk",
+    "RegionClose",
+    "RegionOpen",
+    "merge_chunks",
+]

@@ -29,20 +29,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import cached_property
 from typing import Any
 
 import lark
 import regex
+from lark.grammar import Rule
 from lark.lexer import Lexer
+from lark.parsers.lalr_analysis import ParseTableBase
 
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
-from .values import PLACEHOLDER, ValueSpec
+from .values import PLACEHOLDER, RegionValue, ValueSpec
 
 DIRECTIVE = "//@"
 UNCLAIMED = "UNCLAIMED"
@@ -70,12 +73,12 @@ class Region:
 
     rule: str
     field: str
-    spec: ValueSpec
+    spec: RegionValue
     implicit: bool
     parent: str | None = None  # a component: its value goes into this region's value, not the message
     key: str = ""  # a component's name in its parent's scope
     entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
-    scope: Mapping[str, Any] = field(default_factory=dict)  # component values before any arrives
+    scope: Mapping[str, Any] = dataclass_field(default_factory=dict)  # component values before any arrives
     extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
 
     @cached_property
@@ -107,7 +110,7 @@ class StateInfo:
 
     text: Terminal | None
     watch: tuple[Terminal, ...]
-    default_rule: Any  # a Lark Rule reduced without lookahead, or None
+    default_rule: RuleHandle | None  # a rule reduced without lookahead
     scanner: Scanner
     text_candidates: tuple[Terminal, ...] = ()  # several text terminals end rules here: ask the parser
     text_sensitive: bool = False  # see build_grammar
@@ -122,7 +125,7 @@ class RuleHandle:
 
     __slots__ = ("rule", "origin", "expansion", "alias")
 
-    def __init__(self, rule: Any) -> None:
+    def __init__(self, rule: Rule) -> None:
         self.rule = rule
         self.origin = rule.origin
         self.expansion = rule.expansion
@@ -132,13 +135,20 @@ class RuleHandle:
         return f"<RuleHandle {self.rule}>"
 
 
-@dataclass(frozen=True)
-class ParseTable:
-    """Lark's LALR table with rules replaced by RuleHandles (what Lark's ParseConf reads)."""
+#: What Lark's parser calls: by rule (a reduction, with the children) or terminal name (a shift, with the token).
+Callbacks = dict[RuleHandle | str, Callable[[Any], Any]]
 
-    states: dict[Any, dict[str, tuple[Any, Any]]]
-    start_states: dict[str, Any]
-    end_states: dict[str, Any]
+
+class ParseTable(ParseTableBase[int]):
+    """Lark's LALR table with rules replaced by RuleHandles (what Lark's ParseConf reads): each state's
+    actions by symbol, ``(Shift, next state)`` or ``(Reduce, RuleHandle)``."""
+
+    def __init__(self, states: dict[int, dict[str, tuple[Any, ...]]], start_states: dict[str, int],
+                 end_states: dict[str, int]) -> None:
+        # Lark's own __init__ sets just these three, untyped.
+        self.states = states
+        self.start_states = start_states
+        self.end_states = end_states
 
 
 @dataclass
@@ -156,10 +166,10 @@ class Grammar:
     regions: dict[str, Region]
     terminals: dict[str, Terminal]
     lark: lark.Lark
-    states: dict[Any, StateInfo] = field(repr=False)
-    rule_regions: dict[Any, Region] = field(repr=False)
-    parse_table: ParseTable = field(repr=False)
-    base_callbacks: dict[Any, Any] = field(repr=False)
+    states: dict[int, StateInfo] = dataclass_field(repr=False)
+    rule_regions: dict[RuleHandle, Region] = dataclass_field(repr=False)
+    parse_table: ParseTable = dataclass_field(repr=False)
+    base_callbacks: Callbacks = dataclass_field(repr=False)
     context: int = 0  # characters of history the delimiters may look back at
     legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
     legacy_timeout: float | None = LEGACY_TIMEOUT
@@ -334,7 +344,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
                 # A region whose value is a legacy response_schema node (grammar_parse.compat).
                 from grammar_parse.compat.legacy import LegacyValue
 
-                value_spec: Any = LegacyValue.from_directive(options, settings.get("legacy_timeout", LEGACY_TIMEOUT))
+                value_spec: RegionValue = LegacyValue.from_directive(options, settings.get("legacy_timeout", LEGACY_TIMEOUT))
             else:
                 value_spec = load_value_spec(f"region {rule}", options)
             if unknown := sorted(set(options) - {"content", "content_args", "repeats", "join", "optional",
@@ -357,8 +367,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     for t in parser.terminals:
         # The longest region name wins: TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool.
         owner = next((u for u in owners if _delimiter_role(t.name, u)), None)
-        region = by_upper.get(owner) if owner else None
-        role = _delimiter_role(t.name, owner) if owner else "delimiter"
+        owned_by = by_upper.get(owner) if owner else None
+        role = (_delimiter_role(t.name, owner) if owner else None) or "delimiter"
         try:
             matcher = _matcher(t)
         except regex.error as e:
@@ -367,7 +377,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {reason}",
                                code="grammar.syntax", source=source_name,
                                hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
-        terminals[t.name] = Terminal(name=t.name, role=role, region=region, matcher=matcher, priority=t.priority)
+        terminals[t.name] = Terminal(name=t.name, role=role, region=owned_by, matcher=matcher, priority=t.priority)
     lark_table = parser.parser.parser.parser.parse_table
     used = {sym for actions in lark_table.states.values() for sym in actions if sym.isupper()} - {"$END"}
     for sym in sorted(used - set(defined)):
@@ -402,9 +412,9 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     )
     rule_regions = {}
     for r, handle in handles.items():
-        region = regions.get(r.alias) if r.alias else regions.get(r.origin.name)
-        if region is not None:
-            rule_regions[handle] = region
+        named = regions.get(r.alias) if r.alias else regions.get(r.origin.name)
+        if named is not None:
+            rule_regions[handle] = named
 
     states = {}
     scanners: dict[tuple[str, ...], Scanner] = {}
@@ -456,14 +466,14 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         states=states,
         rule_regions=rule_regions,
         parse_table=table,
-        base_callbacks=dict.fromkeys(handles.values(), _ignore),
+        base_callbacks=Callbacks.fromkeys(handles.values(), _ignore),
         legacy_schema=settings.get("legacy_schema"),
         legacy_timeout=settings.get("legacy_timeout", LEGACY_TIMEOUT),
         context=context,
     )
 
 
-def _after_text(table: ParseTable, states: dict[Any, StateInfo], state: Any, text: str) -> Any:
+def _after_text(table: ParseTable, states: dict[int, StateInfo], state: int, text: str) -> Scanner | None:
     """The scanner live after the first text token in ``state`` (None when the stack below decides)."""
     action, target = table.states[state][text]
     if action is not lark.parsers.lalr_analysis.Shift:

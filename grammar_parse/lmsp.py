@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chat_completions import _StrippedText, open_stream, text_kind
 from .errors import GrammarParseError
 from .events import Event
 from .session import TemplateLike, _copy_json
+from .toolstream import ToolCallDelta
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 IdFactory = Callable[[str], str]
 
@@ -125,7 +129,10 @@ class ResponseStream:
 
     @property
     def status(self) -> str:
-        return "in_progress" if self.final is None else self.final["data"]["status"]
+        if self.final is None:
+            return "in_progress"
+        status: str = self.final["data"]["status"]
+        return status
 
     def response(self, *, model: str, created_at: int) -> dict[str, Any]:
         """The response object as it stands (final once the stream has ended)."""
@@ -143,18 +150,18 @@ class ResponseStream:
     def _translate(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for event in events:
-            field = event.get("field")
             if event["type"] == "parse_error":
-                out.append(self._event("response.parse_error", {k: event[k] for k in ("code", "field", "span", "message")}))  # type: ignore[literal-required]
+                out.append(self._event("response.parse_error", {"code": event["code"], "field": event["field"],
+                                                                "span": event["span"], "message": event["message"]}))
                 continue
             kind = text_kind(event, self.calls.field)
             if kind is None:
                 continue
             if event["type"] == "region_chunk":
-                out += self._text(field, kind, event["text"])  # type: ignore[arg-type]
-            elif event["type"] == "region_close" and field in self.open_items:
-                out += self._finish_text(field)  # type: ignore[arg-type]
-        for delta in self.calls.feed(events):  # type: ignore[arg-type]
+                out += self._text(event["field"], kind, event["text"])
+            elif event["type"] == "region_close" and event["field"] in self.open_items:
+                out += self._finish_text(event["field"])
+        for delta in self.calls.feed(events):
             out += self._tool(delta)
         return out
 
@@ -188,7 +195,7 @@ class ResponseStream:
             item["summary"] = [{"type": "summary_text", "text": text}]
         return [self._event("response.output_item.done", {"output_index": index, "item": _copy_json(item)})]
 
-    def _tool(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+    def _tool(self, delta: ToolCallDelta) -> list[dict[str, Any]]:
         call = delta["index"]
         if "name" in delta:
             index = len(self.output)
@@ -248,7 +255,7 @@ def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str
 
 
 
-def schema_validator(name: str) -> Any:
+def schema_validator(name: str) -> Draft202012Validator:
     """A jsonschema validator for one definition of the protocol's schema (``request``, ``response``,
     ``item_message``, ``event:response.completed``, ``event`` for any event, ...)."""
     import jsonschema

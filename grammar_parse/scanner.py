@@ -11,9 +11,9 @@ every pending one, because a pending delimiter that starts no later might be the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher
 from .errors import ParseError
@@ -37,9 +37,11 @@ class QuietTest:
     def __init__(self, triggers: str, hold_space: bool) -> None:
         self.triggers = triggers
         self.hold_space = hold_space
-        # One trigger is found with str.find; several with a character-class search.
-        self.trigger = triggers if len(triggers) == 1 else None
-        self.hits: Any = None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
+        # One trigger is found with str.find; several with a character-class search (``trigger`` is then
+        # empty and unused).
+        self.trigger = triggers if len(triggers) == 1 else ""
+        self.hits: Callable[[str], re.Match[str] | None] | None = \
+            None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
 
 
 def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
@@ -66,7 +68,8 @@ class Scanner:
     """Commit/hold decisions for one set of live delimiters."""
 
     def __init__(self, watch: tuple[Terminal, ...]) -> None:
-        self.entries = [(t, t.matcher) for t in watch]
+        # (the grammar watches only terminals that have a matcher)
+        self.entries = [(t, t.matcher) for t in watch if t.matcher is not None]
         self.quiet = _quiet_test(watch)
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache) -> tuple[Terminal | None, Hit | None, int]:
@@ -81,15 +84,16 @@ class Scanner:
                 if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
                     hit = cached[2]
                 else:
-                    hit = matcher.search(buf, pos)  # type: ignore[union-attr]
+                    hit = matcher.search(buf, pos)
                     cache[term.name] = (buf, pos, hit)
                 if not eos:
-                    hit, pending = matcher.probe(buf, pos, hit)  # type: ignore[union-attr]
+                    hit, pending = matcher.probe(buf, pos, hit)
                     if pending != -1 and pending < hold:
                         hold = pending
             except TimeoutError:
-                raise ParseError(f"delimiter {term.name} ({matcher.pattern!r}) ran past its time limit on this "  # type: ignore[union-attr]
-                                 "output", code="parse.timeout", field=term.region.field if term.region else None,
+                pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # (only regexes time out)
+                raise ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output",
+                                 code="parse.timeout", field=term.region.field if term.region else None,
                                  hint="The pattern backtracks badly on this text; make it more specific.") from None
             if hit is not None:
                 key = (hit[0], hit[0] - hit[1], term.sort_key)

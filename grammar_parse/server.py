@@ -18,7 +18,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -175,6 +175,8 @@ class LMSPApp:
         if errors:
             where = "/".join(str(p) for p in errors[0].absolute_path) or "(body)"
             raise HTTPProblem(400, "invalid_request", f"{where}: {errors[0].message}")
+        if not isinstance(request, dict):  # the schema wants an object: validation has refused the rest
+            raise HTTPProblem(400, "invalid_request", "(body): the request must be a JSON object")
         return request
 
     def _check(self, request: dict[str, Any]) -> None:
@@ -237,7 +239,8 @@ class LMSPApp:
                 if not await _frames(send, stream.feed(piece)) or stream.status != "in_progress":
                     break
             if gone.is_set():
-                await pieces.aclose()  # type: ignore[attr-defined]
+                if isinstance(pieces, AsyncGenerator):  # a backend may give any async iterator
+                    await pieces.aclose()
                 return
             await _frames(send, stream.complete(generation.input_tokens, generation.output_tokens,
                                                 truncated=generation.truncated))

@@ -15,19 +15,23 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from lark import Token
 from lark.exceptions import UnexpectedToken
 from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
-from .delimiters import REGEX_SPACE
+from .delimiters import REGEX_SPACE, Hit
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
-from .events import Event, Message
-from .grammar import Grammar, Region, StateInfo, Terminal
+from .events import Event, Message, RegionChunk, RegionOpen
+from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
 from .scanner import SearchCache
 from .tools import ToolTypes
 from .values import fill
+
+if TYPE_CHECKING:
+    from lark.common import ParserCallbacks
+    from lark.lexer import LexerThread
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 
@@ -35,6 +39,18 @@ TemplateLike = dict[str, Any] | Grammar | str | Path
 MAX_REGION_CHARS = 64 * 1024 * 1024
 #: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
 _RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
+
+
+def _lark_conf(table: ParseTable, callbacks: Callbacks) -> ParseConf[int]:
+    """Lark's parser configuration over the session's table. Lark keys callbacks by rule (here a
+    RuleHandle) as well as by terminal name, though its ParserCallbacks type says names only."""
+    return ParseConf(table, cast("ParserCallbacks", callbacks), "start")
+
+
+def _lark_state(conf: ParseConf[int], state_stack: list[int] | None = None,
+                value_stack: list[Any] | None = None) -> ParserState[int]:
+    """Lark's LALR parser state, driven token by token: the session is the lexer, so there is none."""
+    return ParserState(conf, cast("LexerThread", None), state_stack, value_stack)
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -79,7 +95,7 @@ class _Frame:
     __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
-                 field: str, path: list[Any] | None) -> None:
+                 field: str, path: list[str | int] | None) -> None:
         self.region = region
         self.chunks: list[str] = []
         self.captures = captures
@@ -89,6 +105,12 @@ class _Frame:
         self.field = field
         self.path = path
         self.size = 0
+
+
+#: What feed() needs to route a quiet chunk without scanning (see ResponseParser._fast_path): the one
+#: trigger character or the search for several, whether a trailing whitespace run is held back, and
+#: the open region (None: the text belongs to no field).
+_FastPath = tuple[str, Callable[[str], object] | None, bool, _Frame | None]
 
 
 class ResponseParser:
@@ -150,20 +172,21 @@ class ResponseParser:
         self._prefix_len = 0
         self._frames: list[_Frame] = []
         self._run: Terminal | None = None  # text terminal whose run Lark has already seen
-        self._hit: Any = None  # the delimiter hit being fed (for the callbacks' captures and texts)
+        self._hit: Hit | None = None  # the delimiter hit being fed (for the callbacks' captures and texts)
         self._hit_term: Terminal | None = None
         self._events: list[Event] = []
         self._cache: SearchCache = {}
         self._last_empty: tuple[int, str] | None = None
-        self._fast: tuple[Any, ...] | None = None  # see _fast_path
+        self._fast: _FastPath | None = None
         self._finalized = False
-        callbacks: dict[Any, Callable[[Any], Any]] = dict(grammar.base_callbacks)
+        callbacks = dict(grammar.base_callbacks)
         for rule, region in grammar.rule_regions.items():
             callbacks[rule] = self._closer(region)
         for term in grammar.terminals.values():
             if term.region is not None and term.role in ("open", "text"):
                 callbacks[term.name] = self._opener(term)
-        self._parser = ParserState(ParseConf(grammar.parse_table, callbacks, "start"), None)  # type: ignore[arg-type]
+        self._callbacks = callbacks
+        self._parser = _lark_state(_lark_conf(grammar.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
             self._consume_prefix(prefix)
@@ -301,9 +324,9 @@ class ResponseParser:
                 and last["span"] and last["span"][1] == span[0]:
             last["span"][1] = span[1]  # one run of dropped text is one problem, however it was chunked
             return
-        error = {"code": code, "field": field, "span": span, "message": message}
-        self.errors.append(error)
-        self._events.append({"type": "parse_error", **error})  # type: ignore[typeddict-item]
+        self.errors.append({"code": code, "field": field, "span": span, "message": message})
+        # the span list is shared: a run that grows later grows in the event too
+        self._events.append({"type": "parse_error", "code": code, "field": field, "span": span, "message": message})
 
     def _discard(self, end: int) -> None:
         """Drop buffer text up to ``end`` (it belongs to no field), and report its span."""
@@ -328,7 +351,7 @@ class ResponseParser:
         while self._frames:
             self._close(self._frames[-1].region)
 
-    def _settle_legacy(self, events: list[Event]) -> tuple[Any, list[Event]]:
+    def _settle_legacy(self, events: list[Event]) -> tuple[Message, list[Event]]:
         """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
         from grammar_parse.compat.legacy import recursive_parse
 
@@ -354,7 +377,7 @@ class ResponseParser:
             changed = sorted(k for k in set(final) | set(streamed)
                              if k not in final or k not in streamed or not _same(final[k], streamed[k]))
         if changed:
-            events.append({"type": "correction", "fields": changed, "message": final})  # type: ignore[typeddict-item]
+            events.append({"type": "correction", "fields": changed, "message": final})
         self._output = final
         return final, events
 
@@ -382,8 +405,8 @@ class ResponseParser:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
             term, hit, hold = info.scanner.scan(buf, pos, eos, self._cache)
-            if term is not None:
-                start, end, _ = hit  # type: ignore[misc]
+            if term is not None and hit is not None:  # (the scanner gives both or neither)
+                start, end, _ = hit
                 if start > pos and self._route(info, start):
                     continue
                 self._pos = end
@@ -411,15 +434,15 @@ class ResponseParser:
         self._trim()
         self._fast = self._fast_path()
 
-    def _fast_path(self) -> tuple[Any, ...] | None:
+    def _fast_path(self) -> _FastPath | None:
         """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
         info = self._states[self._parser.state_stack[-1]]
-        quiet = info.scanner.quiet
-        if quiet is None or self._grammar.context or self._pos != len(self._buf) or self._run is not info.text \
-                or self._trace is not None:
+        quiet, text = info.scanner.quiet, info.text
+        if quiet is None or text is None or self._grammar.context or self._pos != len(self._buf) \
+                or self._run is not text or self._trace is not None:
             return None
-        if info.text.role != "text":  # type: ignore[union-attr]
+        if text.role != "text":
             return (quiet.trigger, quiet.hits, quiet.hold_space, None)
         frame = self._frames[-1]
         if frame.path is not None:
@@ -483,16 +506,16 @@ class ResponseParser:
         if self._trace is not None:
             self._trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
         frame.chunks.append(text)
-        event: Any = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
+        event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
         if frame.path is not None:
             event["path"] = frame.path
         self._events.append(event)
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        conf = ParseConf(self._grammar.parse_table, {}, "start")  # no callbacks: a trial changes nothing
+        conf = _lark_conf(self._grammar.parse_table, {})  # no callbacks: a trial changes nothing
         for term in self._states[self._parser.state_stack[-1]].text_candidates:
-            trial = ParserState(conf, None, list(self._parser.state_stack), list(self._parser.value_stack))  # type: ignore[arg-type]
+            trial = _lark_state(conf, list(self._parser.state_stack), list(self._parser.value_stack))
             try:
                 trial.feed_token(Token(term.name, ""))
             except UnexpectedToken:
@@ -519,7 +542,7 @@ class ResponseParser:
         states = self._states
         stack, values = parser.state_stack, parser.value_stack
         table = parser.parse_conf.states
-        callbacks = parser.parse_conf.callbacks
+        callbacks = self._callbacks  # the parser's own (Lark types them by terminal name only)
         while (rule := states[stack[-1]].default_rule) is not None:
             size = len(rule.expansion)
             children = values[-size:] if size else []
@@ -552,7 +575,7 @@ class ResponseParser:
         """Open a region: a message field, or a component of the nearest open region it belongs to."""
         if region.parent is None:
             frame = _Frame(region, captures, start, open_text, region.field, None)
-            event: Any = {"type": "region_open", "field": region.field}
+            event: RegionOpen = {"type": "region_open", "field": region.field}
             if self._extended:
                 event["captures"] = captures
             self._events.append(event)
@@ -560,20 +583,21 @@ class ResponseParser:
             parent = next((f for f in reversed(self._frames) if f.region.rule == region.parent), None)
             if parent is None:
                 raise self._unexpected(f"{region.rule} outside the {region.parent} it belongs to")
-            path = [*(parent.path if parent.path is not None else self._message_path(parent)), region.key]
+            path: list[str | int] = [*(parent.path if parent.path is not None else self._message_path(parent)),
+                                     region.key]
             if region.entry_key is not None:
                 try:
                     path.append(str(fill(region.entry_key, captures)))
                 except (KeyError, ValueError):
                     pass  # the entry's key comes from a component not parsed yet
             frame = _Frame(region, captures, start, open_text, parent.field, path)
-            event = {"type": "region_open", "field": frame.field, "path": frame.path}
+            event = {"type": "region_open", "field": frame.field, "path": path}
             if self._extended:
                 event["captures"] = captures
             self._events.append(event)
         self._frames.append(frame)
 
-    def _message_path(self, frame: _Frame) -> list[Any]:
+    def _message_path(self, frame: _Frame) -> list[str | int]:
         """Where a message field's value will go: [field] or, for a repeated field, [field, index]."""
         if not frame.region.spec.repeats:
             return [frame.field]
@@ -616,8 +640,8 @@ class ResponseParser:
         frame = self._frames.pop()
         spec = region.spec
         hit, closing = self._hit, self._hit_term
-        close_text = self._buf[hit[0]:hit[1]] if closing is not None and closing.role == "close" and \
-            closing.region is region else ""
+        close_text = self._buf[hit[0]:hit[1]] if hit is not None and closing is not None and \
+            closing.role == "close" and closing.region is region else ""
         try:
             value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
             if self._tools is not None and region.parent is None:
@@ -667,8 +691,31 @@ class ResponseParser:
             scope.setdefault(region.key, []).append(value)
         else:
             scope[region.key] = value
-        self._events.append({"type": "region_close", "field": frame.field, "path": frame.path,  # type: ignore[typeddict-unknown-key]
-                             "value": value})
+        path = frame.path
+        assert path is not None  # a component's frame always has one (see _push)
+        self._events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
+
+
+@overload
+def parse_response(
+    text: str,
+    template: TemplateLike,
+    *,
+    prefix: str | None = None,
+    tools: Iterable[Any] | None = None,
+    strict: bool = True,
+) -> Message: ...
+
+
+@overload
+def parse_response(
+    text: list[str],
+    template: TemplateLike,
+    *,
+    prefix: str | list[str] | None = None,
+    tools: Iterable[Any] | None = None,
+    strict: bool = True,
+) -> list[Message]: ...
 
 
 def parse_response(
@@ -686,6 +733,7 @@ def parse_response(
     mode (see :class:`ResponseParser`): problems are reported under ``"parse_errors"``, never raised.
     """
     if isinstance(text, (list, tuple)):
+        prefixes: list[str | None]
         if isinstance(prefix, (list, tuple)):
             if len(prefix) != len(text):
                 raise ArgumentError(
@@ -696,8 +744,7 @@ def parse_response(
             prefixes = list(prefix)
         else:
             prefixes = [prefix] * len(text)
-        return [parse_response(t, template, prefix=p, tools=tools, strict=strict)  # type: ignore[misc]
-                for t, p in zip(text, prefixes)]
+        return [parse_response(t, template, prefix=p, tools=tools, strict=strict) for t, p in zip(text, prefixes)]
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools, strict=strict)

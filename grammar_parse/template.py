@@ -18,7 +18,7 @@ import regex
 
 from .delimiters import backtracking_risk
 from .errors import TemplateError
-from .values import CONTENT_PARSERS, ValueSpec, mixed_placeholder
+from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
 
 TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})
 DELIMITER_KEYS = frozenset({"open", "open_pattern", "close", "close_pattern"})
@@ -71,7 +71,7 @@ class FieldTemplate:
     name: str
     open: Delimiter | None
     close: Delimiter | None
-    spec: ValueSpec
+    spec: RegionValue
 
 
 @dataclass(frozen=True)

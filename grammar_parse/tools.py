@@ -117,7 +117,7 @@ class ToolTypes:
 
     def types_of(self, name: str | None, key: str) -> tuple[str, ...]:
         """The JSON types the schema allows for argument ``key`` of tool ``name`` (empty: leave it be)."""
-        properties = self.parameters.get(name) or {}  # type: ignore[arg-type]
+        properties = (self.parameters.get(name) if name is not None else None) or {}
         return schema_types(properties[key]) if key in properties else ()
 
     def retype(self, name: str | None, key: str, value: Any) -> Any:
@@ -167,7 +167,9 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     import jsonschema
 
     fn = call.get("function") if isinstance(call, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(fn, dict):
+        fn = {}
+    name = fn.get("name")
     schemas = {tool: spec.get("parameters") or {"type": "object"} for tool, spec in tool_specs(tools).items()}
     if name not in schemas:
         return [{"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(schemas)}"}]

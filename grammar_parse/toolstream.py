@@ -20,11 +20,13 @@ How the arguments are read depends on the grammar region of the call:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import regex
 
+from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
 from .delimiters import UNBOUNDED, last_char, pattern_shape
@@ -106,19 +108,18 @@ def plan_for(region: Region) -> CallPlan:
     if name_capture is None and name_key is None:
         return CallPlan("at_close")
     id_capture = id_capture if id_capture and not id_capture.startswith("content") else None
-    common = {"name_capture": name_capture, "name_key": name_key, "id_capture": id_capture}
+    common = CallPlan("at_close", name_capture=name_capture, name_key=name_key, id_capture=id_capture)
     if pure_json and args == "content" and name_capture:
-        return CallPlan("json_body", **common)
+        return replace(common, mode="json_body")
     if pure_json and (keys := _keys(args, "content.")):
-        return CallPlan("json_key", args_key=keys[0], args_alternatives=keys[1:], **common)
+        return replace(common, mode="json_key", args_key=keys[0], args_alternatives=keys[1:])
     if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
             "merge_duplicates") and "value_parser_when" not in spec.content_args:
         pattern = spec.content_args["tag_pattern"]
-        return CallPlan("xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern),
-                        tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"),
-                        **common)
+        return replace(common, mode="xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern),
+                       tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"))
     if name_capture and "." not in args and spec.content in ("text",):
-        return CallPlan("components", args_key=args, **common)
+        return replace(common, mode="components", args_key=args)
     return CallPlan("at_close")
 
 
@@ -352,12 +353,12 @@ class _JsonCallReader:
                 if isinstance(value, str) and getattr(self.call, attr) is None:
                     setattr(self.call, attr, value)
                     self.streamer._send_head(self.call)
-        if self.held is not None and depth == self.args_depth and self.held[0] >= 0:
+        if self.held is not None and depth == self.args_depth and self.held[0] >= 0 and self.call is not None:
             start, key = self.held
             raw = self._slice(start, pos)
             self.held = None
             self._send_until(start)
-            self.streamer._send_arguments(self.call, self.streamer._retyped(self.call, key, raw))  # type: ignore[arg-type]
+            self.streamer._send_arguments(self.call, self.streamer._retyped(self.call, key, raw))
             self.sent_to = pos
         if self.capturing and depth == self.args_depth - 1:
             self._send_until(pos)
@@ -433,25 +434,26 @@ class ToolCallStreamer:
         self.plan = plan_for(regions[0]) if len(regions) == 1 else CallPlan("at_close")
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
-        self.reader: Any = None
+        self.reader: _JsonCallReader | _XmlCallReader | None = None
         self.component_call: _Call | None = None
         self.done_upto = 0  # calls before this index were reported done
 
     # public
-    def feed(self, events: list[dict[str, Any]]) -> list[ToolCallDelta]:
+    def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         """The deltas these events complete, in order."""
         self.out = []
         for event in events:
-            if event.get("field") != self.field:
+            # only the field's region events move its calls (the rest would flush nothing new)
+            if event["type"] == "parse_error" or event["type"] == "correction" or event["field"] != self.field:
                 continue
-            kind = event["type"]
             if "path" in event:
                 self._component(event)
-            elif kind == "region_open":
+            elif event["type"] == "region_open":
                 self._open(event)
-            elif kind == "region_chunk" and self.reader is not None:
-                self.reader.feed(event["text"])
-            elif kind == "region_close":
+            elif event["type"] == "region_chunk":
+                if self.reader is not None:
+                    self.reader.feed(event["text"])
+            else:
                 self._close(event)
             self._flush_done()
         return self.out
@@ -465,7 +467,7 @@ class ToolCallStreamer:
         return len(self.calls)
 
     # region events
-    def _open(self, event: dict[str, Any]) -> None:
+    def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
         mode = self.plan.mode
         if mode in ("json_body", "json_key", "json_array"):
@@ -478,8 +480,8 @@ class ToolCallStreamer:
         else:
             self.reader = None
 
-    def _close(self, event: dict[str, Any]) -> None:
-        value = event.get("value")
+    def _close(self, event: RegionClose) -> None:
+        value = event["value"]
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -491,8 +493,7 @@ class ToolCallStreamer:
             self._reconcile(value)
             return
         for call_value in value if isinstance(value, list) else [value]:
-            fn = call_value.get("function") if isinstance(call_value, dict) else None
-            if not isinstance(fn, dict):
+            if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
                 continue
             call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
                          id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
@@ -502,7 +503,7 @@ class ToolCallStreamer:
             self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
             self._close_call(call)
 
-    def _component(self, event: dict[str, Any]) -> None:
+    def _component(self, event: RegionOpen | RegionChunk | RegionClose) -> None:
         call = self.component_call
         path = event["path"]
         if call is None or event["type"] != "region_close" or len(path) < 4 or path[2] != self.plan.args_key:

@@ -12,7 +12,7 @@ import ast
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import regex
 
@@ -20,6 +20,7 @@ from .delimiters import REGEX_TIMEOUT
 from .errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
+_T = TypeVar("_T")
 
 #: Parsers whose value is the verbatim body (modulo stripping): their chunks stream with ``dirty=False``.
 STREAMABLE_PARSERS = frozenset({"text", "int", "float", "bool"})
@@ -36,7 +37,7 @@ def _text(text: str, args: Mapping[str, Any]) -> str:
     return text.strip() if args.get("strip", True) else text
 
 
-def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], Any], expected: str) -> Any:
+def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], _T], expected: str) -> _T:
     body = _text(text, args)
     try:
         return cast(body)
@@ -192,10 +193,12 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     The text is parsed, never executed: only keyword arguments with literal values are accepted.
     """
     body = text.strip()
+    tree: ast.expr | list[ast.stmt]
     try:
         tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
     except SyntaxError as e:
         raise ParseError(f"not Python call syntax ({e.msg}): {body[:200]!r}", code="parse.content") from None
+    calls: list[ast.AST]
     if isinstance(tree, ast.List):
         calls = list(tree.elts)
     elif isinstance(tree, list):
@@ -220,7 +223,7 @@ def _json_name_keys(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     """JSON calls keyed by name (``[{"get_weather": {...}}]`` or ``{"f": {...}}``) as name/arguments."""
     data = _json(text, args)
     items = data if isinstance(data, list) else [data]
-    out = []
+    out: list[dict[str, Any]] = []
     for item in items:
         if not isinstance(item, dict):
             raise ParseError(f"expected objects keyed by tool name, got {item!r}", code="parse.content")
@@ -324,6 +327,32 @@ def mixed_placeholder(template: Any) -> str | None:
     return None
 
 
+class RegionValue(Protocol):
+    """What a region asks of its value spec: a :class:`ValueSpec`, or compat's ``LegacyValue`` (a legacy
+    response_schema node)."""
+
+    @property
+    def repeats(self) -> bool: ...
+
+    @property
+    def join(self) -> str | None: ...
+
+    @property
+    def optional(self) -> bool: ...
+
+    @property
+    def dirty(self) -> bool: ...
+
+    def directive(self) -> dict[str, Any]:
+        """The region options as a ``//@ region`` directive writes them."""
+        ...
+
+    def value(self, body: str, captures: Mapping[str, Any], open_text: str = "", close_text: str = "",
+              children: Mapping[str, Any] | None = None) -> Any:
+        """The region's value from its body, open-delimiter captures, delimiter texts and components."""
+        ...
+
+
 @dataclass(frozen=True)
 class ValueSpec:
     """How a region's body becomes the value stored under its field."""
@@ -391,4 +420,4 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]
