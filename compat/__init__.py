@@ -17,20 +17,22 @@ from typing import Any
 from grammar_parse import Grammar, GrammarError, compile_template
 from grammar_parse.grammar import build_grammar
 
-from .legacy import DEFAULT_TIMEOUT, LegacyValue, is_legacy_schema, recursive_parse
+from .legacy import DEFAULT_TIMEOUT, LegacyValue, check_schema, is_legacy_schema, recursive_parse
 from .translate import Translation, to_template, translate
 
 
 @lru_cache(maxsize=128)
 def _legacy_grammar(key: str, timeout: float | None) -> Grammar:
     schema = json.loads(key)
+    check_schema(schema)  # once per schema: the cache keeps only schemas that passed
     return build_grammar(translate(schema).lark_text(schema, timeout), source_name="<response_schema>")
 
 
 def legacy_grammar(schema: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT) -> Grammar:
     """The streaming grammar for a legacy response_schema (cached). Its regions stream as text arrives;
     at finalize() the whole schema runs once (each regex limited to ``timeout`` seconds) and gives the
-    message, with a ``correction`` event where the streamed regions disagree."""
+    message, with a ``correction`` event where the streamed regions disagree. A schema whose keys have the
+    wrong JSON type fails here, with a ``TemplateError`` naming the node and key."""
     return _legacy_grammar(json.dumps(schema, ensure_ascii=False), timeout)
 
 

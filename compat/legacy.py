@@ -24,7 +24,7 @@ import jmespath
 import regex
 from jmespath.parser import ParsedResult
 
-from grammar_parse.errors import ParseError, SchemaTypeError
+from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
 from grammar_parse.grammar import LEGACY_TIMEOUT
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs.
@@ -57,6 +57,63 @@ SCHEMA_KEYS = frozenset({
 def is_legacy_schema(obj: Any) -> bool:
     """Whether ``obj`` looks like a legacy response_schema rather than a v1 response_template."""
     return isinstance(obj, dict) and "fields" not in obj and bool(SCHEMA_KEYS & set(obj))
+
+
+#: The JSON type each schema key must have: what the parser indexes, iterates or calls on it.
+_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "type": (str,), "x-regex": (str,), "x-regex-iterator": (str,), "x-regex-key-value": (str,),
+    "x-regex-substitutions": (list,), "x-parser": (str,), "x-parser-args": (dict,), "properties": (dict,),
+    "items": (dict,), "prefixItems": (list,), "required": (list,), "additionalProperties": (bool, dict),
+}
+_JSON_NAMES = {str: "a string", list: "an array", dict: "an object", bool: "a boolean"}
+
+
+def _json_type(value: Any) -> str:
+    names = {str: "string", list: "array", dict: "object", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def check_schema(schema: Any, node: Node = "(root)") -> None:
+    """Reject, when the schema loads, a node whose keys have a JSON type the parser cannot use (a list of
+    ``properties``, a lone substitution pair, ...): transformers would crash on them mid-parse with a bare
+    Python error. What transformers reports as a parse error (an unknown parser, a bad regex group) is left
+    to the parse, so those errors stay exactly its own."""
+    path = node_path(node)
+    if not isinstance(schema, dict):
+        raise TemplateError(f"a schema node must be a JSON object, not {_json_type(schema)}", path=path,
+                            code="template.type", hint="Write the node as an object such as {\"type\": \"string\"}.")
+    for key, kinds in _KEY_TYPES.items():
+        if key in schema and not isinstance(schema[key], kinds):
+            expected = " or ".join(_JSON_NAMES[k] for k in kinds)
+            raise TemplateError(f"must be {expected}, not {_json_type(schema[key])}", path=f"{path}.{key}",
+                                code="template.type")
+    patterns = [(key, schema[key]) for key in REGEX_KEYS[:3] if key in schema]
+    patterns += [(f"x-regex-substitutions[{i}]", pair[0]) for i, pair in enumerate(schema.get("x-regex-substitutions", []))
+                 if isinstance(pair, list) and pair and isinstance(pair[0], str)]
+    for key, pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise TemplateError(f"is not a valid regular expression: {e}", path=f"{path}.{key}", code="template.regex",
+                                hint="Legacy schemas use Python's re syntax.") from None
+    for i, pair in enumerate(schema.get("x-regex-substitutions", [])):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
+            raise TemplateError("each substitution must be a [pattern, replacement] pair of strings",
+                                path=f"{path}.x-regex-substitutions[{i}]", code="template.type")
+    transform = schema.get("x-parser-args", {}).get("transform")
+    if transform is not None and not isinstance(transform, str):
+        raise TemplateError("must be a jmespath expression string", path=f"{path}.x-parser-args.transform",
+                            code="template.type")
+    if not all(isinstance(key, str) for key in schema.get("required", [])):
+        raise TemplateError("must list property names (strings)", path=f"{path}.required", code="template.type")
+    for key, child in schema.get("properties", {}).items():
+        check_schema(child, (node, "properties", key))
+    if "items" in schema:
+        check_schema(schema["items"], (node, "items", None))
+    for i, child in enumerate(schema.get("prefixItems", [])):
+        check_schema(child, (node, "prefixItems", i))
+    if isinstance(schema.get("additionalProperties"), dict):
+        check_schema(schema["additionalProperties"], (node, "additionalProperties", None))
 
 
 @lru_cache(maxsize=512)

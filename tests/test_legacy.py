@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import check_error, jsonable, load, model_template_samples, strict_equal
 from grammar_parse.compat import from_tokenizer_config, legacy_grammar, recursive_parse, to_template, translate
+from grammar_parse.compat.legacy import SCHEMA_KEYS
+from grammar_parse.errors import ERROR_CODES, TemplateError
 
 CASES = load("transformers_legacy_xregex.json") + model_template_samples("legacy_xregex")
 SCHEMAS = [e["template"] for e in load("transformers_model_templates.json") if e["format"] == "legacy_xregex"]
@@ -169,3 +171,48 @@ def test_cli_convert_and_parse_legacy(tmp_path: Path):
     out = io.StringIO()
     assert main(["parse", "-g", str(schema), str(sample)], out=out) == 0
     assert json.loads(out.getvalue()) == {"role": "assistant", "content": "Hi"}
+
+
+# Schemas of any shape: each key the format knows, mostly with a value of the type it takes, sometimes any
+# JSON value; nested nodes included.
+_PATTERNS = st.sampled_from(["(?P<content>.*)", "<t>(?P<thinking>.*?)</t>\\s*(?P<content>.*)", "(a)(b)", "x", "(",
+                             "(?P<key>\\w+)=(?P<value>\\w+)", "<t>(.*?)</t>", "(.*)"])
+_JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), _PATTERNS,
+                         st.sampled_from(["string", "object", "array", "integer", "json", "content"]))
+_JSON = st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.sampled_from(["content", "thinking", "transform", "x"]), inner, max_size=3),
+                     max_leaves=8)
+
+
+def _node(children: st.SearchStrategy) -> st.SearchStrategy:
+    typed = {
+        "type": st.sampled_from(["object", "array", "string", "integer", "number", "boolean", "any"]),
+        "x-regex": _PATTERNS, "x-regex-iterator": _PATTERNS, "x-regex-key-value": _PATTERNS,
+        "x-regex-substitutions": st.lists(st.tuples(_PATTERNS, st.sampled_from(["", "x"])).map(list), max_size=2),
+        "x-parser": st.sampled_from(["json", "gemma4-tool-call", "nope"]),
+        "x-parser-args": st.fixed_dictionaries({}, optional={"transform": st.sampled_from(["a", "[[", "@"])}),
+        "properties": st.dictionaries(st.sampled_from(["content", "thinking", "a"]), children, max_size=3),
+        "items": children, "prefixItems": st.lists(children, max_size=2),
+        "required": st.lists(st.sampled_from(["content", "a"]), max_size=2),
+        "additionalProperties": st.booleans() | children,
+        "const": _JSON_LEAVES, "default": _JSON_LEAVES,
+    }
+    assert set(typed) == SCHEMA_KEYS
+    return st.lists(st.sampled_from(sorted(typed)), min_size=1, max_size=4, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: st.one_of(typed[k], typed[k], typed[k], _JSON) for k in keys}))
+
+
+_NODES = st.recursive(_node(st.just({"type": "string"})), _node, max_leaves=6)
+
+
+@given(_NODES, st.sampled_from(["", "<t>x</t> hi", '{"a": 1}', "(a)(b)"]))
+def test_a_malformed_schema_fails_with_a_grammar_parse_error_never_a_crash(schema, text):
+    try:
+        grammar = legacy_grammar(schema)
+    except TemplateError as e:  # at load, naming the node and key
+        assert e.path.startswith("(root)") and e.code in ERROR_CODES
+        return
+    try:
+        gp.parse_response(text, grammar)
+    except gp.GrammarParseError as e:  # what transformers reports at parse time (ValueError / TypeError)
+        assert e.code in ERROR_CODES and isinstance(e, (ValueError, TypeError))
