@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import random
+from functools import cache
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
+import grammar_parse
 from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
 from grammar_parse.grammar import Grammar
+
+def examples(fraction: float) -> int:
+    """``max_examples`` for a test that runs ``fraction`` of the active profile's budget, so that the deep
+    profile scales it up with the rest of the suite instead of a fixed count (see conftest.py)."""
+    return max(1, round(settings().max_examples * fraction))
+
 
 FILLER = [
     "Hello", "world", " ", "\n", "\n\n", "  ", "\t", "ok.", "The answer is 42.", "é", "日本", "🙂",
@@ -65,6 +74,13 @@ def outputs(grammar: Grammar, max_pieces: int = 24) -> st.SearchStrategy[str]:
         st.text(alphabet=alphabet, max_size=6),
     )
     return st.lists(piece, max_size=max_pieces).map("".join)
+
+
+@cache
+def grammar_outputs(name: str, max_pieces: int = 24) -> st.SearchStrategy[str]:
+    """:func:`outputs` of a built-in grammar, built once per run: the random walks over its delimiters and
+    the strategy's own validation cost more than a parse, so building it per example tripled the cost."""
+    return outputs(grammar_parse.load_grammar(name), max_pieces)
 
 
 @st.composite
