@@ -48,7 +48,7 @@ def delimiter_examples(grammar: Grammar, per_regex: int = 6, seed: int = 0) -> l
 
 
 def _walk(automaton: Any, rng: random.Random, limit: int = 40) -> str | None:
-    state, text = automaton.initial, []
+    state, text = automaton.initial, list[str]()
     for _ in range(limit):
         if state in automaton.finals and (rng.random() < 0.4 or not automaton.trans.get(state)):
             return "".join(text)
@@ -84,10 +84,11 @@ def grammar_outputs(name: str, max_pieces: int = 24) -> st.SearchStrategy[str]:
 
 
 @st.composite
-def chunkings(draw: Any, text: str) -> list[str]:
+def chunkings(draw: st.DrawFn, text: str) -> list[str]:
     """``text`` split at random places (including single characters and empty chunks)."""
+    ends = st.sampled_from([list[str](), [""]])
     if not text:
-        return draw(st.sampled_from([[], [""]]))
+        return draw(ends)
     cuts = draw(st.lists(st.integers(min_value=0, max_value=len(text)), max_size=min(len(text) + 1, 40)))
     points = sorted(set(cuts) | {0, len(text)})
-    return [text[a:b] for a, b in zip(points, points[1:])] + draw(st.sampled_from([[], [""]]))
+    return [text[a:b] for a, b in zip(points, points[1:])] + draw(ends)
