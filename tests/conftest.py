@@ -6,8 +6,11 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# Fast profile for every test run; `HYPOTHESIS_PROFILE=deep` for long fuzzing sessions.
-settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Fast profile for every test run; `HYPOTHESIS_PROFILE=deep` for long fuzzing sessions. Tests that need
+# more or fewer examples than the profile take a share of it (strategies.examples), so deep scales them too.
+# 30 examples per property test (60 before, when the suite took ~100 s CPU, most of it in the per-grammar
+# and per-sample property tests) keep the default suite near 45 s; the deep run is where the volume is.
+settings.register_profile("ci", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("deep", max_examples=2200, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

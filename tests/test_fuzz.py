@@ -9,6 +9,8 @@ or raises a documented GrammarParseError.
 
 from __future__ import annotations
 
+from functools import cache
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,33 +18,36 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
 from grammar_parse.errors import ERROR_CODES
-from strategies import chunkings, outputs
+from strategies import chunkings, grammar_outputs
 from test_robustness import account
 
 NOISE = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
 
 
+@cache
+def fuzz_texts(name: str) -> st.SearchStrategy[str]:
+    return st.lists(grammar_outputs(name, max_pieces=16) | NOISE, max_size=3).map("".join)
+
+
+# @given on the parametrized test itself, so that each grammar keeps its own database entry: a failure
+# found in a deep run is replayed on its grammar (one shared entry was dropped by the first grammar to pass).
 @pytest.mark.parametrize("name", sorted(gp.list_grammars()))
-def test_fuzz(name):
+@given(data=st.data())
+def test_fuzz(name, data):
     grammar = gp.load_grammar(name)
-
-    @given(st.data())
-    def check(data):
-        text = data.draw(st.lists(outputs(grammar, max_pieces=16) | NOISE, max_size=3).map("".join), label="text")
-        chunks = data.draw(chunkings(text), label="chunks")
-        one_shot = jsonable(gp.parse_response(text, grammar, prefix="", strict=False))
-        parser = gp.ResponseParser(grammar, "", strict=False, trace=True)
-        for chunk in chunks:
-            parser.feed(chunk)
-        streamed = jsonable(parser.finalize()[0])
-        assert strict_equal(streamed, one_shot)
-        if text:
-            account(parser, text)
-        try:
-            strict = jsonable(gp.parse_response(text, grammar, prefix=""))
-        except gp.GrammarParseError as e:
-            assert e.code in ERROR_CODES and one_shot.get("parse_errors")
-        else:
-            assert "parse_errors" not in one_shot and strict_equal(strict, one_shot)
-
-    check()
+    text = data.draw(fuzz_texts(name), label="text")
+    chunks = data.draw(chunkings(text), label="chunks")
+    one_shot = jsonable(gp.parse_response(text, grammar, prefix="", strict=False))
+    parser = gp.ResponseParser(grammar, "", strict=False, trace=True)
+    for chunk in chunks:
+        parser.feed(chunk)
+    streamed = jsonable(parser.finalize()[0])
+    assert strict_equal(streamed, one_shot)
+    if text:
+        account(parser, text)
+    try:
+        strict = jsonable(gp.parse_response(text, grammar, prefix=""))
+    except gp.GrammarParseError as e:
+        assert e.code in ERROR_CODES and one_shot.get("parse_errors")
+    else:
+        assert "parse_errors" not in one_shot and strict_equal(strict, one_shot)

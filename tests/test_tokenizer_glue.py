@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import grammar_parse
@@ -92,10 +92,8 @@ def test_token_ids_text_and_batches_agree(tok):
     assert parser.initial_events[0] == {"type": "region_open", "field": "reasoning_content"}
 
 
-@settings(max_examples=30)
 @given(st.text(alphabet="Paris is nice. Città é 日本 🙂", max_size=40))
-def test_token_stream_equals_one_shot(text):
-    tok = Tokenizer(response_template=TEMPLATE)
+def test_token_stream_equals_one_shot(tok, text):
     full = f"<think>\n{text}\n</think>\n\n{text}<|im_end|>"
     stream = TokenStream(tok, "")
     events = []
