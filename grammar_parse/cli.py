@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from . import __version__
-from .errors import GrammarParseError
+from .errors import GrammarParseError, ParseError
 from .grammar import Grammar
 from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from .session import ResponseParser
@@ -307,7 +307,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         sys.stderr.write(_one_line(e) + "\n")
         return EXIT_USAGE
     except GrammarParseError as e:
-        sys.stderr.write(_one_line(e) + "\n")
+        lenient = " Or pass --lenient to keep the text and report the problem under parse_errors."
+        sys.stderr.write(_one_line(e) + (lenient if isinstance(e, ParseError) and hasattr(args, "lenient") else "")
+                         + "\n")
         return EXIT_PARSE
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         _quiet_stdout()

@@ -112,6 +112,8 @@ ERROR_CASES = [
      "[parse.json]: field 'tool_calls' (region at offset 0): could not parse region as JSON"),
     ("stream: output does not parse", ["stream", "-g", "qwen3", "{tmp}/o.txt"], {"o.txt": BAD_JSON_CALL}, 1,
      "[parse.json]"),
+    ("a parse failure points to --lenient", ["parse", "-g", "qwen3", "{tmp}/o.txt"], {"o.txt": BAD_JSON_CALL}, 1,
+     "Or pass --lenient to keep the text and report the problem under parse_errors."),
     ("a huge failing region is cut", ["parse", "-g", "qwen3", "{tmp}/o.txt"],
      {"o.txt": '<tool_call>{"name": ' + "x" * 100_000 + "}</tool_call>"}, 1, "more characters) Set content_args"),
 ]
