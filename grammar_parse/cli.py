@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from . import __version__
 from .errors import GrammarParseError, ParseError
@@ -68,7 +68,7 @@ def _loading() -> Iterator[None]:
 
 def _read_text(path: str, what: str) -> str:
     if path == "-":
-        stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that the locale cannot change the decoding
+        stdin: BinaryIO | None = getattr(sys.stdin, "buffer", None)  # bytes: the locale cannot change the decoding
         try:
             return stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
         except UnicodeDecodeError:
