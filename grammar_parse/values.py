@@ -9,7 +9,10 @@ equal value for value. Failures raise :class:`~grammar_parse.errors.ParseError` 
 from __future__ import annotations
 
 import ast
+import io
 import json
+import keyword
+import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -187,12 +190,44 @@ def _literal(node: ast.expr) -> Any:
     return ast.literal_eval(node)
 
 
+# A Python keyword where an argument name goes: `(from=`, `, class =` (not `==`). A cheap first look; the
+# tokenizer decides, so that a keyword inside a string value is left alone.
+_KEYWORD_ARGUMENT = regex.compile(r"[(,]\s*(?:%s)\s*=(?!=)" % "|".join(keyword.kwlist))
+
+
+def _rename_keyword_arguments(body: str) -> tuple[str, dict[str, str]]:
+    """Models name arguments after Python keywords (``search_flights(from="SFO", to="JFK")``), which
+    Python's own parser rejects: such names are renamed to placeholders before parsing, and the map
+    gives them back."""
+    if not _KEYWORD_ARGUMENT.search(body):
+        return body, {}
+    try:
+        tokens = [tok for tok in tokenize.generate_tokens(io.StringIO(body).readline)
+                  if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    except (tokenize.TokenError, SyntaxError):
+        return body, {}  # ast reports the syntax error
+    line_starts = [0] + [i + 1 for i, c in enumerate(body) if c == "\n"]
+    edits = [(line_starts[tok.start[0] - 1] + tok.start[1], tok.string)
+             for before, tok, after in zip(tokens, tokens[1:], tokens[2:])
+             if tok.type == tokenize.NAME and keyword.iskeyword(tok.string)
+             and before.string in ("(", ",") and after.string == "="]
+    names: dict[str, str] = {}
+    for start, word in reversed(edits):
+        placeholder = f"_gp_{word}_"
+        while placeholder in body and placeholder not in names:
+            placeholder += "_"
+        names[placeholder] = word
+        body = body[:start] + placeholder + body[start + len(word):]
+    return body, names
+
+
 def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Python call syntax: ``[f(a=1), g(b="x")]`` or one call per line, into ``{"name", "arguments"}``.
 
     The text is parsed, never executed: only keyword arguments with literal values are accepted.
+    Argument names may be Python keywords (``from="SFO"``).
     """
-    body = text.strip()
+    body, renamed = _rename_keyword_arguments(text.strip())
     tree: ast.expr | list[ast.stmt]
     try:
         tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
@@ -211,7 +246,7 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ParseError(f"expected f(key=value, ...) calls, got {ast.unparse(call)[:100]!r}",
                              code="parse.content", hint="Positional arguments and expressions are not accepted.")
         try:
-            arguments = {kw.arg: _literal(kw.value) for kw in call.keywords if kw.arg is not None}
+            arguments = {renamed.get(kw.arg, kw.arg): _literal(kw.value) for kw in call.keywords if kw.arg is not None}
         except (ValueError, TypeError, SyntaxError):
             raise ParseError(f"argument values must be literals: {ast.unparse(call)[:100]!r}",
                              code="parse.content") from None
