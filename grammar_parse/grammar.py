@@ -346,7 +346,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
 
                 value_spec: RegionValue = LegacyValue.from_directive(options, settings.get("legacy_timeout", LEGACY_TIMEOUT))
             else:
-                value_spec = load_value_spec(f"region {rule}", options)
+                value_spec = load_value_spec(f"region {rule}", options, authored=True)
             if unknown := sorted(set(options) - {"content", "content_args", "repeats", "join", "optional",
                                                   "transform", "transform_each", "legacy"}):
                 raise _directive_error(source_name, lineno, f"region {rule}: unknown option(s) {unknown}")

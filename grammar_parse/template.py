@@ -156,7 +156,7 @@ def _check_bool(path: str, value: Any) -> bool:
     return value
 
 
-def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
+def _check_content_args(path: str, content: str, args: Any, *, authored: bool = False) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise _fail(path, f"must be a dict, got {type(args).__name__}", "template.type")
     if unknown := sorted(set(args) - _CONTENT_ARGS[content]):
@@ -167,7 +167,7 @@ def _check_content_args(path: str, content: str, args: Any) -> dict[str, Any]:
             hint=f"'{content}' reads {sorted(_CONTENT_ARGS[content])}.",
         )
     for key in ("strip", "unquoted_keys", "allow_non_json", "merge_duplicates"):
-        if key in args:
+        if key in args and not (authored and key == "unquoted_keys" and args[key] == "spaced"):
             _check_bool(f"{path}.{key}", args[key])
     for key in ("line_sep", "kv_sep"):
         if key in args and (not isinstance(args[key], str) or not args[key]):
@@ -218,10 +218,12 @@ def _check_value_parser(path: str, parser: Any) -> None:
     _check_content_args(f"{path}.args", name, parser.get("args", {}))
 
 
-def load_value_spec(path: str, spec: Mapping[str, Any]) -> ValueSpec:
-    """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec."""
+def load_value_spec(path: str, spec: Mapping[str, Any], *, authored: bool = False) -> ValueSpec:
+    """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec.
+    ``authored``: a ``.lark`` region, which may also use the grammar-only ``"unquoted_keys": "spaced"``
+    (transformers' templates keep its exact dialect)."""
     content = _content_name(f"{path}.content", spec.get("content", "text"))
-    args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}))
+    args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}), authored=authored)
     repeats = _check_bool(f"{path}.repeats", spec.get("repeats", False))
     optional = _check_bool(f"{path}.optional", spec.get("optional", True))
     join = spec.get("join")

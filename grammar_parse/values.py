@@ -31,7 +31,9 @@ STREAMABLE_PARSERS = frozenset({"text", "int", "float", "bool"})
 # Control characters stand in for custom-quoted strings while the JSON dialect is rewritten; real model
 # output never contains them, and if it does we refuse rather than corrupt the value.
 _SENTINEL_OPEN, _SENTINEL_CLOSE = "\x01", "\x02"
-_UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")
+_UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")  # transformers' dialect: the key right after { or ,
+# Grammar-only "unquoted_keys": "spaced": also after whitespace, and before the colon (`{ a: 1,\n  b :2}`).
+_SPACED_UNQUOTED_KEY = regex.compile(r"([{,]\s*)(\w+)(\s*):")
 # {path}, or alternatives {a.b|c} of which the first present wins, optionally {...?} (may be absent).
 PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*(?:\|\w+(?:\.\w+)*)*)(\??)\}")
 
@@ -79,7 +81,9 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
     for open_quote, close_quote in string_delims:
         quoted = regex.escape(open_quote) + r"(.*?)" + regex.escape(close_quote)
         working = regex.sub(quoted, capture, working, flags=regex.DOTALL)
-    if args.get("unquoted_keys", False):
+    if args.get("unquoted_keys") == "spaced":
+        working = _SPACED_UNQUOTED_KEY.sub(r'\1"\2"\3:', working)
+    elif args.get("unquoted_keys", False):
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
     for i, s in enumerate(captured):
         working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))

@@ -54,6 +54,9 @@ REJECT = [
     ("content-args-list", with_field(content_args=[]), "template.type", "fields.x.content_args"),
     ("content-args-typo", with_field(content_args={"strp": False}), "template.content", "fields.x.content_args"),
     ("strip-not-bool", with_field(content_args={"strip": "no"}), "template.type", "fields.x.content_args.strip"),
+    # "spaced" bare keys are a grammar-only dialect: a transformers template keeps transformers' own.
+    ("unquoted-keys-spaced-in-a-template", with_field(content="json", content_args={"unquoted_keys": "spaced"}),
+     "template.type", "fields.x.content_args.unquoted_keys"),
     ("xml-without-tag-pattern", with_field(content="xml-inline"), "template.content", "fields.x.content_args"),
     ("xml-tag-pattern-without-key", with_field(content="xml-inline", content_args={"tag_pattern": "<a>"}),
      "template.content", "fields.x.content_args.tag_pattern"),
