@@ -59,11 +59,18 @@ def _char_escape(ch: str) -> str:
         return "\\n"
     if ch == "/":
         return "\\/"
+    if ch == '"':
+        return _QUOTE
     if not ch.isprintable() or ch.isspace():
         return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
     if ch.isalnum() or ch == "_":
         return ch
     return "\\" + ch
+
+
+# A quote is written as \x22 (Lark reads it back as a bare quote): Lark unescapes \" in regex literals with a
+# plain text replace, which also eats the escaped backslash of \\" and turns "backslash, quote" into "quote".
+_QUOTE = "\\x22"
 
 
 def lark_regex(pattern: str) -> str:
@@ -87,6 +94,8 @@ def lark_regex(pattern: str) -> str:
                     continue
             if nxt == "\n":
                 out.append("\\n")
+            elif nxt == '"':
+                out.append(_QUOTE)
             elif nxt == "/":
                 out.append("\\/")
             elif not nxt.isprintable():
@@ -97,6 +106,8 @@ def lark_regex(pattern: str) -> str:
             continue
         if ch == "/":
             out.append("\\/")
+        elif ch == '"':
+            out.append(_QUOTE)
         elif ch == "\n":
             out.append("\\n")
         elif not ch.isprintable():
