@@ -15,6 +15,11 @@ How the arguments are read depends on the grammar region of the call:
   as soon as it is complete: ``{"city": "Paris"``, then ``, "days": 3``, then ``}``.
 * **Everything else** (pythonic calls, JS-like objects, legacy schemas): the call is sent when its region
   closes, as ``json.dumps`` of the parsed arguments.
+
+A broken call (lenient mode, see ``grammar_parse.salvage``) is streamed like any other: its name, then
+its arguments fragments, which join into the raw text the message keeps. A call that never got a name
+sent nothing; when its region closes without it, it is dropped (:meth:`ToolCallStreamer.message_calls`
+are the calls of the message, in order).
 """
 
 from __future__ import annotations
@@ -251,6 +256,9 @@ class _Call:
     members: int | None = None  # arguments sent member by member: how many so far
     closed: bool = False
     wants_id: bool = False  # the model writes an id for this call somewhere in its body
+    dropped: bool = False  # it named no function and its region is closed: no call of the message
+    broken: bool = False  # lenient mode: its text did not parse; ``final`` is the message's arguments
+    final: Any = None
 
     @property
     def arguments(self) -> str:
@@ -370,6 +378,9 @@ class _JsonCallReader:
     def close(self) -> None:
         self.walker.finish()
         if self.call is not None:
+            if self.call.broken and self.capturing:
+                self.held = None  # a value held for retyping never completed: send the model's bytes
+                self._send_until(self.walker.offset)
             self.streamer._close_call(self.call)
 
 
@@ -436,6 +447,7 @@ class ToolCallStreamer:
         self.out: list[ToolCallDelta] = []
         self.reader: _JsonCallReader | _XmlCallReader | None = None
         self.component_call: _Call | None = None
+        self.region_start = 0  # index of the open region's first call
         self.done_upto = 0  # calls before this index were reported done
 
     # public
@@ -466,10 +478,15 @@ class ToolCallStreamer:
     def count(self) -> int:
         return len(self.calls)
 
+    def message_calls(self) -> list[_Call]:
+        """The calls that are the message's calls, in its order (dropped ones left out)."""
+        return [call for call in self.calls if not call.dropped]
+
     # region events
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
         mode = self.plan.mode
+        self.region_start = len(self.calls)
         if mode in ("json_body", "json_key", "json_array"):
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
@@ -482,22 +499,25 @@ class ToolCallStreamer:
 
     def _close(self, event: RegionClose) -> None:
         value = event["value"]
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-            self._reconcile(value)
+        # None: a lenient parse found no call in the region
+        values = [] if value is None else value if isinstance(value, list) else [value]
+        if self.reader is not None or self.component_call is not None:
+            pairs = self._match(values)
+            if self.reader is not None:
+                self.reader.close()
+                self.reader = None
+            elif self.component_call is not None:
+                self._close_call(self.component_call)
+                self.component_call = None
+            self._reconcile(pairs)
             return
-        if self.component_call is not None:
-            self._close_call(self.component_call)
-            self.component_call = None
-            self._reconcile(value)
-            return
-        for call_value in value if isinstance(value, list) else [value]:
+        for call_value in values:
             if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
                 continue
             call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
                          id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
             self.calls.append(call)
+            self._mark_broken(call, call_value)
             self._send_head(call)
             arguments = fn.get("arguments", {})
             self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
@@ -510,11 +530,27 @@ class ToolCallStreamer:
             return
         self._send_member(call, str(path[3]), event["value"])
 
-    def _reconcile(self, value: Any) -> None:
+    def _match(self, values: list[Any]) -> list[tuple[_Call, Any]]:
+        """Pair the closing region's streamed calls with its value's calls. Where a lenient parse left
+        calls out (they named no function, so they never sent anything), the named ones pair in order."""
+        calls = self.calls[self.region_start:]
+        if len(calls) != len(values):
+            for call in calls:
+                call.dropped = call.name is None
+            calls = [call for call in calls if not call.dropped]
+        pairs = list(zip(calls, values))
+        for call, call_value in pairs:
+            self._mark_broken(call, call_value)
+        return pairs
+
+    @staticmethod
+    def _mark_broken(call: _Call, call_value: Any) -> None:
+        if isinstance(call_value, dict) and call_value.get("errors") and isinstance(fn := call_value.get("function"), dict):
+            call.broken, call.final = True, fn.get("arguments")
+
+    def _reconcile(self, pairs: list[tuple[_Call, Any]]) -> None:
         """The region's final value names the calls; a name or id not seen while streaming is sent now."""
-        values = value if isinstance(value, list) else [value]
-        streamed = self.calls[len(self.calls) - len(values):] if values and len(self.calls) >= len(values) else []
-        for call, call_value in zip(streamed, values):
+        for call, call_value in pairs:
             fn = call_value.get("function") if isinstance(call_value, dict) else None
             if isinstance(fn, dict) and call.name is None and isinstance(fn.get("name"), str):
                 call.name = fn["name"]
@@ -565,6 +601,14 @@ class ToolCallStreamer:
     def _close_call(self, call: _Call) -> None:
         if call.members is not None:
             self._send_arguments(call, "{}" if call.members == 0 else "}")
+        elif call.broken:
+            # the message keeps the raw text: send what of it is missing (nothing where typing rewrote
+            # a value: the client keeps what it was sent, and so does the Chat Completions message)
+            final = call.final
+            if isinstance(final, str) and final.startswith(call.arguments):
+                self._send_arguments(call, final[len(call.arguments):])
+            elif not call.parts and final is not None and not isinstance(final, str):
+                self._send_arguments(call, json.dumps(final, ensure_ascii=False))
         elif not call.parts:
             self._send_arguments(call, "{}")
         call.closed = True
@@ -573,9 +617,10 @@ class ToolCallStreamer:
     def _flush_done(self) -> None:
         """A closed call whose name is out is done: say so once (consumers finish its item)."""
         for call in self.calls[self.done_upto:]:
-            if not (call.closed and call.sent_head):
-                break
-            self.out.append({"index": call.index, "done": True})
+            if not call.dropped:
+                if not (call.closed and call.sent_head):
+                    break
+                self.out.append({"index": call.index, "done": True})
             self.done_upto += 1
 
     # typing
