@@ -44,6 +44,7 @@ class Sample(NamedTuple):
     prefix: str
     tools: Any
     names: list[str]  # the calls' names (the last one is cut)
+    arguments: Any  # the last call's arguments
     name: str  # the last call's name
     name_at: int  # where it is in the text (-1: not written as such)
     args_from: int  # where the body holding the last call's arguments starts
@@ -86,7 +87,8 @@ def load(grammar: str, path: Path) -> Sample:
     # the arguments are in the call's text after the name (past the open delimiter when it holds the name)
     args_from = min((max(s["start"], after) for s in call_text if s["end"] > after), default=after)
     names = [c["function"]["name"] for c in expected["tool_calls"]]
-    return Sample(grammar, text, prefix, tools, names, name, name_at, args_from, calls_end)
+    arguments = expected["tool_calls"][-1]["function"].get("arguments")
+    return Sample(grammar, text, prefix, tools, names, arguments, name, name_at, args_from, calls_end)
 
 
 def cut_points(sample: Sample) -> list[int]:
@@ -159,7 +161,10 @@ def check_message(sample: Sample, text: str, cut: int, message: dict[str, Any]) 
         assert names == full, "the name was complete before the cut"
     else:
         assert names == full or names == full[:-1] or (names[:-1] == full[:-1] and full[-1].startswith(names[-1]))
-    if names == full[:-1] and any(e["field"] == "tool_calls" for e in message.get("parse_errors", [])):
+    broken = any(e["field"] == "tool_calls" for e in message.get("parse_errors", []))
+    if broken and names == full:  # the cut call is broken, or all of it was there
+        assert calls[-1].get("errors") or calls[-1]["function"]["arguments"] == sample.arguments, calls[-1]
+    if broken and names == full[:-1]:
         # the cut call's text names no function: it is text, not lost (its end from the name on, compared
         # without whitespace)
         tail = "".join(text[max(sample.name_at, 0):].split())[-3:]
