@@ -80,7 +80,7 @@ def salvage_calls(region: Region, body: str, captures: Mapping[str, Any], childr
         call = _call(spec.transform, piece, problem)
         if call is not None:
             out.calls.append(call)
-        elif piece.end is not None or piece.start < tail:
+        else:  # names no function: its text is text
             rest.append(body[piece.start:piece.end if piece.end is not None else tail])
     rest.append(body[tail:])
     out.rest = "".join(rest).strip()

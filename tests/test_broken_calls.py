@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ERROR_CODES
 from grammar_parse.lmsp import ResponseStream, schema_validator
 from strategies import chunkings, examples
@@ -270,6 +270,12 @@ HAND_WRITTEN = [
     # invalid JSON closed by its delimiter, between text: the text stays in place
     ("qwen3", "A <tool_call>{oops}</tool_call> B<|im_end|>", {"content": "A <tool_call>{oops}</tool_call> B"},
      ["parse.json"]),
+    # a broken region before any text: the content starts with it
+    ("qwen3", '<tool_call>{"na</tool_call>Done.<|im_end|>', {"content": '<tool_call>{"na</tool_call>Done.'},
+     ["parse.json"]),
+    # after a content region that already closed: it joins the content as a stream would (the space kept)
+    ("cohere2", '<|START_RESPONSE|>Hi there. <|END_RESPONSE|><|START_ACTION|>[{"tool_na',
+     {"content": 'Hi there. <|START_ACTION|>[{"tool_na'}, ["parse.json"]),
     # a call written inside the reasoning that names nothing stays reasoning
     ("qwen3", '<think>Maybe <tool_call>{"na', {"reasoning_content": 'Maybe <tool_call>{"na'}, ["parse.json"]),
     # Kimi K2: the open delimiter's id names the call; the arguments are broken JSON
@@ -293,6 +299,9 @@ HAND_WRITTEN = [
     # ... and cut before the second call names a function: the first call, and the rest as content
     ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {}}, {"na',
      {"tool_calls": [call("get_weather", {})], "content": '{"na'}, ["parse.json"]),
+    # Mistral v11: the arguments are complete, the text after them (a next call, cut) is content
+    ("mistral_v11", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_',
+     {"tool_calls": [call("get_weather", {"city": "Paris"})], "content": "[TOOL_CALLS]get_"}, ["parse.json"]),
     # Qwen3-Coder: the XML parameters are complete up to the cut, so the call parses (as strict mode does)
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
      {"tool_calls": [call("get_weather", {"city": "Par"})]}, []),
@@ -326,6 +335,20 @@ def test_hand_written_broken_calls(grammar, text, expected, codes):
     for ch in text:
         parser.feed(ch)
     assert parser.finalize()[0] == message
+    chat, _ = chat_message(text, grammar, prefix="", strict=False)  # the Chat Completions message agrees
+    assert chat.get("content") == message.get("content")
+    assert [(c["function"]["name"], c["function"]["arguments"], [e["code"] for e in c.get("errors", [])])
+            for c in chat.get("tool_calls", [])] == \
+        [(c["function"]["name"], a if isinstance(a := c["function"]["arguments"], str) else json.dumps(a),
+          [e["code"] for e in c.get("errors", [])]) for c in message.get("tool_calls", [])]
     if codes:  # strict mode (the default) still raises for it
         with pytest.raises(gp.ParseError):
             gp.parse_response(text, grammar, prefix="")
+
+
+def test_a_template_without_a_call_transform_keeps_broken_text_out_of_tool_calls():
+    template = {"start_anchor": "A", "fields": {"content": {}, "tool_calls": {"open": "<tc>", "close": "</tc>",
+                                                                             "content": "json", "repeats": True}}}
+    message = gp.parse_response("<tc>[1, 2</tc> there", template, prefix="", strict=False)
+    assert "tool_calls" not in message and message["content"] == "<tc>[1, 2</tc> there"
+    assert [e["code"] for e in message["parse_errors"]] == ["parse.json"]
