@@ -95,14 +95,18 @@ def _call(transform: Any, piece: _Piece, problem: Mapping[str, str]) -> dict[str
         except ParseError as e:
             problem = {"message": e.detail, "code": e.code}
         else:
-            if _is_call(call):
+            if _is_call(call) and "arguments" in call["function"]:
                 return dict(call)
     call = fill_known(transform, piece.scope)
     if not _is_call(call):
         return None
     fn = call["function"] = dict(call["function"])
-    fn.setdefault("arguments", "")  # nothing of the arguments was written
-    path = "$.function.arguments" if isinstance(fn["arguments"], str) else "$"
+    missing = "arguments" not in fn
+    if missing:
+        # a call whose text ended without arguments has none ({}, as a stream sends it); a cut-off one
+        # has no text of them yet
+        fn["arguments"] = {} if piece.end is not None else ""
+    path = "$.function.arguments" if missing or isinstance(fn["arguments"], str) else "$"
     return {**call, "errors": [{"path": path, **problem}]}
 
 
@@ -189,7 +193,9 @@ def _json_pieces(plan: CallPlan, body: str, captures: Mapping[str, Any]) -> tupl
             return [], tail
         start, end = outline.objects[0]["start"], outline.objects[0]["end"]
         ok, value = _loads(body[start:end]) if end is not None else (False, None)
-        return [_Piece(start, end, {**captures, "content": value if ok else body[start:end]}, ok)], tail
+        if ok and isinstance(value, dict):
+            return [_Piece(start, end, {**captures, "content": value}, True)], tail
+        return [_Piece(start, None, {**captures, "content": body[start:]}, False)], len(body)  # all of it, raw
     pieces = []
     for obj in outline.objects:
         start, end = obj["start"], obj["end"]
@@ -206,7 +212,8 @@ def _json_pieces(plan: CallPlan, body: str, captures: Mapping[str, Any]) -> tupl
                 args_end = obj.get("args_end")
                 raw = body[obj["args_start"]:args_end]
                 parsed, value = _loads(raw) if args_end is not None else (False, None)
-                known[obj["args_key"]] = value if parsed else raw
+                # arguments are an object; any other value in a broken call stays the text written
+                known[obj["args_key"]] = value if parsed and isinstance(value, dict) else raw
         scope = {**captures, "content": known} if plan.mode == "json_key" else {**captures, **known}
         pieces.append(_Piece(start, end, scope, ok))
     return pieces, tail

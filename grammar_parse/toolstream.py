@@ -279,6 +279,7 @@ class _JsonCallReader:
         self.call: _Call | None = None
         self.args_depth = 1 if plan.mode == "json_body" else 2 if plan.mode == "json_key" else 3
         self.capturing = False
+        self.captured = False  # the call's arguments were captured: a later value is not them
         self.sent_to = 0  # absolute offset up to which argument bytes were sent
         self.name_start = -1
         self.id_start = -1
@@ -329,6 +330,8 @@ class _JsonCallReader:
         plan = self.plan
         if plan.mode == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
+            self.captured = False
+            self.key_at.pop(2, None)  # the last element's keys name nothing in this one
             return
         key = self.key_at.get(depth)
         name_depth = 1 if plan.mode != "json_array" else 2
@@ -340,9 +343,9 @@ class _JsonCallReader:
         args_here = (plan.mode == "json_body" and depth == 0) or (
             plan.mode != "json_body" and depth == self.args_depth - 1
             and (key == plan.args_key or key in plan.args_alternatives))
-        if args_here and self.call is not None and not self.capturing:
+        if args_here and self.call is not None and not self.captured:
             self.streamer._start_arguments(self.call)
-            self.capturing = True
+            self.capturing = self.captured = True
             self.sent_to = pos
         if self.held is not None and self.held[0] == -1 and depth == self.args_depth:
             self.held = (pos, self.held[1])
@@ -358,7 +361,7 @@ class _JsonCallReader:
                     value = json.loads(self._slice(start, pos))
                 except json.JSONDecodeError:
                     value = None
-                if isinstance(value, str) and getattr(self.call, attr) is None:
+                if isinstance(value, str) and value and getattr(self.call, attr) is None:
                     setattr(self.call, attr, value)
                     self.streamer._send_head(self.call)
         if self.held is not None and depth == self.args_depth and self.held[0] >= 0 and self.call is not None:

@@ -246,6 +246,37 @@ def test_any_cut_and_chunking_streams_the_one_shot_calls(grammar, data):
     check_adapters(sample, text, message, chunks)
 
 
+EDITS = st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(["", '"', "{", "}", ",", ":", "[", "]", "x", " "])),
+                 min_size=1, max_size=3)
+
+
+@pytest.mark.parametrize("grammar", call_grammars())
+@settings(max_examples=examples(0.1))
+@given(data=st.data())
+def test_a_corrupted_call_streams_the_one_shot_calls(grammar, data):
+    """Characters deleted ("") or inserted around the last call: whatever breaks, the calls a lenient parse
+    makes are calls, and every channel carries the same ones."""
+    paths = [p for g, p in SAMPLES if g == grammar]
+    sample = load(grammar, data.draw(st.sampled_from(paths), label="sample"))
+    text = sample.text
+    low, high = max(0, sample.args_from - 20), min(len(text) - 1, sample.calls_end + 5)
+    for at, insert in data.draw(EDITS, label="edits"):
+        at = low + at % (high - low + 1)
+        text = text[:at] + insert + text[at + (not insert):]
+    message, _, _ = parse(sample, text)
+    streamed, parser, events = parse(sample, text, data.draw(chunkings(text), label="chunks"))
+    assert strict_equal(streamed, message)
+    assert closed_calls(events) == message.get("tool_calls", [])
+    account(parser, text)
+    if not any(e["field"] == "tool_calls" for e in message.get("parse_errors", [])):
+        return  # it still parses: what strict mode gives, not a broken call
+    for call in message.get("tool_calls", []):
+        fn = call["function"]
+        assert isinstance(fn["name"], str) and fn["name"] and "arguments" in fn, call
+        assert not isinstance(fn["arguments"], str) or call.get("errors"), call
+    check_adapters(sample, text, message, [text[i:i + 5] for i in range(0, len(text), 5)])
+
+
 # ---------------------------------------------------------------------------- hand-written messages
 def call(name: str, arguments: Any, *, id: str | None = None, broken: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
