@@ -206,7 +206,7 @@ def _json_pieces(plan: CallPlan, body: str, captures: Mapping[str, Any]) -> tupl
         else:
             ok = False
             for key, found in ((plan.name_key, "name"), (plan.id_key, "id")):
-                if key is not None and found in obj:
+                if key is not None and obj.get(found):  # the first one written, if it says something
                     known[key] = obj[found]
             if "args_start" in obj:
                 args_end = obj.get("args_end")
@@ -252,6 +252,7 @@ def _name_key_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
     for call in listener.calls:
         start, end = call.get("args_start", call["start"]), call["end"]
         ok, value = _loads(body[start:end]) if end is not None else (False, None)
+        ok = ok and isinstance(value, dict)  # arguments are an object; anything else is text
         arguments = value if ok else body[start:end] if "args_start" in call else ""
         pieces.append(_Piece(start, end, {**captures, "name": call["name"], "arguments": arguments}, ok))
     if listener.top_end is not None:

@@ -178,7 +178,11 @@ class JsonWalker:
                 self.in_string = False
                 i = j + 1
                 if self.string_is_key:
-                    key = json.loads('"' + "".join(self.key_chars) + '"')
+                    raw = "".join(self.key_chars)
+                    try:
+                        key = json.loads('"' + raw + '"', strict=False)  # (raw control characters too)
+                    except json.JSONDecodeError:
+                        key = raw  # a broken escape: the key as written (the value's parse reports it)
                     listener.on_key(len(self.stack), key, base + i)
                 else:
                     listener.on_value_end(len(self.stack), base + i)
@@ -361,7 +365,7 @@ class _JsonCallReader:
                     value = json.loads(self._slice(start, pos))
                 except json.JSONDecodeError:
                     value = None
-                if isinstance(value, str) and value and getattr(self.call, attr) is None:
+                if isinstance(value, str) and getattr(self.call, attr) is None:
                     setattr(self.call, attr, value)
                     self.streamer._send_head(self.call)
         if self.held is not None and depth == self.args_depth and self.held[0] >= 0 and self.call is not None:
@@ -539,7 +543,7 @@ class ToolCallStreamer:
         calls = self.calls[self.region_start:]
         if len(calls) != len(values):
             for call in calls:
-                call.dropped = call.name is None
+                call.dropped = not call.name
             calls = [call for call in calls if not call.dropped]
         pairs = list(zip(calls, values))
         for call, call_value in pairs:
@@ -573,7 +577,8 @@ class ToolCallStreamer:
 
     def _send_head(self, call: _Call) -> None:
         # The head carries the id too: where the model writes it after the arguments, wait for it.
-        if call.sent_head or call.name is None or (call.wants_id and call.id is None and not call.closed):
+        # (an empty name names nothing: such a call is never sent)
+        if call.sent_head or not call.name or (call.wants_id and call.id is None and not call.closed):
             return
         call.sent_head = True
         delta: ToolCallDelta = {"index": call.index}

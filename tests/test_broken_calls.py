@@ -309,6 +309,9 @@ HAND_WRITTEN = [
      {"content": 'Hi there. <|START_ACTION|>[{"tool_na'}, ["parse.json"]),
     # a call written inside the reasoning that names nothing stays reasoning
     ("qwen3", '<think>Maybe <tool_call>{"na', {"reasoning_content": 'Maybe <tool_call>{"na'}, ["parse.json"]),
+    # a complete call object whose arguments key is broken (a raw newline): named, with no arguments
+    ("qwen3", '<tool_call>{"name": "f", "argu\nments": {"a": 1}}</tool_call>',
+     {"tool_calls": [call("f", {}, broken="parse.json")]}, ["parse.json"]),
     # Kimi K2: the open delimiter's id names the call; the arguments are broken JSON
     ("kimi_k2", KIMI_SECTION + 'functions.bad:0<|tool_call_argument_begin|>{"x": [1, 2',
      {"tool_calls": [call("bad", '{"x": [1, 2', id="functions.bad:0", broken="parse.json")]}, ["parse.json"]),
