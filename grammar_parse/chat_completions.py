@@ -17,9 +17,9 @@ fragments. ``finish_reason`` is ``tool_calls`` when calls were made, ``stop`` ot
 whenever the generator says it stopped at its token limit (a truncated call is reported, not hidden).
 
 With ``strict=False`` broken output never raises: the message gets the parser's ``parse_errors``, and
-a tool call whose text could not be parsed keeps the name and arguments it streamed, with an
-``errors`` list saying why (a call that never got a name sends nothing and is left out; its text is in
-the error's span).
+a tool call whose text could not be parsed is still streamed and kept as a call, with the name and the
+raw arguments text it streamed and an ``errors`` list (``{"path", "message", "code"}``) saying why. Text
+that names no function is not a call: it arrives as content (or reasoning, where it was written).
 """
 
 from __future__ import annotations
@@ -172,24 +172,26 @@ class ChatCompletionsStream:
         if reasoning is not None:
             message[self.reasoning_field] = self.texts[self.reasoning_field].value \
                 if self.reasoning_field in self.texts else reasoning
-        problems = [e["message"] for e in self.parser.errors if e["field"] == self.calls.field]
+        streamed = self.calls.message_calls()
         calls = []
         for index, call in enumerate(parsed.get(self.calls.field) or []):
             if not isinstance(call, dict):
-                # lenient mode kept a broken call's raw text: report the call as streamed, if it got a name
-                problem = problems.pop(0) if problems else "the call could not be parsed"
-                if index in self.wire_index:
-                    calls.append({"id": self.call_ids[index], "type": "function",
-                                  "function": {"name": self.calls.calls[index].name,
-                                               "arguments": self.calls.arguments_text(index)},
-                                  "errors": [problem]})
-                continue
-            fn = call.get("function", {})
-            arguments = self.calls.arguments_text(index) if index < self.calls.count else \
-                json.dumps(fn.get("arguments", {}), ensure_ascii=False)
-            entry: dict[str, Any] = {"id": self.call_ids.get(index) or call.get("id") or self.ids("call"),
+                continue  # a template whose field holds values other than calls
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = {}
+            sent = streamed[index] if index < len(streamed) else None
+            raw = fn.get("arguments", {})
+            arguments = sent.arguments if sent is not None else \
+                raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+            call_id = self.call_ids.get(sent.index) if sent is not None else None
+            entry: dict[str, Any] = {"id": call_id or call.get("id") or self.ids("call"),
                                      "type": "function", "function": {"name": fn.get("name"), "arguments": arguments}}
-            if self.tools is not None and (errors := validate_call(call, self.tools)):
+            errors = list(call.get("errors") or [])  # a broken call's (lenient mode)
+            # arguments kept as raw text are not checked against the schema: they are not arguments yet
+            if self.tools is not None and not (errors and isinstance(raw, str)):
+                errors += validate_call(call, self.tools)
+            if errors:
                 entry["errors"] = errors
             calls.append(entry)
         if calls:

@@ -55,7 +55,8 @@ class _RegionCloseKeys(TypedDict):
 
 class RegionClose(_RegionCloseKeys, total=False):
     """A region ended; ``value`` is what the field received (after content parsing, transform, typing);
-    ``path`` as in :class:`RegionOpen`."""
+    ``path`` as in :class:`RegionOpen`. In lenient mode a tool-call region that names no function gives
+    None (nothing was added), and its text follows as a chunk of the content or reasoning around it."""
 
     path: list[str | int]
 

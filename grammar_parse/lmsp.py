@@ -16,7 +16,8 @@ Pure functions over events (no I/O, no clock: ids and timestamps come from the c
   a parse failure never drops the stream) or ``response.cancelled``;
 * with ``strict=False`` a parse failure does not end the response: the broken region keeps what it
   streamed and a third extension event, ``response.parse_error`` (``code``, ``field``, ``span``,
-  ``message``), reports it where it happened.
+  ``message``), reports it where it happened. A broken tool call that names a function is a
+  ``function_call`` item like any other, its ``arguments`` the raw text it streamed.
 
 Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
 event frames. Items are only added once they have something to say: whitespace-only text makes none.

@@ -25,6 +25,7 @@ from .delimiters import REGEX_SPACE, Hit
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
+from .salvage import is_call_region, salvage_calls
 from .scanner import SearchCache
 from .tools import ToolTypes
 from .values import fill
@@ -88,6 +89,17 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
+def _trailing_space(chunks: list[str]) -> str:
+    """The whitespace a text region's chunks end with (read from the end: chunks are not joined again)."""
+    tail: list[str] = []
+    for chunk in reversed(chunks):
+        body = chunk.rstrip()
+        tail.append(chunk[len(body):])
+        if body:
+            break
+    return "".join(reversed(tail))
+
+
 class _Frame:
     """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
     values of its component regions, and where its events point (``path``, None for a message field)."""
@@ -123,7 +135,10 @@ class ResponseParser:
 
     ``strict=False`` (lenient mode) never raises because of model output: a region whose text cannot be
     parsed keeps its raw text as its value, and the problem is recorded in :attr:`errors`, in the
-    message under ``"parse_errors"``, and as a ``parse_error`` event. ``discarded_spans`` lists the
+    message under ``"parse_errors"``, and as a ``parse_error`` event. A tool-call region that cannot be
+    parsed still gives its calls (``grammar_parse.salvage``): each named one is a call dict, with the
+    raw text of arguments that did not parse and an ``errors`` list; its text that names no function
+    goes to the text around it (content, or the reasoning it was written in). ``discarded_spans`` lists the
     output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
     ``max_region_chars`` bounds one region's text. With ``extended_events=True`` each ``region_open``
     also carries ``captures``, the named groups of its open delimiter.
@@ -179,6 +194,8 @@ class ResponseParser:
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._finalized = False
+        self._loose: list[str] = []  # text of broken tool calls that names no function, for content
+        self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
         callbacks = dict(grammar.base_callbacks)
         for rule, region in grammar.rule_regions.items():
             callbacks[rule] = self._closer(region)
@@ -293,6 +310,8 @@ class ResponseParser:
                 self._legacy_log.append(text)
         events: list[Event] = []
         self._guarded(events, eos=True)
+        if self._loose:
+            self._settle_loose()
         if self._legacy_log is not None:
             return self._settle_legacy(events)
         missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
@@ -345,6 +364,31 @@ class ResponseParser:
             self._discarded.append([start, end])
         if self._trace is not None:
             self._trace.append({"kind": "discarded", "start": start, "end": end})
+
+    def _loose_text(self, text: str) -> None:
+        """Text of a broken tool-call region that names no function: it joins the text region the call
+        was written in (content, or reasoning), or else the content, and streams as that field's text."""
+        frame = self._frames[-1] if self._frames else None
+        if frame is not None and frame.path is None and getattr(frame.region.spec, "content", None) == "text":
+            frame.chunks.append(text)
+            frame.size += len(text)
+            field = frame.field
+        else:
+            self._loose.append(text)  # the next content region starts with it, or finalize adds it
+            field = "content"
+        self._events.append({"type": "region_chunk", "field": field, "text": text, "dirty": False})
+
+    def _settle_loose(self) -> None:
+        """At the end: loose text no content region took joins the content (as a stream concatenates it)."""
+        text, self._loose = "".join(self._loose), []
+        existing = self._output.get("content")
+        if not isinstance(existing, str) or not existing:
+            self._output["content"] = text.strip()
+            return
+        region = next((r for r in self._grammar.regions.values() if r.field == "content" and r.parent is None), None)
+        join = region.spec.join if region is not None else None
+        self._output["content"] = existing + join + text.strip() if join is not None else \
+            (existing + _trailing_space(self._content_chunks) + text).rstrip()
 
     def _close_open(self) -> None:
         """Close every open region, innermost first (end of output, or giving up in lenient mode)."""
@@ -575,6 +619,9 @@ class ResponseParser:
         """Open a region: a message field, or a component of the nearest open region it belongs to."""
         if region.parent is None:
             frame = _Frame(region, captures, start, open_text, region.field, None)
+            if self._loose and region.field == "content":
+                frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
+                frame.size = sum(map(len, frame.chunks))
             event: RegionOpen = {"type": "region_open", "field": region.field}
             if self._extended:
                 event["captures"] = captures
@@ -653,14 +700,39 @@ class ResponseParser:
                     code="parse.join",
                 )
         except ParseError as e:
+            reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
             e.locate(region.field, frame.start - self._prefix_len, self._output)
             if self._strict:
                 raise e from None
-            value = "".join(frame.chunks).strip()  # the raw text is kept
             self._record(e.code, str(e), region.field, [frame.start - self._prefix_len, self._offset(self._pos)])
+            if is_call_region(region):
+                self._close_broken_calls(frame, close_text, {"message": reason, "code": e.code})
+                return
+            value = "".join(frame.chunks).strip()  # the raw text is kept
         if region.parent is not None:
             self._store_component(frame, value)
             return
+        self._store(frame, value)
+
+    def _close_broken_calls(self, frame: _Frame, close_text: str, problem: dict[str, str]) -> None:
+        """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
+        its text that names no function (all of it, delimiters included, if it names none) is text."""
+        body = "".join(frame.chunks)
+        found = salvage_calls(frame.region, body, frame.captures, frame.children, problem)
+        if found.calls:
+            value: Any = found.calls if getattr(frame.region.spec, "transform_each", False) else found.calls[0]
+            self._store(frame, self._tools.apply(value) if self._tools is not None else value)
+        else:
+            # the stream learns that the region gave no call (its text follows as content)
+            self._events.append({"type": "region_close", "field": frame.field, "value": None})
+        loose = found.rest if found.calls else frame.open_text + body + close_text
+        if loose.strip():
+            self._loose_text(loose)
+
+    def _store(self, frame: _Frame, value: Any) -> None:
+        """A message field's value goes into the message (joined, appended or set) and the stream."""
+        region = frame.region
+        spec = region.spec
         output = self._output
         key = region.field
         if spec.join is not None:
@@ -677,6 +749,8 @@ class ResponseParser:
                 output[key] = list(values)
         else:
             output[key] = value
+        if key == "content":
+            self._content_chunks = frame.chunks
         self._events.append({"type": "region_close", "field": key, "value": value})
 
     def _store_component(self, frame: _Frame, value: Any) -> None:

@@ -15,6 +15,11 @@ How the arguments are read depends on the grammar region of the call:
   as soon as it is complete: ``{"city": "Paris"``, then ``, "days": 3``, then ``}``.
 * **Everything else** (pythonic calls, JS-like objects, legacy schemas): the call is sent when its region
   closes, as ``json.dumps`` of the parsed arguments.
+
+A broken call (lenient mode, see ``grammar_parse.salvage``) is streamed like any other: its name, then
+its arguments fragments, which join into the raw text the message keeps. A call that never got a name
+sent nothing; when its region closes without it, it is dropped (:meth:`ToolCallStreamer.message_calls`
+are the calls of the message, in order).
 """
 
 from __future__ import annotations
@@ -173,7 +178,11 @@ class JsonWalker:
                 self.in_string = False
                 i = j + 1
                 if self.string_is_key:
-                    key = json.loads('"' + "".join(self.key_chars) + '"')
+                    raw = "".join(self.key_chars)
+                    try:
+                        key = json.loads('"' + raw + '"', strict=False)  # (raw control characters too)
+                    except json.JSONDecodeError:
+                        key = raw  # a broken escape: the key as written (the value's parse reports it)
                     listener.on_key(len(self.stack), key, base + i)
                 else:
                     listener.on_value_end(len(self.stack), base + i)
@@ -251,6 +260,9 @@ class _Call:
     members: int | None = None  # arguments sent member by member: how many so far
     closed: bool = False
     wants_id: bool = False  # the model writes an id for this call somewhere in its body
+    dropped: bool = False  # it named no function and its region is closed: no call of the message
+    broken: bool = False  # lenient mode: its text did not parse; ``final`` is the message's arguments
+    final: Any = None
 
     @property
     def arguments(self) -> str:
@@ -271,6 +283,7 @@ class _JsonCallReader:
         self.call: _Call | None = None
         self.args_depth = 1 if plan.mode == "json_body" else 2 if plan.mode == "json_key" else 3
         self.capturing = False
+        self.captured = False  # the call's arguments were captured: a later value is not them
         self.sent_to = 0  # absolute offset up to which argument bytes were sent
         self.name_start = -1
         self.id_start = -1
@@ -321,6 +334,8 @@ class _JsonCallReader:
         plan = self.plan
         if plan.mode == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
+            self.captured = False
+            self.key_at.pop(2, None)  # the last element's keys name nothing in this one
             return
         key = self.key_at.get(depth)
         name_depth = 1 if plan.mode != "json_array" else 2
@@ -332,9 +347,9 @@ class _JsonCallReader:
         args_here = (plan.mode == "json_body" and depth == 0) or (
             plan.mode != "json_body" and depth == self.args_depth - 1
             and (key == plan.args_key or key in plan.args_alternatives))
-        if args_here and self.call is not None and not self.capturing:
+        if args_here and self.call is not None and not self.captured:
             self.streamer._start_arguments(self.call)
-            self.capturing = True
+            self.capturing = self.captured = True
             self.sent_to = pos
         if self.held is not None and self.held[0] == -1 and depth == self.args_depth:
             self.held = (pos, self.held[1])
@@ -370,6 +385,9 @@ class _JsonCallReader:
     def close(self) -> None:
         self.walker.finish()
         if self.call is not None:
+            if self.call.broken and self.capturing:
+                self.held = None  # a value held for retyping never completed: send the model's bytes
+                self._send_until(self.walker.offset)
             self.streamer._close_call(self.call)
 
 
@@ -436,6 +454,7 @@ class ToolCallStreamer:
         self.out: list[ToolCallDelta] = []
         self.reader: _JsonCallReader | _XmlCallReader | None = None
         self.component_call: _Call | None = None
+        self.region_start = 0  # index of the open region's first call
         self.done_upto = 0  # calls before this index were reported done
 
     # public
@@ -466,10 +485,15 @@ class ToolCallStreamer:
     def count(self) -> int:
         return len(self.calls)
 
+    def message_calls(self) -> list[_Call]:
+        """The calls that are the message's calls, in its order (dropped ones left out)."""
+        return [call for call in self.calls if not call.dropped]
+
     # region events
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
         mode = self.plan.mode
+        self.region_start = len(self.calls)
         if mode in ("json_body", "json_key", "json_array"):
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
@@ -482,22 +506,25 @@ class ToolCallStreamer:
 
     def _close(self, event: RegionClose) -> None:
         value = event["value"]
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-            self._reconcile(value)
+        # None: a lenient parse found no call in the region
+        values = [] if value is None else value if isinstance(value, list) else [value]
+        if self.reader is not None or self.component_call is not None:
+            pairs = self._match(values)
+            if self.reader is not None:
+                self.reader.close()
+                self.reader = None
+            elif self.component_call is not None:
+                self._close_call(self.component_call)
+                self.component_call = None
+            self._reconcile(pairs)
             return
-        if self.component_call is not None:
-            self._close_call(self.component_call)
-            self.component_call = None
-            self._reconcile(value)
-            return
-        for call_value in value if isinstance(value, list) else [value]:
+        for call_value in values:
             if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
                 continue
             call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
                          id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
             self.calls.append(call)
+            self._mark_broken(call, call_value)
             self._send_head(call)
             arguments = fn.get("arguments", {})
             self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
@@ -510,11 +537,27 @@ class ToolCallStreamer:
             return
         self._send_member(call, str(path[3]), event["value"])
 
-    def _reconcile(self, value: Any) -> None:
+    def _match(self, values: list[Any]) -> list[tuple[_Call, Any]]:
+        """Pair the closing region's streamed calls with its value's calls. Where a lenient parse left
+        calls out (they named no function, so they never sent anything), the named ones pair in order."""
+        calls = self.calls[self.region_start:]
+        if len(calls) != len(values):
+            for call in calls:
+                call.dropped = not call.name
+            calls = [call for call in calls if not call.dropped]
+        pairs = list(zip(calls, values))
+        for call, call_value in pairs:
+            self._mark_broken(call, call_value)
+        return pairs
+
+    @staticmethod
+    def _mark_broken(call: _Call, call_value: Any) -> None:
+        if isinstance(call_value, dict) and call_value.get("errors") and isinstance(fn := call_value.get("function"), dict):
+            call.broken, call.final = True, fn.get("arguments")
+
+    def _reconcile(self, pairs: list[tuple[_Call, Any]]) -> None:
         """The region's final value names the calls; a name or id not seen while streaming is sent now."""
-        values = value if isinstance(value, list) else [value]
-        streamed = self.calls[len(self.calls) - len(values):] if values and len(self.calls) >= len(values) else []
-        for call, call_value in zip(streamed, values):
+        for call, call_value in pairs:
             fn = call_value.get("function") if isinstance(call_value, dict) else None
             if isinstance(fn, dict) and call.name is None and isinstance(fn.get("name"), str):
                 call.name = fn["name"]
@@ -534,7 +577,8 @@ class ToolCallStreamer:
 
     def _send_head(self, call: _Call) -> None:
         # The head carries the id too: where the model writes it after the arguments, wait for it.
-        if call.sent_head or call.name is None or (call.wants_id and call.id is None and not call.closed):
+        # (an empty name names nothing: such a call is never sent)
+        if call.sent_head or not call.name or (call.wants_id and call.id is None and not call.closed):
             return
         call.sent_head = True
         delta: ToolCallDelta = {"index": call.index}
@@ -565,6 +609,14 @@ class ToolCallStreamer:
     def _close_call(self, call: _Call) -> None:
         if call.members is not None:
             self._send_arguments(call, "{}" if call.members == 0 else "}")
+        elif call.broken:
+            # the message keeps the raw text: send what of it is missing (nothing where typing rewrote
+            # a value: the client keeps what it was sent, and so does the Chat Completions message)
+            final = call.final
+            if isinstance(final, str) and final.startswith(call.arguments):
+                self._send_arguments(call, final[len(call.arguments):])
+            elif not call.parts and final is not None and not isinstance(final, str):
+                self._send_arguments(call, json.dumps(final, ensure_ascii=False))
         elif not call.parts:
             self._send_arguments(call, "{}")
         call.closed = True
@@ -573,9 +625,10 @@ class ToolCallStreamer:
     def _flush_done(self) -> None:
         """A closed call whose name is out is done: say so once (consumers finish its item)."""
         for call in self.calls[self.done_upto:]:
-            if not (call.closed and call.sent_head):
-                break
-            self.out.append({"index": call.index, "done": True})
+            if not call.dropped:
+                if not (call.closed and call.sent_head):
+                    break
+                self.out.append({"index": call.index, "done": True})
             self.done_upto += 1
 
     # typing

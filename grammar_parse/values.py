@@ -291,17 +291,18 @@ def parse_content(text: str, name: str, args: Mapping[str, Any]) -> Any:
 _MISSING = object()  # an optional placeholder with nothing to fill in: its key or element is left out
 
 
-def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
+def _fill(template: Any, scope: Mapping[str, Any], partial: bool = False) -> Any:
     """Rebuild ``template`` with every whole-string ``{path}`` replaced by the value it names.
 
     Beyond transformers' ``{path}``: ``{a|b}`` takes the first path that exists, and a trailing ``?``
-    (``{id?}``) leaves the key (or list element) out when none does.
+    (``{id?}``) leaves the key (or list element) out when none does. ``partial`` treats every placeholder
+    as optional (a broken tool call is built from the parts that exist).
     """
     if isinstance(template, dict):
-        filled = {k: _fill(v, scope) for k, v in template.items()}
+        filled = {k: _fill(v, scope, partial) for k, v in template.items()}
         return {k: v for k, v in filled.items() if v is not _MISSING}
     if isinstance(template, list):
-        return [v for v in (_fill(v, scope) for v in template) if v is not _MISSING]
+        return [v for v in (_fill(v, scope, partial) for v in template) if v is not _MISSING]
     if not isinstance(template, str):
         return template
     whole = PLACEHOLDER.fullmatch(template)
@@ -314,7 +315,7 @@ def _fill(template: Any, scope: Mapping[str, Any]) -> Any:
             return _lookup(path, scope)
         except ParseError as e:  # PlaceholderError too
             first_error = first_error or e
-    if optional:
+    if optional or partial:
         return _MISSING
     assert first_error is not None
     raise first_error
@@ -349,6 +350,13 @@ def fill(template: Any, scope: Mapping[str, Any]) -> Any:
     if value is _MISSING:
         raise PlaceholderError(f"nothing to fill in for {template!r}", code="parse.placeholder")
     return value
+
+
+def fill_known(template: Any, scope: Mapping[str, Any]) -> Any:
+    """``template`` filled from ``scope`` with every placeholder that names nothing left out (None if
+    nothing is left at all): the parts of a value that are known when the rest could not be parsed."""
+    value = _fill(template, scope, partial=True)
+    return None if value is _MISSING else value
 
 
 def mixed_placeholder(template: Any) -> str | None:
@@ -459,4 +467,5 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "fill", "mixed_placeholder", "parse_content"]
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder",
+           "parse_content"]

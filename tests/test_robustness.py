@@ -13,14 +13,14 @@ CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
 
 # ---------------------------------------------------------------------------- lenient mode
-def test_lenient_keeps_raw_text_and_reports_the_problem():
+def test_lenient_keeps_text_that_names_no_call_as_content_and_reports_the_problem():
     text = "Hi.\n<tool_call>\n{bad json\n</tool_call>\n" + CALL + "<|im_end|>"
     with pytest.raises(gp.ParseError):
         gp.parse_response(text, "qwen3", prefix="")  # strict, as transformers
     message = gp.parse_response(text, "qwen3", prefix="", strict=False)
-    assert message["tool_calls"][0] == "{bad json"  # the raw text is kept
-    assert message["tool_calls"][1]["function"] == {"name": "f", "arguments": {"a": 1}}
-    assert message["content"] == "Hi."
+    # the broken region names no function: it is no call, and its text stays where it was written
+    assert message["tool_calls"] == [{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]
+    assert message["content"] == "Hi.\n<tool_call>\n{bad json\n</tool_call>"
     (error,) = message["parse_errors"]
     assert error["code"] == "parse.json" and error["field"] == "tool_calls"
     start, end = error["span"]
@@ -208,10 +208,13 @@ def test_lenient_chat_completions_keep_streamed_calls_and_dense_indexes():
     assert sorted(set(indexes)) == [0, 1]  # the call that never got a name sends nothing
     first, second = stream.message["tool_calls"]
     assert first["function"] == {"name": "get_weather", "arguments": '{"city": "Par'}
-    assert "JSON" in first["errors"][0] and "errors" not in second
+    ((path, code),) = [(e["path"], e["code"]) for e in first["errors"]]
+    assert (path, code) == ("$.function.arguments", "parse.json") and "errors" not in second
     assert second["function"] == {"name": "f", "arguments": '{"a": 1}'}
     assert [e["code"] for e in stream.message["parse_errors"]] == ["parse.json", "parse.json"]
-    assert stream.message["content"] == "Done." and stream.finish_reason == "tool_calls"
+    # the region that names no function is content, streamed as content
+    assert stream.message["content"] == '<tool_call>{"nam</tool_call>Done.' and stream.finish_reason == "tool_calls"
+    assert "".join(d.get("content", "") for d in deltas) == stream.message["content"]
     with pytest.raises(gp.ParseError):
         ChatCompletionsStream("qwen3", "").feed(BROKEN_THEN_GOOD)  # strict by default
 

@@ -1,0 +1,388 @@
+"""A broken call is still a call (lenient mode), for every built-in grammar with tool calls.
+
+Each golden sample with tool calls is cut off inside its last call's name and at several points inside
+its arguments, then parsed with ``strict=False``, one-shot and in chunks. Whatever the cut: nothing
+raises; every ``tool_calls`` entry is a call dict with a name and arguments; a call whose arguments are
+text (they did not parse) carries ``errors``; a call whose name was complete before the cut is there;
+the truncated end of the output is kept in the message; every character is accounted for; streaming,
+the ``region_close`` values, the Chat Completions stream (through the real OpenAI client) and the LMSP
+stream all give the one-shot calls. Hand-written messages pin a few formats down exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grammar_parse as gp
+from conformance import jsonable, strict_equal
+from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.errors import ERROR_CODES
+from grammar_parse.lmsp import ResponseStream, schema_validator
+from strategies import chunkings, examples
+from test_tool_streaming import accumulate
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "thinking")
+EVENT_SCHEMAS = {name: schema_validator(f"event:{name}") for name in ("response.output_item.done", "response.incomplete")}
+
+
+def call_grammars() -> list[str]:
+    return sorted(name for name in gp.list_grammars()
+                  if any(r.field == "tool_calls" for r in gp.load_grammar(name).regions.values()))
+
+
+class Sample(NamedTuple):
+    grammar: str
+    text: str
+    prefix: str
+    tools: Any
+    names: list[str]  # the calls' names (the last one is cut)
+    arguments: Any  # the last call's arguments
+    name: str  # the last call's name
+    name_at: int  # where it is in the text (-1: not written as such)
+    args_from: int  # where the body holding the last call's arguments starts
+    calls_end: int  # where the last call's text ends
+
+
+def samples() -> list[tuple[str, Path]]:
+    out = []
+    for grammar in call_grammars():
+        for path in sorted((GOLDEN / grammar).glob("*.json")):
+            if path.name.endswith(".tools.json"):
+                continue
+            expected = json.loads(path.read_text(encoding="utf-8"))
+            if expected.get("tool_calls") and "error" not in expected:
+                out.append((grammar, path.with_suffix(".txt")))
+    return out
+
+
+SAMPLES = samples()
+
+
+@cache
+def load(grammar: str, path: Path) -> Sample:
+    """A sample and, from a strict traced parse of it, where its last call's name and arguments are."""
+    text = path.read_text(encoding="utf-8")
+    prefix_file, tools_file = path.with_name(path.stem + ".prefix.txt"), path.with_name(path.stem + ".tools.json")
+    prefix = prefix_file.read_text(encoding="utf-8") if prefix_file.exists() else ""
+    tools = json.loads(tools_file.read_text(encoding="utf-8")) if tools_file.exists() else None
+    expected = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    parser = gp.ResponseParser(grammar, prefix, tools=tools, trace=True)
+    parser.finalize(text)
+    terminals = parser.grammar.terminals
+    call_text = [s for s in parser.spans if s["kind"] == "text" and s.get("field") == "tool_calls" and s["end"] > 0]
+    delimiters = [s for s in parser.spans if s["kind"] == "delimiter" and s["end"] > 0
+                  and (region := terminals[s["terminal"]].region) is not None and region.field == "tool_calls"]
+    calls_end = max(s["end"] for s in call_text + delimiters)
+    name = expected["tool_calls"][-1]["function"]["name"]
+    name_at = text.rfind(name, 0, calls_end)
+    after = name_at + len(name) if name_at >= 0 else 0
+    # the arguments are in the call's text after the name (past the open delimiter when it holds the name)
+    args_from = min((max(s["start"], after) for s in call_text if s["end"] > after), default=after)
+    names = [c["function"]["name"] for c in expected["tool_calls"]]
+    arguments = expected["tool_calls"][-1]["function"].get("arguments")
+    return Sample(grammar, text, prefix, tools, names, arguments, name, name_at, args_from, calls_end)
+
+
+def cut_points(sample: Sample) -> list[int]:
+    """Inside the last call's name, and at the start, the middle and the end of its arguments."""
+    a, b = sample.args_from, sample.calls_end
+    points = {a + 1, a + (b - a) // 2, b - 1}
+    if sample.name_at >= 0 and len(sample.name) > 1:
+        points.add(sample.name_at + len(sample.name) // 2)
+    return sorted(p for p in points if 0 < p < len(sample.text))
+
+
+def cases() -> list[tuple[str, Path, int]]:
+    return [(g, p, c) for g, p in SAMPLES for c in cut_points(load(g, p))]
+
+
+CASES = cases()
+
+
+def parse(sample: Sample, text: str, chunks: list[str] | None = None) -> tuple[dict[str, Any], gp.ResponseParser, list]:
+    parser = gp.ResponseParser(sample.grammar, sample.prefix, tools=sample.tools, strict=False, trace=True)
+    if chunks is None:
+        message, events = parser.finalize(text)
+        return jsonable(message), parser, list(parser.initial_events) + events
+    events = list(parser.initial_events)
+    for chunk in chunks:
+        events += parser.feed(chunk)
+    message, last = parser.finalize()
+    return jsonable(message), parser, events + last
+
+
+def account(parser: gp.ResponseParser, text: str) -> None:
+    """Spans tile the output (a delimiter that began in the replayed prompt counts from 0)."""
+    spans = [{**s, "start": max(s["start"], 0)} for s in parser.spans if s["end"] > 0]
+    if not text:
+        assert not spans
+        return
+    assert spans[0]["start"] == 0 and spans[-1]["end"] == len(text)
+    for before, after in zip(spans, spans[1:]):
+        assert before["end"] == after["start"], (before, after)
+
+
+def closed_calls(events: list) -> list[Any]:
+    """The calls the stream's region_close events of the tool_calls field carry, in order."""
+    out: list[Any] = []
+    for event in events:
+        if event["type"] == "region_close" and event["field"] == "tool_calls" and "path" not in event:
+            value = event["value"]
+            out += [] if value is None else value if isinstance(value, list) else [value]
+    return jsonable(out)
+
+
+def check_message(sample: Sample, text: str, cut: int, message: dict[str, Any]) -> None:
+    calls = message.get("tool_calls", [])
+    codes = {e["code"] for e in message.get("parse_errors", [])}
+    for call in calls:
+        assert isinstance(call, dict) and call["type"] == "function", call
+        fn = call["function"]
+        assert isinstance(fn["name"], str) and fn["name"], call
+        assert "arguments" in fn, call
+        if isinstance(fn["arguments"], str):
+            assert call.get("errors"), f"arguments that did not parse, but no errors: {call}"
+        for error in call.get("errors", []):
+            assert set(error) == {"path", "message", "code"} and error["path"].startswith("$")
+            assert error["code"] in ERROR_CODES and error["code"] in codes, error
+    # the calls before the cut one are there; the cut one is there when its name was complete
+    # (just after the name, an open delimiter may still be incomplete: some read past the name, such as
+    # `<invoke name="f">` or a lookahead for `f(key=`; inside the name, one may capture what there is of it)
+    names, full = [c["function"]["name"] for c in calls], sample.names
+    if cut >= sample.args_from + max(2, (sample.calls_end - sample.args_from) // 2):
+        assert names == full, "the name was complete before the cut"
+    else:
+        assert names == full or names == full[:-1] or (names[:-1] == full[:-1] and full[-1].startswith(names[-1]))
+    broken = any(e["field"] == "tool_calls" for e in message.get("parse_errors", []))
+    if broken and names == full:  # the cut call is broken, or all of it was there
+        assert calls[-1].get("errors") or calls[-1]["function"]["arguments"] == sample.arguments, calls[-1]
+    if broken and names == full[:-1]:
+        # the cut call's text names no function: it is text, not lost (its end from the name on, compared
+        # without whitespace)
+        tail = "".join(text[max(sample.name_at, 0):].split())[-3:]
+        kept = "".join("".join(message.get(f) or "" for f in TEXT_FIELDS).split())
+        assert tail in kept, f"the end of the output {tail!r} vanished"
+
+
+@pytest.mark.parametrize("grammar, path, cut", CASES, ids=[f"{g}/{p.stem}@{c}" for g, p, c in CASES])
+def test_a_cut_off_call_is_still_a_call(grammar, path, cut):
+    sample = load(grammar, path)
+    text = sample.text[:cut]
+    message, parser, events = parse(sample, text)
+    check_message(sample, text, cut, message)
+    account(parser, text)
+    assert closed_calls(events) == message.get("tool_calls", [])
+    streamed, parser, events = parse(sample, text, list(text))
+    assert strict_equal(streamed, message), "streamed character by character"
+    assert closed_calls(events) == message.get("tool_calls", [])
+    check_adapters(sample, text, message, [text[i:i + 3] for i in range(0, len(text), 3)])
+
+
+def check_adapters(sample: Sample, text: str, message: dict[str, Any], chunks: list[str]) -> None:
+    """The Chat Completions and LMSP streams carry the one-shot message's calls."""
+    n = iter(range(10**6))
+    stream = ChatCompletionsStream(sample.grammar, sample.prefix, tools=sample.tools, strict=False,
+                                   ids=lambda kind: f"{kind}_{next(n)}")
+    deltas = [d for chunk in chunks for d in stream.feed(chunk)] + stream.finish(length=True)
+    got, want = stream.message.get("tool_calls", []), message.get("tool_calls", [])
+    assert [c["function"]["name"] for c in got] == [c["function"]["name"] for c in want]
+    for streamed, parsed in zip(got, want):
+        arguments = parsed["function"]["arguments"]
+        if isinstance(arguments, str):
+            assert streamed["function"]["arguments"] == arguments, "a broken call streams its raw arguments"
+        else:
+            assert json.loads(streamed["function"]["arguments"]) == arguments
+        if "id" in parsed:
+            assert streamed["id"] == parsed["id"]
+        assert streamed.get("errors", [])[:len(parsed.get("errors", []))] == parsed.get("errors", [])
+    openai = pytest.importorskip("openai")
+    # (the client refuses to assemble a "length" completion; the finish reason changes nothing else)
+    client = accumulate(openai, json.dumps(deltas), "tool_calls" if got else "stop")
+    assert client.get("tool_calls", []) == [{k: c[k] for k in ("id", "type", "function")} for c in got]
+
+    lmsp = ResponseStream(sample.grammar, sample.prefix, tools=sample.tools, strict=False,
+                          ids=lambda kind: f"{kind}_{next(n)}")
+    events = [e for chunk in chunks for e in lmsp.feed(chunk)] + lmsp.complete(truncated=True)
+    assert events[-1]["event"] == "response.incomplete"
+    for event in events:
+        if event["event"] == "response.output_item.done" or event is events[-1]:
+            EVENT_SCHEMAS[event["event"]].validate(event)  # (the other events do not hold whole calls)
+    items = [item for item in lmsp.output if item["type"] == "function_call"]
+    assert [(i["name"], i["arguments"]) for i in items] == [(c["function"]["name"], c["function"]["arguments"])
+                                                           for c in got]
+    done = [e["data"]["item"]["name"] for e in events if e["event"] == "response.output_item.done"
+            and e["data"]["item"]["type"] == "function_call"]
+    assert done == [i["name"] for i in items], "every call item is finished"
+
+
+def test_every_grammar_with_tool_calls_is_cut_off():
+    assert {g for g, _, _ in CASES} == set(call_grammars())
+
+
+@pytest.mark.parametrize("grammar", call_grammars())
+@settings(max_examples=examples(0.1))
+@given(data=st.data())
+def test_any_cut_and_chunking_streams_the_one_shot_calls(grammar, data):
+    paths = [p for g, p in SAMPLES if g == grammar]
+    sample = load(grammar, data.draw(st.sampled_from(paths), label="sample"))
+    cut = data.draw(st.integers(min_value=min(sample.args_from, sample.name_at if sample.name_at >= 0 else
+                                              sample.args_from), max_value=sample.calls_end), label="cut")
+    text = sample.text[:cut]
+    message, _, _ = parse(sample, text)
+    check_message(sample, text, cut, message)
+    chunks = data.draw(chunkings(text), label="chunks")
+    streamed, parser, events = parse(sample, text, chunks)
+    assert strict_equal(streamed, message)
+    assert closed_calls(events) == message.get("tool_calls", [])
+    account(parser, text)
+    check_adapters(sample, text, message, chunks)
+
+
+EDITS = st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(["", '"', "{", "}", ",", ":", "[", "]", "x", " "])),
+                 min_size=1, max_size=3)
+
+
+@pytest.mark.parametrize("grammar", call_grammars())
+@settings(max_examples=examples(0.1))
+@given(data=st.data())
+def test_a_corrupted_call_streams_the_one_shot_calls(grammar, data):
+    """Characters deleted ("") or inserted around the last call: whatever breaks, the calls a lenient parse
+    makes are calls, and every channel carries the same ones."""
+    paths = [p for g, p in SAMPLES if g == grammar]
+    sample = load(grammar, data.draw(st.sampled_from(paths), label="sample"))
+    text = sample.text
+    low, high = max(0, sample.args_from - 20), min(len(text) - 1, sample.calls_end + 5)
+    for at, insert in data.draw(EDITS, label="edits"):
+        at = low + at % (high - low + 1)
+        text = text[:at] + insert + text[at + (not insert):]
+    message, _, _ = parse(sample, text)
+    streamed, parser, events = parse(sample, text, data.draw(chunkings(text), label="chunks"))
+    assert strict_equal(streamed, message)
+    assert closed_calls(events) == message.get("tool_calls", [])
+    account(parser, text)
+    if not any(e["field"] == "tool_calls" for e in message.get("parse_errors", [])):
+        return  # it still parses: what strict mode gives, not a broken call
+    for call in message.get("tool_calls", []):
+        fn = call["function"]
+        assert isinstance(fn["name"], str) and fn["name"] and "arguments" in fn, call
+        assert not isinstance(fn["arguments"], str) or call.get("errors"), call
+    check_adapters(sample, text, message, [text[i:i + 5] for i in range(0, len(text), 5)])
+
+
+# ---------------------------------------------------------------------------- hand-written messages
+def call(name: str, arguments: Any, *, id: str | None = None, broken: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    if id is not None:
+        out["id"] = id
+    if broken is not None:
+        out["errors"] = [{"path": "$.function.arguments", "code": broken}]
+    return out
+
+
+KIMI_SECTION = "<|tool_calls_section_begin|><|tool_call_begin|>"
+HAND_WRITTEN = [
+    # Hermes-style JSON cut off inside a string argument: the name parsed, the arguments are the raw text
+    ("qwen3", 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+     {"content": "Let me check.", "tool_calls": [call("get_weather", '{"city": "Par', broken="parse.json")]},
+     ["parse.json"]),
+    # cut off right after the name: a call with no arguments written yet
+    ("qwen3", '<tool_call>\n{"name": "get_weather", "argu',
+     {"tool_calls": [call("get_weather", "", broken="parse.json")]}, ["parse.json"]),
+    # the name itself is cut: no call, the text is content
+    ("qwen3", 'Hi.\n<tool_call>\n{"name": "get_wea', {"content": 'Hi.\n<tool_call>\n{"name": "get_wea'}, ["parse.json"]),
+    # invalid JSON closed by its delimiter, between text: the text stays in place
+    ("qwen3", "A <tool_call>{oops}</tool_call> B<|im_end|>", {"content": "A <tool_call>{oops}</tool_call> B"},
+     ["parse.json"]),
+    # a broken region before any text: the content starts with it
+    ("qwen3", '<tool_call>{"na</tool_call>Done.<|im_end|>', {"content": '<tool_call>{"na</tool_call>Done.'},
+     ["parse.json"]),
+    # after a content region that already closed: it joins the content as a stream would (the space kept)
+    ("cohere2", '<|START_RESPONSE|>Hi there. <|END_RESPONSE|><|START_ACTION|>[{"tool_na',
+     {"content": 'Hi there. <|START_ACTION|>[{"tool_na'}, ["parse.json"]),
+    # a call written inside the reasoning that names nothing stays reasoning
+    ("qwen3", '<think>Maybe <tool_call>{"na', {"reasoning_content": 'Maybe <tool_call>{"na'}, ["parse.json"]),
+    # a complete call object whose arguments key is broken (a raw newline): named, with no arguments
+    ("qwen3", '<tool_call>{"name": "f", "argu\nments": {"a": 1}}</tool_call>',
+     {"tool_calls": [call("f", {}, broken="parse.json")]}, ["parse.json"]),
+    # Kimi K2: the open delimiter's id names the call; the arguments are broken JSON
+    ("kimi_k2", KIMI_SECTION + 'functions.bad:0<|tool_call_argument_begin|>{"x": [1, 2',
+     {"tool_calls": [call("bad", '{"x": [1, 2', id="functions.bad:0", broken="parse.json")]}, ["parse.json"]),
+    ("kimi_k2", KIMI_SECTION + 'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+     '<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{"tz": "Europe/',
+     {"tool_calls": [call("get_weather", {"city": "Paris"}, id="functions.get_weather:0"),
+                     call("get_time", '{"tz": "Europe/', id="functions.get_time:1", broken="parse.json")]},
+     ["parse.json"]),
+    # Apertus: calls keyed by name; the complete one stays, the cut one keeps its raw arguments
+    ("apertus", 'On it.<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"tz": "Eu',
+     {"content": "On it.", "tool_calls": [call("get_weather", {"city": "Paris"}),
+                                          call("get_time", '{"tz": "Eu', broken="parse.json")]}, ["parse.json"]),
+    ("apertus", '<|tools_prefix|>[{"get_wea', {"content": '<|tools_prefix|>[{"get_wea'}, ["parse.json"]),
+    # Mistral: a list of calls cut in its second call, which has its id before the arguments
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+     '{"name": "get_time", "id": "t1", "arguments": {"tz": "Eu',
+     {"tool_calls": [call("get_weather", {"city": "Paris"}), call("get_time", '{"tz": "Eu', id="t1", broken="parse.json")]},
+     ["parse.json"]),
+    # ... and cut before the second call names a function: the first call, and the rest as content
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {}}, {"na',
+     {"tool_calls": [call("get_weather", {})], "content": '{"na'}, ["parse.json"]),
+    # Mistral v11: the arguments are complete, the text after them (a next call, cut) is content
+    ("mistral_v11", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_',
+     {"tool_calls": [call("get_weather", {"city": "Paris"})], "content": "[TOOL_CALLS]get_"}, ["parse.json"]),
+    # Qwen3-Coder: the XML parameters are complete up to the cut, so the call parses (as strict mode does)
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+     {"tool_calls": [call("get_weather", {"city": "Par"})]}, []),
+    # ... and a cut inside the function opener is text, not a call
+    ("qwen3_coder", "Checking.\n<tool_call>\n<function=get_wea", {"content": "Checking.\n<tool_call>\n<function=get_wea"},
+     []),
+    # Python call syntax: the complete call, then the cut one with the text after its "("
+    ("llama4_pythonic", '<|python_start|>[get_weather(city="Paris"), get_time(tz="Eu',
+     {"tool_calls": [call("get_weather", {"city": "Paris"}), call("get_time", 'tz="Eu', broken="parse.content")]},
+     ["parse.content"]),
+]
+
+
+def without_messages(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with each call error's free-text message left out (the code and path are compared)."""
+    out = {k: v for k, v in message.items() if k not in ("role", "parse_errors")}
+    for c in out.get("tool_calls", []):
+        for error in c.get("errors", []):
+            assert isinstance(error.pop("message"), str)
+    return out
+
+
+@pytest.mark.parametrize("grammar, text, expected, codes", HAND_WRITTEN,
+                         ids=[f"{g}-{i}" for i, (g, *_) in enumerate(HAND_WRITTEN)])
+def test_hand_written_broken_calls(grammar, text, expected, codes):
+    message = gp.parse_response(text, grammar, prefix="", strict=False)
+    assert message["role"] == "assistant"
+    assert without_messages(jsonable(message)) == expected
+    assert [(e["code"], e["field"]) for e in message.get("parse_errors", [])] == [(c, "tool_calls") for c in codes]
+    parser = gp.ResponseParser(grammar, "", strict=False)
+    for ch in text:
+        parser.feed(ch)
+    assert parser.finalize()[0] == message
+    chat, _ = chat_message(text, grammar, prefix="", strict=False)  # the Chat Completions message agrees
+    assert chat.get("content") == message.get("content")
+    assert [(c["function"]["name"], c["function"]["arguments"], [e["code"] for e in c.get("errors", [])])
+            for c in chat.get("tool_calls", [])] == \
+        [(c["function"]["name"], a if isinstance(a := c["function"]["arguments"], str) else json.dumps(a),
+          [e["code"] for e in c.get("errors", [])]) for c in message.get("tool_calls", [])]
+    if codes:  # strict mode (the default) still raises for it
+        with pytest.raises(gp.ParseError):
+            gp.parse_response(text, grammar, prefix="")
+
+
+def test_a_template_without_a_call_transform_keeps_broken_text_out_of_tool_calls():
+    template = {"start_anchor": "A", "fields": {"content": {}, "tool_calls": {"open": "<tc>", "close": "</tc>",
+                                                                             "content": "json", "repeats": True}}}
+    message = gp.parse_response("<tc>[1, 2</tc> there", template, prefix="", strict=False)
+    assert "tool_calls" not in message and message["content"] == "<tc>[1, 2</tc> there"
+    assert [e["code"] for e in message["parse_errors"]] == ["parse.json"]
