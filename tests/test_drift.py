@@ -143,6 +143,27 @@ def space_before_reasoning(grammar: Grammar, sample: Sample) -> list[Sample]:
     return [replace(sample, name=f"{sample.name}/space{i}", text=ws + body) for i, ws in enumerate(SPACES)]
 
 
+def opener_written(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The template pre-fills the reasoning opener, but the model writes it again itself (or a serving
+    stack drops it from the prompt; vLLM #22507 is the converse): the opener moves from the prompt into the
+    output, and the message stays the same."""
+    opens = terminals(grammar, "open", REASONING_FIELDS)
+    hits = [(hit, t) for t in opens if t.matcher is not None and not t.matcher.zero_width
+            for hit in [t.matcher.search(sample.prefix, 0)] if hit is not None]
+    while hits:  # the last opener in the prompt
+        last = max(hits, key=lambda h: h[0][0])
+        nxt = last[1].matcher.search(sample.prefix, last[0][1]) if last[1].matcher is not None else None
+        if nxt is None:
+            break
+        hits = [(nxt, last[1])]
+    if not hits or sample.prefix[hits[0][0][1]:].strip():
+        return []
+    cut = hits[0][0][0]
+    moved = replace(sample, name=sample.name + "/written", prefix=sample.prefix[:cut],
+                    text=sample.prefix[cut:] + sample.text)
+    return [moved]
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -155,6 +176,9 @@ TRANSFORMS = {
                                     and bool(terminals(g, "close", REASONING_FIELDS))),
     "space_before_reasoning": Transform(space_before_reasoning,
                                         lambda g: bool(terminals(g, "open", REASONING_FIELDS))),
+    # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
+    "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
+                                and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
 
 
