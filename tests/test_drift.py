@@ -1,0 +1,346 @@
+"""Format drift: what real model outputs do to a grammar's documented format, applied to every built-in
+grammar through its golden samples.
+
+Each transformation in TRANSFORMS rewrites a golden sample the way models drift from their format (a
+reasoning block left open before a tool call, whitespace before the reasoning opener) and says what the
+message must still be. For every grammar the transformation applies to, every golden sample it can rewrite
+must keep its tool calls (names and arguments), its text (up to whitespace at the edges), show none of the
+grammar's markup in content or reasoning, and stream to the same message under any chunking.
+
+A grammar is excused from a transformation only by a header line ``// Drift: no <transformation> because
+<reason>``; a grammar the transformation applies to that has no golden sample it can rewrite fails, so a
+missing sample cannot pass for robustness.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grammar_parse
+from conformance import jsonable, strict_equal
+from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher
+from grammar_parse.grammar import Grammar, Terminal
+from strategies import chunkings, examples
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+TEXT_FIELDS = ("content",) + REASONING_FIELDS
+OPT_OUT = re.compile(r"^// Drift: no (\S+) because (.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A golden sample (or a rewrite of one): the output, its prompt, its tools and the expected message."""
+
+    name: str
+    text: str
+    prefix: str
+    tools: Any
+    expected: dict[str, Any]
+    nested_calls: bool = False  # the rewrite nests the calls in reasoning: later text may stay reasoning
+
+
+@cache
+def golden(grammar: str) -> tuple[Sample, ...]:
+    """The grammar's golden samples that expect a message (error expectations are not drift material)."""
+    out = []
+    for path in sorted((GOLDEN / grammar).glob("*.txt")):
+        if path.name.endswith(".prefix.txt"):
+            continue
+        expected = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        if "error" in expected:
+            continue
+        prefix_file = path.with_name(path.stem + ".prefix.txt")
+        tools_file = path.with_name(path.stem + ".tools.json")
+        out.append(Sample(
+            path.stem, path.read_text(encoding="utf-8"),
+            prefix_file.read_text(encoding="utf-8") if prefix_file.exists() else "",
+            json.loads(tools_file.read_text(encoding="utf-8")) if tools_file.exists() else None, expected))
+    return tuple(out)
+
+
+def terminals(grammar: Grammar, role: str, fields: tuple[str, ...]) -> list[Terminal]:
+    """Open or close delimiters of the top-level regions for ``fields``."""
+    return [t for t in grammar.terminals.values() if t.role == role and t.matcher is not None
+            and t.region is not None and t.region.parent is None and t.region.field in fields]
+
+
+def delimiters(grammar: Grammar) -> list[Terminal]:
+    return [t for t in grammar.terminals.values() if t.matcher is not None and t.role not in ("text", "unclaimed")]
+
+
+def first_hit(terms: list[Terminal], text: str, pos: int) -> tuple[Hit, Terminal] | None:
+    hits = [(hit, t) for t in terms if t.matcher is not None and not t.matcher.zero_width
+            for hit in [t.matcher.search(text, pos)] if hit is not None]
+    return min(hits, key=lambda h: (h[0][0], -h[0][1])) if hits else None
+
+
+def fields(grammar: Grammar) -> set[str]:
+    return {r.field for r in grammar.regions.values() if r.parent is None}
+
+
+def has_reasoning(grammar: Grammar) -> bool:
+    return bool(fields(grammar) & set(REASONING_FIELDS))
+
+
+# --- the transformations -------------------------------------------------------------------------------
+
+def unclosed_reasoning(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The model starts a tool call without closing its reasoning (GLM, Hunyuan, DeepSeek R1, MiniMax,
+    Seed-OSS, ...; vLLM #39056): delete the reasoning close that is followed, across only whitespace and
+    markup, by a tool-call opener. The calls and the text must survive."""
+    if not sample.expected.get("tool_calls"):
+        return []
+    opens = [t for t in terminals(grammar, "open", REASONING_FIELDS) if t.matcher and not t.matcher.zero_width]
+    opened = first_hit(opens, sample.text, 0)
+    if opened is not None:
+        begin = opened[0][1]
+    elif not opens or first_hit(opens, sample.prefix, 0) is not None:
+        begin = 0  # reasoning opens implicitly, or the prompt wrote the opener
+    else:
+        return []
+    closes = terminals(grammar, "close", REASONING_FIELDS)
+    found = first_hit(closes, sample.text, begin)
+    if found is None:
+        return []
+    (start, end, _), _ = found
+    calls_open = terminals(grammar, "open", ("tool_calls",))
+    others = [t for t in delimiters(grammar) if t not in closes]
+    pos = end
+    for _ in range(4):  # at most a few wrapper delimiters between the close and the call
+        nxt = first_hit(others, sample.text, pos)
+        if nxt is None or sample.text[pos:nxt[0][0]].strip():
+            return []
+        # a call region without an opener of its own opens at the wrapper's end (MiniMax M1's <tool_calls>)
+        if nxt[1] in calls_open or not calls_open or nxt[1].region is not None and nxt[1].region.field == "tool_calls":
+            text = sample.text[:start] + sample.text[end:]
+            return [replace(sample, name=sample.name + "/unclosed", text=text, nested_calls=True)]
+        pos = nxt[0][1]
+    return []
+
+
+SPACES = ("\n", " ", "\n\n", " \n ")
+
+
+def space_before_reasoning(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """Whitespace before the reasoning opener at the start of the output (models start with a newline):
+    the opener is still the opener, and the whitespace is not content."""
+    opens = terminals(grammar, "open", REASONING_FIELDS)
+    found = first_hit(opens, sample.text, 0)
+    if found is None or sample.text[:found[0][0]].strip():
+        return []
+    body = sample.text[found[0][0]:]
+    return [replace(sample, name=f"{sample.name}/space{i}", text=ws + body) for i, ws in enumerate(SPACES)]
+
+
+def opener_written(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The template pre-fills the reasoning opener, but the model writes it again itself (or a serving
+    stack drops it from the prompt; vLLM #22507 is the converse): the opener moves from the prompt into the
+    output, and the message stays the same."""
+    opens = terminals(grammar, "open", REASONING_FIELDS)
+    hits = [(hit, t) for t in opens if t.matcher is not None and not t.matcher.zero_width
+            for hit in [t.matcher.search(sample.prefix, 0)] if hit is not None]
+    while hits:  # the last opener in the prompt
+        last = max(hits, key=lambda h: h[0][0])
+        nxt = last[1].matcher.search(sample.prefix, last[0][1]) if last[1].matcher is not None else None
+        if nxt is None:
+            break
+        hits = [(nxt, last[1])]
+    if not hits or sample.prefix[hits[0][0][1]:].strip():
+        return []
+    cut = hits[0][0][0]
+    moved = replace(sample, name=sample.name + "/written", prefix=sample.prefix[:cut],
+                    text=sample.prefix[cut:] + sample.text)
+    return [moved]
+
+
+@dataclass(frozen=True)
+class Transform:
+    rewrite: Callable[[Grammar, Sample], list[Sample]]
+    applies: Callable[[Grammar], bool]  # the grammar's format has what the transformation drifts from
+
+
+TRANSFORMS = {
+    "unclosed_reasoning": Transform(unclosed_reasoning,
+                                    lambda g: has_reasoning(g) and "tool_calls" in fields(g)
+                                    and bool(terminals(g, "close", REASONING_FIELDS))),
+    "space_before_reasoning": Transform(space_before_reasoning,
+                                        lambda g: bool(terminals(g, "open", REASONING_FIELDS))),
+    # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
+    "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
+                                and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
+}
+
+
+# --- the checks ----------------------------------------------------------------------------------------
+
+def opt_outs(grammar: Grammar) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in OPT_OUT.finditer(grammar.source)}
+
+
+def markup(grammar: Grammar) -> set[str]:
+    """The literal text of the grammar's delimiters (a regex contributes the literal it starts with)."""
+    out: set[str] = set()
+    for t in delimiters(grammar):
+        m = t.matcher
+        if isinstance(m, LiteralMatcher):
+            out.update(m.literals)
+        elif isinstance(m, RegexMatcher):
+            out.add(literal_head(m.pattern))
+    return {s for s in out if len(s.strip()) >= 3}
+
+
+def literal_head(pattern: str) -> str:
+    """The fixed text a regex starts with (after an optional leading ``\\s*``)."""
+    if pattern.startswith("\\s*"):
+        pattern = pattern[3:]
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+        elif ch in ".^$*+?{}[]()|\\":
+            if ch in "*?{" and out:
+                out.pop()  # the last character is optional
+            break
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def run(grammar: Grammar, sample: Sample, chunks: list[str] | None) -> Any:
+    try:
+        parser = grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools)
+        if chunks is None:
+            return jsonable(parser.finalize(sample.text)[0])
+        for c in chunks:
+            parser.feed(c)
+        return jsonable(parser.finalize()[0])
+    except grammar_parse.GrammarParseError as e:
+        return {"error": {"type": type(e).__name__, "code": e.code}}
+
+
+def calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call)
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        out.append((fn.get("name"), args))
+    return out
+
+
+def words(*texts: Any) -> str:
+    return " ".join(" ".join(t.split()) for t in texts if isinstance(t, str) and t.strip())
+
+
+def problems(grammar: Grammar, sample: Sample, got: Any) -> list[str]:
+    """What the drifted sample's message lost or leaked, against the original expected message."""
+    exp = sample.expected
+    if "error" in got:
+        return [f"error {got['error']}"]
+    out = []
+    if calls(got) != calls(exp):
+        out.append(f"tool calls {calls(got)} != {calls(exp)}")
+    rfield = next((f for f in REASONING_FIELDS if f in exp or f in got), "reasoning_content")
+    got_r, exp_r = (got.get(rfield) or "").strip(), (exp.get(rfield) or "").strip()
+    if sample.nested_calls:  # a family that nests the call in reasoning may keep what follows as reasoning
+        if not got_r.startswith(exp_r) or words(got_r, got.get("content")) != words(exp_r, exp.get("content")):
+            out.append(f"text: reasoning {got_r!r}, content {got.get('content')!r}")
+    else:
+        for f in TEXT_FIELDS:
+            if (got.get(f) or "").strip() != (exp.get(f) or "").strip():
+                out.append(f"{f} {got.get(f)!r} != {exp.get(f)!r}")
+    seen = "".join(v for f in TEXT_FIELDS for v in [exp.get(f)] if isinstance(v, str))
+    for f in TEXT_FIELDS:
+        value = got.get(f)
+        leaked = sorted(d for d in markup(grammar) if isinstance(value, str) and d in value and d not in seen)
+        if leaked:
+            out.append(f"markup {leaked} in {f}")
+    return out
+
+
+def drift_cases() -> list[tuple[str, str]]:
+    return [(name, tname) for name in sorted(grammar_parse.list_grammars()) for tname in TRANSFORMS]
+
+
+@cache
+def variants(name: str, tname: str) -> tuple[Sample, ...]:
+    grammar = grammar_parse.load_grammar(name)
+    return tuple(v for s in golden(name) for v in TRANSFORMS[tname].rewrite(grammar, s))
+
+
+@pytest.mark.parametrize("name, tname", drift_cases(), ids=[f"{n}-{t}" for n, t in drift_cases()])
+@settings(max_examples=examples(0.1))
+@given(data=st.data())
+def test_drift(name: str, tname: str, data: st.DataObject) -> None:
+    grammar = grammar_parse.load_grammar(name)
+    transform = TRANSFORMS[tname]
+    if not transform.applies(grammar) or tname in opt_outs(grammar):
+        return  # nothing to drift from, or excused in the header (test_opt_outs checks the excuse)
+    cases = variants(name, tname)
+    assert cases, (f"{name}: no golden sample that {tname} can rewrite; add one "
+                   f"(or a header line '// Drift: no {tname} because ...')")
+    for case in cases:
+        checked(grammar, case)
+    sample = data.draw(st.sampled_from(cases), label="sample")  # then a random chunking of one of them
+    chunks = data.draw(chunkings(sample.text), label="chunks")
+    assert strict_equal(run(grammar, sample, chunks), checked(grammar, sample)), \
+        f"{sample.name}: chunks {chunks!r} differ from one-shot"
+
+
+_checked: dict[tuple[str | None, str], Any] = {}
+
+
+def checked(grammar: Grammar, sample: Sample) -> Any:
+    """The one-shot message of a drifted sample, once its content and a fixed chunking are checked
+    (done once per sample, not per hypothesis example)."""
+    key = (grammar.name, sample.name)
+    if key not in _checked:
+        got = run(grammar, sample, None)
+        bad = problems(grammar, sample, got)
+        assert not bad, f"{sample.name}: {bad}; message {json.dumps(got, ensure_ascii=False)}"
+        text = sample.text
+        fixed = [text[i:i + 3] for i in range(0, len(text), 3)]
+        assert strict_equal(run(grammar, sample, fixed), got), f"{sample.name}: 3-char chunks differ"
+        _checked[key] = got
+    return _checked[key]
+
+
+@pytest.mark.parametrize("name", sorted(grammar_parse.list_grammars()))
+def test_opt_outs_name_a_transformation_that_applies(name: str) -> None:
+    grammar = grammar_parse.load_grammar(name)
+    for tname, reason in opt_outs(grammar).items():
+        assert tname in TRANSFORMS, f"{name}: opts out of unknown transformation {tname!r}"
+        assert TRANSFORMS[tname].applies(grammar), f"{name}: opts out of {tname}, which does not apply"
+        assert len(reason.split()) >= 4, f"{name}: the reason for opting out of {tname} says too little"
+
+
+def test_transformations_rewrite_what_they_claim() -> None:
+    """The rewrites themselves, on a known sample: the close goes, the whitespace comes."""
+    glm = grammar_parse.load_grammar("glm47")
+    sample = Sample("s", "plan</think>\n<tool_call>f</tool_call>", "<|assistant|><think>", None,
+                    {"reasoning_content": "plan", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]})
+    assert [v.text for v in unclosed_reasoning(glm, sample)] == ["plan\n<tool_call>f</tool_call>"]
+    assert unclosed_reasoning(glm, replace(sample, text="plan</think>Sure.<tool_call>f</tool_call>")) == []
+    qwen = grammar_parse.load_grammar("qwen3")
+    written = replace(sample, text="<think>plan</think>ok", prefix="")
+    assert [v.text for v in space_before_reasoning(qwen, written)] == [ws + written.text for ws in SPACES]
+    assert space_before_reasoning(qwen, replace(written, text="a<think>b</think>")) == []
+    assert {"<think>", "</think>", "<tool_call>", "</tool_call>"} <= markup(qwen)
