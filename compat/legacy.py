@@ -65,12 +65,11 @@ _KEY_TYPES: dict[str, tuple[type, ...]] = {
     "x-regex-substitutions": (list,), "x-parser": (str,), "x-parser-args": (dict,), "properties": (dict,),
     "items": (dict,), "prefixItems": (list,), "required": (list,), "additionalProperties": (bool, dict),
 }
-_JSON_NAMES = {str: "a string", list: "an array", dict: "an object", bool: "a boolean"}
+_JSON_TYPES = {str: "string", list: "array", dict: "object", bool: "boolean", int: "number", float: "number"}
 
 
 def _json_type(value: Any) -> str:
-    names = {str: "string", list: "array", dict: "object", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
+    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def check_schema(schema: Any, node: Node = "(root)") -> None:
@@ -84,22 +83,22 @@ def check_schema(schema: Any, node: Node = "(root)") -> None:
                             code="template.type", hint="Write the node as an object such as {\"type\": \"string\"}.")
     for key, kinds in _KEY_TYPES.items():
         if key in schema and not isinstance(schema[key], kinds):
-            expected = " or ".join(_JSON_NAMES[k] for k in kinds)
+            expected = " or ".join(("an " if _JSON_TYPES[k][0] in "aeiou" else "a ") + _JSON_TYPES[k] for k in kinds)
             raise TemplateError(f"must be {expected}, not {_json_type(schema[key])}", path=f"{path}.{key}",
                                 code="template.type")
-    patterns = [(key, schema[key]) for key in REGEX_KEYS[:3] if key in schema]
-    patterns += [(f"x-regex-substitutions[{i}]", pair[0]) for i, pair in enumerate(schema.get("x-regex-substitutions", []))
-                 if isinstance(pair, list) and pair and isinstance(pair[0], str)]
-    for key, pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise TemplateError(f"is not a valid regular expression: {e}", path=f"{path}.{key}", code="template.regex",
-                                hint="Legacy schemas use Python's re syntax.") from None
-    for i, pair in enumerate(schema.get("x-regex-substitutions", [])):
+    substitutions = schema.get("x-regex-substitutions", [])
+    for i, pair in enumerate(substitutions):
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
             raise TemplateError("each substitution must be a [pattern, replacement] pair of strings",
                                 path=f"{path}.x-regex-substitutions[{i}]", code="template.type")
+    patterns = [(key, schema[key]) for key in REGEX_KEYS[:3] if key in schema]
+    patterns += [(f"x-regex-substitutions[{i}]", pair[0]) for i, pair in enumerate(substitutions)]
+    for key, pattern in patterns:
+        try:
+            _compiled_stdlib(pattern)  # the parse compiles (and caches) the same pattern
+        except re.error as e:
+            raise TemplateError(f"is not a valid regular expression: {e}", path=f"{path}.{key}", code="template.regex",
+                                hint="Legacy schemas use Python's re syntax.") from None
     transform = schema.get("x-parser-args", {}).get("transform")
     if transform is not None and not isinstance(transform, str):
         raise TemplateError("must be a jmespath expression string", path=f"{path}.x-parser-args.transform",
