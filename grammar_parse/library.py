@@ -32,6 +32,7 @@ _GRAMMAR_SUFFIXES = (".lark", ".json")
 class _Library(NamedTuple):
     names: dict[str, tuple[str, str]]  # normalised name or alias -> (canonical name, file name)
     aliases: dict[str, list[str]]  # canonical name -> its aliases as the grammar file spells them
+    spelled: dict[str, str]  # normalised name or alias -> as the grammar file spells it
 
 
 def normalise_name(name: str) -> str:
@@ -56,6 +57,7 @@ def _library() -> _Library:
     """Every built-in grammar, read from the headers of the shipped files."""
     names: dict[str, tuple[str, str]] = {}
     aliases: dict[str, list[str]] = {}
+    spelled: dict[str, str] = {}
     for entry in sorted(resources.files("grammar_parse.grammars").iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".lark"):
             continue
@@ -64,7 +66,8 @@ def _library() -> _Library:
         aliases[canonical] = list(header.get("aliases", []))
         for alias in [canonical, *aliases[canonical]]:
             names.setdefault(normalise_name(alias), (canonical, entry.name))
-    return _Library(names, dict(sorted(aliases.items())))
+            spelled.setdefault(normalise_name(alias), alias)
+    return _Library(names, dict(sorted(aliases.items())), spelled)
 
 
 def list_grammars() -> dict[str, list[str]]:
@@ -120,10 +123,7 @@ def _suggestions(name: str) -> list[str]:
     """Up to three built-ins close to a misspelled ``name``, best first, as their files spell them
     (an alias shown with its grammar: ``hermes (qwen3)``)."""
     library = _library()
-    spelled: dict[str, str] = {}
-    for canonical, aliases in library.aliases.items():
-        for spelling in [canonical, *aliases]:
-            spelled.setdefault(normalise_name(spelling), spelling)
+    spelled = library.spelled
     wanted = normalise_name(name)
     canonical_keys = [normalise_name(n) for n in library.aliases]
     out: list[str] = []
