@@ -552,10 +552,107 @@ class RegexMatcher:
         return hit, -1
 
 
-Matcher = LiteralMatcher | RegexMatcher
+class JsonWalk:
+    """Where a JSON value that starts at an offset ends, found incrementally as text arrives.
+
+    The state of a bracket-and-string walk (depth, inside a string, a pending backslash) at absolute
+    offset ``at``; ``end`` is the absolute offset just past the value once it is complete. Only the
+    characters up to the end decide it, so any chunking finds the same end. A value that does not start
+    with ``{``, ``[`` or ``"`` after whitespace never ends (``dead``): its region then runs on as if it
+    had no close, and nothing is cut.
+    """
+
+    __slots__ = ("at", "depth", "in_string", "escape", "started", "dead", "end")
+
+    _STRUCTURE = regex.compile(r'[\[\]{}"]')
+    _IN_STRING = regex.compile(r'["\\]')
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.depth = 0
+        self.in_string = False
+        self.escape = False
+        self.started = False
+        self.dead = False
+        self.end: int | None = None
+
+    def advance(self, buf: str, base: int) -> int | None:
+        """Walk ``buf`` (which starts at absolute offset ``base``) to its end; the value's end, if seen."""
+        if self.end is not None or self.dead:
+            return self.end
+        i, n = self.at - base, len(buf)
+        if self.started and not self.escape and \
+                (self._IN_STRING if self.in_string else self._STRUCTURE).search(buf, i) is None:
+            self.at = base + n  # (most chunks: nothing that changes the state)
+            return None
+        while i < n:
+            if self.escape:
+                self.escape = False
+                i += 1
+                continue
+            if not self.started:
+                while i < n and _is_regex_space(buf[i]):
+                    i += 1
+                if i == n:
+                    break
+                ch = buf[i]
+                if ch not in '{["':
+                    self.dead = True
+                    return None
+                self.started = True
+                self.in_string = ch == '"'
+                self.depth = 0 if self.in_string else 1
+                i += 1
+                continue
+            m = (self._IN_STRING if self.in_string else self._STRUCTURE).search(buf, i)
+            if m is None:
+                i = n
+                break
+            j = m.start()
+            ch = buf[j]
+            i = j + 1
+            if ch == "\\":
+                self.escape = True
+            elif ch == '"':
+                self.in_string = not self.in_string
+                if not self.in_string and self.depth == 0:
+                    self.end = base + i
+                    return self.end
+            elif ch in "{[":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.end = base + i
+                    return self.end
+        self.at = base + i
+        return None
 
 
-__all__ = ["Hit", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "pattern_shape"]
+class ValueEnd:
+    """The close of a region whose JSON payload has no closing delimiter of its own (``%declare``d
+    ``RULE_CLOSE``): zero-width, where the value ends. The session walks the open region's text
+    (:class:`JsonWalk`) and hands the scanner the end; the matcher itself holds no state, since one grammar
+    serves many sessions."""
+
+    max_width = 0
+    end_reach = 0
+    context = 0
+    zero_width = True
+    first_chars: str | None = None
+
+    def search(self, buf: str, pos: int) -> Hit | None:
+        return None  # only the session's walk knows; see Scanner.scan
+
+    def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
+        return hit, -1  # the end is final once its last character is seen: nothing is pending
+
+
+Matcher = LiteralMatcher | RegexMatcher | ValueEnd
+
+
+__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "ValueEnd",
+           "pattern_shape"]
 
 
 def _flat(items: Any) -> list[Any]:

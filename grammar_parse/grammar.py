@@ -41,7 +41,7 @@ from lark.grammar import Rule
 from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import ParseTableBase
 
-from .delimiters import LiteralMatcher, Matcher, RegexMatcher
+from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
@@ -386,6 +386,13 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             terminals[sym] = Terminal(name=sym, role="unclaimed", region=None, matcher=None)
         elif suffix == "TEXT" and stem in by_upper:
             terminals[sym] = Terminal(name=sym, role="text", region=by_upper[stem], matcher=None)
+        elif (closed := next((by_upper[u] for u in owners if _delimiter_role(sym, u) == "close"), None)) is not None:
+            # A declared close: the region's JSON payload has no closer of its own and ends with the value.
+            if not (isinstance(closed.spec, ValueSpec) and closed.spec.content in ("json", "json-name-keys")):
+                raise GrammarError(f"declared terminal {sym} closes {closed.rule} where its JSON value ends, but "
+                                   f"{closed.rule}'s content is not JSON", code="grammar.region", source=source_name,
+                                   hint='Give the region "content": "json", or define the close delimiter.')
+            terminals[sym] = Terminal(name=sym, role="close", region=closed, matcher=ValueEnd())
         else:
             raise GrammarError(
                 f"declared terminal {sym} carries text but belongs to no region",

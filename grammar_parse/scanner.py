@@ -15,11 +15,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher, ValueEnd
 from .errors import ParseError
 
 if TYPE_CHECKING:
-    from .grammar import Terminal
+    from .grammar import Region, Terminal
 
 #: Per-session memo of complete-match searches: terminal name -> (buffer, searched-from, hit).
 SearchCache = dict[str, tuple[str, int, Hit | None]]
@@ -28,10 +28,10 @@ SearchCache = dict[str, tuple[str, int, Hit | None]]
 class QuietTest:
     """A cheap test that a chunk cannot start any watched delimiter, for the session's fast path.
 
-    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals), or a regex whose
-    matches all start with one of a few known characters: then a delimiter, complete or partial, needs
-    one of those first characters in the buffer, except that a leading ``\\s*`` keeps a trailing
-    whitespace run pending (``hold_space``).
+    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals), a regex whose
+    matches all start with one of a few known characters, or the end of a JSON value (the session's fast
+    path walks it): then a delimiter, complete or partial, needs one of those first characters in the
+    buffer, except that a leading ``\\s*`` keeps a trailing whitespace run pending (``hold_space``).
     """
 
     def __init__(self, triggers: str, hold_space: bool) -> None:
@@ -49,6 +49,8 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
     hold_space = False
     for term in watch:
         m = term.matcher
+        if isinstance(m, ValueEnd):
+            continue  # the session's fast path walks the chunk itself (see ResponseParser.feed)
         if isinstance(m, LiteralMatcher):
             triggers.update(m.first_chars)
         elif isinstance(m, RegexMatcher) and m.lowered is not None:
@@ -71,18 +73,24 @@ class Scanner:
         # (the grammar watches only terminals that have a matcher)
         self.entries = [(t, t.matcher) for t in watch if t.matcher is not None]
         self.quiet = _quiet_test(watch)
+        #: The region whose JSON value's end is a live close here (the session walks its text), if any.
+        self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
 
-    def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache) -> tuple[Terminal | None, Hit | None, int]:
-        """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``."""
+    def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
+             value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
+        """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``; ``value_end`` is
+        where the open region's JSON value ends in ``buf`` (-1: not yet, or no such region)."""
         hold = len(buf)
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
         for term, matcher in self.entries:
             try:
-                cached = cache.get(term.name)
-                if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
-                    hit = cached[2]
+                if isinstance(matcher, ValueEnd):
+                    hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
+                elif (cached := cache.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
+                        and (cached[2] is None or cached[2][0] >= pos):
+                    hit = cached[2]  # memoised per buffer: a scan repeats after each token
                 else:
                     hit = matcher.search(buf, pos)
                     cache[term.name] = (buf, pos, hit)

@@ -21,7 +21,7 @@ from lark import Token
 from lark.exceptions import UnexpectedToken
 from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
-from .delimiters import REGEX_SPACE, Hit
+from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
@@ -104,7 +104,7 @@ class _Frame:
     """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
     values of its component regions, and where its events point (``path``, None for a message field)."""
 
-    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size")
+    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
                  field: str, path: list[str | int] | None) -> None:
@@ -117,6 +117,7 @@ class _Frame:
         self.field = field
         self.path = path
         self.size = 0
+        self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
 
 
 #: What feed() needs to route a quiet chunk without scanning (see ResponseParser._fast_path): the one
@@ -253,7 +254,9 @@ class ResponseParser:
                     # pass the region size limit takes the general route, which applies it.
                     combined = self._buf + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
-                    if frame is None or frame.size + len(kept) <= self._max_region:
+                    # (a region that ends with its JSON value takes the general route once the value ends)
+                    if (frame is None or frame.size + len(kept) <= self._max_region and
+                            (frame.walk is None or frame.walk.advance(combined, self._base) is None)):
                         self._buf = combined[len(kept):]
                         if not kept:
                             return []
@@ -448,7 +451,9 @@ class ResponseParser:
         while True:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
-            term, hit, hold = info.scanner.scan(buf, pos, eos, self._cache)
+            scanner = info.scanner
+            term, hit, hold = scanner.scan(buf, pos, eos, self._cache,
+                                           -1 if scanner.value_end is None else self._value_end(scanner.value_end))
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
@@ -478,6 +483,18 @@ class ResponseParser:
         self._trim()
         self._fast = self._fast_path()
 
+    def _value_end(self, region: Region) -> int:
+        """Where the open ``region``'s JSON value ends in the buffer (-1: not yet, or it is not on top).
+        The walk goes on from where the last scan left it, so the cost is linear in the region's text."""
+        frame = self._frames[-1] if self._frames else None
+        if frame is None or frame.region is not region:
+            return -1
+        walk = frame.walk
+        if walk is None:
+            walk = frame.walk = JsonWalk(frame.start + len(frame.open_text))
+        end = walk.advance(self._buf, self._base)
+        return -1 if end is None else end - self._base
+
     def _fast_path(self) -> _FastPath | None:
         """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
@@ -491,6 +508,8 @@ class ResponseParser:
         frame = self._frames[-1]
         if frame.path is not None:
             return None  # component chunks carry a path; the general route adds it
+        if info.scanner.value_end is not None and frame.walk is None:
+            return None  # the walk to the value's end has not started
         return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
 
     def _route(self, info: StateInfo, end: int) -> bool:

@@ -345,9 +345,9 @@ HAND_WRITTEN = [
     # ... and cut before the second call names a function: the first call, and the rest as content
     ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {}}, {"na',
      {"tool_calls": [call("get_weather", {})], "content": '{"na'}, ["parse.json"]),
-    # Mistral v11: the arguments are complete, the text after them (a next call, cut) is content
+    # Mistral v11: the arguments end with their JSON object, and a next call cut inside its opener is text
     ("mistral_v11", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_',
-     {"tool_calls": [call("get_weather", {"city": "Paris"})], "content": "[TOOL_CALLS]get_"}, ["parse.json"]),
+     {"tool_calls": [call("get_weather", {"city": "Paris"})], "content": "[TOOL_CALLS]get_"}, []),
     # Qwen3-Coder: the XML parameters are complete up to the cut, so the call parses (as strict mode does)
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
      {"tool_calls": [call("get_weather", {"city": "Par"})]}, []),

@@ -3,12 +3,14 @@ decisions never commit a match that more input could change."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher, first_chars, pattern_shape
+from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -111,3 +113,41 @@ def test_lowered_patterns_find_the_partial_match_the_regex_finds(pattern, buf, p
     if matcher.search(buf, pos) is None:
         m = matcher.compiled.search(buf, pos, partial=True)
         assert matcher.probe(buf, pos, None)[1] == (-1 if m is None or m.start() >= len(buf) else m.start())
+
+
+#: (text, where the JSON value that starts it ends; None: it does not end in the text, or is not one).
+JSON_ENDS = [
+    ('{"a": 1} tail', 8),
+    ('  [{"a": [1, {"b": 2}]}]\nI will', 24),
+    ('{"a": "}]{[\\"" } x', 16),          # brackets and an escaped quote inside a string
+    ('{"a": "\\\\"} x', 11),             # an escaped backslash: the quote after it ends the string
+    ('"just a string" then', 15),
+    ('{"a": {"b": 1}', None),                # cut off
+    ('get_weather{"a": 1}', None),           # not a JSON value: never ends, nothing is cut
+    ('', None),
+    ('   ', None),
+]
+
+
+@pytest.mark.parametrize("text, end", JSON_ENDS)
+def test_json_walk_finds_where_the_value_ends(text, end):
+    walk = JsonWalk(0)
+    assert walk.advance(text, 0) == end
+    if end is not None and text.lstrip()[0] in "{[":
+        json.loads(text[:end])  # the end is where a JSON parser's value ends
+
+
+@given(st.sampled_from([t for t, _ in JSON_ENDS]), st.lists(st.integers(min_value=1, max_value=5), max_size=20),
+       st.integers(min_value=0, max_value=5))
+def test_json_walk_end_is_independent_of_the_chunking(text, sizes, base):
+    """Fed in pieces (as a stream arrives, with the buffer trimmed from the front), the walk finds the same
+    end as on the whole text, at the same absolute offset."""
+    expected = JsonWalk(base).advance(text, base)
+    walk, got, i, dropped = JsonWalk(base), None, 0, 0
+    for size in [*sizes, len(text)]:
+        i = min(len(text), i + size)
+        got = walk.advance(text[dropped:i], base + dropped)
+        dropped = max(dropped, min(i, walk.at - base) - 2)  # the session trims consumed text
+        if got is not None:
+            break
+    assert got == expected

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import grammar_parse
 from conformance import jsonable, strict_equal
-from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher
+from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
 from grammar_parse.grammar import Grammar, Terminal
 from strategies import chunkings, examples
 
@@ -48,6 +48,7 @@ class Sample:
     tools: Any
     expected: dict[str, Any]
     nested_calls: bool = False  # the rewrite nests the calls in reasoning: later text may stay reasoning
+    words_only: bool = False  # the rewrite adds text: compare the text fields without their whitespace
 
 
 @cache
@@ -164,6 +165,29 @@ def opener_written(grammar: Grammar, sample: Sample) -> list[Sample]:
     return [moved]
 
 
+FOLLOW_UP = "I'll get that for you."
+
+
+def text_after_call(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """A call in a format without a closing tag, then more text (granite, mistral, llama3_json, ...: "Extra
+    data" in today's parsers): the call ends where its JSON value ends, and the text is content. The text goes
+    where the output ends with a call, before the end-of-turn marker."""
+    if not sample.expected.get("tool_calls"):
+        return []
+    ends = [lit for t in delimiters(grammar) if t.region is None and isinstance(t.matcher, LiteralMatcher)
+            for lit in t.matcher.literals]
+    body = sample.text.rstrip()
+    while (end := next((lit for lit in ends if body.endswith(lit)), None)) is not None:
+        body = body[:-len(end)].rstrip()
+    if not body.endswith(("}", "]")):
+        return []
+    cut = len(body)
+    content = words(sample.expected.get("content"), FOLLOW_UP)
+    return [replace(sample, name=f"{sample.name}/then_text{i}", text=sample.text[:cut] + ws + FOLLOW_UP + sample.text[cut:],
+                    expected={**sample.expected, "content": content}, words_only=True)
+            for i, ws in enumerate(("\n", " ", ""))]
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -177,6 +201,8 @@ TRANSFORMS = {
     "space_before_reasoning": Transform(space_before_reasoning,
                                         lambda g: bool(terminals(g, "open", REASONING_FIELDS))),
     # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
+    "text_after_call": Transform(text_after_call, lambda g: any(isinstance(t.matcher, ValueEnd)
+                                                                for t in g.terminals.values())),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
@@ -263,6 +289,10 @@ def problems(grammar: Grammar, sample: Sample, got: Any) -> list[str]:
     if sample.nested_calls:  # a family that nests the call in reasoning may keep what follows as reasoning
         if not got_r.startswith(exp_r) or words(got_r, got.get("content")) != words(exp_r, exp.get("content")):
             out.append(f"text: reasoning {got_r!r}, content {got.get('content')!r}")
+    elif sample.words_only:  # (the added text may be glued to the text before the call: no whitespace)
+        for f in TEXT_FIELDS:
+            if "".join(words(got.get(f)).split()) != "".join(words(exp.get(f)).split()):
+                out.append(f"{f} {got.get(f)!r} != {exp.get(f)!r}")
     else:
         for f in TEXT_FIELDS:
             if (got.get(f) or "").strip() != (exp.get(f) or "").strip():
