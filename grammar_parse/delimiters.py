@@ -459,7 +459,8 @@ class RegexMatcher:
         self.limit: RegexLimit = {"timeout": REGEX_TIMEOUT} if timed else {}
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
-        self.lowered = _literal_alternatives(pattern) if flags == regex.DOTALL and not self.compiled.groupindex else None
+        # (DOTALL or not: the lowered form has no dot)
+        self.lowered = _literal_alternatives(pattern) if not flags & ~regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)

@@ -168,6 +168,18 @@ def opener_written(grammar: Grammar, sample: Sample) -> list[Sample]:
 FOLLOW_UP = "I'll get that for you."
 
 
+def value_ended(grammar: Grammar) -> list[Any]:
+    """The regions that a JSON value's end closes."""
+    return [t.region for t in grammar.terminals.values() if isinstance(t.matcher, ValueEnd)]
+
+
+def literals_of(term: Terminal) -> tuple[str, ...]:
+    m = term.matcher
+    if isinstance(m, LiteralMatcher):
+        return m.literals
+    return m.lowered[1] if isinstance(m, RegexMatcher) and m.lowered is not None else ()
+
+
 def text_after_call(grammar: Grammar, sample: Sample) -> list[Sample]:
     """A call in a format without a closing tag, then more text (granite, mistral, llama3_json, ...: "Extra
     data" in today's parsers): the call ends where its JSON value ends, and the text is content. The text goes
@@ -176,14 +188,21 @@ def text_after_call(grammar: Grammar, sample: Sample) -> list[Sample]:
         return []
     ends = [lit for t in delimiters(grammar) if t.region is None and isinstance(t.matcher, LiteralMatcher)
             for lit in t.matcher.literals]
-    body = sample.text.rstrip()
-    while (end := next((lit for lit in ends if body.endswith(lit)), None)) is not None:
+    # a closing tag that the value's end makes optional (apriel's </tool_calls>) is left out, as models do
+    closers = [lit for t in delimiters(grammar) if t.role == "close" and t.region in value_ended(grammar)
+               for lit in literals_of(t)]
+    body, dropped = sample.text.rstrip(), False
+    while (end := next((lit for lit in ends + closers if body.endswith(lit)), None)) is not None:
         body = body[:-len(end)].rstrip()
+        dropped |= end in closers
     if not body.endswith(("}", "]")):
         return []
     cut = len(body)
+    rest = sample.text[cut:]
+    if dropped:
+        rest = "".join(rest.split(next(c for c in closers if c in rest), 1))
     content = words(sample.expected.get("content"), FOLLOW_UP)
-    return [replace(sample, name=f"{sample.name}/then_text{i}", text=sample.text[:cut] + ws + FOLLOW_UP + sample.text[cut:],
+    return [replace(sample, name=f"{sample.name}/then_text{i}", text=sample.text[:cut] + ws + FOLLOW_UP + rest,
                     expected={**sample.expected, "content": content}, words_only=True)
             for i, ws in enumerate(("\n", " ", ""))]
 
@@ -201,8 +220,7 @@ TRANSFORMS = {
     "space_before_reasoning": Transform(space_before_reasoning,
                                         lambda g: bool(terminals(g, "open", REASONING_FIELDS))),
     # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
-    "text_after_call": Transform(text_after_call, lambda g: any(isinstance(t.matcher, ValueEnd)
-                                                                for t in g.terminals.values())),
+    "text_after_call": Transform(text_after_call, lambda g: bool(value_ended(g))),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
