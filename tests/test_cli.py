@@ -236,7 +236,7 @@ SERVER_NAMES = [
     *[("vllm", "--tool-call-parser", name, grammar) for name, grammar in [
         ("apertus", "apertus"), ("cohere_command3", "cohere2"), ("cohere_command4", "cohere2"),
         ("deepseek_v3", "deepseek_v3"), ("deepseek_v31", "deepseek_v31"), ("deepseek_v32", "deepseek_v32"),
-        ("deepseek_v4", "deepseek_v4"), ("ernie45", "ernie4_5"), ("functiongemma", "function_gemma"),
+        ("deepseek_v4", "deepseek_v4"), ("ernie45", "ernie4_5"), ("functiongemma", "function_gemma"), ("deepseek_v41", "deepseek_v41"),
         ("gemma4", "gemma4"), ("gigachat3", "gigachat3"), ("glm45", "glm45"), ("glm47", "glm47"),
         ("granite", "granite"), ("granite-20b-fc", "granite_20b_fc"), ("granite4", "granite4"), ("hermes", "qwen3"),
         ("hunyuan_a13b", "hunyuan_a13b"), ("hy_v3", "hunyuan_v3"), ("inkling", "inkling"), ("internlm", "internlm2"),
@@ -248,7 +248,8 @@ SERVER_NAMES = [
         ("xlam", "xlam"),
     ]],
     *[("vllm", "--reasoning-parser", name, grammar) for name, grammar in [
-        ("deepseek_r1", "deepseek_r1"), ("deepseek_v4", "deepseek_v4"), ("cohere_command3", "cohere2"),
+        ("deepseek_r1", "deepseek_r1"), ("deepseek_v4", "deepseek_v4"), ("deepseek_v41", "deepseek_v41"),
+        ("granite_thinking_parser", "qwen3_coder"), ("cohere_command3", "cohere2"),
         ("cohere_command4", "cohere2"), ("ernie45", "ernie4_5"), ("gemma4", "gemma4"), ("glm45", "glm45"),
         ("glm47", "glm47"), ("openai_gptoss", "gpt_oss"), ("granite", "granite"), ("hunyuan_a13b", "hunyuan_a13b"),
         ("hy_v3", "hunyuan_v3"), ("kimi_k2", "kimi_k2"), ("minimax_m2", "minimax_m2"),
@@ -258,7 +259,8 @@ SERVER_NAMES = [
     ]],
     *[("sglang", "--tool-call-parser", name, grammar) for name, grammar in [
         ("apertus2509", "apertus"), ("cohere_command4", "cohere2"), ("deepseekv3", "deepseek_v3"),
-        ("deepseekv31", "deepseek_v31"), ("deepseekv32", "deepseek_v32"), ("deepseekv4", "deepseek_v4"),
+        ("deepseekv31", "deepseek_v31"), ("deepseekv32", "deepseek_v32"), ("deepseekv4", "deepseek_v4"), ("deepseekv41", "deepseek_v41"),
+        ("gigachat35", "gigachat35"),
         ("glm", "glm45"), ("glm45", "glm45"), ("glm47", "glm47"), ("gpt-oss", "gpt_oss"), ("kimi_k2", "kimi_k2"),
         ("lfm2", "lfm2"), ("llama3", "llama3_json"), ("mistral", "mistral"), ("pythonic", "llama3_pythonic"),
         ("qwen", "qwen3"), ("qwen25", "qwen3"), ("qwen3_coder", "qwen3_coder"), ("step3", "step3"),
@@ -266,7 +268,8 @@ SERVER_NAMES = [
         ("hunyuan", "hunyuan_v3"), ("gigachat3", "gigachat3"), ("gemma4", "gemma4"), ("inkling", "inkling"),
     ]],
     *[("sglang", "--reasoning-parser", name, grammar) for name, grammar in [
-        ("apertus2509", "apertus"), ("deepseek-r1", "deepseek_r1"), ("deepseek-v4", "deepseek_v4"),
+        ("apertus2509", "apertus"), ("deepseek-r1", "deepseek_r1"), ("deepseek-v4", "deepseek_v4"), ("deepseek-v41", "deepseek_v41"),
+        ("gigachat35", "gigachat35"), ("granite_thinking_parser", "qwen3_coder"),
         ("glm45", "glm45"), ("hunyuan", "hunyuan_v3"), ("gpt-oss", "gpt_oss"), ("kimi_k2", "kimi_k2"),
         ("qwen3", "qwen3"), ("qwen3-thinking", "qwen3"), ("minimax-append-think", "minimax_m2"), ("step3", "step3"),
         ("step3p5", "qwen3_coder"), ("nemotron_3", "qwen3_coder"), ("interns1", "internlm2"), ("gemma4", "gemma4"),
