@@ -226,7 +226,7 @@ def compile_template(template: Mapping[str, Any] | Template, *, name: str | None
     Raises TemplateError (a ValueError) naming the field and key if the template is malformed.
     """
     if isinstance(template, Template):
-        return build_grammar(template_to_lark(template), name=name)
+        return build_grammar(template_to_lark(template), name=name, repeats=False)
     try:
         key = json.dumps(template, ensure_ascii=False) + f"\x00{name}"
     except (TypeError, ValueError):
@@ -235,7 +235,7 @@ def compile_template(template: Mapping[str, Any] | Template, *, name: str | None
         _cache.move_to_end(key)
         return _cache[key]
     validated = load_template(template)
-    grammar = build_grammar(template_to_lark(validated), source_name="<response_template>", name=name)
+    grammar = build_grammar(template_to_lark(validated), source_name="<response_template>", name=name, repeats=False)
     if grammar.regions.keys() != {n for n in _rule_names(validated.fields).values()}:
         raise TemplateError("template compiled to inconsistent regions", path="fields", code="template.fields")
     if key is not None:

@@ -93,7 +93,7 @@ class Terminal:
     """A grammar terminal as the session sees it."""
 
     name: str
-    role: str  # "open" | "close" | "text" | "unclaimed" | "delimiter"
+    role: str  # "open" | "close" | "text" | "unclaimed" | "delimiter" | "repeat" (see _watch_repeats)
     region: Region | None
     matcher: Matcher | None
     priority: int = 0
@@ -293,8 +293,12 @@ def _lark_error(e: Exception, source_name: str) -> GrammarError:
     return GrammarError(message, code=code, source=source_name, line=line, column=column, hint=hint)
 
 
-def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None = None) -> Grammar:
-    """Build a Grammar from Lark text with ``//@`` directives; GrammarError points at the line."""
+def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None = None,
+                  repeats: bool = True) -> Grammar:
+    """Build a Grammar from Lark text with ``//@`` directives; GrammarError points at the line.
+
+    ``repeats=False`` leaves out the watch for repeated openers (:func:`_watch_repeats`): a compiled
+    transformers template keeps transformers' events exactly."""
     settings, region_specs = _read_directives(text, source_name)
     try:
         parser = lark.Lark(text, parser="lalr", lexer=_ScannerLexer, strict=True, regex=True, start="start")
@@ -454,6 +458,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         states[state] = StateInfo(text=text_term, watch=watch, default_rule=default_rule, scanner=scanner,
                                   text_candidates=candidates if text_term is None else ())
 
+    if repeats:
+        _watch_repeats(table, terminals, states, scanners)
     # A state is text-sensitive when the first character of text moves the parser to a state that
     # watches other delimiters ("<think> only at the start"); the session then rescans after it.
     for state, info in states.items():
@@ -478,6 +484,41 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         legacy_timeout=settings.get("legacy_timeout", LEGACY_TIMEOUT),
         context=context,
     )
+
+
+#: Whitespace a repeated opener may follow (bounded: the run is held back while it may still grow).
+REPEAT_SPACE = 16
+
+
+def _watch_repeats(table: ParseTable, terminals: dict[str, Terminal], states: dict[int, StateInfo],
+                   scanners: dict[tuple[str, ...], Scanner]) -> None:
+    """Right after a message field's opener (a literal, or a regex without captures or lookarounds), the same
+    opener again (after a little whitespace) is a
+    repeat: a template pre-fills ``<think>`` and the model writes it once more, or a model stutters
+    ``<tool_call><tool_call>``. The states entered by shifting such an opener also watch for the repeat,
+    which the session consumes as markup; it is live only until the region's first text."""
+    shift = lark.parsers.lalr_analysis.Shift
+    for actions in table.states.values():
+        for sym, (action, target) in actions.items():
+            term = terminals.get(sym)
+            if action is not shift or term is None or term.role != "open" or term.region is None \
+                    or term.region.parent is not None:
+                continue
+            m = term.matcher
+            if isinstance(m, LiteralMatcher):
+                body, flags = "|".join(regex.escape(lit) for lit in m.literals), 0
+            elif isinstance(m, RegexMatcher) and not m.compiled.groupindex and not m.zero_width and not m.lookaround:
+                body, flags = m.pattern, m.flags  # (captures would be lost, a lookahead may not repeat)
+            else:
+                continue
+            info = states[target]
+            if any(t.role == "repeat" for t in info.watch):
+                continue
+            repeat = Terminal(name=f"{sym}__REPEAT", role="repeat", region=term.region, priority=term.priority,
+                              matcher=RegexMatcher(rf"\s{{0,{REPEAT_SPACE}}}(?:{body})", flags))
+            info.watch = tuple(sorted((*info.watch, repeat), key=lambda t: t.sort_key))
+            watched = tuple(t.name for t in info.watch)
+            info.scanner = scanners.get(watched) or scanners.setdefault(watched, Scanner(info.watch))
 
 
 def _after_text(table: ParseTable, states: dict[int, StateInfo], state: int, text: str) -> Scanner | None:

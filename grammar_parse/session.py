@@ -458,6 +458,9 @@ class ResponseParser:
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
                     continue
+                if term.role == "repeat":
+                    self._repeat(term, hit)
+                    continue
                 self._pos = end
                 if start == end:
                     # A zero-width close of a region that never opened does nothing and ends the pass
@@ -585,6 +588,17 @@ class ResponseParser:
                 continue
             return term
         return None
+
+    def _repeat(self, term: Terminal, hit: Hit) -> None:
+        """An opener written again at the start of its region is markup: consumed, no token. (Text that
+        reached the region first, whitespace of the prompt, makes it text after all.)"""
+        frame = self._frames[-1] if self._frames else None
+        if frame is None or frame.region is not term.region or "".join(frame.chunks).strip():
+            self._text(None, self._buf[hit[0]:hit[1]])
+        elif self._trace is not None:
+            self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
+                                "end": self._offset(hit[1])})
+        self._pos = hit[1]
 
     def _token(self, term: Terminal, hit: Any) -> None:
         self._run = None

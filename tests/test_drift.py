@@ -207,6 +207,49 @@ def text_after_call(grammar: Grammar, sample: Sample) -> list[Sample]:
             for i, ws in enumerate(("\n", " ", ""))]
 
 
+def spans(grammar: Grammar, sample: Sample) -> list[dict[str, Any]]:
+    """The sample's spans in the output (the prompt's replay left out), from a traced one-shot parse."""
+    parser = grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, trace=True)
+    parser.finalize(sample.text)
+    return [s for s in parser.spans if s["start"] >= 0]
+
+
+def space_around_delimiters(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """Whitespace on both sides of every delimiter that borders content or reasoning (a newline after
+    </think>, a space before <tool_call>, blank lines between calls and text): the message is the same up to
+    the whitespace of its text. (Whitespace inside a call is the call's own: an argument's value keeps it.)"""
+    found = spans(grammar, sample)
+    points: set[int] = set()
+    for before, delim, after in zip([None, *found], found, [*found[1:], None]):
+        if delim["kind"] != "delimiter":
+            continue
+        if before is not None and before["kind"] == "text" and before.get("field") in TEXT_FIELDS:
+            points.add(delim["start"])
+        if after is not None and after["kind"] == "text" and after.get("field") in TEXT_FIELDS:
+            points.add(delim["end"])
+    if not points:
+        return []
+    out = []
+    for i, ws in enumerate(("\n", " ", "\n\n")):
+        text = sample.text
+        for at in sorted(points, reverse=True):
+            text = text[:at] + ws + text[at:]
+        out.append(replace(sample, name=f"{sample.name}/spaced{i}", text=text, words_only=True))
+    return out
+
+
+def opener_repeated(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The template pre-fills the reasoning opener and the model writes it again (Qwen3, DeepSeek-R1 and
+    GLM outputs start with <think> although the prompt ends with it): the second opener is markup, not
+    reasoning text."""
+    moved = opener_written(grammar, sample)
+    if not moved:
+        return []
+    opener = moved[0].text[:len(moved[0].text) - len(sample.text)]
+    return [replace(sample, name=f"{sample.name}/repeated{i}", text=opener.strip() + ws + sample.text)
+            for i, ws in enumerate(("", "\n"))]
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -221,6 +264,9 @@ TRANSFORMS = {
                                         lambda g: bool(terminals(g, "open", REASONING_FIELDS))),
     # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
     "text_after_call": Transform(text_after_call, lambda g: bool(value_ended(g))),
+    "space_around_delimiters": Transform(space_around_delimiters, lambda g: True),
+    "opener_repeated": Transform(opener_repeated, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
+                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
