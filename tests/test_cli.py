@@ -234,6 +234,10 @@ _SGLANG_REASONING = "python/sglang/srt/parser/reasoning_parser.py (ReasoningPars
 #: (server, flag, the server's parser name, our grammar), read from the registries named above.
 SERVER_NAMES = [
     *[("vllm", "--tool-call-parser", name, grammar) for name, grammar in [
+        ("poolside_v1", "poolside_v1"), ("minicpm5", "minicpm5"), ("minimax_m3", "minimax_m3"), ("muse", "muse"),
+        ("musespark1x", "muse"), ("muse_glimmer", "muse_glimmer"), ("kimi_k3", "kimi_k3"),
+        ("k2_horizon", "k2_horizon"), ("dots", "dots"), ("plamo3", "plamo3"), ("ling3", "ling3"), ("beam", "beam"),
+        ("hy_v4", "hunyuan_v3"), ("step5", "qwen3_coder"),
         ("apertus", "apertus"), ("cohere_command3", "cohere2"), ("cohere_command4", "cohere2"),
         ("deepseek_v3", "deepseek_v3"), ("deepseek_v31", "deepseek_v31"), ("deepseek_v32", "deepseek_v32"),
         ("deepseek_v4", "deepseek_v4"), ("ernie45", "ernie4_5"), ("functiongemma", "function_gemma"), ("deepseek_v41", "deepseek_v41"),
@@ -248,6 +252,10 @@ SERVER_NAMES = [
         ("xlam", "xlam"),
     ]],
     *[("vllm", "--reasoning-parser", name, grammar) for name, grammar in [
+        ("poolside_v1", "poolside_v1"), ("minicpmv", "qwen3_coder"), ("minimax_m3", "minimax_m3"),
+        ("holo2", "qwen3"), ("muse", "muse"), ("musespark1x", "muse"), ("muse_glimmer", "muse_glimmer"),
+        ("kimi_k3", "kimi_k3"), ("k2_horizon", "k2_horizon"), ("plamo3", "plamo3"), ("ling3", "ling3"),
+        ("beam", "beam"), ("hy_v4", "hunyuan_v3"), ("step5", "qwen3_coder"),
         ("deepseek_r1", "deepseek_r1"), ("deepseek_v4", "deepseek_v4"), ("deepseek_v41", "deepseek_v41"),
         ("granite_thinking_parser", "qwen3_coder"), ("cohere_command3", "cohere2"),
         ("cohere_command4", "cohere2"), ("ernie45", "ernie4_5"), ("gemma4", "gemma4"), ("glm45", "glm45"),
@@ -258,6 +266,10 @@ SERVER_NAMES = [
         ("inkling", "inkling"),
     ]],
     *[("sglang", "--tool-call-parser", name, grammar) for name, grammar in [
+        ("poolside_v1", "poolside_v1"), ("minicpm5", "minicpm5"), ("minimax-m3", "minimax_m3"),
+        ("kimi_k3", "kimi_k3"), ("k2_horizon", "k2_horizon"), ("dots", "dots"), ("iquest_q1", "iquest_q1"),
+        ("ling3", "ling3"), ("beam", "beam"), ("trinity", "qwen3"), ("spark25", "glm45"),
+        ("nanbeige", "qwen3_coder"),
         ("apertus2509", "apertus"), ("cohere_command4", "cohere2"), ("deepseekv3", "deepseek_v3"),
         ("deepseekv31", "deepseek_v31"), ("deepseekv32", "deepseek_v32"), ("deepseekv4", "deepseek_v4"), ("deepseekv41", "deepseek_v41"),
         ("gigachat35", "gigachat35"),
@@ -268,6 +280,9 @@ SERVER_NAMES = [
         ("hunyuan", "hunyuan_v3"), ("gigachat3", "gigachat3"), ("gemma4", "gemma4"), ("inkling", "inkling"),
     ]],
     *[("sglang", "--reasoning-parser", name, grammar) for name, grammar in [
+        ("poolside_v1", "poolside_v1"), ("minimax-m3", "minimax_m3"), ("kimi_k3", "kimi_k3"),
+        ("k2_horizon", "k2_horizon"), ("dots", "dots"), ("iquest_q1", "iquest_q1"), ("ling3", "ling3"),
+        ("beam", "beam"), ("nanbeige", "qwen3_coder"),
         ("apertus2509", "apertus"), ("deepseek-r1", "deepseek_r1"), ("deepseek-v4", "deepseek_v4"), ("deepseek-v41", "deepseek_v41"),
         ("gigachat35", "gigachat35"), ("granite_thinking_parser", "qwen3_coder"),
         ("glm45", "glm45"), ("hunyuan", "hunyuan_v3"), ("gpt-oss", "gpt_oss"), ("kimi_k2", "kimi_k2"),
@@ -282,11 +297,9 @@ SERVER_NAMES = [
 #: another format on a server (vLLM `deepseek_v3` / `mistral` reasoning, SGLang `minimax` reasoning) are
 #: explained in those grammars' headers.
 UNMAPPED = [
-    ("vllm", "--tool-call-parser", "llama4_json"), ("vllm", "--tool-call-parser", "kimi_k3"),
-    ("vllm", "--tool-call-parser", "minimax_m3"), ("vllm", "--tool-call-parser", "poolside_v1"),
-    ("vllm", "--reasoning-parser", "holo2"), ("vllm", "--reasoning-parser", "mimo"),
-    ("sglang", "--tool-call-parser", "mimo"), ("sglang", "--tool-call-parser", "trinity"),
-    ("sglang", "--reasoning-parser", "kimi"), ("sglang", "--reasoning-parser", "telechat4"),
+    ("vllm", "--tool-call-parser", "llama4_json"), ("vllm", "--reasoning-parser", "mimo"),
+    ("sglang", "--tool-call-parser", "mimo"), ("sglang", "--reasoning-parser", "kimi"),
+    ("sglang", "--reasoning-parser", "telechat4"),
 ]
 
 
