@@ -250,6 +250,32 @@ def opener_repeated(grammar: Grammar, sample: Sample) -> list[Sample]:
             for i, ws in enumerate(("", "\n"))]
 
 
+#: The spellings each family is known to write besides its documented one, as its grammar's header says it
+#: accepts them (documented spelling in the golden samples, the other one), with where they are reported.
+SPELLINGS: dict[str, list[tuple[str, str]]] = {
+    "granite": [("<|tool_call|>", "<tool_call>"),  # Granite 3.1+ writes the opener as text
+                ("Here is my thought process:", "Here's my thought process:"),  # as vLLM accepts
+                ("Here is my response:", "Here's my response:")],
+    "mistral": [("[TOOL_CALLS] [", "[TOOL_CALLS]["), ("[TOOL_CALLS][", "[TOOL_CALLS] [")],  # 7B v0.3 / Nemo
+    # a missing <arg_value> (vLLM #49248; whitespace before a value is then formatting, so not an indented one)
+    "glm47": [("</arg_key><arg_value>P", "</arg_key>P"),
+              ("</arg_key>", "</arg_key></arg_key>")],  # a repeated </arg_key> (vLLM PR #54971)
+    "deepseek_v4": [("<｜DSML｜tool_calls>", "<｜DSML｜toolcalls>"), ("</｜DSML｜tool_calls>", "</｜DSML｜toolcalls>")],
+    "step3": [("function<｜tool_sep｜>", "")],  # calls written without the type prefix
+    "kimi_k2": [("functions.get_time:0", "functions.get_time.0")],  # dotted call ids
+}
+
+
+def alternative_spelling(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The family's other spellings of its own markup (SPELLINGS): the message is the same."""
+    out = []
+    for i, (usual, other) in enumerate(SPELLINGS.get(grammar.name or "", [])):
+        if usual in sample.text:
+            out.append(replace(sample, name=f"{sample.name}/spelling{i}", text=sample.text.replace(usual, other),
+                               words_only=True))
+    return out
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -267,6 +293,7 @@ TRANSFORMS = {
     "space_around_delimiters": Transform(space_around_delimiters, lambda g: True),
     "opener_repeated": Transform(opener_repeated, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                  and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
+    "alternative_spelling": Transform(alternative_spelling, lambda g: g.name in SPELLINGS),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
@@ -438,3 +465,10 @@ def test_transformations_rewrite_what_they_claim() -> None:
     assert [v.text for v in space_before_reasoning(qwen, written)] == [ws + written.text for ws in SPACES]
     assert space_before_reasoning(qwen, replace(written, text="a<think>b</think>")) == []
     assert {"<think>", "</think>", "<tool_call>", "</tool_call>"} <= markup(qwen)
+
+
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_every_listed_spelling_is_tried(name: str) -> None:
+    """Each alternative spelling rewrites at least one golden sample, so none is listed for nothing."""
+    for usual, other in SPELLINGS[name]:
+        assert any(usual in s.text for s in golden(name)), f"{name}: no golden sample writes {usual!r}"
