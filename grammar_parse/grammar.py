@@ -368,11 +368,18 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     terminals: dict[str, Terminal] = {}
     defined = {t.name: t for t in parser.terminals}
     owners = sorted(by_upper, key=len, reverse=True)
+
+    def owner_of(name: str) -> tuple[Region | None, str | None]:
+        """The region a delimiter opens or closes, and which; the longest region name wins:
+        TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool."""
+        for upper in owners:
+            if role := _delimiter_role(name, upper):
+                return by_upper[upper], role
+        return None, None
+
     for t in parser.terminals:
-        # The longest region name wins: TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool.
-        owner = next((u for u in owners if _delimiter_role(t.name, u)), None)
-        owned_by = by_upper.get(owner) if owner else None
-        role = (_delimiter_role(t.name, owner) if owner else None) or "delimiter"
+        owned_by, role = owner_of(t.name)
+        role = role or "delimiter"
         try:
             matcher = _matcher(t)
         except regex.error as e:
@@ -390,7 +397,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             terminals[sym] = Terminal(name=sym, role="unclaimed", region=None, matcher=None)
         elif suffix == "TEXT" and stem in by_upper:
             terminals[sym] = Terminal(name=sym, role="text", region=by_upper[stem], matcher=None)
-        elif (closed := next((by_upper[u] for u in owners if _delimiter_role(sym, u) == "close"), None)) is not None:
+        elif (owned := owner_of(sym))[1] == "close" and (closed := owned[0]) is not None:
             # A declared close: the region's JSON payload has no closer of its own and ends with the value.
             if not (isinstance(closed.spec, ValueSpec) and closed.spec.content in ("json", "json-name-keys")):
                 raise GrammarError(f"declared terminal {sym} closes {closed.rule} where its JSON value ends, but "
@@ -493,29 +500,31 @@ REPEAT_SPACE = 16
 def _watch_repeats(table: ParseTable, terminals: dict[str, Terminal], states: dict[int, StateInfo],
                    scanners: dict[tuple[str, ...], Scanner]) -> None:
     """Right after a message field's opener (a literal, or a regex without captures or lookarounds), the same
-    opener again (after a little whitespace) is a
-    repeat: a template pre-fills ``<think>`` and the model writes it once more, or a model stutters
-    ``<tool_call><tool_call>``. The states entered by shifting such an opener also watch for the repeat,
-    which the session consumes as markup; it is live only until the region's first text."""
+    opener again (after a little whitespace) is a repeat: a template pre-fills ``<think>`` and the model
+    writes it once more, or a model stutters ``<tool_call><tool_call>``. The states entered by shifting such
+    an opener also watch for the repeat (one matcher per opener), which the session consumes as markup; it
+    is live only until the region's first text."""
+    repeats: dict[str, Terminal] = {}
+    for term in terminals.values():
+        m = term.matcher
+        if term.role != "open" or term.region is None or term.region.parent is not None:
+            continue
+        if isinstance(m, LiteralMatcher):
+            body, flags = "|".join(regex.escape(lit) for lit in m.literals), 0
+        elif isinstance(m, RegexMatcher) and not m.compiled.groupindex and not m.zero_width and not m.lookaround:
+            body, flags = m.pattern, m.flags  # (captures would be lost, a lookahead may not repeat)
+        else:
+            continue
+        repeats[term.name] = Terminal(name=f"{term.name}__REPEAT", role="repeat", region=term.region,
+                                      priority=term.priority,
+                                      matcher=RegexMatcher(rf"\s{{0,{REPEAT_SPACE}}}(?:{body})", flags))
     shift = lark.parsers.lalr_analysis.Shift
     for actions in table.states.values():
         for sym, (action, target) in actions.items():
-            term = terminals.get(sym)
-            if action is not shift or term is None or term.role != "open" or term.region is None \
-                    or term.region.parent is not None:
-                continue
-            m = term.matcher
-            if isinstance(m, LiteralMatcher):
-                body, flags = "|".join(regex.escape(lit) for lit in m.literals), 0
-            elif isinstance(m, RegexMatcher) and not m.compiled.groupindex and not m.zero_width and not m.lookaround:
-                body, flags = m.pattern, m.flags  # (captures would be lost, a lookahead may not repeat)
-            else:
+            repeat = repeats.get(sym)
+            if repeat is None or action is not shift or any(t.role == "repeat" for t in states[target].watch):
                 continue
             info = states[target]
-            if any(t.role == "repeat" for t in info.watch):
-                continue
-            repeat = Terminal(name=f"{sym}__REPEAT", role="repeat", region=term.region, priority=term.priority,
-                              matcher=RegexMatcher(rf"\s{{0,{REPEAT_SPACE}}}(?:{body})", flags))
             info.watch = tuple(sorted((*info.watch, repeat), key=lambda t: t.sort_key))
             watched = tuple(t.name for t in info.watch)
             info.scanner = scanners.get(watched) or scanners.setdefault(watched, Scanner(info.watch))

@@ -593,7 +593,7 @@ class ResponseParser:
         """An opener written again at the start of its region is markup: consumed, no token. (Text that
         reached the region first, whitespace of the prompt, makes it text after all.)"""
         frame = self._frames[-1] if self._frames else None
-        if frame is None or frame.region is not term.region or "".join(frame.chunks).strip():
+        if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
             self._text(None, self._buf[hit[0]:hit[1]])
         elif self._trace is not None:
             self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
