@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
+from goldens import goldens
 from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ERROR_CODES
 from grammar_parse.lmsp import ResponseStream, schema_validator
 from strategies import chunkings, examples
 from test_tool_streaming import accumulate
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "thinking")
 EVENT_SCHEMAS = {name: schema_validator(f"event:{name}") for name in ("response.output_item.done", "response.incomplete")}
 
@@ -52,15 +52,8 @@ class Sample(NamedTuple):
 
 
 def samples() -> list[tuple[str, Path]]:
-    out = []
-    for grammar in call_grammars():
-        for path in sorted((GOLDEN / grammar).glob("*.json")):
-            if path.name.endswith(".tools.json"):
-                continue
-            expected = json.loads(path.read_text(encoding="utf-8"))
-            if expected.get("tool_calls") and "error" not in expected:
-                out.append((grammar, path.with_suffix(".txt")))
-    return out
+    return [(g, case.path) for g in call_grammars() for case in goldens(g)
+            if "error" not in case.expected and case.expected.get("tool_calls")]
 
 
 SAMPLES = samples()
@@ -69,11 +62,8 @@ SAMPLES = samples()
 @cache
 def load(grammar: str, path: Path) -> Sample:
     """A sample and, from a strict traced parse of it, where its last call's name and arguments are."""
-    text = path.read_text(encoding="utf-8")
-    prefix_file, tools_file = path.with_name(path.stem + ".prefix.txt"), path.with_name(path.stem + ".tools.json")
-    prefix = prefix_file.read_text(encoding="utf-8") if prefix_file.exists() else ""
-    tools = json.loads(tools_file.read_text(encoding="utf-8")) if tools_file.exists() else None
-    expected = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    case = next(c for c in goldens(grammar) if c.path == path)
+    text, prefix, tools, expected = case.text, case.prefix, case.tools, case.expected
     parser = gp.ResponseParser(grammar, prefix, tools=tools, trace=True)
     parser.finalize(text)
     terminals = parser.grammar.terminals

@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +26,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse
-from conformance import jsonable, strict_equal
+from conformance import strict_equal
+from goldens import GOLDEN, goldens, parsed
 from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
 from grammar_parse.grammar import Grammar, Terminal
 from strategies import chunkings, examples
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 TEXT_FIELDS = ("content",) + REASONING_FIELDS
 OPT_OUT = re.compile(r"^// Drift: no (\S+) because (.+)$", re.MULTILINE)
@@ -54,20 +53,8 @@ class Sample:
 @cache
 def golden(grammar: str) -> tuple[Sample, ...]:
     """The grammar's golden samples that expect a message (error expectations are not drift material)."""
-    out = []
-    for path in sorted((GOLDEN / grammar).glob("*.txt")):
-        if path.name.endswith(".prefix.txt"):
-            continue
-        expected = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-        if "error" in expected:
-            continue
-        prefix_file = path.with_name(path.stem + ".prefix.txt")
-        tools_file = path.with_name(path.stem + ".tools.json")
-        out.append(Sample(
-            path.stem, path.read_text(encoding="utf-8"),
-            prefix_file.read_text(encoding="utf-8") if prefix_file.exists() else "",
-            json.loads(tools_file.read_text(encoding="utf-8")) if tools_file.exists() else None, expected))
-    return tuple(out)
+    return tuple(Sample(g.name, g.text, g.prefix, g.tools, g.expected) for g in goldens(grammar)
+                 if "error" not in g.expected)
 
 
 def terminals(grammar: Grammar, role: str, fields: tuple[str, ...]) -> list[Terminal]:
@@ -338,15 +325,7 @@ def literal_head(pattern: str) -> str:
 
 
 def run(grammar: Grammar, sample: Sample, chunks: list[str] | None) -> Any:
-    try:
-        parser = grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools)
-        if chunks is None:
-            return jsonable(parser.finalize(sample.text)[0])
-        for c in chunks:
-            parser.feed(c)
-        return jsonable(parser.finalize()[0])
-    except grammar_parse.GrammarParseError as e:
-        return {"error": {"type": type(e).__name__, "code": e.code}}
+    return parsed(grammar, sample.text, sample.prefix, sample.tools, chunks)
 
 
 def calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
