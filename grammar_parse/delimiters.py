@@ -649,11 +649,58 @@ class ValueEnd:
         return hit, -1  # the end is final once its last character is seen: nothing is pending
 
 
-Matcher = LiteralMatcher | RegexMatcher | ValueEnd
+class Repeat:
+    """A region's opener written again where the region's text starts, after at most ``space`` whitespace
+    characters (see ``grammar._watch_repeats``). It is matched only at the scan position, never searched
+    for: a scan over a long region costs nothing."""
+
+    context = 0
+    zero_width = False
+    end_reach = 0
+    first_chars: str | None = None  # (whitespace may come first: no fast path while it is live)
+
+    def __init__(self, opener: LiteralMatcher | RegexMatcher, space: int) -> None:
+        self.opener = opener
+        self.space = space
+        self.max_width = space + opener.max_width
+
+    def _after_space(self, buf: str, pos: int) -> int:
+        j, stop = pos, min(len(buf), pos + self.space)
+        while j < stop and _is_regex_space(buf[j]):
+            j += 1
+        return j
+
+    def search(self, buf: str, pos: int) -> Hit | None:
+        j = self._after_space(buf, pos)
+        opener = self.opener
+        if isinstance(opener, LiteralMatcher):
+            lit = next((lit for lit in opener.literals if buf.startswith(lit, j)), None)  # longest first
+            return None if lit is None else (pos, j + len(lit), None)
+        m = opener.compiled.match(buf, j, **opener.limit)
+        return None if m is None else (pos, m.end(), None)
+
+    def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
+        """Pending while the text from ``pos`` is whitespace, then (part of) the opener, up to the edge."""
+        n = len(buf)
+        j = self._after_space(buf, pos)
+        opener = self.opener
+        if isinstance(opener, LiteralMatcher):
+            if hit is not None:
+                return (None, pos) if hit[1] == n and opener.can_extend else (hit, -1)
+            tail = buf[j:]
+            growing = j == n or any(len(tail) < len(lit) and lit.startswith(tail) for lit in opener.literals)
+            return None, (pos if growing else -1)
+        m = opener.compiled.match(buf, j, partial=True, **opener.limit)
+        if m is not None and m.partial:
+            return None, pos
+        return hit, -1
 
 
-__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "UNBOUNDED", "ValueEnd",
-           "pattern_shape"]
+Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
+
+
+__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "Repeat", "UNBOUNDED",
+           "ValueEnd", "pattern_shape"]
 
 
 def _flat(items: Any) -> list[Any]:

@@ -41,7 +41,7 @@ from lark.grammar import Rule
 from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import ParseTableBase
 
-from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
+from .delimiters import LiteralMatcher, Matcher, RegexMatcher, Repeat, ValueEnd
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
 from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
@@ -465,8 +465,6 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         states[state] = StateInfo(text=text_term, watch=watch, default_rule=default_rule, scanner=scanner,
                                   text_candidates=candidates if text_term is None else ())
 
-    if repeats:
-        _watch_repeats(table, terminals, states, scanners)
     # A state is text-sensitive when the first character of text moves the parser to a state that
     # watches other delimiters ("<think> only at the start"); the session then rescans after it.
     for state, info in states.items():
@@ -474,6 +472,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         if term is None:
             continue
         info.text_sensitive = _after_text(table, states, state, term.name) is not info.scanner
+    if repeats:  # (after: a repeat, matched only where the region's text starts, changes no rescan)
+        _watch_repeats(table, terminals, states, scanners)
     context = max((t.matcher.context for t in terminals.values() if t.matcher is not None), default=0)
     return Grammar(
         source=text,
@@ -509,15 +509,11 @@ def _watch_repeats(table: ParseTable, terminals: dict[str, Terminal], states: di
         m = term.matcher
         if term.role != "open" or term.region is None or term.region.parent is not None:
             continue
-        if isinstance(m, LiteralMatcher):
-            body, flags = "|".join(regex.escape(lit) for lit in m.literals), 0
-        elif isinstance(m, RegexMatcher) and not m.compiled.groupindex and not m.zero_width and not m.lookaround:
-            body, flags = m.pattern, m.flags  # (captures would be lost, a lookahead may not repeat)
-        else:
-            continue
-        repeats[term.name] = Terminal(name=f"{term.name}__REPEAT", role="repeat", region=term.region,
-                                      priority=term.priority,
-                                      matcher=RegexMatcher(rf"\s{{0,{REPEAT_SPACE}}}(?:{body})", flags))
+        # (captures would be lost, and a lookahead may not repeat)
+        if isinstance(m, LiteralMatcher) or isinstance(m, RegexMatcher) and not m.compiled.groupindex \
+                and not m.zero_width and not m.lookaround:
+            repeats[term.name] = Terminal(name=f"{term.name}__REPEAT", role="repeat", region=term.region,
+                                          priority=term.priority, matcher=Repeat(m, REPEAT_SPACE))
     shift = lark.parsers.lalr_analysis.Shift
     for actions in table.states.values():
         for sym, (action, target) in actions.items():

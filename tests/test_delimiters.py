@@ -10,7 +10,7 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, first_chars, pattern_shape
+from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat, first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -151,3 +151,26 @@ def test_json_walk_end_is_independent_of_the_chunking(text, sizes, base):
         if got is not None:
             break
     assert got == expected
+
+
+REPEATED = [LiteralMatcher(("<think>",)), LiteralMatcher(("<a", "<ab")), RegexMatcher(r"<t(?::\w+)?>")]
+
+
+@given(st.sampled_from(range(len(REPEATED))), st.text(alphabet=" \n<>:abtx", max_size=30),
+       st.text(alphabet=" \n<>:abtx", max_size=8))
+def test_repeat_is_the_opener_after_a_little_space_at_the_scan_position(which, text, more):
+    """A repeated opener matches as ``\\s{0,4}(?:opener)`` anchored where the scan is; what it lets the
+    scanner commit stays the match once more text arrives, and text it releases holds no match."""
+    opener = REPEATED[which]
+    matcher = Repeat(opener, 4)
+    body = "|".join(regex.escape(lit) for lit in opener.literals) if isinstance(opener, LiteralMatcher) \
+        else opener.pattern
+    reference = regex.compile(rf"\s{{0,4}}(?:{body})")
+    m = reference.match(text)
+    assert span(matcher.search(text, 0)) == (None if m is None else m.span())
+    hit, pending = matcher.probe(text, 0, matcher.search(text, 0))
+    full = reference.match(text + more)
+    if hit is not None:
+        assert full is not None and full.span() == hit[:2]
+    if hit is None and pending == -1:
+        assert full is None, "released text that is a repeated opener"
