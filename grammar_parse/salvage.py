@@ -23,7 +23,7 @@ import regex
 from .errors import ParseError
 from .grammar import Region
 from .toolstream import CallPlan, JsonWalker, plan_for
-from .values import JSON_MAX_DEPTH, ValueSpec, _fill, fill_known, parse_content
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _fill, fill_known, parse_content
 
 
 @dataclass
@@ -108,6 +108,32 @@ def _call(transform: Any, piece: _Piece, problem: Mapping[str, str]) -> dict[str
         fn["arguments"] = {} if piece.end is not None else ""
     path = "$.function.arguments" if missing or isinstance(fn["arguments"], str) else "$"
     return {**call, "errors": [{"path": path, **problem}]}
+
+
+def component_errors(region: Region, problems: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A call's ``errors`` for its components that did not parse (each kept as the model's text): the
+    path is where the transform puts the component's key (``$.function.arguments.city``)."""
+    transform = getattr(region.spec, "transform", None)
+    out = []
+    for problem in problems:
+        path = _placeholder_path(transform, problem["key"]) or "$"
+        if problem["entry"]:
+            path += f".{problem['entry']}"
+        out.append({"path": path, "message": problem["message"], "code": problem["code"]})
+    return out
+
+
+def _placeholder_path(template: Any, key: str, path: str = "$") -> str | None:
+    """The JSON path of the place ``template`` fills from ``{key}``, if it has one."""
+    if isinstance(template, dict):
+        for name, value in template.items():
+            found = _placeholder_path(value, key, f"{path}.{name}")
+            if found is not None:
+                return found
+    elif isinstance(template, str) and (m := PLACEHOLDER.fullmatch(template)) is not None \
+            and key in m.group(1).split("|"):
+        return path
+    return None
 
 
 def _is_call(value: Any) -> bool:
@@ -330,4 +356,4 @@ def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
         pos = end
 
 
-__all__ = ["Salvage", "is_call_region", "salvage_calls"]
+__all__ = ["Salvage", "component_errors", "is_call_region", "salvage_calls"]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher, ValueEnd
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher, Repeat, ValueEnd
 from .errors import ParseError
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ class Scanner:
             try:
                 if isinstance(matcher, ValueEnd):
                     hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
+                elif isinstance(matcher, Repeat):
+                    hit = matcher.search(buf, pos)  # (it looks at pos only: a miss there says nothing later)
                 elif (cached := cache.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
                         and (cached[2] is None or cached[2][0] >= pos):
                     hit = cached[2]  # memoised per buffer: a scan repeats after each token

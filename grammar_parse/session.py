@@ -25,7 +25,7 @@ from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
-from .salvage import is_call_region, salvage_calls
+from .salvage import component_errors, is_call_region, salvage_calls
 from .scanner import SearchCache
 from .tools import ToolTypes
 from .values import fill
@@ -104,7 +104,8 @@ class _Frame:
     """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
     values of its component regions, and where its events point (``path``, None for a message field)."""
 
-    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk")
+    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk",
+                 "problems")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
                  field: str, path: list[str | int] | None) -> None:
@@ -118,6 +119,7 @@ class _Frame:
         self.path = path
         self.size = 0
         self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
+        self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
 
 
 #: What feed() needs to route a quiet chunk without scanning (see ResponseParser._fast_path): the one
@@ -467,6 +469,12 @@ class ResponseParser:
                     # (transformers); any zero-width delimiter firing twice in one place would loop.
                     marker = (self._base + start, term.name)
                     idle = term.role == "close" and not (self._frames and self._frames[-1].region is term.region)
+                    if term.role == "open" and self._frames and self._frames[-1].region is term.region \
+                            and end < len(buf):
+                        # A lookahead opener inside its own open region (a `{` in the JSON it opened) is
+                        # the region's text: it would end the region and open another at the same place.
+                        self._route(info, end + 1)
+                        continue
                     if idle or marker == self._last_empty:
                         if eos:
                             self._discard(len(buf))  # transformers leaves the rest unparsed
@@ -734,14 +742,20 @@ class ResponseParser:
                 )
         except ParseError as e:
             reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
-            e.locate(region.field, frame.start - self._prefix_len, self._output)
+            e.locate(frame.field, frame.start - self._prefix_len, self._output)  # (a component's: its call's)
             if self._strict:
                 raise e from None
-            self._record(e.code, str(e), region.field, [frame.start - self._prefix_len, self._offset(self._pos)])
+            self._record(e.code, str(e), frame.field, [frame.start - self._prefix_len, self._offset(self._pos)])
             if is_call_region(region):
                 self._close_broken_calls(frame, close_text, {"message": reason, "code": e.code})
                 return
             value = "".join(frame.chunks).strip()  # the raw text is kept
+            if region.parent is not None:  # the call it belongs to says so
+                self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if
+                                                       region.entry_key is not None and frame.path else "",
+                                                       "message": reason, "code": e.code})
+        if frame.problems and isinstance(value, dict) and is_call_region(region):
+            value = {**value, "errors": component_errors(region, frame.problems)}
         if region.parent is not None:
             self._store_component(frame, value)
             return
@@ -786,16 +800,23 @@ class ResponseParser:
             self._content_chunks = frame.chunks
         self._events.append({"type": "region_close", "field": key, "value": value})
 
+    def _parent(self, region: Region) -> _Frame:
+        """The open frame a component region belongs to."""
+        return next(f for f in reversed(self._frames) if f.region.rule == region.parent)
+
     def _store_component(self, frame: _Frame, value: Any) -> None:
         """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
         region = frame.region
-        parent = next(f for f in reversed(self._frames) if f.region.rule == region.parent)
-        scope = parent.children
+        scope = self._parent(region).children
         if region.entry_key is not None:
             entry = fill(region.entry_key, {**frame.captures, **frame.children})
-            scope.setdefault(region.key, {})[str(entry)] = value
+            if not isinstance(scope.get(region.key), dict):
+                scope[region.key] = {}  # (after a whole value that did not parse: its error keeps its text)
+            scope[region.key][str(entry)] = value
         elif region.spec.repeats:
             scope.setdefault(region.key, []).append(value)
+        elif isinstance(value, dict) and isinstance(scope.get(region.key), dict):
+            scope[region.key] = {**scope[region.key], **value}  # a whole object beside keyed entries
         else:
             scope[region.key] = value
         path = frame.path

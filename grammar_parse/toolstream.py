@@ -533,9 +533,19 @@ class ToolCallStreamer:
     def _component(self, event: RegionOpen | RegionChunk | RegionClose) -> None:
         call = self.component_call
         path = event["path"]
-        if call is None or event["type"] != "region_close" or len(path) < 4 or path[2] != self.plan.args_key:
+        if call is None or event["type"] != "region_close" or len(path) < 3 or path[2] != self.plan.args_key:
             return
-        self._send_member(call, str(path[3]), event["value"])
+        value = event["value"]
+        if len(path) > 3:
+            self._send_member(call, str(path[3]), value)
+        elif isinstance(value, dict):  # the whole arguments object (DSML's JSON body)
+            for key, member in value.items():
+                self._send_member(call, key, member)
+        elif not call.members:
+            # arguments that did not parse (the model's text, as the message keeps it), or a JSON value
+            # that is not an object
+            call.members = None
+            self._send_arguments(call, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
 
     def _match(self, values: list[Any]) -> list[tuple[_Call, Any]]:
         """Pair the closing region's streamed calls with its value's calls. Where a lenient parse left

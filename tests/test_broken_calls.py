@@ -344,6 +344,21 @@ HAND_WRITTEN = [
     # ... and a cut inside the function opener is text, not a call
     ("qwen3_coder", "Checking.\n<tool_call>\n<function=get_wea", {"content": "Checking.\n<tool_call>\n<function=get_wea"},
      []),
+    # DSML: an invoke whose JSON body does not parse keeps its text as the arguments; the next invoke is whole
+    ("deepseek_v32", '</think><｜DSML｜function_calls>\n<｜DSML｜invoke name="f">{"a": 1,}</｜DSML｜invoke>\n'
+     '<｜DSML｜invoke name="g">{"b": 2}</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+     {"tool_calls": [call("f", '{"a": 1,}', broken="parse.json"), call("g", {"b": 2})]}, ["parse.json"]),
+    # ... and cut off inside it
+    ("deepseek_v4", '</think>OK<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n{"q": "a {b',
+     {"content": "OK", "tool_calls": [call("f", '{"q": "a {b', broken="parse.json")]}, ["parse.json"]),
+    # a parameter whose string="false" value is not JSON: the call keeps it as text and says where
+    ("deepseek_v32", '</think><｜DSML｜function_calls><｜DSML｜invoke name="f"><｜DSML｜parameter name="n" '
+     'string="false">tw0</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>',
+     {"tool_calls": [{**call("f", {"n": "tw0"}), "errors": [{"path": "$.function.arguments.n", "code": "parse.json"}]}]},
+     ["parse.json"]),
+    # Kimi K3's json form cut off: the call with the raw text
+    ("kimi_k3", '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>json type="object"<|sep|>{"city": "Pa',
+     {"tool_calls": [call("f", '{"city": "Pa', broken="parse.json")]}, ["parse.json"]),
     # Python call syntax: the complete call, then the cut one with the text after its "("
     ("llama4_pythonic", '<|python_start|>[get_weather(city="Paris"), get_time(tz="Eu',
      {"tool_calls": [call("get_weather", {"city": "Paris"}), call("get_time", 'tz="Eu', broken="parse.content")]},

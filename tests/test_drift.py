@@ -156,8 +156,10 @@ FOLLOW_UP = "I'll get that for you."
 
 
 def value_ended(grammar: Grammar) -> list[Any]:
-    """The regions that a JSON value's end closes."""
-    return [t.region for t in grammar.terminals.values() if isinstance(t.matcher, ValueEnd)]
+    """The message fields that a JSON value's end closes (a component closed that way, DSML's JSON
+    arguments, sits inside a call that has its own closer)."""
+    return [t.region for t in grammar.terminals.values()
+            if isinstance(t.matcher, ValueEnd) and t.region is not None and t.region.parent is None]
 
 
 def literals_of(term: Terminal) -> tuple[str, ...]:
