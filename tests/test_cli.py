@@ -261,26 +261,26 @@ REGISTERED = {
         "apertus beam cohere_command3 cohere_command4 deepseek_v3 deepseek_v31 deepseek_v32 deepseek_v4 "
         "deepseek_v41 dots ernie45 functiongemma gemma4 gigachat3 glm45 glm47 granite granite-20b-fc granite4 "
         "hermes hunyuan_a13b hy_v3 hy_v4 inkling internlm jamba k2_horizon kimi_k2 kimi_k3 lfm2 ling3 "
-        "llama3_json llama4_pythonic longcat minicpm5 minimax minimax_m2 minimax_m3 mistral muse muse_glimmer "
+        "llama3_json llama4_pythonic longcat mimo minicpm5 minimax minimax_m2 minimax_m3 mistral muse muse_glimmer "
         "musespark1x olmo3 openai phi4_mini_json plamo3 poolside_v1 pythonic qwen3_coder qwen3_xml seed_oss "
         "step3 step3p5 step5 xlam "
     ).split(),
     ("vllm", "--reasoning-parser"): (  # _VLLM_REASONING
         "beam cohere_command3 cohere_command4 deepseek_r1 deepseek_v4 deepseek_v41 ernie45 gemma4 glm45 glm47 "
         "granite granite_thinking_parser holo2 hunyuan_a13b hy_v3 hy_v4 inkling k2_horizon kimi_k2 kimi_k3 "
-        "ling3 minicpmv minimax_m2 minimax_m2_append_think minimax_m3 muse muse_glimmer musespark1x "
+        "ling3 mimo minicpmv minimax_m2 minimax_m2_append_think minimax_m3 muse muse_glimmer musespark1x "
         "nemotron_v3 olmo3 openai_gptoss plamo3 poolside_v1 qwen3 seed_oss step3 step3p5 step5 "
     ).split(),
     ("sglang", "--tool-call-parser"): (  # _SGLANG_TOOLS
         "apertus2509 beam cohere_command4 deepseekv3 deepseekv31 deepseekv32 deepseekv4 deepseekv41 dots "
         "gemma4 gigachat3 gigachat35 glm glm45 glm47 gpt-oss hermes hunyuan inkling interns1 iquest_q1 "
-        "k2_horizon kimi_k2 kimi_k3 lfm2 ling3 llama3 minicpm5 minimax-m2 minimax-m3 mistral nanbeige "
+        "k2_horizon kimi_k2 kimi_k3 lfm2 ling3 llama3 mimo minicpm5 minimax-m2 minimax-m3 mistral nanbeige "
         "poolside_v1 pythonic qwen qwen25 qwen3_coder spark25 step3 step3p5 trinity "
     ).split(),
     ("sglang", "--reasoning-parser"): (  # _SGLANG_REASONING
         "apertus2509 beam cohere_command4 deepseek-r1 deepseek-v4 deepseek-v41 dots gemma4 gigachat35 glm45 "
         "gpt-oss granite_thinking_parser hunyuan inkling interns1 iquest_q1 k2_horizon kimi_k2 kimi_k3 ling3 "
-        "minimax-append-think minimax-m3 nanbeige nemotron_3 poolside_v1 qwen3 qwen3-thinking step3 step3p5 "
+        "mimo minimax-append-think minimax-m3 nanbeige nemotron_3 poolside_v1 qwen3 qwen3-thinking step3 step3p5 "
     ).split(),
 }
 
@@ -293,8 +293,7 @@ SERVER_NAMES = [(server, flag, name, RENAMED[server].get(name, name))
 #: another format on a server (vLLM `deepseek_v3` / `mistral` reasoning, SGLang `minimax` reasoning) are
 #: explained in those grammars' headers.
 UNMAPPED = [
-    ("vllm", "--tool-call-parser", "llama4_json"), ("vllm", "--reasoning-parser", "mimo"),
-    ("sglang", "--tool-call-parser", "mimo"), ("sglang", "--reasoning-parser", "kimi"),
+    ("vllm", "--tool-call-parser", "llama4_json"), ("sglang", "--reasoning-parser", "kimi"),
     ("sglang", "--reasoning-parser", "telechat4"),
 ]
 
