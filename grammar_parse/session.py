@@ -808,17 +808,20 @@ class ResponseParser:
         """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
         region = frame.region
         scope = self._parent(region).children
+        have = scope.get(region.key)
         if region.entry_key is not None:
-            entry = fill(region.entry_key, {**frame.captures, **frame.children})
-            if not isinstance(scope.get(region.key), dict):
-                scope[region.key] = {}  # (after a whole value that did not parse: its error keeps its text)
-            scope[region.key][str(entry)] = value
+            if isinstance(have, dict) or have is None:
+                entry = fill(region.entry_key, {**frame.captures, **frame.children})
+                scope.setdefault(region.key, {})[str(entry)] = value
         elif region.spec.repeats:
             scope.setdefault(region.key, []).append(value)
-        elif isinstance(value, dict) and isinstance(scope.get(region.key), dict):
-            scope[region.key] = {**scope[region.key], **value}  # a whole object beside keyed entries
-        else:
+        elif isinstance(value, dict) and isinstance(have, dict):
+            scope[region.key] = {**have, **value}  # a whole object beside keyed entries
+        elif not have:
             scope[region.key] = value
+        # Otherwise the call's value is already something else (arguments that did not parse, where an
+        # object follows; an object, where text that does not parse follows): it stays, as a stream that
+        # sent it must keep it; the component's text is in the call's span, and its error on the call.
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self._events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})

@@ -536,6 +536,8 @@ class ToolCallStreamer:
         if call is None or event["type"] != "region_close" or len(path) < 3 or path[2] != self.plan.args_key:
             return
         value = event["value"]
+        if call.members is None:
+            return  # the arguments went out as text (see ResponseParser._store_component)
         if len(path) > 3:
             self._send_member(call, str(path[3]), value)
         elif isinstance(value, dict):  # the whole arguments object (DSML's JSON body)
