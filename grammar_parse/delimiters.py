@@ -690,10 +690,13 @@ class Repeat:
             tail = buf[j:]
             growing = j == n or any(len(tail) < len(lit) and lit.startswith(tail) for lit in opener.literals)
             return None, (pos if growing else -1)
-        m = opener.compiled.match(buf, j, partial=True, **opener.limit)
-        if m is not None and m.partial:
-            return None, pos
-        return hit, -1
+        if hit is None:
+            m = opener.compiled.match(buf, j, partial=True, **opener.limit)
+            return None, (pos if m is not None and m.partial else -1)
+        # a complete match may still grow with more text (`[ \t]*` before more tabs, `(?:json)?` after "js"):
+        # the opener's own streaming test decides, for a match that starts where the whitespace ends
+        committed, _ = opener.probe(buf, j, (j, hit[1], None))
+        return (hit, -1) if committed is not None else (None, pos)
 
 
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
