@@ -204,6 +204,60 @@ def _firsts(items: list[Any]) -> set[str] | None:
     return None
 
 
+def _trailing_lookahead_as_text(pattern: str) -> str | None:
+    """``X(?:Y)`` for a pattern ``X(?=Y)`` whose only lookaround is that lookahead at its very end; None
+    for any other pattern."""
+    depth, i, in_class, last_top = 0, 0, False, -1
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern.startswith("[]", i) or pattern.startswith("[^]", i):
+                i += 2 if pattern.startswith("[]", i) else 3
+                continue
+        elif ch == "(":
+            if depth == 0:
+                last_top = i
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        i += 1
+    if last_top == -1 or not pattern.startswith("(?=", last_top) or not pattern.endswith(")"):
+        return None
+    head, tail = pattern[:last_top], pattern[last_top + 3:]
+    if any(mark in head or mark in tail for mark in ("(?=", "(?!", "(?<")):
+        return None
+    # the lookahead group must close at the very end (depth returns to 0 only there)
+    depth = 0
+    j = last_top
+    k = j
+    in_class = False
+    while k < len(pattern):
+        ch = pattern[k]
+        if ch == "\\":
+            k += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        k += 1
+    if k != len(pattern) - 1:
+        return None
+    return f"{head}(?:{tail}"
+
+
 def _strip_anchors(pattern: str) -> str:
     """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
 
@@ -269,6 +323,32 @@ def find_literals(buf: str, pos: int, literals: tuple[str, ...], firsts: str) ->
         if j != -1 and (best is None or j < best[0]):
             best = (j, lit)
     return best
+
+
+class Progress:
+    """What one session's last streaming scan established for one delimiter, so the next scan of the grown
+    buffer starts where that one stopped instead of from the held position (which made a long pending run,
+    such as whitespace after ``<tool_call>`` that ``(?=\\s*[{\\[])`` must see past, cost its length on
+    every feed: quadratic).
+
+    At buffer length ``end``, scanning from ``pos``: no match, complete or partial, starts before
+    ``pending`` (or before ``end`` when ``pending`` is -1); ``found`` says whether the search had a complete
+    match; ``state`` is the matcher's own note on the run from ``pending`` (an automaton state, or how far
+    it is known to be whitespace), None when it has none.
+    """
+
+    __slots__ = ("end", "pos", "pending", "found", "state")
+
+    def __init__(self, end: int, pos: int, pending: int, found: bool, state: Any = None) -> None:
+        self.end = end
+        self.pos = pos
+        self.pending = pending
+        self.found = found
+        self.state = state
+
+    def dead_below(self) -> int:
+        """No match can start before this offset, however the text goes on."""
+        return self.end if self.pending == -1 else self.pending
 
 
 class LiteralMatcher:
@@ -367,6 +447,17 @@ class Automaton:
             if i < hi and initial in current:
                 best = i
         return best
+
+    def walk(self, state: Any, text: str) -> Any:
+        """The state after reading ``text`` from ``state`` on a path that has not matched yet; None once
+        the path dies or reaches acceptance (then the regex itself must look)."""
+        symbols, other, trans, live, finals = self.symbols, self.other, self.trans, self.live, self.finals
+        for ch in text:
+            sym = symbols.get(ch, other)
+            state = trans.get(state, {}).get(sym) if sym is not None else None
+            if state is None or state not in live or state in finals:
+                return None
+        return state
 
     def completion(self, tail: str) -> str | None:
         """The shortest non-empty string taking the automaton from after ``tail`` to acceptance."""
@@ -478,6 +569,79 @@ class RegexMatcher:
             return Automaton(interegular.parse_pattern(source).to_fsm())
         except Exception:  # noqa: BLE001 - lookbehinds, backreferences, regex-only syntax
             return None
+
+    @cached_property
+    def _forward(self) -> Automaton | None:
+        """An automaton whose live paths are exactly this pattern's partial matches, for resuming a pending
+        run: the pattern's own, or for ``X(?=Y)`` (a lookahead at the end) that of ``XY``, since a match
+        needs ``Y`` right after ``X``. None where anchors would be dropped (the automaton would over-report)."""
+        source = _unnamed(self.pattern)
+        if _strip_anchors(source) != source:
+            return None
+        if not self.lookaround:
+            return self._automaton
+        body = _trailing_lookahead_as_text(source)
+        if body is None:
+            return None
+        try:
+            import interegular
+
+            return Automaton(interegular.parse_pattern(body if not self.flags & regex.DOTALL else f"(?s:{body})").to_fsm())
+        except Exception:  # noqa: BLE001 - syntax interegular lacks
+            return None
+
+    @property
+    def exact_pending(self) -> bool:
+        """Whether a pending start found beside a complete match is the leftmost live one (an automaton
+        says so; without one the look-back is bounded)."""
+        return self._automaton is not None
+
+    def note(self, buf: str, progress: Progress) -> None:
+        """Record on ``progress`` (just computed for ``buf``) what lets the next scan resume its pending run."""
+        start = progress.pending
+        if start == -1 or progress.found:
+            return
+        if self.lowered is not None:
+            j, n = start, len(buf)
+            while j < n and _is_regex_space(buf[j]):
+                j += 1
+            progress.state = j  # buf[start:j] is whitespace (a leading \s* run), then a literal's prefix
+            return
+        automaton = self._forward
+        if automaton is not None:
+            progress.state = automaton.walk(automaton.initial, buf[start:])
+
+    def resume(self, buf: str, progress: Progress) -> int | None:
+        """The pending start for ``buf`` (which grew from ``progress.end``) without a full rescan, or None
+        where it takes one: the run from ``progress.pending`` is still a partial match and no complete one
+        can have appeared (the scanner then holds from there, as the full scan would)."""
+        start, state, n = progress.pending, progress.state, len(buf)
+        if start == -1 or progress.found or state is None:
+            return None
+        if self.lowered is not None:
+            assert self._prefixes is not None
+            leading, literals, _ = self.lowered
+            if not leading:
+                return None  # (its pending run is a literal's prefix: short, the full scan is cheap)
+            longest = max(map(len, literals))
+            # a literal completed in the new text: the full scan decides
+            if find_literals(buf, max(start, progress.end - longest + 1), literals, self._firsts) is not None:
+                return None
+            j = state
+            while j < n and _is_regex_space(buf[j]):
+                j += 1
+            if j == n or self._prefixes.live_partial(buf, j, j + 1) == j:
+                progress.state, progress.end = j, n
+                return start
+            return None
+        automaton = self._forward
+        if automaton is None:
+            return None
+        state = automaton.walk(state, buf[progress.end:])
+        if state is None:
+            return None
+        progress.state, progress.end = state, n
+        return start
 
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
@@ -702,8 +866,8 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "RegexMatcher", "Repeat", "UNBOUNDED",
-           "ValueEnd", "pattern_shape"]
+__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "Progress", "RegexMatcher", "Repeat",
+           "UNBOUNDED", "ValueEnd", "pattern_shape"]
 
 
 def _flat(items: Any) -> list[Any]:

@@ -15,14 +15,29 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, RegexMatcher, Repeat, ValueEnd
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .errors import ParseError
 
 if TYPE_CHECKING:
     from .grammar import Region, Terminal
 
-#: Per-session memo of complete-match searches: terminal name -> (buffer, searched-from, hit).
-SearchCache = dict[str, tuple[str, int, Hit | None]]
+class SearchCache:
+    """A session's memo for its scans, cleared whenever the session drops consumed text (offsets shift).
+
+    ``hits``: terminal name -> (buffer, searched-from, hit), for the scans that repeat on one buffer after
+    each token. ``progress``: terminal name -> what the last streaming scan of a shorter buffer
+    established (:class:`Progress`), so the next feed's scan does not start over from the held position.
+    """
+
+    __slots__ = ("hits", "progress")
+
+    def __init__(self) -> None:
+        self.hits: dict[str, tuple[str, int, Hit | None]] = {}
+        self.progress: dict[str, Progress] = {}
+
+    def clear(self) -> None:
+        self.hits.clear()
+        self.progress.clear()
 
 
 class QuietTest:
@@ -80,23 +95,55 @@ class Scanner:
              value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
         """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``; ``value_end`` is
         where the open region's JSON value ends in ``buf`` (-1: not yet, or no such region)."""
-        hold = len(buf)
+        n = hold = len(buf)
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
+        hits, progress = cache.hits, cache.progress
         for term, matcher in self.entries:
             try:
                 if isinstance(matcher, ValueEnd):
                     hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
                 elif isinstance(matcher, Repeat):
                     hit = matcher.search(buf, pos)  # (it looks at pos only: a miss there says nothing later)
-                elif (cached := cache.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
-                        and (cached[2] is None or cached[2][0] >= pos):
-                    hit = cached[2]  # memoised per buffer: a scan repeats after each token
                 else:
-                    hit = matcher.search(buf, pos)
-                    cache[term.name] = (buf, pos, hit)
-                if not eos:
+                    # Where an earlier feed's scan stopped: no match starts before its pending run (dead
+                    # starts stay dead as text arrives), and that run may be resumed without a rescan.
+                    start, known = pos, progress.get(term.name)
+                    if known is not None:
+                        if known.pos <= pos <= known.dead_below() and known.end <= n:
+                            start = known.dead_below()
+                            if not eos and isinstance(matcher, RegexMatcher) and start < n \
+                                    and (pending := matcher.resume(buf, known)) is not None:
+                                if pending < hold:
+                                    hold = pending
+                                continue
+                        else:
+                            known = None
+                            del progress[term.name]
+                    if (cached := hits.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
+                            and (cached[2] is None or cached[2][0] >= pos):
+                        hit = cached[2]  # memoised per buffer: a scan repeats after each token
+                    else:
+                        # (a literal that was not in the shorter buffer can only end in the new text)
+                        frm = start if known is None or known.found or not isinstance(matcher, LiteralMatcher) \
+                            else max(start, known.end - matcher.max_width + 1)
+                        hit = matcher.search(buf, frm)
+                        hits[term.name] = (buf, pos, hit)
+                    if not eos:
+                        found = hit is not None
+                        hit, pending = matcher.probe(buf, start, hit)
+                        # (a pending run found past a complete match is exact only with an automaton)
+                        if hit is None and (isinstance(matcher, LiteralMatcher) or isinstance(matcher, RegexMatcher)
+                                            and (not found or matcher.exact_pending)):
+                            known = progress[term.name] = Progress(n, pos, pending, found)
+                            if isinstance(matcher, RegexMatcher):
+                                matcher.note(buf, known)
+                        else:
+                            progress.pop(term.name, None)
+                        if pending != -1 and pending < hold:
+                            hold = pending
+                if isinstance(matcher, (ValueEnd, Repeat)) and not eos:
                     hit, pending = matcher.probe(buf, pos, hit)
                     if pending != -1 and pending < hold:
                         hold = pending

@@ -193,7 +193,7 @@ class ResponseParser:
         self._hit: Hit | None = None  # the delimiter hit being fed (for the callbacks' captures and texts)
         self._hit_term: Terminal | None = None
         self._events: list[Event] = []
-        self._cache: SearchCache = {}
+        self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._finalized = False
