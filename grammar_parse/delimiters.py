@@ -513,8 +513,8 @@ def _literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | 
     current: list[str] = []
     for tok in tokens + ["|"]:
         if tok == "|":
-            if not current or _is_regex_space(current[0][0]):
-                return None
+            if not current or leading and _is_regex_space(current[0][0]):
+                return None  # (after a leading \s*, a literal that starts with whitespace shifts the match)
             literals.append("".join(current))
             current = []
         elif len(tok) == 2:  # an escape: punctuation stands for itself, \n \t ... for control characters
@@ -596,10 +596,17 @@ class RegexMatcher:
         says so; without one the look-back is bounded)."""
         return self._automaton is not None
 
-    def note(self, buf: str, progress: Progress) -> None:
-        """Record on ``progress`` (just computed for ``buf``) what lets the next scan resume its pending run."""
+    def note(self, buf: str, progress: Progress, hit: Hit | None) -> None:
+        """Record on ``progress`` (just computed for ``buf``, whose search found ``hit``) what lets the next
+        scan resume its pending run."""
         start = progress.pending
-        if start == -1 or progress.found:
+        if start == -1:
+            return
+        if progress.found:
+            # a lowered `lit\s*` match held at the edge, growing over whitespace (`</think>` + a flood)
+            if self.lowered is not None and self.lowered[2] and hit is not None and hit[0] == start \
+                    and hit[1] == len(buf):
+                progress.state = hit[1]
             return
         if self.lowered is not None:
             j, n = start, len(buf)
@@ -616,8 +623,16 @@ class RegexMatcher:
         where it takes one: the run from ``progress.pending`` is still a partial match and no complete one
         can have appeared (the scanner then holds from there, as the full scan would)."""
         start, state, n = progress.pending, progress.state, len(buf)
-        if start == -1 or progress.found or state is None:
+        if start == -1 or state is None:
             return None
+        if progress.found:  # the held match grows while only whitespace arrives; then it may commit
+            j = state
+            while j < n and _is_regex_space(buf[j]):
+                j += 1
+            if j < n:
+                return None
+            progress.state, progress.end = n, n
+            return start
         if self.lowered is not None:
             assert self._prefixes is not None
             leading, literals, _ = self.lowered

@@ -131,14 +131,14 @@ class Scanner:
                         hit = matcher.search(buf, frm)
                         hits[term.name] = (buf, pos, hit)
                     if not eos:
-                        found = hit is not None
+                        found, searched = hit is not None, hit
                         hit, pending = matcher.probe(buf, start, hit)
                         # (a pending run found past a complete match is exact only with an automaton)
                         if hit is None and (isinstance(matcher, LiteralMatcher) or isinstance(matcher, RegexMatcher)
                                             and (not found or matcher.exact_pending)):
                             known = progress[term.name] = Progress(n, pos, pending, found)
                             if isinstance(matcher, RegexMatcher):
-                                matcher.note(buf, known)
+                                matcher.note(buf, known, searched)
                         else:
                             progress.pop(term.name, None)
                         if pending != -1 and pending < hold:

@@ -31,7 +31,7 @@ def test_literal_search_is_the_longest_first_alternation(literals, text, pos):
 
 
 LOWERED = [r"\s*<tool_call>", r"</think>\s*", r"\s*(?:<\|im_end\|>|<\|endoftext\|>)", r"\s*(?:<a|<ab)\s*",
-           r"\s*(?:<ab|<a|b<)", r"<\|im_end\|>\s*", r"\s*(?:x\||\|x)"]
+           r"\s*(?:<ab|<a|b<)", r"<\|im_end\|>\s*", r"\s*(?:x\||\|x)", "\n\\s*", r"(?:\n\n|\n)\s*"]
 
 
 @given(st.sampled_from(LOWERED), texts, st.integers(min_value=0, max_value=40))
