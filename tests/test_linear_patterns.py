@@ -1,0 +1,132 @@
+"""Every built-in delimiter regex is searched in linear time on a flood of the text that hurts it.
+
+A backtracking search tries each start position; a pattern costs a run's length at every start when
+(a) its match can begin with an unbounded repeat (``(?=\\s*\\{)``, ``[^<]*<tag>``: every character of a
+whitespace flood is a start, and each scans to the flood's end), or (b) after its literal head, an
+unbounded repeat can run over every character of that head (``<parameter=[^>\\n]+>`` on a flood of
+``<parameter=path``: each occurrence scans to the end). Written as a static rule over the grammars, since
+tests do not time things; ``benchmarks/bench_hostile.py`` measures the cost per MB.
+
+``\\s*literal\\s*`` forms are exempt: the engine finds them with ``str.find`` (``RegexMatcher.lowered``).
+"""
+
+from __future__ import annotations
+
+import regex
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse.delimiters import RegexMatcher, _sre, _sre_parse, _unnamed
+
+UNBOUNDED = _sre.MAXREPEAT
+
+
+def leading_unbounded(items: list) -> bool:
+    """Whether a match can start inside an unbounded repeat (looking through a leading lookahead,
+    group or optional part)."""
+    for op, av in items:
+        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+            lo, hi, sub = av
+            if hi == UNBOUNDED or leading_unbounded(list(sub)):
+                return True
+            if lo > 0:
+                return False
+            continue  # an optional part: what follows can start the match too
+        if op is _sre.SUBPATTERN:
+            if leading_unbounded(list(av[-1])):
+                return True
+            return False
+        if op is _sre.ASSERT and av[0] == 1:  # a lookahead: its text starts the match too
+            return leading_unbounded(list(av[1]))
+        if op is _sre.BRANCH:
+            return any(leading_unbounded(list(b)) for b in av[1])
+        if op in (_sre.AT, _sre.ASSERT_NOT, _sre.ASSERT):
+            continue  # zero-width
+        return False
+    return False
+
+
+def class_chars(item) -> tuple[bool, set[str]] | None:
+    """(negated, literal characters) of a one-character item, None for ANY / a category-only class."""
+    op, av = item
+    if op is _sre.LITERAL:
+        return False, {chr(av)}
+    if op is _sre.ANY:
+        return None
+    if op is _sre.IN:
+        negated = bool(av) and av[0][0] is _sre.NEGATE
+        chars = {chr(a) for o, a in av if o is _sre.LITERAL}
+        for o, a in av:
+            if o is _sre.RANGE:
+                chars.update(chr(c) for c in range(a[0], min(a[1], a[0] + 256) + 1))
+        categories = [a for o, a in av if o is _sre.CATEGORY]
+        if categories and negated:
+            return None if any(c not in (_sre.CATEGORY_SPACE, _sre.CATEGORY_LINEBREAK) for c in categories) \
+                else (True, chars)
+        return negated, chars
+    return False, set()
+
+
+def runs_over(items: list, head: str) -> list[str]:
+    """The unbounded repeats in ``items`` whose one-character body matches every character of ``head``
+    (so a run can cross a whole occurrence of it: one that excludes any of them stops there)."""
+    found = []
+    for op, av in items:
+        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+            lo, hi, sub = av
+            sub = list(sub)
+            if hi == UNBOUNDED and len(sub) == 1:
+                chars = class_chars(sub[0])
+                if chars is None or all((c not in chars[1]) if chars[0] else (c in chars[1]) for c in head):
+                    found.append(repr(sub[0])[:60])
+            found += runs_over(sub, head)
+        elif op is _sre.SUBPATTERN:
+            found += runs_over(list(av[-1]), head)
+        elif op is _sre.BRANCH:
+            for b in av[1]:
+                found += runs_over(list(b), head)
+    return found
+
+
+def problems(pattern: str, flags: int) -> list[str]:
+    parsed = list(_sre_parse.parse(_unnamed(regex.sub(r"\\[pP]\{[^}]*\}", "A", pattern)), flags & 0xFFFF))
+    out = []
+    if leading_unbounded(parsed):
+        out.append("a match can start inside an unbounded repeat")
+    head = ""
+    for op, av in parsed:
+        if op is not _sre.LITERAL:
+            break
+        head += chr(av)
+    if len(head) >= 2:
+        out += [f"after {head!r}, {r} can run over {head[0]!r}" for r in runs_over(parsed[len(head):], head)]
+    return out
+
+
+def delimiter_regexes() -> list[tuple[str, str, RegexMatcher]]:
+    out = []
+    for name in sorted(gp.list_grammars()):
+        for term in gp.load_grammar(name).terminals.values():
+            m = term.matcher
+            if isinstance(m, RegexMatcher) and m.lowered is None:
+                out.append((name, term.name, m))
+    return out
+
+
+REGEXES = delimiter_regexes()
+
+
+@pytest.mark.parametrize("name, terminal, matcher", REGEXES, ids=[f"{n}-{t}" for n, t, _ in REGEXES])
+def test_delimiter_regex_searches_in_linear_time(name, terminal, matcher):
+    assert problems(matcher.pattern, matcher.flags) == []
+
+
+@pytest.mark.parametrize("pattern, bad", [
+    (r"(?=\s*\{)", True), (r"[^<]*<tag>", True), (r"(?:<a>)?[^<]*<b>", True), (r"<p=(?P<k>[^>\n]+)>", True),
+    (r"<c>.*?<m>", True), (r"(?=\{)", False), (r"<p=(?P<k>[^<>\n]+)>", False), (r"(?:<a>[^<]*)?<b>", False),
+    (r"\s{0,8}to=", False), (r"(?:</f>\s*)?</t>", False), (r"<i\s{1,8}n=(?P<n>[^\"'<>\s]+)>", False), (r"to=f\.(?P<n>[^\s<]+)\s*<c>", True),
+    (r"to=f\.(?P<n>[^\s<=]+)\s*<c>", False),
+])
+def test_the_rule_tells_linear_patterns_from_quadratic_ones(pattern, bad):
+    assert bool(problems(pattern, regex.DOTALL)) is bad
