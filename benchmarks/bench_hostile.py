@@ -1,7 +1,9 @@
 """Benchmark: hostile model outputs, time per MB from 100 KB to 10 MB, one-shot and streamed.
 
-    python benchmarks/bench_hostile.py            # 0.1, 1 and 10 MB
-    python benchmarks/bench_hostile.py --quick    # 0.1 and 1 MB
+    python benchmarks/bench_hostile.py                       # 0.1, 1 and 10 MB
+    python benchmarks/bench_hostile.py --quick               # 0.1 and 1 MB
+    python benchmarks/bench_hostile.py --grammars            # every built-in grammar: 10 KB, 100 KB, 1 MB
+    python benchmarks/bench_hostile.py --grammars --quick -g qwen3 -g glm45   # 10 and 100 KB, two grammars
 
 Each workload is a Qwen3 output built to hurt a parser: megabytes of near-delimiters, a region that
 never closes, JSON nested far past the depth limit, lone surrogates and NUL bytes, a closer that almost
@@ -10,6 +12,12 @@ matches again and again. Parsing is lenient (``strict=False``), so every run end
 column is the ratio of the 10 MB (or 1 MB) cost per MB to the 100 KB one. Streamed runs feed 16-char
 chunks. With transformers 5.23 installed, its one-shot cost per MB on the 100 KB input is shown, with
 how many times slower it is than ours on the same input.
+
+``--grammars`` runs the same question over every built-in grammar: each grammar's golden sample with
+the most delimiters gets a flood (spaces, newlines, or its neighbouring delimiter without its last
+character, repeated) inserted before and after every delimiter; the floods are screened at 10 KB and the
+three costliest per mode are measured at every size. The row shows the worst cost per MB at each size
+and the ratio of the largest size's cost per MB to the smallest's (1.0 is linear).
 """
 
 from __future__ import annotations
@@ -18,9 +26,13 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from pathlib import Path
+
 from bench import TEMPLATE, TEMPLATE_DICT, best_of, transformers_parser
 
 import grammar_parse
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def near_delimiters(n: int) -> str:
@@ -66,10 +78,84 @@ def streamed(text: str) -> dict:
     return parser.finalize()[0]
 
 
+# ---------------------------------------------------------------------------- every grammar
+def flood_cases(name: str) -> tuple[object, list[tuple[str, Callable[[int], str]]]]:
+    """The golden sample with the most delimiters, and a builder per (place, flood) for it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from goldens import goldens  # the golden samples live with the tests
+
+    grammar = grammar_parse.load_grammar(name)
+
+    def places(case) -> list[tuple[int, str]]:
+        parser = grammar_parse.ResponseParser(grammar, case.prefix, trace=True, strict=False)
+        parser.finalize(case.text)
+        out = set()
+        for span in parser.spans:
+            if span["kind"] == "delimiter" and span["start"] >= 0:
+                delim = case.text[span["start"]:span["end"]]
+                out |= {(span["start"], delim), (span["end"], delim)}
+        return sorted(out)
+
+    cases = [c for c in goldens(name) if "error" not in c.expected]
+    sample = max(cases, key=lambda c: len(places(c)))
+    builders: list[tuple[str, Callable[[int], str]]] = []
+    for at, delim in places(sample):
+        floods = {"spaces": " ", "newlines": "\n"}
+        if len(delim.strip()) >= 2:
+            floods[f"{delim[:-1][:20]!r} repeated"] = delim[:-1]
+        for label, unit in floods.items():
+            def build(n: int, at: int = at, unit: str = unit) -> str:
+                return sample.text[:at] + (unit * (n // len(unit) + 1))[:n] + sample.text[at:]
+            builders.append((f"{label} at {at}", build))
+    return sample, builders
+
+
+def grammar_rows(names: list[str], sizes: list[int]) -> None:
+    print(f"grammar_parse {grammar_parse.__version__}, Python {sys.version.split()[0]}; lenient mode, "
+          "streamed in 16-char chunks")
+    print()
+    head = " | ".join(f"{s / 1e3:g} KB" for s in sizes)
+    print(f"| grammar | mode | {head} (worst s per MB) | largest / smallest | worst flood |")
+    print("| --- | --- |" + " ---: |" * len(sizes) + " ---: | --- |")
+    worst_ratio = 0.0
+    for name in names:
+        sample, builders = flood_cases(name)
+        for mode in ("one-shot", "streamed"):
+            def run(text: str) -> object:
+                if mode == "one-shot":
+                    return grammar_parse.parse_response(text, name, prefix=sample.prefix, strict=False)
+                parser = grammar_parse.ResponseParser(name, sample.prefix, strict=False)
+                for i in range(0, len(text), 16):
+                    parser.feed(text[i:i + 16])
+                return parser.finalize()[0]
+            screened = sorted(builders, key=lambda b: -best_of(lambda: run(b[1](sizes[0])), 1))[:3]
+            costs, label = [0.0] * len(sizes), ""
+            for flood, build in screened:
+                for k, size in enumerate(sizes):
+                    text = build(size)
+                    per_mb = best_of(lambda: run(text), 1 if size >= 1_000_000 else 3) / (len(text.encode()) / 1e6)
+                    if per_mb > costs[k]:
+                        costs[k] = per_mb
+                        if k == len(sizes) - 1:
+                            label = flood
+            ratio = costs[-1] / costs[0]
+            worst_ratio = max(worst_ratio, ratio)
+            cells = " | ".join(f"{c:.3f}" for c in costs)
+            print(f"| {name} | {mode} | {cells} | {ratio:.2f} | {label} |", flush=True)
+    print()
+    print(f"largest / smallest cost per MB, worst over all grammars and modes: {worst_ratio:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--grammars", action="store_true", help="floods at every delimiter of every built-in grammar")
+    ap.add_argument("-g", "--grammar", action="append", help="with --grammars: only these (repeatable)")
     args = ap.parse_args()
+    if args.grammars:
+        names = args.grammar or sorted(grammar_parse.list_grammars())
+        grammar_rows(names, [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
+        return
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
     tf = transformers_parser()
     print(f"grammar_parse {grammar_parse.__version__}, Python {sys.version.split()[0]}; lenient mode")
