@@ -170,6 +170,29 @@ def last_char(pattern: str, flags: int = regex.DOTALL) -> str | None:
     return None
 
 
+def required_tail(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The last run of literal text (3 characters or more where there is one) that every match of
+    ``pattern`` contains, or None: no match can complete before it appears, so the tool streamer waits
+    for it instead of retrying a pattern whose lazy ``.*?`` runs to the end of a long body each time."""
+    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
+        return None
+    try:
+        items = list(_sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF))
+    except Exception:  # noqa: BLE001 - syntax only `regex` knows
+        return None
+    runs, current = [], ""
+    for op, av in items:
+        if op is _sre.LITERAL:
+            current += chr(av)
+        else:
+            runs.append(current)
+            current = ""
+    runs = [r for r in [*runs, current] if r]
+    if not runs:
+        return None
+    return next((r for r in reversed(runs) if len(r) >= 3), runs[-1])
+
+
 def _firsts(items: list[Any]) -> set[str] | None:
     """First characters of a parsed sequence whose first item always consumes one, else None."""
     if not items:

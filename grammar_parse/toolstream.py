@@ -34,7 +34,7 @@ import regex
 from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
-from .delimiters import UNBOUNDED, last_char, pattern_shape
+from .delimiters import UNBOUNDED, last_char, pattern_shape, required_tail
 from .values import PLACEHOLDER, ValueSpec, _sub_parse
 
 
@@ -63,6 +63,7 @@ class CallPlan:
     id_key: str | None = None  # the body (or element) key holding a model-written call id
     tag_pattern: Any = None  # xml mode
     tag_end: str | None = None  # the character every tag match ends with (None: any)
+    tag_tail: str | None = None  # literal text every tag match holds, near its end (None: none known)
     tag_context: int = 0  # how far before its start a tag match may look (anchors, lookbehind)
     value_parser: Any = None
 
@@ -121,7 +122,7 @@ def plan_for(region: Region) -> CallPlan:
     if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
             "merge_duplicates") and "value_parser_when" not in spec.content_args:
         pattern = spec.content_args["tag_pattern"]
-        return replace(common, mode="xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern),
+        return replace(common, mode="xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern), tag_tail=required_tail(pattern),
                        tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"))
     if name_capture and "." not in args and spec.content in ("text",):
         return replace(common, mode="components", args_key=args)
@@ -399,12 +400,23 @@ class _XmlCallReader:
         self.plan = plan
         self.call = streamer._new_call(captures, plan)
         self.body: list[str] = []  # the text after the last tag sent (and the context before it)
-        self.scanned = 0  # where in it the next tag may start
+        self.scanned = 0  # where in it the next tag may start (no tag starts before it)
         self.waiting = False  # a tag matched at the end of the text and could still grow
+        self.armed = plan.tag_tail is None  # the literal every tag holds appeared after `scanned`
+        self.edge = ""  # the body's last characters, where that literal may have begun
         streamer._start_arguments(self.call, partial_object=True)
 
     def feed(self, text: str) -> None:
         self.body.append(text)
+        tail = self.plan.tag_tail
+        if not self.waiting and not self.armed and tail is not None:
+            # No tag can complete before its required literal appears (a flood of "<arg_key>" never
+            # makes the streamer retry a tag whose lazy value runs to the end of the body).
+            window = self.edge + text
+            self.edge = window[len(window) - len(tail) + 1:] if len(tail) > 1 else ""
+            if tail not in window:
+                return
+            self.armed = True
         # A new tag can only end in text holding its last character: scan then (or to settle a waiting
         # one), so a long value costs its length, not its length times its chunks.
         if self.waiting or self.plan.tag_end is None or self.plan.tag_end in text:
@@ -414,10 +426,22 @@ class _XmlCallReader:
         body = "".join(self.body)
         scanned = self.scanned
         self.waiting = False
-        for m in self.plan.tag_pattern.finditer(body, scanned):
+        pattern = self.plan.tag_pattern
+        while True:
+            # (streaming: a partial tag at the leftmost live start stops the scan there, and the starts
+            # before it are dead for good, so the next scan starts from it)
+            m = pattern.search(body, scanned, partial=not final)
+            if m is None:
+                scanned = len(body) if not final else scanned
+                break
+            if m.partial:
+                scanned = m.start()
+                break
             if not final and m.end() >= len(body):
                 self.waiting = True  # it could still grow
+                scanned = m.start()
                 break
+            scanned = max(m.end(), scanned + 1)
             groups = m.groupdict()
             key = groups.get("key")
             if key is None:
@@ -427,9 +451,13 @@ class _XmlCallReader:
             except Exception:  # noqa: BLE001 - the region's own parse reports it at close
                 value = groups.get("value", "")
             self.streamer._send_member(self.call, key, value)
-            scanned = m.end()
         keep = 0 if self.plan.tag_context >= UNBOUNDED else max(0, scanned - self.plan.tag_context)
         self.body, self.scanned = [body[keep:]], scanned - keep
+        tail = self.plan.tag_tail
+        if tail is not None and not final:
+            rest = self.body[0]
+            self.armed = tail in rest[self.scanned:]
+            self.edge = rest[len(rest) - len(tail) + 1:] if len(tail) > 1 else ""
 
     def close(self) -> None:
         self._scan(final=True)
