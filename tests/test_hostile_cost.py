@@ -1,0 +1,99 @@
+"""The issue's hostile outputs cost linear work: the text the delimiter searches cover, summed over a
+whole parse, grows in proportion to the output, one-shot and streamed.
+
+Work is counted, not timed (tests do not time things; ``benchmarks/bench_hostile.py`` measures seconds):
+every delimiter search is charged the buffer it reads (to its match, or to the end), every streaming
+probe the buffer it may read (to the end, or one match's width for a bounded pattern). A parse that restarts from a held position on every feed, or that searches from
+every start of a flood, is charged quadratically and fails the ratio below; resumed scans
+(``delimiters.Progress``) are charged only for the text they read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
+
+SMALL, LARGE = 4_000, 32_000  # 8x the text
+
+
+def charged(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> int:
+    total = [0]
+
+    def wrap(cls: type, name: str) -> None:
+        original = getattr(cls, name)
+
+        def counted(self, buf, pos, *args):  # type: ignore[no-untyped-def]
+            result = original(self, buf, pos, *args)
+            if name == "search":  # up to the match it found, or to the end
+                total[0] += (len(buf) if result is None else result[1]) - pos
+            else:  # a streaming probe may read from the match (or its start position) to the end, or
+                # as far as one match reaches for a bounded pattern
+                hit = args[0]
+                total[0] += min(len(buf) - (pos if hit is None else hit[0]), self.max_width + 1)
+            return result
+        monkeypatch.setattr(cls, name, counted)
+
+    for cls in (LiteralMatcher, RegexMatcher):
+        wrap(cls, "search")
+        wrap(cls, "probe")
+    run()
+    monkeypatch.undo()
+    return total[0]
+
+
+def one_shot(grammar: str, build: Callable[[int], str], prefix: str = "") -> Callable[[int], Callable[[], object]]:
+    return lambda n: lambda: gp.parse_response(build(n), grammar, prefix=prefix, strict=False)
+
+
+def streamed(grammar: str, build: Callable[[int], str], prefix: str = "", chat: bool = False):
+    def make(n: int) -> Callable[[], object]:
+        def run() -> object:
+            text = build(n)
+            if chat:
+                s = ChatCompletionsStream(grammar, prefix, strict=False)
+                for i in range(0, len(text), 16):
+                    s.feed(text[i:i + 16])
+                return s.finish()
+            p = gp.ResponseParser(grammar, prefix, strict=False)
+            for i in range(0, len(text), 16):
+                p.feed(text[i:i + 16])
+            return p.finalize()
+        return run
+    return make
+
+
+CASES = {
+    # the issue's reproducers (class 1: one-shot; class 2: streamed)
+    "kimi_k2 spaces then x, one-shot": one_shot("kimi_k2", lambda n: " " * n + "x"),
+    "granite newlines then the response marker, one-shot": one_shot("granite", lambda n: "\n" * n + "Here is my response:"),
+    "glm45 spaces then </think>, streamed": streamed("glm45", lambda n: " " * n + "</think>", "<|assistant|><think>"),
+    "glm47 spaces then </think>, streamed": streamed("glm47", lambda n: " " * n + "</think>", "<|assistant|><think>"),
+    "qwen3 <tool_call> then whitespace, streamed": streamed("qwen3", lambda n: "<tool_call>" + " \n" * (n // 2)),
+    "functionary_v32 >>> then whitespace, streamed": streamed("functionary_v32", lambda n: ">>>get_weather\n" + " " * n),
+    "inkling tool opener then whitespace, streamed": streamed(
+        "inkling", lambda n: "<|message_model|><|content_invoke_tool_json|>" + " " * n),
+    "gemma4 <|tool_call> then whitespace, streamed": streamed("gemma4", lambda n: "<|tool_call>" + " " * n),
+    "function_gemma call opener then whitespace, streamed": streamed(
+        "function_gemma", lambda n: "<start_function_call>" + " " * n),
+    "apriel <tool_calls> then whitespace, streamed": streamed("apriel", lambda n: "<tool_calls>" + " " * n),
+    "xlam </think> then whitespace, streamed": streamed("xlam", lambda n: "<think>a</think>" + " " * n + "ok"),
+    "hunyuan_v3 unclosed arguments, Chat Completions": streamed(
+        "hunyuan_v3", lambda n: "<tool_calls>\n<tool_call>f<tool_sep>\n" + "<arg_key>" * (n // 9), chat=True),
+    # siblings the static rule (tests/test_linear_patterns.py) guards against in one-shot searches
+    "qwen3_coder <parameter= flood, one-shot": one_shot(
+        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n" + "<parameter=path" * (n // 15)),
+    "llama3_json whitespace flood, one-shot": one_shot("llama3_json", lambda n: " " * n + "hi"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_output_costs_linear_work(name, monkeypatch):
+    make = CASES[name]
+    small, large = charged(monkeypatch, make(SMALL)), charged(monkeypatch, make(LARGE))
+    # linear: 8x the text, about 8x the work (a margin for fixed costs); quadratic would be ~64x
+    assert large <= 12 * max(small, SMALL), (small, large)
