@@ -17,6 +17,7 @@ import pytest
 import grammar_parse as gp
 from grammar_parse.chat_completions import ChatCompletionsStream
 from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse.toolstream import _XmlCallReader
 
 SMALL, LARGE = 4_000, 32_000  # 8x the text
 
@@ -41,6 +42,12 @@ def charged(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> int:
     for cls in (LiteralMatcher, RegexMatcher):
         wrap(cls, "search")
         wrap(cls, "probe")
+    scan = _XmlCallReader._scan
+
+    def tag_scan(self, final):  # type: ignore[no-untyped-def]
+        total[0] += sum(map(len, self.body)) - self.scanned  # the tool streamer's argument tags
+        return scan(self, final)
+    monkeypatch.setattr(_XmlCallReader, "_scan", tag_scan)
     run()
     monkeypatch.undo()
     return total[0]
@@ -84,11 +91,9 @@ CASES = {
     "xlam </think> then whitespace, streamed": streamed("xlam", lambda n: "<think>a</think>" + " " * n + "ok"),
     "hunyuan_v3 unclosed arguments, Chat Completions": streamed(
         "hunyuan_v3", lambda n: "<tool_calls>\n<tool_call>f<tool_sep>\n" + "<arg_key>" * (n // 9), chat=True),
-    # siblings the static rule (tests/test_linear_patterns.py) guards against in one-shot searches
-    "qwen3_coder <parameter= flood, one-shot": one_shot(
-        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n" + "<parameter=path" * (n // 15)),
-    "llama3_json whitespace flood, one-shot": one_shot("llama3_json", lambda n: " " * n + "hi"),
 }
+# (Work inside one regex search, such as a lazy run retried from every start of a flood, is not visible
+# here: tests/test_linear_patterns.py rules those patterns out of the built-in grammars.)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
