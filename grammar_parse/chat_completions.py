@@ -24,7 +24,6 @@ that names no function is not a call: it arrives as content (or reasoning, where
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -172,32 +171,28 @@ class ChatCompletionsStream:
         if reasoning is not None:
             message[self.reasoning_field] = self.texts[self.reasoning_field].value \
                 if self.reasoning_field in self.texts else reasoning
-        streamed = self.calls.message_calls()
+        # The calls are the ones streamed, as streamed: the message is what the deltas add up to.
         calls = []
-        for index, call in enumerate(parsed.get(self.calls.field) or []):
-            if not isinstance(call, dict):
-                continue  # a template whose field holds values other than calls
+        for sent in self.calls.sent_calls():
+            call = sent.value if isinstance(sent.value, dict) else {}
             fn = call.get("function")
-            if not isinstance(fn, dict):
-                fn = {}
-            sent = streamed[index] if index < len(streamed) else None
-            raw = fn.get("arguments", {})
-            arguments = sent.arguments if sent is not None else \
-                raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            call_id = self.call_ids.get(sent.index) if sent is not None else None
-            entry: dict[str, Any] = {"id": call_id or call.get("id") or self.ids("call"),
-                                     "type": "function", "function": {"name": fn.get("name"), "arguments": arguments}}
+            raw = fn.get("arguments", {}) if isinstance(fn, dict) else {}
+            entry: dict[str, Any] = {"id": self.call_ids[sent.index], "type": "function",
+                                     "function": {"name": sent.name, "arguments": sent.arguments}}
             errors = list(call.get("errors") or [])  # a broken call's (lenient mode)
+            broken = bool(errors) and isinstance(raw, str)
             # arguments kept as raw text are not checked against the schema: they are not arguments yet
-            if self.tools is not None and not (errors and isinstance(raw, str)):
+            if self.tools is not None and call and not broken:
                 errors += validate_call(call, self.tools)
+            if not broken:
+                errors += sent.wire.problems  # what the wire changed (a broken call's errors say it already)
             if errors:
                 entry["errors"] = errors
             calls.append(entry)
         if calls:
             message["tool_calls"] = calls
-        if self.parser.errors:
-            message["parse_errors"] = self.parser.errors
+        if self.parser.errors or self.calls.problems:
+            message["parse_errors"] = [*self.parser.errors, *self.calls.problems]
         return message
 
 
