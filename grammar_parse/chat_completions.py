@@ -184,8 +184,7 @@ class ChatCompletionsStream:
             # arguments kept as raw text are not checked against the schema: they are not arguments yet
             if self.tools is not None and call and not broken:
                 errors += validate_call(call, self.tools)
-            if not broken:
-                errors += sent.wire.problems  # what the wire changed (a broken call's errors say it already)
+            errors += sent.wire.problems  # what the wire changed or left out of the model's arguments
             if errors:
                 entry["errors"] = errors
             calls.append(entry)

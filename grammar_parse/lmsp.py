@@ -233,11 +233,10 @@ class ResponseStream:
         index = self.call_items[call]
         item = self.output[index]
         if delta.get("done"):
-            sent = self.calls.calls[call]
-            # what the wire changed in the arguments (a broken call's parse error says it already)
-            changes = [] if sent.broken else [self._problem({"code": p["code"], "field": self.calls.field, "span": None,
-                                                               "message": f"{p['path']}: {p['message']}"})
-                                               for p in sent.wire.problems]
+            # what the wire changed or left out of the model's arguments
+            changes = [self._problem({"code": p["code"], "field": self.calls.field, "span": None,
+                                      "message": f"{p['path']}: {p['message']}"})
+                       for p in self.calls.calls[call].wire.problems]
             return [*changes, self._event("response.output_item.done", {"output_index": index,
                                                                         "item": _copy_json(item)})]
         item["arguments"] += delta["arguments"]
