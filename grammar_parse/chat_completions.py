@@ -164,13 +164,15 @@ class ChatCompletionsStream:
         return {"index": self.wire_index[index], "function": {"arguments": delta["arguments"]}}
 
     def _build_message(self, parsed: dict[str, Any]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
-        if isinstance(message["content"], str) and "content" in self.texts:
+        # Text is what was streamed, as for the calls below: the message is what the deltas add up to (a
+        # later region of the same field that the parser keeps instead cannot take back what was sent).
+        content = parsed.get("content")
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if (content is None or isinstance(content, str)) and "content" in self.texts:
             message["content"] = self.texts["content"].value or None
-        reasoning = next((parsed[f] for f in REASONING_FIELDS if isinstance(parsed.get(f), str) and parsed[f]), None)
-        if reasoning is not None:
-            message[self.reasoning_field] = self.texts[self.reasoning_field].value \
-                if self.reasoning_field in self.texts else reasoning
+        reasoning = self.texts[self.reasoning_field].value if self.reasoning_field in self.texts else None
+        if reasoning:
+            message[self.reasoning_field] = reasoning
         # The calls are the ones streamed, as streamed: the message is what the deltas add up to.
         calls = []
         for sent in self.calls.sent_calls():

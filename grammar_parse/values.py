@@ -230,9 +230,10 @@ def _literal(node: ast.expr) -> Any:
         return out
     if isinstance(node, ast.Constant) and type(node.value) in (str, int, float, bool, type(None)):
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
-            and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
-        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+        number = node.operand.value
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return -number if isinstance(node.op, ast.USub) else number
     raise _NotJson(f"{ast.unparse(node)[:100]!r} is not a JSON value")
 
 

@@ -124,27 +124,27 @@ class WireArguments:
                 else:
                     self._break(out, f"an invalid escape \\{ch}", "parse.arguments")
             elif state == _UNICODE:
-                m = _HEX_RUN.match(text, i, min(n, i + 6 - self._token_len))
-                self._add_token(m.group())
-                i = m.end()
+                j = _run_end(_HEX_RUN, text, i, min(n, i + 6 - self._token_len))
+                self._add_token(text[i:j])
+                i = j
                 if self._token_len == 6:
                     self._string_text(out, "".join(self._token))
                     self._state = _STRING
                 elif i < n:
                     self._break(out, "an invalid \\u escape", "parse.arguments")
             elif state == _NUMBER_TOKEN:
-                m = _NUMBER_RUN.match(text, i)
-                self._add_token(m.group())
-                i = m.end()
+                j = _run_end(_NUMBER_RUN, text, i, n)
+                self._add_token(text[i:j])
+                i = j
                 if i < n:
                     if self._token == ["-"] and text[i] == "I":
                         self._state = _LITERAL_TOKEN  # -Infinity
                     else:
                         self._end_number(out)
             elif state == _LITERAL_TOKEN:
-                m = _LETTER_RUN.match(text, i, min(n, i + _LONGEST_LITERAL + 1 - self._token_len))
-                self._add_token(m.group())
-                i = m.end()
+                j = _run_end(_LETTER_RUN, text, i, min(n, i + _LONGEST_LITERAL + 1 - self._token_len))
+                self._add_token(text[i:j])
+                i = j
                 if self._token_len > _LONGEST_LITERAL:
                     self._break(out, f"{''.join(self._token)!r}... is not a JSON value", "parse.arguments")
                 elif i < n:
@@ -152,12 +152,12 @@ class WireArguments:
             elif state in (_DONE, _BROKEN):
                 break
             elif text[i] in _WS:
-                m = _WS_RUN.match(text, i)
+                j = _run_end(_WS_RUN, text, i, n)
                 if state != _START:  # (leading whitespace is dropped: the object starts the string)
-                    self._pending.append(m.group())
+                    self._pending.append(text[i:j])
                     if state in _SAFE:
                         self._flush(out)
-                i = m.end()
+                i = j
             else:
                 self._structure(out, text[i])
                 i += 1
@@ -329,6 +329,12 @@ class WireArguments:
                 except ValueError:
                     steps.append(f".{member}")
         return "".join(steps)
+
+
+def _run_end(run: regex.Pattern[str], text: str, start: int, end: int) -> int:
+    """Where a run of ``run``'s characters (a ``[...]*`` pattern) from ``start`` ends, at most at ``end``."""
+    m = run.match(text, start, end)
+    return m.end() if m is not None else start
 
 
 def dumps(value: Any) -> str:
