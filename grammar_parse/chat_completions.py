@@ -10,16 +10,21 @@ streams them:
 * a tool call arrives as ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name",
   "arguments": ""}}]}`` and then ``{"tool_calls": [{"index", "function": {"arguments": fragment}}]}``.
 
-Concatenated the way the OpenAI client does, the deltas give :meth:`ChatCompletionsStream.message`:
-text fields are stripped as the parser strips them (leading whitespace is never sent, trailing
-whitespace only once more text follows), and each ``arguments`` string is the concatenation of its
-fragments. ``finish_reason`` is ``tool_calls`` when calls were made, ``stop`` otherwise, and ``length``
-whenever the generator says it stopped at its token limit (a truncated call is reported, not hidden).
+Concatenated the way the OpenAI client does, the deltas give :meth:`ChatCompletionsStream.message`
+exactly, in every mode (the message is built from what was streamed): text fields are stripped as the
+parser strips them (leading whitespace is never sent, trailing whitespace only once more text follows),
+and each ``arguments`` string is the concatenation of its fragments, a JSON object text that a strict
+parser accepts (``grammar_parse.wire``: ``NaN`` goes out as ``null``, arguments that are not an object
+as ``{}``; each change is an ``errors`` entry on the call). ``finish_reason`` is ``tool_calls`` when calls
+were made, ``stop`` otherwise, and ``length`` whenever the generator says it stopped at its token limit (a
+truncated call is reported, not hidden).
 
 With ``strict=False`` broken output never raises: the message gets the parser's ``parse_errors``, and
-a tool call whose text could not be parsed is still streamed and kept as a call, with the name and the
-raw arguments text it streamed and an ``errors`` list (``{"path", "message", "code"}``) saying why. Text
-that names no function is not a call: it arrives as content (or reasoning, where it was written).
+a tool call whose text could not be parsed is still streamed and kept as a call, with the name, as much
+of its arguments text as is valid JSON (closed when the call ends) and an ``errors`` list (``{"path",
+"message", "code"}``) saying why. Text that names no function is not a call: it arrives as content (or
+reasoning, where it was written); a value of the tool-call field that has no name the wire can carry is
+not sent, and a ``parse.tool_call`` entry of ``parse_errors`` says so.
 """
 
 from __future__ import annotations

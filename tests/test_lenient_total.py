@@ -90,6 +90,23 @@ def test_a_content_parser_gives_a_value_or_a_parse_error(parser, args, text, exp
         assert _same(parse_content(text, parser, args), expected)
 
 
+PARSERS = [("json", {}), ("json", {"unquoted_keys": True, "string_delims": [["<|\"|>", "<|\"|>"]]}),
+           ("json", {"allow_non_json": True}), ("json-name-keys", {}), ("pythonic", {}), ("xml-inline", XML_JSON),
+           ("kv-lines", {"value_parser": {"name": "json"}}), ("int", {}), ("float", {}), ("bool", {}), ("text", {})]
+PIECES = st.sampled_from([BIG, DEEP, "{", "}", "[", "]", '"', ":", ",", "NaN", "1e999", "\ud800", "\x00", "\\q",
+                          "f(", ")", "=", "a.", "1+", "-", "{1, 2}", "1j", 'b"x"', "...", "<a>", "</a>", "\n"])
+
+
+@pytest.mark.parametrize("parser, args", PARSERS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(PARSERS)])
+@settings(max_examples=examples(0.5))
+@given(text=st.lists(PIECES | st.text(max_size=4), max_size=8).map("".join))
+def test_any_text_gives_a_value_or_a_parse_error(parser, args, text):
+    try:
+        parse_content(text, parser, args)
+    except ParseError as e:
+        assert e.code in ERROR_CODES
+
+
 # ---------------------------------------------------------------------------- grammars, lenient and strict
 # (grammar, output, the codes lenient mode records): strict mode raises a ParseError with the first one
 GRAMMAR_CASES = [
@@ -235,6 +252,7 @@ def run_adapters(grammar: str, text: str, chunks: list[str], *, prefix: str = ""
             validated.add((event["event"], data["item_id"]))
     assert [e["id"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["event"] == "response.completed"
+    RESPONSE.validate(lmsp.response(model="m", created_at=0))
     items = [i for i in lmsp.output if i["type"] == "function_call"]
     assert [(i["name"], i["arguments"]) for i in items] == \
         [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
@@ -254,6 +272,7 @@ class _Events:
 
 
 EVENT = _Events()
+RESPONSE = schema_validator("response")
 DELTA_KEYS = {"response_id", "item_id", "output_index", "delta"}
 
 # (grammar, output, the calls sent as (name, arguments, codes of the parser's errors on the call, codes of
