@@ -39,7 +39,7 @@ from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
 from .delimiters import UNBOUNDED, last_char, pattern_shape
-from .values import PLACEHOLDER, ValueSpec, _sub_parse, load_json
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _sub_parse, load_json
 from .wire import WireArguments, dumps
 
 
@@ -348,6 +348,11 @@ class _JsonCallReader:
                 self.held = (-1, key)
 
     def on_value_start(self, depth: int, pos: int) -> None:
+        if depth > JSON_MAX_DEPTH:
+            # Past the depth a JSON body may have nothing more is certain: the walk stops here, where the
+            # salvage of a broken region stops too (a call found after it would be one the message lacks).
+            self.walker.done = True
+            return
         plan = self.plan
         if plan.mode == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)

@@ -308,6 +308,13 @@ ADAPTER_CASES: list[tuple[str, str, list[tuple[str, str, list[str], list[str]]],
     # cut off: closed
     ("qwen3", '<tool_call>{"name": "f", "arguments": {"city": "Par',
      [("f", '{"city": "Par"}', ["parse.json"], ["parse.arguments"])], ["parse.json"]),
+    # a value nested too deeply in a list of calls: nothing after it is certain, for the streamer as for the
+    # parser (the streamer walked on: three calls streamed, one in the message)
+    ("mistral", '[TOOL_CALLS][{"name": "a", "arguments": {}}, %s{"name": "b", "arguments": {}}, '
+     '{"name": "c", "arguments": {}}]' % ("{" * 300 + "}" * 300), [("a", "{}", [], [])], ["parse.json_depth"]),
+    ("mistral", '[TOOL_CALLS][{"name": "a", "arguments": {"x": %s}}, {"name": "b", "arguments": {}}, '
+     '{"name": "c", "arguments": {}}]' % DEEP,
+     [("a", '{"x": %s}' % ("[" * 255 + "]" * 255), ["parse.json_depth"], ["parse.json_depth"])], ["parse.json_depth"]),
 ]
 
 
@@ -390,7 +397,7 @@ def test_legacy_json_has_the_same_limits(node, text, code):
 # (llama3_json: 2,000 spaces in 7-character chunks take 4 s), which is the scanner's issue, not this test's.
 HOSTILE = [
     " " * 300, "\n" * 200, "\t \r\n" * 50, BIG, "-" + BIG, "1e999", "\ud800", "\udfff\ud800", "\x00", "\x0b",
-    "[" * 300, "{" * 300, '{"a":' * 300, "]" * 50, "NaN", "Infinity", "-Infinity", '"\\q"', '"\\u12', '"',
+    "[" * 300, "{" * 300, '{"a":' * 300, "]" * 50, DEEP, "{" * 300 + "}" * 300, "NaN", "Infinity", "-Infinity", '"\\q"', '"\\u12', '"',
     "{", "}", ",", ":", '{"name": "", "arguments": {}}', '{"name": "f", "arguments": [1]}',
     '{"name": "f", "arguments": "x"}', '{"name": "f", "arguments": {"a": NaN}}', '[{"name": "f", "arguments": {}}]',
     "f(a={1,2})", "f(a=1j)", 'f(a=b"x")', "f(a=...)", "a." * 500 + "a", "1+" * 1500 + "1", "-" * 2000 + "1",
