@@ -81,6 +81,7 @@ class WireArguments:
         self._in_key = False
         self._key_start = 0  # where in _pending the key being read starts
         self._sent = False
+        self._open_string = False  # the text broke inside a string value that was being sent
 
     # ---------------------------------------------------------------- public
     @property
@@ -186,16 +187,13 @@ class WireArguments:
             return "{}"
         if state != _BROKEN:
             self._problem("the arguments ended before their JSON did: the wire closes them", "parse.arguments")
-        if (state in (_STRING, _ESCAPE, _UNICODE) or self._state == _BROKEN and self._open_string) \
-                and not self._in_key:
+        if state in (_STRING, _ESCAPE, _UNICODE) and not self._in_key or state == _BROKEN and self._open_string:
             out.append('"')
         out.extend(reversed(self._closers))
         self._state = _DONE
         return "".join(out)
 
     # ---------------------------------------------------------------- the grammar
-    _open_string = False  # (set when the text broke inside a string that was being sent)
-
     def _structure(self, out: list[str], ch: str) -> None:
         """One structural character (not whitespace) in a state between tokens."""
         state = self._state

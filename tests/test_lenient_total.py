@@ -28,7 +28,8 @@ from grammar_parse.lmsp import ResponseStream, schema_validator
 from grammar_parse.toolstream import call_name
 from grammar_parse.values import parse_content
 from grammar_parse.wire import WireArguments
-from strategies import delimiter_examples, examples
+from strategies import chunkings, delimiter_examples, examples
+from test_tool_streaming import JSON_VALUES
 from wire_checks import strict_object
 
 BIG = "1" * 5000  # past Python's 4,300-digit int limit
@@ -193,6 +194,33 @@ def test_the_wire_sends_strict_json_objects_whatever_the_chunking(text, sent, co
         assert [p["code"] for p in wire.problems] == codes
         strict_object(out)
         assert all(p["path"].startswith("$.function.arguments") for p in wire.problems)
+
+
+JSON_ISH = st.lists(st.sampled_from(['{', '}', '[', ']', '"', ":", ",", " ", "\\", "u", "1", "-", ".", "e", "0",
+                                     "true", "nul", "NaN", "-Infinity", "\ud800", "\n", "a", '"k"', '"\\u00e9"'])
+                    | st.text(max_size=3), max_size=30).map("".join)
+
+
+@settings(max_examples=examples(2))
+@given(text=JSON_ISH, data=st.data())
+def test_the_wire_gives_a_strict_json_object_for_any_text(text, data):
+    whole = WireArguments()
+    sent = whole.feed(text) + whole.finish()
+    strict_object(sent)
+    pieces = data.draw(chunkings(text), label="chunks")
+    chunked = WireArguments()
+    assert "".join(chunked.feed(piece) for piece in pieces) + chunked.finish() == sent
+    assert chunked.problems == whole.problems
+
+
+@settings(max_examples=examples(1))
+@given(value=st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=4), indent=st.sampled_from([None, 1]),
+       data=st.data())
+def test_the_wire_sends_a_strict_json_object_as_it_is(value, indent, data):
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    wire = WireArguments()
+    assert "".join(wire.feed(piece) for piece in data.draw(chunkings(text), label="chunks")) + wire.finish() == text
+    assert wire.problems == [] and wire.done
 
 
 # ---------------------------------------------------------------------------- the adapters
