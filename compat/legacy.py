@@ -26,6 +26,7 @@ from jmespath.parser import ParsedResult
 
 from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
 from grammar_parse.grammar import LEGACY_TIMEOUT
+from grammar_parse.values import load_json
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs.
 DEFAULT_TIMEOUT = LEGACY_TIMEOUT
@@ -99,6 +100,13 @@ def check_schema(schema: Any, node: Node = "(root)") -> None:
         except re.error as e:
             raise TemplateError(f"is not a valid regular expression: {e}", path=f"{path}.{key}", code="template.regex",
                                 hint="Legacy schemas use Python's re syntax.") from None
+    for i, (pattern, replacement) in enumerate(substitutions):
+        try:  # (the replacement is compiled before any match, so an empty text checks it)
+            _compiled_stdlib(pattern).sub(replacement, "")
+        except (re.error, IndexError) as e:  # a bad escape, or a group the pattern does not have
+            raise TemplateError(f"the replacement {replacement!r} is not valid for its pattern: {e}",
+                                path=f"{path}.x-regex-substitutions[{i}]", code="template.regex",
+                                hint="Refer only to groups the pattern has (\\1, \\g<name>), and escape '\\' as '\\\\'.") from None
     transform = schema.get("x-parser-args", {}).get("transform")
     if transform is not None and not isinstance(transform, str):
         raise TemplateError("must be a jmespath expression string", path=f"{path}.x-parser-args.transform",
@@ -152,6 +160,9 @@ class _Regexes:
     def _guard(self, node: Node, pattern: str, op: Callable[[], _T]) -> _T:
         try:
             return op()
+        except (regex.error, IndexError) as e:  # a schema that never went through check_schema (recursive_parse)
+            raise TemplateError(f"regex {pattern!r} (or its replacement) is not valid: {e}", path=node_path(node),
+                                code="template.regex", hint="Legacy schemas use Python's re syntax.") from None
         except TimeoutError:
             raise _value_error(
                 node, f"regex {pattern!r} ran longer than {self.timeout} s on this output", "legacy.timeout",
@@ -271,7 +282,9 @@ def _apply_parser(content: Any, schema: dict[str, Any], node: Node, rx: _Regexes
         content = _gemma4_to_json(content, rx, node)
     args = schema.get("x-parser-args", {})
     try:
-        parsed = json.loads(content)
+        parsed = load_json(content)
+    except ParseError as e:  # past a limit (depth, digits): transformers crashes here; allow_non_json does not apply
+        raise _value_error(node, e.detail, e.code, e.hint) from None
     except json.JSONDecodeError as e:
         if not args.get("allow_non_json", False):
             raise _value_error(

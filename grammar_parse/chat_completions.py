@@ -10,21 +10,25 @@ streams them:
 * a tool call arrives as ``{"tool_calls": [{"index", "id", "type": "function", "function": {"name",
   "arguments": ""}}]}`` and then ``{"tool_calls": [{"index", "function": {"arguments": fragment}}]}``.
 
-Concatenated the way the OpenAI client does, the deltas give :meth:`ChatCompletionsStream.message`:
-text fields are stripped as the parser strips them (leading whitespace is never sent, trailing
-whitespace only once more text follows), and each ``arguments`` string is the concatenation of its
-fragments. ``finish_reason`` is ``tool_calls`` when calls were made, ``stop`` otherwise, and ``length``
-whenever the generator says it stopped at its token limit (a truncated call is reported, not hidden).
+Concatenated the way the OpenAI client does, the deltas give :meth:`ChatCompletionsStream.message`
+exactly, in every mode (the message is built from what was streamed): text fields are stripped as the
+parser strips them (leading whitespace is never sent, trailing whitespace only once more text follows),
+and each ``arguments`` string is the concatenation of its fragments, a JSON object text that a strict
+parser accepts (``grammar_parse.wire``: ``NaN`` goes out as ``null``, arguments that are not an object
+as ``{}``; each change is an ``errors`` entry on the call). ``finish_reason`` is ``tool_calls`` when calls
+were made, ``stop`` otherwise, and ``length`` whenever the generator says it stopped at its token limit (a
+truncated call is reported, not hidden).
 
 With ``strict=False`` broken output never raises: the message gets the parser's ``parse_errors``, and
-a tool call whose text could not be parsed is still streamed and kept as a call, with the name and the
-raw arguments text it streamed and an ``errors`` list (``{"path", "message", "code"}``) saying why. Text
-that names no function is not a call: it arrives as content (or reasoning, where it was written).
+a tool call whose text could not be parsed is still streamed and kept as a call, with the name, as much
+of its arguments text as is valid JSON (closed when the call ends) and an ``errors`` list (``{"path",
+"message", "code"}``) saying why. Text that names no function is not a call: it arrives as content (or
+reasoning, where it was written); a value of the tool-call field that has no name the wire can carry is
+not sent, and a ``parse.tool_call`` entry of ``parse_errors`` says so.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -165,39 +169,36 @@ class ChatCompletionsStream:
         return {"index": self.wire_index[index], "function": {"arguments": delta["arguments"]}}
 
     def _build_message(self, parsed: dict[str, Any]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
-        if isinstance(message["content"], str) and "content" in self.texts:
+        # Text is what was streamed, as for the calls below: the message is what the deltas add up to (a
+        # later region of the same field that the parser keeps instead cannot take back what was sent).
+        content = parsed.get("content")
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if (content is None or isinstance(content, str)) and "content" in self.texts:
             message["content"] = self.texts["content"].value or None
-        reasoning = next((parsed[f] for f in REASONING_FIELDS if isinstance(parsed.get(f), str) and parsed[f]), None)
-        if reasoning is not None:
-            message[self.reasoning_field] = self.texts[self.reasoning_field].value \
-                if self.reasoning_field in self.texts else reasoning
-        streamed = self.calls.message_calls()
+        reasoning = self.texts[self.reasoning_field].value if self.reasoning_field in self.texts else None
+        if reasoning:
+            message[self.reasoning_field] = reasoning
+        # The calls are the ones streamed, as streamed: the message is what the deltas add up to.
         calls = []
-        for index, call in enumerate(parsed.get(self.calls.field) or []):
-            if not isinstance(call, dict):
-                continue  # a template whose field holds values other than calls
+        for sent in self.calls.sent_calls():
+            call = sent.value if isinstance(sent.value, dict) else {}
             fn = call.get("function")
-            if not isinstance(fn, dict):
-                fn = {}
-            sent = streamed[index] if index < len(streamed) else None
-            raw = fn.get("arguments", {})
-            arguments = sent.arguments if sent is not None else \
-                raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            call_id = self.call_ids.get(sent.index) if sent is not None else None
-            entry: dict[str, Any] = {"id": call_id or call.get("id") or self.ids("call"),
-                                     "type": "function", "function": {"name": fn.get("name"), "arguments": arguments}}
+            raw = fn.get("arguments", {}) if isinstance(fn, dict) else {}
+            entry: dict[str, Any] = {"id": self.call_ids[sent.index], "type": "function",
+                                     "function": {"name": sent.name, "arguments": sent.arguments}}
             errors = list(call.get("errors") or [])  # a broken call's (lenient mode)
+            broken = bool(errors) and isinstance(raw, str)
             # arguments kept as raw text are not checked against the schema: they are not arguments yet
-            if self.tools is not None and not (errors and isinstance(raw, str)):
+            if self.tools is not None and call and not broken:
                 errors += validate_call(call, self.tools)
+            errors += sent.wire.problems  # what the wire changed or left out of the model's arguments
             if errors:
                 entry["errors"] = errors
             calls.append(entry)
         if calls:
             message["tool_calls"] = calls
-        if self.parser.errors:
-            message["parse_errors"] = self.parser.errors
+        if self.parser.errors or self.calls.problems:
+            message["parse_errors"] = [*self.parser.errors, *self.calls.problems]
         return message
 
 

@@ -51,6 +51,13 @@ ERROR_CODES: dict[str, str] = {
     "parse.join": "a joined field produced a value that is not a string",
     "parse.missing_field": "a field marked optional: false never appeared",
     "parse.json_depth": "a json region nests deeper than the limit (JSON_MAX_DEPTH)",
+    "parse.digits": "a number has more digits than Python converts to an int (sys.get_int_max_str_digits())",
+    "parse.depth": "a pythonic region nests (or chains operators) deeper than Python's parser goes",
+    "parse.tool_call": "a tool-call value is not a call with a name (its function is missing, or its name is "
+                       "empty or not a string): it is not sent or kept as a call",
+    "parse.arguments": "a call's arguments are not a JSON object, or stop being strict JSON part-way: the wire "
+                       "sends the valid part, closed",
+    "parse.json_constant": "a call's arguments hold NaN or Infinity, which strict JSON has not: the wire sends null",
     "parse.region_too_large": "a region's text is longer than max_region_chars",
     "parse.timeout": "a pattern ran longer than its time limit on this output (REGEX_TIMEOUT)",
     "parse.unexpected": "lenient mode: text or a delimiter where the grammar allows none (discarded)",

@@ -17,7 +17,14 @@ Pure functions over events (no I/O, no clock: ids and timestamps come from the c
 * with ``strict=False`` a parse failure does not end the response: the broken region keeps what it
   streamed and a third extension event, ``response.parse_error`` (``code``, ``field``, ``span``,
   ``message``), reports it where it happened. A broken tool call that names a function is a
-  ``function_call`` item like any other, its ``arguments`` the raw text it streamed.
+  ``function_call`` item like any other, its ``arguments`` the valid part of the text it streamed, closed;
+* a call's ``arguments`` are always a JSON object text that a strict parser accepts (see
+  ``grammar_parse.wire``): where the wire had to change the model's arguments (``NaN`` sent as ``null``,
+  arguments that are not an object sent as ``{}``), and where a value of the tool-call field is not a call
+  with a name (not sent), a ``response.parse_error`` with ``span`` null says so, in either mode;
+* nothing after the final event: feeding a stream that has ended (failed, cancelled, completed) gives no
+  events. A failure that is not a parse error (a bug) also ends the stream with ``response.failed``
+  (``internal_error``) rather than breaking it mid-way: a client always sees exactly one final event.
 
 Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
 event frames. Items are only added once they have something to say: whitespace-only text makes none.
@@ -52,6 +59,11 @@ def parse_failed(detail: str) -> dict[str, Any]:
     return problem("parse_failed", detail, 500, "The model output could not be parsed")
 
 
+def internal_error(error: Exception) -> dict[str, Any]:
+    """The problem object of a failure that is not the model output's (a bug in the parser)."""
+    return problem("internal_error", f"{type(error).__name__}: {error}", 500, "The response could not be produced")
+
+
 def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
     return {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
 
@@ -81,18 +93,23 @@ class ResponseStream:
         self.open_items: dict[str, int] = {}  # text field -> output index of its open item
         self.texts: dict[int, _StrippedText] = {}
         self.call_items: dict[int, int] = {}  # tool call index -> output index
+        self.reported = 0  # the streamer's problems already sent as response.parse_error
         self.final: dict[str, Any] | None = None
         self.pending = [self._event("response.created", {"status": "in_progress"})]
         self.pending += self._translate(self.parser.initial_events)
 
     # public
     def feed(self, text: str) -> list[dict[str, Any]]:
-        """Events this piece of output completes."""
+        """Events this piece of output completes (none once the stream has ended)."""
+        if self.final is not None:
+            return []
         out, self.pending = self.pending, []
         try:
             return out + self._translate(self.parser.feed(text))
         except GrammarParseError as e:
             return out + self.fail(parse_failed(str(e)))
+        except Exception as e:  # noqa: BLE001 - a bug must still end the stream with its one final event
+            return out + self.fail(internal_error(e))
 
     def complete(self, input_tokens: int = 0, output_tokens: int = 0, *, truncated: bool = False) -> list[dict[str, Any]]:
         """End of generation: ``response.completed``, or ``response.incomplete`` when ``truncated`` (the
@@ -102,9 +119,11 @@ class ResponseStream:
         out, self.pending = self.pending, []
         try:
             _, events = self.parser.finalize()
+            out += self._translate(events)
         except GrammarParseError as e:
             return out + self.fail(parse_failed(str(e)))
-        out += self._translate(events)
+        except Exception as e:  # noqa: BLE001 - see feed()
+            return out + self.fail(internal_error(e))
         out += self._close_all()
         totals = usage(input_tokens, output_tokens)
         if truncated:
@@ -164,7 +183,13 @@ class ResponseStream:
                 out += self._finish_text(event["field"])
         for delta in self.calls.feed(events):
             out += self._tool(delta)
+        for problem_ in self.calls.problems[self.reported:]:
+            out.append(self._problem(problem_))
+        self.reported = len(self.calls.problems)
         return out
+
+    def _problem(self, problem_: dict[str, Any]) -> dict[str, Any]:
+        return self._event("response.parse_error", {key: problem_[key] for key in ("code", "field", "span", "message")})
 
     def _text(self, field: str, kind: str, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -208,7 +233,12 @@ class ResponseStream:
         index = self.call_items[call]
         item = self.output[index]
         if delta.get("done"):
-            return [self._event("response.output_item.done", {"output_index": index, "item": _copy_json(item)})]
+            # what the wire changed or left out of the model's arguments
+            changes = [self._problem({"code": p["code"], "field": self.calls.field, "span": None,
+                                      "message": f"{p['path']}: {p['message']}"})
+                       for p in self.calls.calls[call].wire.problems]
+            return [*changes, self._event("response.output_item.done", {"output_index": index,
+                                                                        "item": _copy_json(item)})]
         item["arguments"] += delta["arguments"]
         return [self._event("response.function_call_arguments.delta",
                             {"item_id": item["id"], "output_index": index, "delta": delta["arguments"]})]

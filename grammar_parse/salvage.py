@@ -136,6 +136,18 @@ def _placeholder_path(template: Any, key: str, path: str = "$") -> str | None:
     return None
 
 
+def check_calls(value: Any) -> None:
+    """Raise ``parse.tool_call`` if a call in a tool-call region's value has no name: its function is not
+    an object, or its name is missing or empty. (A name of another type, such as a list, is transformers'
+    own result and is left as it is; the adapters do not send such a call.)"""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, dict) and "function" in item:
+            fn = item["function"]
+            if not isinstance(fn, dict) or fn.get("name") in (None, ""):
+                raise ParseError(f"a tool call without a name: {item!r:.200}", code="parse.tool_call",
+                                 hint="A call names the function it calls; the model wrote none.")
+
+
 def _is_call(value: Any) -> bool:
     fn = value.get("function") if isinstance(value, dict) else None
     return isinstance(fn, dict) and isinstance(fn.get("name"), str) and bool(fn["name"])
@@ -356,4 +368,4 @@ def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
         pos = end
 
 
-__all__ = ["Salvage", "component_errors", "is_call_region", "salvage_calls"]
+__all__ = ["Salvage", "check_calls", "component_errors", "is_call_region", "salvage_calls"]

@@ -169,8 +169,8 @@ class LMSPApp:
                 break
         try:
             request = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise HTTPProblem(400, "invalid_request", f"the body is not JSON: {e}") from None
+        except (ValueError, RecursionError) as e:  # (not UTF-8 or not JSON; numbers too long, nesting too deep)
+            raise HTTPProblem(400, "invalid_request", f"the body is not JSON that can be read: {e}") from None
         errors = sorted(self.request_schema.iter_errors(request), key=lambda e: list(e.absolute_path))
         if errors:
             where = "/".join(str(p) for p in errors[0].absolute_path) or "(body)"

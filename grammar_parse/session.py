@@ -25,7 +25,7 @@ from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
-from .salvage import component_errors, is_call_region, salvage_calls
+from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .scanner import SearchCache
 from .tools import ToolTypes
 from .values import fill
@@ -740,6 +740,8 @@ class ResponseParser:
                     f"{type(value).__name__}.",
                     code="parse.join",
                 )
+            if is_call_region(region):
+                check_calls(value)
         except ParseError as e:
             reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
             e.locate(frame.field, frame.start - self._prefix_len, self._output)  # (a component's: its call's)

@@ -10,11 +10,12 @@ integer, number, boolean, null, object, array, and unions (``type`` lists, ``any
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Union
+
+from .values import load_json
 
 
 def schema_types(schema: Any) -> tuple[str, ...]:
@@ -52,7 +53,7 @@ def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
     if type_name == "null":
         return (True, None) if raw.strip() in ("null", "None") else (False, None)
     if type_name in ("object", "array"):
-        decoded = json.loads(raw)
+        decoded = load_json(raw)  # (past a limit: a ParseError, a ValueError too)
         return (True, decoded) if isinstance(decoded, dict if type_name == "object" else list) else (False, None)
     return False, None
 
@@ -180,7 +181,11 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     except jsonschema.SchemaError as e:
         return [{"path": "$.function.arguments", "message": f"the tool's parameters schema is invalid: {e.message}"}]
     problems = []
-    for error in sorted(validator_cls(schemas[name]).iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+    try:
+        errors = sorted(validator_cls(schemas[name]).iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    except RecursionError:  # a recursive schema over deeply nested arguments
+        return [{"path": "$.function.arguments", "message": "the arguments nest too deeply to validate"}]
+    for error in errors:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         problems.append({"path": f"$.function.arguments{path}", "message": error.message})
     return problems

@@ -16,10 +16,14 @@ How the arguments are read depends on the grammar region of the call:
 * **Everything else** (pythonic calls, JS-like objects, legacy schemas): the call is sent when its region
   closes, as ``json.dumps`` of the parsed arguments.
 
-A broken call (lenient mode, see ``grammar_parse.salvage``) is streamed like any other: its name, then
-its arguments fragments, which join into the raw text the message keeps. A call that never got a name
-sent nothing; when its region closes without it, it is dropped (:meth:`ToolCallStreamer.message_calls`
-are the calls of the message, in order).
+Every fragment passes through :class:`~grammar_parse.wire.WireArguments`, so the arguments string is
+strict JSON by construction: a JSON object text that a strict parser accepts (``NaN`` sent as ``null``,
+invalid text left out and what was sent closed; each change is a problem on the call, see
+``grammar_parse.wire``). A broken call (lenient mode, see ``grammar_parse.salvage``) is streamed like any
+other: its name, then as much of its arguments text as is valid JSON, closed when the call ends. A call that
+never got a name sent nothing; when its region closes without it, it is dropped (:meth:`ToolCallStreamer.
+message_calls` are the calls of the wire, in order), and a value the wire cannot carry as a call (its name
+is not a string) is a problem in :attr:`ToolCallStreamer.problems`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
 from .delimiters import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import PLACEHOLDER, ValueSpec, _sub_parse
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _sub_parse, load_json
+from .wire import WireArguments, dumps
 
 
 class ToolCallDelta(TypedDict, total=False):
@@ -182,7 +187,7 @@ class JsonWalker:
                     raw = "".join(self.key_chars)
                     try:
                         key = json.loads('"' + raw + '"', strict=False)  # (raw control characters too)
-                    except json.JSONDecodeError:
+                    except ValueError:
                         key = raw  # a broken escape: the key as written (the value's parse reports it)
                     listener.on_key(len(self.stack), key, base + i)
                 else:
@@ -250,6 +255,14 @@ class JsonWalker:
             self.done = True
 
 
+def call_name(value: Any) -> str | None:
+    """The name of a call value (``{"function": {"name": ...}}``) if it is a non-empty string: the calls the
+    wire can carry."""
+    fn = value.get("function") if isinstance(value, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 # ---------------------------------------------------------------------------- one call being streamed
 @dataclass
 class _Call:
@@ -258,6 +271,9 @@ class _Call:
     id: str | None = None
     sent_head: bool = False
     parts: list[str] = field(default_factory=list)  # arguments fragments sent so far
+    given: list[str] = field(default_factory=list)  # the arguments text the readers gave (before the wire filter)
+    wire: WireArguments = field(default_factory=WireArguments)
+    value: Any = None  # the call's value in the region's final value, once it closed (None: not known)
     members: int | None = None  # arguments sent member by member: how many so far
     closed: bool = False
     wants_id: bool = False  # the model writes an id for this call somewhere in its body
@@ -267,6 +283,7 @@ class _Call:
 
     @property
     def arguments(self) -> str:
+        """The arguments string sent so far (all of it once the call is closed)."""
         return "".join(self.parts)
 
 
@@ -332,6 +349,11 @@ class _JsonCallReader:
                 self.held = (-1, key)
 
     def on_value_start(self, depth: int, pos: int) -> None:
+        if depth > JSON_MAX_DEPTH:
+            # Past the depth a JSON body may have nothing more is certain: the walk stops here, where the
+            # salvage of a broken region stops too (a call found after it would be one the message lacks).
+            self.walker.done = True
+            return
         plan = self.plan
         if plan.mode == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
@@ -363,8 +385,8 @@ class _JsonCallReader:
             if start >= 0 and depth == name_depth and self.call is not None:
                 setattr(self, f"{attr}_start", -1)
                 try:
-                    value = json.loads(self._slice(start, pos))
-                except json.JSONDecodeError:
+                    value = load_json(self._slice(start, pos))
+                except ValueError:  # (a ParseError for a limit too)
                     value = None
                 if isinstance(value, str) and getattr(self.call, attr) is None:
                     setattr(self.call, attr, value)
@@ -484,6 +506,9 @@ class ToolCallStreamer:
         self.component_call: _Call | None = None
         self.region_start = 0  # index of the open region's first call
         self.done_upto = 0  # calls before this index were reported done
+        #: Values of the field the wire cannot carry as calls (no name that is a non-empty string), as
+        #: ``{"code", "field", "span", "message"}`` problems: they were not sent.
+        self.problems: list[dict[str, Any]] = []
 
     # public
     def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
@@ -517,6 +542,10 @@ class ToolCallStreamer:
         """The calls that are the message's calls, in its order (dropped ones left out)."""
         return [call for call in self.calls if not call.dropped]
 
+    def sent_calls(self) -> list[_Call]:
+        """The calls a client was sent (a name, then their arguments), in order: what the wire message holds."""
+        return [call for call in self.calls if call.sent_head]
+
     # region events
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
@@ -536,6 +565,11 @@ class ToolCallStreamer:
         value = event["value"]
         # None: a lenient parse found no call in the region
         values = [] if value is None else value if isinstance(value, list) else [value]
+        for call_value in values:
+            if call_name(call_value) is None:
+                self.problems.append({"code": "parse.tool_call", "field": self.field, "span": None, "message":
+                                      f"a {self.field} value that is not a call with a name was not sent: "
+                                      f"{dumps(call_value)[:200]}"})
         if self.reader is not None or self.component_call is not None:
             pairs = self._match(values)
             if self.reader is not None:
@@ -545,18 +579,21 @@ class ToolCallStreamer:
                 self._close_call(self.component_call)
                 self.component_call = None
             self._reconcile(pairs)
-            return
-        for call_value in values:
-            if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
-                continue
-            call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
-                         id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
-            self.calls.append(call)
-            self._mark_broken(call, call_value)
-            self._send_head(call)
-            arguments = fn.get("arguments", {})
-            self._send_arguments(call, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False))
-            self._close_call(call)
+        else:
+            for call_value in values:
+                if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
+                    continue
+                call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+                             id=call_value.get("id") if isinstance(call_value.get("id"), str) else None,
+                             value=call_value)
+                self.calls.append(call)
+                self._mark_broken(call, call_value)
+                self._send_head(call)
+                arguments = fn.get("arguments", {})
+                self._send_arguments(call, arguments if isinstance(arguments, str) else dumps(arguments))
+                self._close_call(call)
+        for call in self.calls[self.region_start:]:
+            call.dropped = call.dropped or not call.sent_head  # closed without a name: it sent nothing
 
     def _component(self, event: RegionOpen | RegionChunk | RegionClose) -> None:
         call = self.component_call
@@ -575,7 +612,7 @@ class ToolCallStreamer:
             # arguments that did not parse (the model's text, as the message keeps it), or a JSON value
             # that is not an object
             call.members = None
-            self._send_arguments(call, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+            self._send_arguments(call, value if isinstance(value, str) else dumps(value))
 
     def _match(self, values: list[Any]) -> list[tuple[_Call, Any]]:
         """Pair the closing region's streamed calls with its value's calls. Where a lenient parse left
@@ -587,6 +624,7 @@ class ToolCallStreamer:
             calls = [call for call in calls if not call.dropped]
         pairs = list(zip(calls, values))
         for call, call_value in pairs:
+            call.value = call_value
             self._mark_broken(call, call_value)
         return pairs
 
@@ -630,6 +668,13 @@ class ToolCallStreamer:
             self.out.append({"index": call.index, "arguments": call.arguments})
 
     def _send_arguments(self, call: _Call, text: str) -> None:
+        if not text or call.closed:
+            return
+        call.given.append(text)
+        self._send_wire(call, call.wire.feed(text))
+
+    def _send_wire(self, call: _Call, text: str) -> None:
+        """Send text the wire filter let through (held until the name is out)."""
         if not text:
             return
         call.parts.append(text)
@@ -644,21 +689,22 @@ class ToolCallStreamer:
         value = self._retype_value(call, key, value)
         prefix = "{" if not call.members else ", "
         call.members = (call.members or 0) + 1
-        self._send_arguments(call, f"{prefix}{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+        self._send_arguments(call, f"{prefix}{dumps(key)}: {dumps(value)}")
 
     def _close_call(self, call: _Call) -> None:
+        if call.closed:
+            return
         if call.members is not None:
             self._send_arguments(call, "{}" if call.members == 0 else "}")
         elif call.broken:
-            # the message keeps the raw text: send what of it is missing (nothing where typing rewrote
-            # a value: the client keeps what it was sent, and so does the Chat Completions message)
-            final = call.final
-            if isinstance(final, str) and final.startswith(call.arguments):
-                self._send_arguments(call, final[len(call.arguments):])
-            elif not call.parts and final is not None and not isinstance(final, str):
-                self._send_arguments(call, json.dumps(final, ensure_ascii=False))
-        elif not call.parts:
-            self._send_arguments(call, "{}")
+            # the message keeps the raw text: give the wire what of it is missing (nothing where typing
+            # rewrote a value: the client keeps what it was sent, and so does the Chat Completions message)
+            final, given = call.final, "".join(call.given)
+            if isinstance(final, str) and final.startswith(given):
+                self._send_arguments(call, final[len(given):])
+            elif not given and final is not None and not isinstance(final, str):
+                self._send_arguments(call, dumps(final))
+        self._send_wire(call, call.wire.finish())  # (``{}`` if nothing was sent)
         call.closed = True
         self._send_head(call)
 
@@ -678,11 +724,11 @@ class ToolCallStreamer:
     def _retyped(self, call: _Call, key: str, raw: str) -> str:
         """A held value's text: the model's bytes, or the typed value's JSON where typing changed it."""
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
+            value = load_json(raw)
+        except ValueError:  # not JSON, or past a limit (ParseError): the wire filter judges the text
             return raw
         typed = self._retype_value(call, key, value)
-        return raw if typed == value and type(typed) is type(value) else json.dumps(typed, ensure_ascii=False)
+        return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
 
-__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "plan_for"]
+__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "plan_for"]

@@ -12,6 +12,7 @@ import ast
 import io
 import json
 import keyword
+import sys
 import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -87,11 +88,8 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
     for i, s in enumerate(captured):
         working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))
-    _check_depth(working)
     try:
-        return json.loads(working)
-    except RecursionError:
-        raise ParseError("json region nests too deeply to parse", code="parse.json_depth") from None
+        return load_json(working)
     except json.JSONDecodeError as e:
         if args.get("allow_non_json"):
             return _text(text, args)
@@ -108,6 +106,31 @@ _BRACKETS = regex.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', regex.DOTALL)
 #: Deepest JSON nesting a json region may have (Python's parser would exhaust its stack far sooner
 #: than real output needs; deeper input is refused with parse.json_depth).
 JSON_MAX_DEPTH = 256
+
+
+def int_digits_limit() -> int:
+    """The interpreter's limit on the digits of an int parsed from text (``sys.get_int_max_str_digits()``,
+    4300 by default; 0: none)."""
+    return int(getattr(sys, "get_int_max_str_digits", lambda: 0)())
+
+
+def load_json(text: str) -> Any:
+    """``json.loads`` that fails only with a ``JSONDecodeError`` (text that is not JSON) or a ParseError
+    for a limit: nesting deeper than JSON_MAX_DEPTH (``parse.json_depth``), an integer longer than
+    Python converts (``parse.digits``). Python's own parser would raise RecursionError or a bare
+    ValueError there, which lenient mode must never see."""
+    _check_depth(text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ParseError("json region nests too deeply to parse", code="parse.json_depth",
+                         hint="Raise grammar_parse.values.JSON_MAX_DEPTH if such output is expected.") from None
+    except ValueError:  # only the int conversion raises a bare ValueError
+        raise ParseError(f"a JSON integer has more than {int_digits_limit()} digits, more than Python converts",
+                         code="parse.digits",
+                         hint="Raise sys.set_int_max_str_digits() if such numbers are expected.") from None
 
 
 def _check_depth(text: str) -> None:
@@ -183,15 +206,35 @@ def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
 _PY_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
+class _NotJson(ValueError):
+    """A Python literal with no JSON value (a set, bytes, a complex number, ``...``, a non-string key)."""
+
+
 def _literal(node: ast.expr) -> Any:
-    """A Python literal from the AST, never evaluated as code (true/false/null are accepted too)."""
+    """A Python literal from the AST as a JSON value, never evaluated as code (true/false/null are accepted
+    too). Literals JSON has no value for (sets, bytes, complex numbers, ``...``, keys that are not strings)
+    are refused: a call's arguments go to clients as JSON."""
     if isinstance(node, ast.Name) and node.id in _PY_CONSTANTS:
         return _PY_CONSTANTS[node.id]
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values) if k is not None}
-    return ast.literal_eval(node)
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                continue  # a ** spread names nothing literal
+            key = _literal(k)
+            if not isinstance(key, str):
+                raise _NotJson(f"a dict key must be a string, not {key!r}")
+            out[key] = _literal(v)
+        return out
+    if isinstance(node, ast.Constant) and type(node.value) in (str, int, float, bool, type(None)):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+        number = node.operand.value
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return -number if isinstance(node.op, ast.USub) else number
+    raise _NotJson(f"{ast.unparse(node)[:100]!r} is not a JSON value")
 
 
 # A Python keyword where an argument name goes: `(from=`, `, class =` (not `==`). A cheap first look; the
@@ -225,18 +268,59 @@ def _rename_keyword_arguments(body: str) -> tuple[str, dict[str, str]]:
     return body, names
 
 
+# Lone surrogates (broken UTF-8 from a tokenizer) stand in as private-use characters while Python's parser,
+# which encodes its input as UTF-8, reads the text; values get them back.
+_SURROGATES = regex.compile(r"[\ud800-\udfff]")
+_STAND_INS = regex.compile(r"[\U000f0000-\U000f07ff]")
+
+
+def _surrogate_stand_ins(body: str) -> tuple[str, Callable[[Any], Any]]:
+    """``body`` with its lone surrogates replaced by stand-ins, and the function that puts them back into
+    a parsed value (identity when there were none)."""
+    if not _SURROGATES.search(body):
+        return body, lambda value: value
+    if _STAND_INS.search(body):
+        raise ParseError("pythonic region holds both lone surrogates and the private-use characters that "
+                         "would stand in for them", code="parse.content")
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, str):
+            return _STAND_INS.sub(lambda m: chr(ord(m.group()) - 0xF0000 + 0xD800), value)
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        if isinstance(value, dict):
+            return {restore(k): restore(v) for k, v in value.items()}
+        return value
+
+    return _SURROGATES.sub(lambda m: chr(ord(m.group()) - 0xD800 + 0xF0000), body), restore
+
+
 def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Python call syntax: ``[f(a=1), g(b="x")]`` or one call per line, into ``{"name", "arguments"}``.
 
-    The text is parsed, never executed: only keyword arguments with literal values are accepted.
-    Argument names may be Python keywords (``from="SFO"``).
+    The text is parsed, never executed: only keyword arguments with literal JSON values are accepted.
+    Argument names may be Python keywords (``from="SFO"``). Whatever the text, the result is calls or a
+    ParseError: Python's parser raises RecursionError or MemoryError on long chains (``a.a.a...``,
+    ``1+1+...``) and refuses over-long integers; those are ``parse.depth`` and ``parse.digits``.
     """
-    body, renamed = _rename_keyword_arguments(text.strip())
+    body, restore = _surrogate_stand_ins(text.strip())
+    try:
+        return [restore(call) for call in _python_calls(body)]
+    except (RecursionError, MemoryError):
+        raise ParseError("pythonic region nests (or chains operators) deeper than Python's parser goes",
+                         code="parse.depth") from None
+
+
+def _python_calls(text: str) -> list[dict[str, Any]]:
+    body, renamed = _rename_keyword_arguments(text)
     tree: ast.expr | list[ast.stmt]
     try:
         tree = ast.parse(body, mode="eval").body if body.startswith("[") else ast.parse(body).body
     except SyntaxError as e:
-        raise ParseError(f"not Python call syntax ({e.msg}): {body[:200]!r}", code="parse.content") from None
+        # (the parser converts integer literals itself, and refuses those past Python's digit limit)
+        code = "parse.digits" if "integer string conversion" in str(e.msg) else \
+            "parse.depth" if "too many nested" in str(e.msg) else "parse.content"
+        raise ParseError(f"not Python call syntax ({e.msg}): {body[:200]!r}", code=code) from None
     calls: list[ast.AST]
     if isinstance(tree, ast.List):
         calls = list(tree.elts)
@@ -251,9 +335,9 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
                              code="parse.content", hint="Positional arguments and expressions are not accepted.")
         try:
             arguments = {renamed.get(kw.arg, kw.arg): _literal(kw.value) for kw in call.keywords if kw.arg is not None}
-        except (ValueError, TypeError, SyntaxError):
-            raise ParseError(f"argument values must be literals: {ast.unparse(call)[:100]!r}",
-                             code="parse.content") from None
+        except _NotJson as e:
+            raise ParseError(f"argument values must be JSON literals (strings, numbers, True/False/None, lists, "
+                             f"dicts with string keys): {e}", code="parse.content") from None
         out.append({"name": ast.unparse(call.func), "arguments": arguments})
     return out
 

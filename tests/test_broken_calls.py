@@ -6,7 +6,8 @@ raises; every ``tool_calls`` entry is a call dict with a name and arguments; a c
 text (they did not parse) carries ``errors``; a call whose name was complete before the cut is there;
 the truncated end of the output is kept in the message; every character is accounted for; streaming,
 the ``region_close`` values, the Chat Completions stream (through the real OpenAI client) and the LMSP
-stream all give the one-shot calls. Hand-written messages pin a few formats down exactly.
+stream all give the one-shot calls, with arguments a strict JSON parser reads (a broken call's: the valid
+part of its text, closed). Hand-written messages pin a few formats down exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from grammar_parse.errors import ERROR_CODES
 from grammar_parse.lmsp import ResponseStream, schema_validator
 from strategies import chunkings, examples
 from test_tool_streaming import accumulate
+from wire_checks import closed_prefix, strict_object
 
 TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "thinking")
 EVENT_SCHEMAS = {name: schema_validator(f"event:{name}") for name in ("response.output_item.done", "response.incomplete")}
@@ -197,11 +199,12 @@ def check_adapters(sample: Sample, text: str, message: dict[str, Any], chunks: l
     got, want = stream.message.get("tool_calls", []), message.get("tool_calls", [])
     assert [c["function"]["name"] for c in got] == [c["function"]["name"] for c in want]
     for streamed, parsed in zip(got, want):
-        arguments = parsed["function"]["arguments"]
+        arguments, wire = parsed["function"]["arguments"], streamed["function"]["arguments"]
+        sent = strict_object(wire)
         if isinstance(arguments, str):
-            assert streamed["function"]["arguments"] == arguments, "a broken call streams its raw arguments"
+            assert closed_prefix(wire, arguments), "a broken call streams the valid part of its raw arguments"
         else:
-            assert json.loads(streamed["function"]["arguments"]) == arguments
+            assert sent == arguments
         if "id" in parsed:
             assert streamed["id"] == parsed["id"]
         assert streamed.get("errors", [])[:len(parsed.get("errors", []))] == parsed.get("errors", [])
@@ -388,10 +391,15 @@ def test_hand_written_broken_calls(grammar, text, expected, codes):
     assert parser.finalize()[0] == message
     chat, _ = chat_message(text, grammar, prefix="", strict=False)  # the Chat Completions message agrees
     assert chat.get("content") == message.get("content")
-    assert [(c["function"]["name"], c["function"]["arguments"], [e["code"] for e in c.get("errors", [])])
-            for c in chat.get("tool_calls", [])] == \
-        [(c["function"]["name"], a if isinstance(a := c["function"]["arguments"], str) else json.dumps(a),
-          [e["code"] for e in c.get("errors", [])]) for c in message.get("tool_calls", [])]
+    assert [c["function"]["name"] for c in chat.get("tool_calls", [])] == \
+        [c["function"]["name"] for c in message.get("tool_calls", [])]
+    for wire, parsed in zip(chat.get("tool_calls", []), message.get("tool_calls", [])):
+        arguments, sent = parsed["function"]["arguments"], wire["function"]["arguments"]
+        assert closed_prefix(sent, arguments) if isinstance(arguments, str) else strict_object(sent) == arguments
+        # the call's errors, then that the wire left out part of its raw arguments (the valid part is sent, closed)
+        codes = [e["code"] for e in parsed.get("errors", [])]
+        left_out = ["parse.arguments"] if isinstance(arguments, str) and arguments.strip() else []
+        assert [e["code"] for e in wire.get("errors", [])] == codes + left_out
     if codes:  # strict mode (the default) still raises for it
         with pytest.raises(gp.ParseError):
             gp.parse_response(text, grammar, prefix="")

@@ -207,9 +207,12 @@ def test_lenient_chat_completions_keep_streamed_calls_and_dense_indexes():
     indexes = [d["tool_calls"][0]["index"] for d in deltas if "tool_calls" in d]
     assert sorted(set(indexes)) == [0, 1]  # the call that never got a name sends nothing
     first, second = stream.message["tool_calls"]
-    assert first["function"] == {"name": "get_weather", "arguments": '{"city": "Par'}
-    ((path, code),) = [(e["path"], e["code"]) for e in first["errors"]]
-    assert (path, code) == ("$.function.arguments", "parse.json") and "errors" not in second
+    # the broken call's arguments: as much of the model's text as is JSON, closed (a strict parser reads it)
+    assert first["function"] == {"name": "get_weather", "arguments": '{"city": "Par"}'}
+    # why it did not parse, and (from the wire) that its arguments were closed
+    assert [(e["path"], e["code"]) for e in first["errors"]] == [("$.function.arguments", "parse.json"),
+                                                                ("$.function.arguments.city", "parse.arguments")]
+    assert "errors" not in second
     assert second["function"] == {"name": "f", "arguments": '{"a": 1}'}
     assert [e["code"] for e in stream.message["parse_errors"]] == ["parse.json", "parse.json"]
     # the region that names no function is content, streamed as content
@@ -229,11 +232,14 @@ def test_lenient_lmsp_stream_reports_parse_errors_and_completes():
     for event in events:
         validator.validate(event)
     errors = [e["data"] for e in events if e["event"] == "response.parse_error"]
-    assert [(e["code"], e["field"]) for e in errors] == [("parse.json", "tool_calls")] * 2
+    # the broken call's region, the region that names no function, then (as the call's item is done) the
+    # wire closing the broken call's arguments
+    assert [(e["code"], e["field"], e["span"] is None) for e in errors] == [
+        ("parse.json", "tool_calls", False), ("parse.json", "tool_calls", False), ("parse.arguments", "tool_calls", True)]
     start, end = errors[1]["span"]
     assert BROKEN_THEN_GOOD[start:end] == '<tool_call>{"nam</tool_call>'
     assert events[-1]["event"] == "response.completed"
     calls = [item for item in stream.output if item["type"] == "function_call"]
-    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Par'), ("f", '{"a": 1}')]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Par"}'), ("f", '{"a": 1}')]
     strict = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_{next(counter)}")
     assert strict.feed(BROKEN_THEN_GOOD)[-1]["event"] == "response.failed"
