@@ -62,6 +62,27 @@ def _bool(text: str, args: Mapping[str, Any]) -> bool:
     return _text(text, args).lower() in ("true", "1")
 
 
+_HIDDEN = regex.compile(f"{_SENTINEL_OPEN}(\\d+){_SENTINEL_CLOSE}")
+
+
+def _hide_strings(text: str, open_quote: str, close_quote: str, captured: list[str]) -> str:
+    """``text`` with each ``open_quote ... close_quote`` string replaced by a numbered sentinel, its body
+    appended to ``captured``: what ``regex.sub(open(.*?)close)`` does (the nearest close after each open),
+    in linear time. That regex retried every later open when no close followed, quadratic on a run of
+    opens; but when no close follows an open, none follows a later one either."""
+    out: list[str] = []
+    i = 0
+    while (start := text.find(open_quote, i)) != -1:
+        end = text.find(close_quote, start + len(open_quote))
+        if end == -1:
+            break
+        captured.append(text[start + len(open_quote):end])
+        out += (text[i:start], f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}")
+        i = end + len(close_quote)
+    out.append(text[i:])
+    return "".join(out)
+
+
 def _json(text: str, args: Mapping[str, Any]) -> Any:
     """JSON, optionally in a model's dialect: custom string quotes and bare keys."""
     string_delims = args.get("string_delims") or []
@@ -73,20 +94,14 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         )
     working = text
     captured: list[str] = []
-
-    def capture(m: regex.Match[str]) -> str:
-        captured.append(m.group(1))
-        return f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}"
-
     for open_quote, close_quote in string_delims:
-        quoted = regex.escape(open_quote) + r"(.*?)" + regex.escape(close_quote)
-        working = regex.sub(quoted, capture, working, flags=regex.DOTALL)
+        working = _hide_strings(working, open_quote, close_quote, captured)
     if args.get("unquoted_keys") == "spaced":
         working = _SPACED_UNQUOTED_KEY.sub(r'\1"\2"\3:', working)
     elif args.get("unquoted_keys", False):
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
-    for i, s in enumerate(captured):
-        working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))
+    if captured:  # one pass (a replace per string was quadratic in the number of strings)
+        working = _HIDDEN.sub(lambda m: json.dumps(captured[int(m.group(1))]), working)
     _check_depth(working)
     try:
         return json.loads(working)
