@@ -188,13 +188,15 @@ class Grammar:
         return f"<Grammar {self.name or 'anonymous'}: {', '.join(self.fields)}>"
 
 
-def _delimiter_role(terminal: str, upper: str) -> str | None:
-    """"open"/"close" when ``terminal`` is ``UPPER_OPEN`` / ``UPPER_CLOSE``, optionally ``_SUFFIX``ed."""
-    for role in ("OPEN", "CLOSE"):
-        base = f"{upper}_{role}"
-        if terminal == base or terminal.startswith(base + "_"):
-            return role.lower()
-    return None
+def _delimiter_roles(terminal: str) -> list[tuple[str, str]]:
+    """Every (UPPER, role) such that ``terminal`` is ``UPPER_OPEN`` / ``UPPER_CLOSE``, optionally
+    ``_SUFFIX``ed, longest UPPER first: read off the name itself, so matching terminals to regions costs no
+    pass over the regions (400 fields: 320,000 name tests)."""
+    out = []
+    for m in regex.finditer(r"_(OPEN|CLOSE)(?=_|$)", terminal):
+        if m.start() > 0:
+            out.append((terminal[:m.start()], m.group(1).lower()))
+    return out[::-1]
 
 
 def _directive_error(source_name: str, line: int, message: str) -> GrammarError:
@@ -318,6 +320,8 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         raise GrammarError(str(e), code="grammar.directive", source=source_name) from None
 
     rule_names = {r.origin.name for r in parser.rules} | {r.alias for r in parser.rules if r.alias}
+    roles = {t.name: _delimiter_roles(t.name) for t in parser.terminals}
+    openers = {upper for found in roles.values() for upper, role in found if role == "open"}
     regions: dict[str, Region] = {}
     by_upper: dict[str, Region] = {}
     for rule, (lineno, spec) in region_specs.items():
@@ -359,7 +363,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
                 raise
             raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
         upper = rule.upper()
-        has_open = any(_delimiter_role(t.name, upper) == "open" for t in parser.terminals)
+        has_open = upper in openers
         region = Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open, parent=parent,
                         key=key, entry_key=entry_key, scope=scope, extend=extend)
         regions[rule] = region
@@ -367,13 +371,12 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
 
     terminals: dict[str, Terminal] = {}
     defined = {t.name: t for t in parser.terminals}
-    owners = sorted(by_upper, key=len, reverse=True)
 
     def owner_of(name: str) -> tuple[Region | None, str | None]:
         """The region a delimiter opens or closes, and which; the longest region name wins:
         TOOL_CALLS_OPEN_FENCE belongs to tool_calls, not to tool."""
-        for upper in owners:
-            if role := _delimiter_role(name, upper):
+        for upper, role in roles[name] if name in roles else _delimiter_roles(name):
+            if upper in by_upper:
                 return by_upper[upper], role
         return None, None
 
