@@ -25,7 +25,7 @@ import regex
 
 from .errors import TemplateError
 from .grammar import UNCLAIMED, Grammar, build_grammar
-from .template import Delimiter, FieldTemplate, Template, load_template
+from .template import Delimiter, FieldTemplate, Template, check_depth, load_template
 from .values import RegionValue
 
 _RESERVED_RULES = frozenset({"start"})
@@ -231,6 +231,7 @@ def compile_template(template: Mapping[str, Any] | Template, *, name: str | None
     """
     if isinstance(template, Template):
         return build_grammar(template_to_lark(template), name=name, repeats=False)
+    check_depth(template)  # (before the cache key's json.dumps walks it)
     try:
         key = json.dumps(template, ensure_ascii=False) + f"\x00{name}"
     except (TypeError, ValueError):

@@ -34,6 +34,7 @@ ERROR_CODES: dict[str, str] = {
     "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
     "template.named_groups": "a delimiter pattern captures named groups but the field has no transform",
     "template.start_anchor": "the template defines neither start_anchor nor start_anchor_pattern",
+    "template.depth": "the template or legacy schema nests lists and objects deeper than MAX_TEMPLATE_DEPTH",
     "template.tokenizer_config": "a tokenizer_config.json (or chat_template.json) carries no response_template or "
                                  "response_schema",
     # authored grammars

@@ -44,7 +44,7 @@ from lark.parsers.lalr_analysis import ParseTableBase
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, Repeat, ValueEnd
 from .errors import GrammarError, TemplateError
 from .scanner import Scanner
-from .template import Delimiter, check_named_groups, load_delimiter, load_value_spec
+from .template import Delimiter, check_depth, check_named_groups, load_delimiter, load_value_spec
 from .values import PLACEHOLDER, RegionValue, ValueSpec
 
 DIRECTIVE = "//@"
@@ -217,7 +217,7 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
             rule, _, spec_text = rest.partition(" ")
             try:
                 spec = json.loads(spec_text) if spec_text.strip() else {}
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:
                 raise _directive_error(source_name, lineno, f"region {rule}: options are not valid JSON ({e})") from None
             if not isinstance(spec, dict):
                 raise _directive_error(source_name, lineno, f"region {rule}: options must be a JSON object")
@@ -228,7 +228,10 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
                      "legacy_timeout"):
             try:
                 settings[key] = json.loads(rest)
-            except json.JSONDecodeError as e:
+                check_depth(settings[key], key)
+            except TemplateError as e:
+                raise _directive_error(source_name, lineno, str(e)) from None
+            except (json.JSONDecodeError, RecursionError) as e:
                 raise _directive_error(source_name, lineno, f"{key}: value is not valid JSON ({e})") from None
         elif key == "grammar_parse":
             if rest != "1":

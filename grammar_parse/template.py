@@ -88,6 +88,33 @@ class Template:
         return next((f for f in self.fields if f.open is None), None)
 
 
+#: Deepest nesting of lists and objects a template (or legacy schema) may have. The loaders walk templates
+#: recursively (copies, placeholder checks, schema nodes), so deeper input would exhaust Python's stack;
+#: real templates nest fewer than ten levels.
+MAX_TEMPLATE_DEPTH = 100
+
+
+def check_depth(value: Any, path: str = "", limit: int = MAX_TEMPLATE_DEPTH) -> None:
+    """Raise TemplateError (``template.depth``) where ``value`` nests lists and objects deeper than ``limit``,
+    before anything walks it recursively (a deep template raised RecursionError). The path names the
+    first few keys on the way down."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, path)]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.items()
+        elif isinstance(node, (list, tuple)):
+            children = enumerate(node)
+        else:
+            continue
+        if depth >= limit:
+            raise _fail(where, f"nests lists and objects deeper than {limit} levels", "template.depth",
+                        hint="Flatten it; templates need only a few levels.")
+        for key, child in children:
+            step = where if depth >= 3 else (f"{where}.{key}" if where else str(key))
+            stack.append((child, depth + 1, step))
+
+
 def _fail(path: str, message: str, code: str, hint: str | None = None) -> TemplateError:
     return TemplateError(message, path=path, code=code, hint=hint)
 
@@ -222,6 +249,7 @@ def load_value_spec(path: str, spec: Mapping[str, Any], *, authored: bool = Fals
     """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec.
     ``authored``: a ``.lark`` region, which may also use the grammar-only ``"unquoted_keys": "spaced"``
     (transformers' templates keep its exact dialect)."""
+    check_depth(spec, path)  # (a .lark region's options are not checked by load_template)
     content = _content_name(f"{path}.content", spec.get("content", "text"))
     args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}), authored=authored)
     repeats = _check_bool(f"{path}.repeats", spec.get("repeats", False))
@@ -306,6 +334,7 @@ def load_template(spec: Any) -> Template:
     """Validate a ``response_template`` dict; raise TemplateError naming the field and key on any problem."""
     if not isinstance(spec, dict):
         raise _fail("", f"response_template must be a dict, got {type(spec).__name__}", "template.type")
+    check_depth(spec)
     version = spec.get("version", 1)
     if version != 1 or isinstance(version, bool):
         raise _fail("version", f"Unsupported response_template version: {version}", "template.version",
@@ -345,4 +374,5 @@ def load_template(spec: Any) -> Template:
     return Template(defaults=copy.deepcopy(defaults), fields=fields, start_anchor=anchor)
 
 
-__all__ = ["Delimiter", "FieldTemplate", "Template", "load_delimiter", "load_template", "load_value_spec"]
+__all__ = ["MAX_TEMPLATE_DEPTH", "Delimiter", "FieldTemplate", "Template", "check_depth", "load_delimiter",
+           "load_template", "load_value_spec"]
