@@ -26,6 +26,8 @@ from jmespath.parser import ParsedResult
 
 from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
 from grammar_parse.grammar import LEGACY_TIMEOUT
+from grammar_parse.regex_safety import refusal
+from grammar_parse.template import REGEX_HINT
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs.
 DEFAULT_TIMEOUT = LEGACY_TIMEOUT
@@ -99,6 +101,11 @@ def check_schema(schema: Any, node: Node = "(root)") -> None:
         except re.error as e:
             raise TemplateError(f"is not a valid regular expression: {e}", path=f"{path}.{key}", code="template.regex",
                                 hint="Legacy schemas use Python's re syntax.") from None
+        # The same analysis as template patterns: refused where a near miss would backtrack for ever.
+        refused = refusal(pattern, regex.DOTALL)
+        if refused is not None:
+            raise TemplateError(f"regex {pattern!r} has {refused.reason}", path=f"{path}.{key}",
+                                code=f"template.regex_{refused.kind}", hint=REGEX_HINT)
     transform = schema.get("x-parser-args", {}).get("transform")
     if transform is not None and not isinstance(transform, str):
         raise TemplateError("must be a jmespath expression string", path=f"{path}.x-parser-args.transform",

@@ -43,8 +43,9 @@ from lark.parsers.lalr_analysis import ParseTableBase
 
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, Repeat, ValueEnd
 from .errors import GrammarError, TemplateError
+from .regex_safety import refusal
 from .scanner import Scanner
-from .template import Delimiter, check_depth, check_named_groups, load_delimiter, load_value_spec
+from .template import REGEX_HINT, Delimiter, check_depth, check_named_groups, load_delimiter, load_value_spec
 from .values import PLACEHOLDER, RegionValue, ValueSpec
 
 DIRECTIVE = "//@"
@@ -390,10 +391,9 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
             matcher = _matcher(t)
         except regex.error as e:
             raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
-        if isinstance(matcher, RegexMatcher) and (reason := matcher.risk):
-            raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {reason}",
-                               code="grammar.syntax", source=source_name,
-                               hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
+        if isinstance(matcher, RegexMatcher) and (refused := refusal(matcher.pattern, matcher.flags)):
+            raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {refused.reason}",
+                               code=f"grammar.regex_{refused.kind}", source=source_name, hint=REGEX_HINT)
         terminals[t.name] = Terminal(name=t.name, role=role, region=owned_by, matcher=matcher, priority=t.priority)
     lark_table = parser.parser.parser.parser.parse_table
     used = {sym for actions in lark_table.states.values() for sym in actions if sym.isupper()} - {"$END"}

@@ -16,7 +16,7 @@ from typing import Any
 
 import regex
 
-from .delimiters import backtracking_risk
+from .regex_safety import refusal
 from .errors import TemplateError
 from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
 
@@ -115,6 +115,11 @@ def check_depth(value: Any, path: str = "", limit: int = MAX_TEMPLATE_DEPTH) -> 
             stack.append((child, depth + 1, step))
 
 
+#: What to do about a refused pattern (see grammar_parse.regex_safety).
+REGEX_HINT = ("Let each part of the text match one way only: keep repeats that can take the same characters "
+              "apart with a literal, write counts up to 1000, and merge repeats written side by side.")
+
+
 def _fail(path: str, message: str, code: str, hint: str | None = None) -> TemplateError:
     return TemplateError(message, path=path, code=code, hint=hint)
 
@@ -126,10 +131,9 @@ def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
         compiled = regex.compile(pattern, regex.DOTALL)
     except regex.error as e:
         raise _fail(path, f"invalid regex {pattern!r}: {e}", "template.regex") from None
-    reason, _ = backtracking_risk(pattern)
-    if reason is not None:
-        raise _fail(path, f"regex {pattern!r} has {reason}", "template.regex_backtracking",
-                    hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
+    refused = refusal(pattern)
+    if refused is not None:
+        raise _fail(path, f"regex {pattern!r} has {refused.reason}", f"template.regex_{refused.kind}", hint=REGEX_HINT)
     return compiled
 
 
