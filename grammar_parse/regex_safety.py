@@ -128,7 +128,7 @@ def _tokens(pattern: str) -> list[str]:
     return out
 
 
-def _standard_syntax(pattern: str) -> tuple[str, dict[str, str]]:
+def _standard_syntax(pattern: str, keep_alternatives: bool = True) -> tuple[str, dict[str, str]]:
     """``pattern`` rewritten for Python's own regex parser: ``regex``-only escapes become stand-in
     characters (returned with the escapes they stand for), possessive quantifiers and atomic groups their
     backtracking forms, ``(?<name>`` becomes ``(?P<name>``, and a group name given twice (``regex`` allows
@@ -158,7 +158,7 @@ def _standard_syntax(pattern: str) -> tuple[str, dict[str, str]]:
         elif tok == "[":
             in_class = True
             out.append(tok)
-        elif tok == "|":
+        elif tok == "|" and keep_alternatives:
             # The standard parser folds (a|a) into a and (a|b) into [ab], which backtrack differently; an
             # empty lookahead opening every alternative keeps them as written.
             out.append("|(?=)")
@@ -183,8 +183,8 @@ def _standard_syntax(pattern: str) -> tuple[str, dict[str, str]]:
     return "".join(out), {ch: tok for tok, ch in stand_ins.items()}
 
 
-def _parse(pattern: str, flags: int) -> tuple[Any, dict[str, str]]:
-    source, stand_ins = _standard_syntax(pattern)
+def _parse(pattern: str, flags: int, keep_alternatives: bool = True) -> tuple[Any, dict[str, str]]:
+    source, stand_ins = _standard_syntax(pattern, keep_alternatives)
     std_flags = flags & (regex.IGNORECASE | regex.MULTILINE | regex.DOTALL | regex.VERBOSE | regex.ASCII)
     try:
         return _sre_parse.parse(source, std_flags), stand_ins
