@@ -43,7 +43,7 @@ from lark.parsers.lalr_analysis import ParseTableBase
 
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, Repeat, ValueEnd
 from .errors import GrammarError, TemplateError
-from .regex_safety import refusal
+from .regex_safety import RegexSafetyError, refusal
 from .scanner import Scanner
 from .template import REGEX_HINT, Delimiter, check_depth, check_named_groups, load_delimiter, load_value_spec
 from .values import PLACEHOLDER, RegionValue, ValueSpec
@@ -269,20 +269,36 @@ def _split_escaped_alternation(value: str) -> tuple[str, ...] | None:
     return None
 
 
-def _matcher(term: Any) -> Matcher:
-    """The scanner's matcher for a Lark terminal definition."""
+def _terminal_regex(term: Any) -> tuple[str, int] | tuple[tuple[str, ...], None]:
+    """A Lark terminal as (regex, flags), or (literals, None) where it is fixed strings."""
     pattern = term.pattern
     flags = 0
     for f in pattern.flags:
         flags |= _LARK_FLAGS.get(f, 0)
     if isinstance(pattern, lark.lexer.PatternStr) and not flags:
-        return LiteralMatcher((pattern.value,))
+        return (pattern.value,), None
     if pattern.raw is None and not flags:
         # Lark joins an alternation of strings ("<a>" | "<b>") into one escaped regex; keep them literal.
         literals = _split_escaped_alternation(pattern.value)
         if literals is not None:
-            return LiteralMatcher(literals)
-    return RegexMatcher(pattern.value, flags)
+            return literals, None
+    return pattern.value, flags
+
+
+def _matcher(term: Any) -> Matcher:
+    """The scanner's matcher for a Lark terminal definition."""
+    source, flags = _terminal_regex(term)
+    if flags is None:
+        assert isinstance(source, tuple)
+        return LiteralMatcher(source)
+    assert isinstance(source, str)
+    return RegexMatcher(source, flags)
+
+
+def _refusal(term: Any) -> RegexSafetyError | None:
+    """Why a terminal's regex is refused (grammar_parse.regex_safety), or None."""
+    source, flags = _terminal_regex(term)
+    return None if flags is None or not isinstance(source, str) else refusal(source, flags)
 
 
 def _lark_error(e: Exception, source_name: str) -> GrammarError:
@@ -387,12 +403,16 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     for t in parser.terminals:
         owned_by, role = owner_of(t.name)
         role = role or "delimiter"
+        refused = _refusal(t)  # (before compiling: a{1000000} takes a second)
+        if refused is not None and refused.kind == "size":
+            raise GrammarError(f"terminal {t.name}: regex {t.pattern.value!r} has {refused.reason}",
+                               code="grammar.regex_size", source=source_name, hint=REGEX_HINT)
         try:
             matcher = _matcher(t)
         except regex.error as e:
             raise GrammarError(f"terminal {t.name}: invalid regex: {e}", code="grammar.syntax", source=source_name) from None
-        if isinstance(matcher, RegexMatcher) and (refused := refusal(matcher.pattern, matcher.flags)):
-            raise GrammarError(f"terminal {t.name}: regex {matcher.pattern!r} has {refused.reason}",
+        if refused is not None:
+            raise GrammarError(f"terminal {t.name}: regex {t.pattern.value!r} has {refused.reason}",
                                code=f"grammar.regex_{refused.kind}", source=source_name, hint=REGEX_HINT)
         terminals[t.name] = Terminal(name=t.name, role=role, region=owned_by, matcher=matcher, priority=t.priority)
     lark_table = parser.parser.parser.parser.parse_table

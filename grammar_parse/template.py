@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import regex
 
 from .regex_safety import refusal
 from .errors import TemplateError
+from .linear_regex import BoundedRegex
 from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
 
 TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})
@@ -62,6 +64,11 @@ class Delimiter:
 
     def compile(self) -> regex.Pattern[str]:
         return regex.compile(self.regex_source, regex.DOTALL)
+
+    @cached_property
+    def bounded(self) -> BoundedRegex:
+        """The delimiter as a regex that cannot run away on hostile text (the start anchor on a prompt)."""
+        return BoundedRegex(self.regex_source, regex.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -127,11 +134,13 @@ def _fail(path: str, message: str, code: str, hint: str | None = None) -> Templa
 def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
     if not isinstance(pattern, str):
         raise _fail(path, f"must be a regex string, got {type(pattern).__name__}", "template.type")
+    refused = refusal(pattern)
+    if refused is not None and refused.kind == "size":  # (before compiling: a{1000000} takes a second)
+        raise _fail(path, f"regex {pattern!r} has {refused.reason}", "template.regex_size", hint=REGEX_HINT)
     try:
         compiled = regex.compile(pattern, regex.DOTALL)
     except regex.error as e:
         raise _fail(path, f"invalid regex {pattern!r}: {e}", "template.regex") from None
-    refused = refusal(pattern)
     if refused is not None:
         raise _fail(path, f"regex {pattern!r} has {refused.reason}", f"template.regex_{refused.kind}", hint=REGEX_HINT)
     return compiled

@@ -146,3 +146,33 @@ def test_a_refused_pattern_does_not_hang_at_load():
     for pattern, _ in REFUSED:
         refusal(pattern + "(?:)")  # (uncached)
     assert time.perf_counter() - started < 5.0
+
+
+# ---------------------------------------------------------------------------- start anchors on hostile prompts
+def _reference_truncation(pattern, prompt):
+    """Where the output starts after the prompt, as transformers finds it (Python's re, last match)."""
+    import re
+
+    ends = [m.end() for m in re.finditer(pattern, prompt, re.DOTALL)]
+    return prompt[ends[-1]:] if ends else prompt
+
+
+# (anchor pattern, a prompt on which the regex module searches for seconds: each start scans to the end)
+HOSTILE_PROMPTS = [
+    (r"<\|im_start\|>assistant[^\n]*\n", "<|im_start|>assistant" * 20_000),
+    (r"<\|im_start\|>assistant\n(?:<think>\s*.*?</think>)?", "<|im_start|>assistant\n<think>" * 12_000),
+    (r"<\|im_start\|>assistant\s*(.*?)\s*\n", "<|im_start|>assistant" + " " * 3_000),  # degree 2: 3 KB, 14 s+
+]
+
+
+@pytest.mark.parametrize("pattern, prompt", HOSTILE_PROMPTS, ids=[p for p, _ in HOSTILE_PROMPTS])
+def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(pattern, prompt):
+    template = {"start_anchor_pattern": pattern, "fields": {"content": {}}}
+    small = prompt[:len(prompt) // 10]  # (Python's re takes under a second on a tenth)
+    assert gp.parse_response("Hi", template, prefix=small) == \
+        gp.parse_response(_reference_truncation(pattern, small) + "Hi", {"start_anchor": "\x00", "fields": {"content": {}}},
+                          prefix="")
+    started = time.perf_counter()
+    message = gp.parse_response("Hi", template, prefix=prompt)
+    assert time.perf_counter() - started < 10.0  # (the regex module alone: 16 s for the first)
+    assert message["content"].endswith("Hi")
