@@ -425,6 +425,8 @@ class _Runner:
         initial = (start,) + (caps[1:] if caps is not None else (-1,) * (self.slots - 1))
         # Frames: (pc, pos, captures, registers) to run, or (-1, key) once both branches of a choice failed.
         stack: list[Any] = [(0, start, initial, (-1,) * prog.registers)]
+        key: Any
+        now: tuple[int, ...]
         while stack:
             frame = stack.pop()
             if frame[0] == -1:
@@ -457,7 +459,7 @@ class _Runner:
                     pc += 1
                 elif op == _SPLIT:
                     if table is not None:
-                        key: Any = ins[3] * width + pos
+                        key = ins[3] * width + pos
                         if table[key] or key in on_path:
                             break
                     else:

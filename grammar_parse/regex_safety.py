@@ -702,7 +702,7 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
         if op1 in _REPEATS and op2 in _REPEATS and av1[1] == _UNBOUNDED and av2[1] == _UNBOUNDED:
             b1, b2 = list(av1[2]), list(av2[2])
             if len(b1) == len(b2) == 1 and b1[0][0] in _CLASS_OPS and b2[0][0] in _CLASS_OPS \
-                    and alphabet.mask(*b1[0], flags) == alphabet.mask(*b2[0], flags):
+                    and alphabet.mask(b1[0][0], b1[0][1], flags) == alphabet.mask(b2[0][0], b2[0][1], flags):
                 return "two repeats side by side"
     for op, av in flat:
         inner: list[Any] = []
