@@ -15,11 +15,13 @@ import keyword
 import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 import regex
 
 from .delimiters import REGEX_TIMEOUT
+from .linear_regex import BoundedRegex
 from .errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
@@ -141,6 +143,11 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
+@lru_cache(maxsize=256)
+def _bounded(pattern: str) -> BoundedRegex:
+    return BoundedRegex(pattern, regex.DOTALL)
+
+
 def _sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
     if value_parser is None or raw is None:
         return raw
@@ -154,8 +161,8 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
-    try:
-        matches = list(regex.finditer(tag_pattern, text, flags=regex.DOTALL, timeout=REGEX_TIMEOUT))
+    try:  # (past the limit the linear matcher finishes the scan, with the same matches)
+        matches = _bounded(tag_pattern).finditer(text, REGEX_TIMEOUT)
     except TimeoutError:
         raise ParseError(f"xml-inline: tag_pattern ran past its time limit on this region: {tag_pattern!r}",
                          code="parse.timeout") from None

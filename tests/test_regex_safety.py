@@ -176,3 +176,23 @@ def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(patter
     message = gp.parse_response("Hi", template, prefix=prompt)
     assert time.perf_counter() - started < 10.0  # (the regex module alone: 16 s for the first)
     assert message["content"].endswith("Hi")
+
+
+# ---------------------------------------------------------------------------- content-parser patterns
+def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chunking():
+    """transformers' Qwen3.5 tag pattern (\\s*(?P<value>.*?)\\s*, degree 2) took past its 1 s limit on 1,000
+    spaces and failed with parse.timeout, depending on the machine; past the limit the linear matcher now
+    finishes the scan."""
+    from conformance import load
+
+    template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
+    text = "<tool_call>\n<function=f>\n<parameter=a>" + " " * 1_000 + "x\n</function>\n</tool_call>"
+    started = time.perf_counter()
+    message = gp.parse_response(text, template, prefix="")
+    assert time.perf_counter() - started < 8.0
+    # no </parameter>: the tag pattern matches nothing, and the call has no arguments
+    assert message["tool_calls"] == [{"type": "function", "function": {"name": "f", "arguments": {}}}]
+    parser = gp.ResponseParser(template, "")
+    for i in range(0, len(text), 7):
+        parser.feed(text[i:i + 7])
+    assert parser.finalize()[0] == message
