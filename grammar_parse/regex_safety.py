@@ -209,13 +209,19 @@ class _Alphabet:
             chars.update((ch.lower(), ch.upper(), ch.swapcase()))
         self.samples = sorted(c for c in chars if len(c) == 1 and c not in self.stand_ins)
         self._categories = {cat: regex.compile(src) for cat, src in _CATEGORY_SOURCE.items()}
+        self._masks: dict[Any, int] = {}
 
     def mask(self, op: Any, av: Any, flags: int) -> int:
-        test = self._test(op, av, flags)
-        bits = 0
-        for i, ch in enumerate(self.samples):
-            if test(ch):
-                bits |= 1 << i
+        key = (op, tuple(av) if isinstance(av, list) else av,
+               flags & (_sre.SRE_FLAG_IGNORECASE | _sre.SRE_FLAG_DOTALL | _sre.SRE_FLAG_ASCII))
+        bits = self._masks.get(key)
+        if bits is None:  # (counted repeats write the same class out many times)
+            test = self._test(op, av, flags)
+            bits = 0
+            for i, ch in enumerate(self.samples):
+                if test(ch):
+                    bits |= 1 << i
+            self._masks[key] = bits
         return bits
 
     def _test(self, op: Any, av: Any, flags: int) -> Callable[[str], bool]:
@@ -602,6 +608,9 @@ class _Analysis:
         """Most paths one text has through the automaton without its loops (saturating above
         MAX_AMBIGUITY): the multiplier alternatives and counted repeats add."""
         follow = [{q for q in f if self.comp[q] != self.comp[p]} for p, f in enumerate(self.follow)]
+        if all(self.mult.get((p, q), 1) == 1 for p, f in enumerate(follow) for q in f) and \
+                all(not self.masks[a] & self.masks[b] for f in follow for a in f for b in f if a < b):
+            return 1  # deterministic: one path per text (most real patterns)
         signatures: dict[tuple[int, ...], int] = {}
         width = max((m.bit_length() for m in self.masks), default=0)
         atoms = []
