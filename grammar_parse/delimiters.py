@@ -715,4 +715,5 @@ def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | No
     found = refusal(pattern, flags)
     if found is not None:
         return found.reason, True
-    return None, not analyse(pattern, flags).linear
+    profile = analyse(pattern, flags)
+    return None, not profile.linear or profile.rescans

@@ -98,6 +98,7 @@ class BacktrackingProfile:
     pump: str | None = None
     prefix: str = ""
     loops: bool = False
+    rescans: bool = False  # two unbounded repeats, or one holding a choice: a search may rescan a lot
 
     @property
     def linear(self) -> bool:
@@ -729,6 +730,36 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
     return None
 
 
+def _rescans(items: Any) -> bool:
+    """Whether a search may rescan long stretches from many starts even where one match attempt is
+    linear: two unbounded repeats (``\\s*\\{\\s*"name"``), or one holding a choice or another repeat."""
+    count = 0
+
+    def walk(seq: Any) -> bool:
+        nonlocal count
+        found = False
+        for op, av in seq:
+            if op in _REPEATS:
+                found = True
+                body = list(av[2])
+                inner = walk(body)
+                if av[1] == _UNBOUNDED:
+                    count += 1
+                    if inner or any(o is _sre.BRANCH for o, _ in _walk_items(body)):
+                        count += 2
+            elif op is _sre.SUBPATTERN:
+                found |= walk(av[-1])
+            elif op is _sre.BRANCH:
+                for alt in av[1]:
+                    found |= walk(alt)
+            elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+                found |= walk(av[1])
+        return found
+
+    walk(items)
+    return count >= 2
+
+
 def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0) -> BacktrackingProfile:
     if _redundant(list(parsed), alphabet, flags) is not None:
         raise RegexSafetyError("two repeats side by side over the same characters (as in \\s*\\s* or .*.*X): "
@@ -752,7 +783,8 @@ def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0
                                "ways (as in (?:a{1,16}){1,16}b)")
     profile = BacktrackingProfile(degree=degree, ambiguity=ambiguity,
                                   pump=analysis.pump(links, alphabet) if degree else None,
-                                  prefix=_literal_prefix(parsed, flags), loops=automaton.unbounded)
+                                  prefix=_literal_prefix(parsed, flags), loops=automaton.unbounded,
+                                  rescans=_rescans(parsed))
     for body, body_flags in automaton.looks:  # a lookaround runs at each position it is reached
         if depth > 8:
             raise RegexSafetyError("lookarounds nested too deeply to analyse")
@@ -761,7 +793,8 @@ def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0
             profile = BacktrackingProfile(degree=max(profile.degree, inner.degree),
                                           ambiguity=max(profile.ambiguity, inner.ambiguity),
                                           pump=profile.pump if profile.degree >= inner.degree else inner.pump,
-                                          prefix=profile.prefix, loops=profile.loops or inner.loops)
+                                          prefix=profile.prefix, loops=profile.loops or inner.loops,
+                                          rescans=profile.rescans)
     return profile
 
 
