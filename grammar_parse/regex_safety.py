@@ -49,6 +49,9 @@ MAX_REPEAT = 1000
 EXPAND_LIMIT = 16
 #: Positions (characters the pattern consumes, counted repeats written out) the analysis reads at most.
 MAX_POSITIONS = 4000
+#: Transitions between positions the analysis builds at most (the load time of a hostile pattern stays
+#: under a second).
+MAX_EDGES = 200_000
 #: Highest degree of polynomial ambiguity accepted: a near miss costs at most (length)^(MAX_DEGREE + 1)
 #: steps per start. Real legacy schemas reach 4 (``\s*(?:<tool_call>(.+?)</tool_call>)?\s*(.+?)?\s*$``).
 MAX_DEGREE = 4
@@ -303,6 +306,7 @@ class _Automaton:
         # Edges the pattern writes more than once ((a+)+: the inner and the outer loop both go a -> a) are
         # different paths to a backtracking engine: their multiplicity.
         self.mult: dict[tuple[int, int], int] = {}
+        self.edges = 0
         self.looks: list[Any] = []  # (parsed body, flags) of each lookaround, analysed on their own
         self.groups: dict[int, Any] = {}  # group number -> (body, flags), for backreferences
         self.unbounded = False
@@ -321,6 +325,11 @@ class _Automaton:
         return _Fragment(False, {p}, {p})
 
     def link(self, frm: Iterable[int], to: set[int]) -> None:
+        frm = list(frm)
+        self.edges += len(frm) * len(to)
+        if self.edges > MAX_EDGES:  # (optional parts in a row follow each other all to all)
+            raise RegexSafetyError(f"more than {MAX_EDGES} transitions to analyse (optional parts in a long row); "
+                                   "simplify it", "size")
         for p in frm:
             follow = self.follow[p]
             for q in to:
@@ -548,20 +557,22 @@ class _Analysis:
     def links(self) -> dict[int, set[int]]:
         """Component pairs (c1, c2) joined by a polynomial ambiguity: positions p in c1 and q in c2 with a
         text v that loops at p, leads from p to q, and loops at q."""
-        reach = self._reach()
         out: dict[int, set[int]] = {}
         loops = [ci for ci, looping in enumerate(self.looping) if looping]
+        if len(loops) < 2:
+            return out
+        reach = self._reach()
         for c1 in loops:
             for c2 in loops:
-                if c1 != c2 and c2 in reach[c1] and self._linked(c1, c2, reach):
+                if c1 != c2 and reach[c1] >> c2 & 1 and self._linked(c1, c2, reach):
                     out.setdefault(c1, set()).add(c2)
         return out
 
-    def _reach(self) -> list[set[int]]:
-        """Components reachable from each component (itself included)."""
-        reach: list[set[int]] = [set() for _ in self.comps]
+    def _reach(self) -> list[int]:
+        """Components reachable from each component (itself included), as bitmasks."""
+        reach: list[int] = [0] * len(self.comps)
         for ci, members in enumerate(self.comps):  # reverse topological: successors come first
-            r = {ci}
+            r = 1 << ci
             for p in members:
                 for q in self.follow[p]:
                     if self.comp[q] != ci:
@@ -569,9 +580,9 @@ class _Analysis:
             reach[ci] = r
         return reach
 
-    def _linked(self, c1: int, c2: int, reach: list[set[int]]) -> bool:
+    def _linked(self, c1: int, c2: int, reach: list[int]) -> bool:
         one, two = set(self.comps[c1]), set(self.comps[c2])
-        between = {p for p in range(len(self.masks)) if self.comp[p] in reach[c1] and c2 in reach[self.comp[p]]}
+        between = {p for p in range(len(self.masks)) if reach[c1] >> self.comp[p] & 1 and reach[self.comp[p]] >> c2 & 1}
         # (p, q) fixed: walk (x in c1, y between, z in c2) on common characters from (p, p, q) to (p, q, q)
         for p in one:
             for q in two:
@@ -815,5 +826,5 @@ def refusal(pattern: str, flags: int = regex.DOTALL) -> RegexSafetyError | None:
     return None
 
 
-__all__ = ["EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_POSITIONS", "MAX_REPEAT", "BacktrackingProfile",
+__all__ = ["EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_EDGES", "MAX_POSITIONS", "MAX_REPEAT", "BacktrackingProfile",
            "RegexSafetyError", "analyse", "refusal"]

@@ -141,6 +141,27 @@ def test_the_counted_repeat_cap_is_exactly_max_repeat():
     assert refusal(f"a{{0,{MAX_REPEAT + 1}}}") is not None
 
 
+# (pattern, code suffix or None): patterns built to make the analysis itself slow (dense transitions,
+# thousands of positions, nested lookarounds); it took 95 s on the second before its work was capped.
+HARD_TO_ANALYSE = [
+    ("(?:(?:(?:a?){15}){15}){15}", "size"),
+    ("a?" * 3000, "size"),
+    ("(?:x?){16}" * 30, "backtracking"),
+    ("(?:a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p)" * 200, None),
+    ("(?:a*b)*" * 50, "backtracking"),
+    ("(?:" * 90 + "a" + ")*" * 90, "backtracking"),
+    ("(?=" * 50 + "a" + ")" * 50, "backtracking"),
+]
+
+
+@pytest.mark.parametrize("pattern, kind", HARD_TO_ANALYSE, ids=[p[:30] for p, _ in HARD_TO_ANALYSE])
+def test_the_analysis_itself_is_bounded(pattern, kind):
+    started = time.perf_counter()
+    found = refusal(pattern)
+    assert time.perf_counter() - started < 3.0
+    assert (found and found.kind) == kind
+
+
 def test_a_refused_pattern_does_not_hang_at_load():
     started = time.perf_counter()
     for pattern, _ in REFUSED:
