@@ -27,6 +27,8 @@ from .regex_safety import _CATEGORY_SOURCE, _parse, _sre
 _CHAR, _STR, _ANY, _SPLIT, _JMP, _SAVE, _AT, _LOOK, _BACKREF, _ATOMIC, _MARK, _UNTIL, _COND, _MATCH = range(14)
 
 _Predicate = Callable[[str], bool]
+#: Largest table of failed (choice point, position) pairs kept as one byte each (bytes); beyond, a set.
+_DENSE_TABLE = 32 * 1024 * 1024
 
 
 class _Program:
@@ -414,11 +416,11 @@ class _Runner:
         states: set[Any] = set()
         if must_end != -1:
             pass  # (a lookbehind body is fixed-width: nothing to remember)
-        elif not stateful:
+        elif not stateful and prog.splits * width <= _DENSE_TABLE:
             table = self.failed.get(id(prog))
             if table is None:
                 table = self.failed[id(prog)] = bytearray(prog.splits * width)
-        else:
+        else:  # (captures matter, or a dense table would be too large: remember visited states one by one)
             states = self.failed_states.setdefault(id(prog), set())
         refs = sorted(prog.backrefs)
         on_path: set[Any] = set()
@@ -463,7 +465,8 @@ class _Runner:
                         if table[key] or key in on_path:
                             break
                     else:
-                        key = (pc, pos, regs, tuple(now[2 * g:2 * g + 2] for g in refs))
+                        key = (pc, pos, regs, tuple(now[2 * g:2 * g + 2] for g in refs)) if stateful \
+                            else ins[3] * width + pos
                         if key in states or key in on_path:
                             break
                     on_path.add(key)
