@@ -16,7 +16,7 @@ classes; DOTALL, IGNORECASE, MULTILINE and ASCII flags.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import regex
@@ -57,9 +57,8 @@ class _Program:
 class _Compiler:
     """sre parse trees to programs."""
 
-    def __init__(self, stand_ins: dict[str, str], groups: int) -> None:
+    def __init__(self, stand_ins: dict[str, str]) -> None:
         self.stand_ins = {ch: regex.compile(src) for ch, src in stand_ins.items()}
-        self.groups = groups
         self.categories = {cat: regex.compile(src) for cat, src in _CATEGORY_SOURCE.items()}
         self.ascii_categories = {cat: regex.compile(src, regex.ASCII) for cat, src in _CATEGORY_SOURCE.items()}
 
@@ -152,13 +151,12 @@ class _Compiler:
         elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
             self.repeat(prog, av[0], av[1], list(av[2]), flags, greedy=op is _sre.MAX_REPEAT)
         elif op is getattr(_sre, "POSSESSIVE_REPEAT", None):
-            body = self._sub([(_sre.MAX_REPEAT, av)], flags)
-            prog.emit(_ATOMIC, body)
+            prog.emit(_ATOMIC, self.program([(_sre.MAX_REPEAT, av)], flags))
         elif op is getattr(_sre, "ATOMIC_GROUP", None):
-            prog.emit(_ATOMIC, self._sub(list(av), flags))
+            prog.emit(_ATOMIC, self.program(list(av), flags))
         elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
             direction, body = av
-            sub = self._sub(list(body), flags)
+            sub = self.program(list(body), flags)
             width = body.getwidth() if direction < 0 else (0, 0)
             prog.emit(_LOOK, sub, direction < 0, op is _sre.ASSERT_NOT, width[0], min(width[1], 1 << 20))
         elif op is _sre.AT:
@@ -179,9 +177,6 @@ class _Compiler:
             prog.code[jump] = (_JMP, len(prog.code))
         else:  # pragma: no cover - the analysis refuses what the parser makes and this does not know
             raise ValueError(f"unsupported regex construct {op}")
-
-    def _sub(self, items: list[Any], flags: int) -> _Program:
-        return self.program(items, flags)
 
     def repeat(self, prog: _Program, lo: int, hi: int, body: list[Any], flags: int, greedy: bool) -> None:
         nullable = _can_be_empty(body)
@@ -337,11 +332,10 @@ class LinearRegex:
         self.flags = parsed.state.flags
         self.names = {name: gid for name, gid in parsed.state.groupdict.items() if "__" not in name}
         self.groups = parsed.state.groups - 1
-        self.program = _Compiler(stand_ins, parsed.state.groups).program(list(parsed), self.flags)
-        prefix: list[str] = []
-        if self.program.code and self.program.code[0][0] == _STR:
-            prefix.append(self.program.code[0][1])
-        self.prefix = "".join(prefix)
+        self.program = _Compiler(stand_ins).program(list(parsed), self.flags)
+        # (a match starts where its first literal does when the program opens with it: searched with find)
+        first = self.program.code[0]
+        self.prefix: str = first[1] if first[0] == _STR else ""
 
     def _runner(self, text: str) -> _Runner:
         return _Runner(text, self.groups)
@@ -380,15 +374,7 @@ class LinearRegex:
             pos, forbid = end, end if start == end else -1
 
     def sub(self, repl: str | Callable[[Any], str], text: str) -> str:
-        out: list[str] = []
-        last = 0
-        for m in self.finditer(text):
-            start, end = m.span()
-            out.append(text[last:start])
-            out.append(repl(m) if callable(repl) else m.expand(repl))
-            last = end
-        out.append(text[last:])
-        return "".join(out)
+        return _substitute(self.finditer(text), repl, text)
 
 
 class _Runner:
@@ -593,15 +579,20 @@ class BoundedRegex:
 
     def sub(self, repl: str | Callable[[Any], str], text: str, limit: float | None) -> str:
         """``re.sub``; ``repl`` is called once per match, whichever engine found them."""
-        out: list[str] = []
-        last = 0
-        for m in self.finditer(text, limit):
-            start, end = m.span()
-            out.append(text[last:start])
-            out.append(repl(m) if callable(repl) else m.expand(repl))
-            last = end
-        out.append(text[last:])
-        return "".join(out)
+        return _substitute(self.finditer(text, limit), repl, text)
+
+
+def _substitute(matches: Iterable[Any], repl: str | Callable[[Any], str], text: str) -> str:
+    """``text`` with each of ``matches`` replaced (by ``repl(match)``, or the template ``repl`` expanded)."""
+    out: list[str] = []
+    last = 0
+    for m in matches:
+        start, end = m.span()
+        out.append(text[last:start])
+        out.append(repl(m) if callable(repl) else m.expand(repl))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _expand(template: str, m: Match) -> str:
