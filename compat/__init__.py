@@ -16,6 +16,7 @@ from typing import Any
 
 from grammar_parse import Grammar, GrammarError, compile_template
 from grammar_parse.grammar import build_grammar
+from grammar_parse.template import check_depth
 
 from .legacy import DEFAULT_TIMEOUT, LegacyValue, check_schema, is_legacy_schema, recursive_parse
 from .translate import Translation, to_template, translate
@@ -33,6 +34,7 @@ def legacy_grammar(schema: dict[str, Any], *, timeout: float | None = DEFAULT_TI
     at finalize() the whole schema runs once (each regex limited to ``timeout`` seconds) and gives the
     message, with a ``correction`` event where the streamed regions disagree. A schema whose keys have the
     wrong JSON type fails here, with a ``TemplateError`` naming the node and key."""
+    check_depth(schema)  # (before the cache key's json.dumps and the schema walk recurse into it)
     return _legacy_grammar(json.dumps(schema, ensure_ascii=False), timeout)
 
 
@@ -50,6 +52,9 @@ def from_tokenizer_config(config: str | Path | dict[str, Any]) -> Grammar:
         except json.JSONDecodeError as e:
             raise GrammarError(f"the tokenizer config is not valid JSON: {e.msg}", code="grammar.syntax",
                                source=source, line=e.lineno, column=e.colno) from None
+        except RecursionError:
+            raise GrammarError("the tokenizer config nests too deeply to read", code="grammar.syntax",
+                               source=source) from None
     if not isinstance(config, dict):
         raise GrammarError("a tokenizer config must be a JSON object", code="grammar.syntax", source=source)
     if config.get("response_template") is not None:

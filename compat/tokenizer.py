@@ -120,7 +120,16 @@ def get_response_parser(tokenizer: Any, prefix: Any = None, *, tools: Iterable[A
 class TokenStream:
     """Feed token ids as they are generated; text is decoded incrementally (only complete characters
     are passed on, so a multi-byte character split across tokens is never broken), at a cost per token
-    that does not grow with the output."""
+    that does not grow with the output.
+
+    A byte that can no longer start or continue a valid UTF-8 sequence becomes U+FFFD, as a decoder with
+    ``errors="replace"`` makes it, once the tokens after it rule out a character still arriving: a run of
+    invalid byte tokens streams with a lag of :data:`PENDING_TOKENS` tokens instead of being withheld.
+    """
+
+    #: Tokens a character still arriving can span after its first byte (UTF-8 takes at most four bytes,
+    #: and a token carries at least one): a U+FFFD this many tokens old is final.
+    PENDING_TOKENS = 3
 
     def __init__(self, tokenizer: Any, prefix: Any = None, *, tools: Iterable[Any] | None = None,
                  template: Any = None) -> None:
@@ -134,27 +143,48 @@ class TokenStream:
     def initial_events(self) -> list[Event]:
         return self.parser.initial_events
 
+    def _decode(self, start: int, end: int | None = None) -> str:
+        text: str = self.tokenizer.decode(self.ids[start:end], skip_special_tokens=False)
+        return text
+
+    def _advance(self, before: str, text: str, end: int) -> str:
+        """Text newly final up to token ``end`` (decoded with context: ``before`` was already passed on)."""
+        self.prefix_offset, self.read_offset = self.read_offset, end
+        return text[len(before):]
+
+    def _new_text(self) -> str:
+        # Decode only the tokens since the last emitted text, with the ones before them as context, so a
+        # tokenizer that merges across tokens (spaces, byte fallback) still gives the right characters.
+        before = self._decode(self.prefix_offset, self.read_offset)
+        after = self._decode(self.prefix_offset)
+        if not after.startswith(before) or len(after) <= len(before):
+            return ""
+        if not after.endswith("\ufffd"):
+            return self._advance(before, after, len(self.ids))
+        # The last U+FFFD may be a character still arriving: the text up to the tokens it could span is
+        # final when the whole decode agrees with it (an incomplete character there would have become a
+        # real one in ``after``).
+        # A cut inside another character fails the test; one of four consecutive cuts is at a boundary.
+        last = len(self.ids) - self.PENDING_TOKENS
+        for cut in range(last, max(self.read_offset, last - 4), -1):
+            settled = self._decode(self.prefix_offset, cut)
+            if len(settled) > len(before) and settled.startswith(before) and after.startswith(settled):
+                return self._advance(before, settled, cut)
+        return ""
+
     def feed_ids(self, ids: Iterable[int]) -> list[Event]:
         """The events these new token ids complete."""
         new = _ids(ids if hasattr(ids, "tolist") else list(ids))  # arrays and tensors give ints via tolist()
         if new is None:
             raise ArgumentError(f"feed_ids takes token ids (ints), got {type(ids).__name__}", code="usage.batch")
         self.ids.extend(new)
-        decode = self.tokenizer.decode
-        # Decode only the tokens since the last emitted text, with the ones before them as context, so a
-        # tokenizer that merges across tokens (spaces, byte fallback) still gives the right characters.
-        before = decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=False)
-        after = decode(self.ids[self.prefix_offset:], skip_special_tokens=False)
-        if after.endswith("\ufffd") or len(after) <= len(before) or not after.startswith(before):
-            return self.parser.feed("")  # an incomplete character: wait for the next token
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return self.parser.feed(after[len(before):])
+        return self.parser.feed(self._new_text())
 
     def finalize(self) -> tuple[Message, list[Event]]:
         """End of generation: any text still undecoded, then the parser's final message and events."""
         events: list[Event] = []
-        before = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=False)
-        after = self.tokenizer.decode(self.ids[self.prefix_offset:], skip_special_tokens=False)
+        before = self._decode(self.prefix_offset, self.read_offset)
+        after = self._decode(self.prefix_offset)
         if len(after) > len(before) and after.startswith(before):
             events += self.parser.feed(after[len(before):])
         message, final = self.parser.finalize()

@@ -91,6 +91,9 @@ def _read_json(path: str, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise CommandLineError(f"the {what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
                                code="usage.json", hint="Fix the JSON.") from None
+    except RecursionError:
+        raise CommandLineError(f"the {what} {path} nests too deeply to read.", code="usage.json",
+                               hint="Flatten the JSON.") from None
 
 
 @contextmanager

@@ -28,6 +28,8 @@ from typing import Any, TypedDict
 
 import regex
 
+from .regex_safety import analyse, refusal
+
 try:  # Python 3.11+: the regex parser behind `re` lives in re._parser
     _sre_parse: Any = importlib.import_module("re._parser")
     _sre: Any = importlib.import_module("re._constants")
@@ -569,7 +571,7 @@ class RegexMatcher:
         self.zero_width = self.compiled.match("") is not None
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
         #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.
-        self.risk, timed = backtracking_risk(pattern)
+        self.risk, timed = backtracking_risk(pattern, flags)
         self.limit: RegexLimit = {"timeout": REGEX_TIMEOUT} if timed else {}
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
@@ -908,55 +910,12 @@ __all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "Prog
            "UNBOUNDED", "ValueEnd", "pattern_shape"]
 
 
-def _flat(items: Any) -> list[Any]:
-    """Items with capturing groups opened up (a group does not change how a repeat backtracks)."""
-    out: list[Any] = []
-    for op, av in items:
-        out.extend(_flat(av[-1]) if op is _sre.SUBPATTERN else [(op, av)])
-    return out
-
-
-def _risk_walk(items: Any, found: list[str], counter: list[int]) -> bool:
-    """Count backtracking repeats (``counter[0]``), note complex ones (``counter[1]``: a repeat holding a
-    choice or another repeat) and record nested repeats nothing anchors. Returns whether ``items``
-    contain a repeat."""
-    has = False
-    for op, av in items:
-        if op in REPEAT_OPS:
-            has = True
-            body = _flat(av[2])
-            inner = _risk_walk(body, found, counter)
-            if av[1] >= _sre.MAXREPEAT:
-                counter[0] += 1
-                if inner or any(o is _sre.BRANCH for o, _ in body):
-                    counter[1] += 1
-                if inner and all(o in REPEAT_OPS for o, _ in body):
-                    found.append("a repeated group made only of repeats ((a+)+, (\\w+\\s?)*): it backtracks "
-                                 "exponentially on a near miss")
-        elif op is _sre.SUBPATTERN:
-            has |= _risk_walk(av[-1], found, counter)
-        elif op is _sre.BRANCH:
-            for alt in av[1]:
-                has |= _risk_walk(alt, found, counter)
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
-            has |= _risk_walk(av[1], found, counter)
-        # possessive repeats and atomic groups never backtrack: they are safe by construction
-    return has
-
-
-def backtracking_risk(pattern: str) -> tuple[str | None, bool]:
-    """(why the pattern is rejected, or None; whether searches need a time limit).
-
-    A repeat nested in a repeat with nothing fixed between them (``(\\w+\\s?)*``, ``(a+)+``) backtracks
-    exponentially on a near miss: rejected. Several independent unbounded repeats (``.*?\\S.*?``) can be
-    quadratic: allowed, with a time limit on every search.
-    """
-    simplified = _unnamed(regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern))
-    try:
-        parsed = _sre_parse.parse(simplified, regex.DOTALL)
-    except Exception:  # noqa: BLE001 - regex-only syntax: not analysed, so always time-limited
-        return None, True
-    found: list[str] = []
-    counter = [0, 0]
-    _risk_walk(parsed, found, counter)
-    return (found[0] if found else None), counter[0] >= 2 or counter[1] > 0
+def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool]:
+    """(why the pattern is refused, or None; whether its searches need a limit): see
+    :mod:`grammar_parse.regex_safety`. Patterns whose ambiguity is polynomial (``.*?\\S.*?``) are accepted
+    with a limit; exponential, high-degree, redundant and oversized ones are refused."""
+    found = refusal(pattern, flags)
+    if found is not None:
+        return found.reason, True
+    profile = analyse(pattern, flags)
+    return None, not profile.linear or profile.rescans

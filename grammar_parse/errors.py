@@ -28,12 +28,15 @@ ERROR_CODES: dict[str, str] = {
     "template.fields": "the template has no fields, or more than one field without an opener",
     "template.delimiter": "an open/close/start_anchor delimiter is empty, of the wrong type, or given twice",
     "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
-    "template.regex_backtracking": "a pattern nests repeats so that it can backtrack catastrophically",
+    "template.regex_backtracking": "a pattern's repeats can match one text in so many ways that a backtracking "
+                                   "engine would run for ever on a near miss (grammar_parse.regex_safety)",
+    "template.regex_size": "a pattern's counted repeat is above MAX_REPEAT (1000), or it is too large to analyse",
     "template.content": "a field names an unknown content parser or gives it bad arguments",
     "template.join": "'join' is not a string or is used without 'repeats'",
     "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
     "template.named_groups": "a delimiter pattern captures named groups but the field has no transform",
     "template.start_anchor": "the template defines neither start_anchor nor start_anchor_pattern",
+    "template.depth": "the template or legacy schema nests lists and objects deeper than MAX_TEMPLATE_DEPTH",
     "template.tokenizer_config": "a tokenizer_config.json (or chat_template.json) carries no response_template or "
                                  "response_schema",
     # authored grammars
@@ -43,6 +46,8 @@ ERROR_CODES: dict[str, str] = {
     "grammar.region": "a region's rules or terminals are missing or inconsistent",
     "grammar.not_found": "no built-in grammar or file has that name",
     "grammar.encoding": "a grammar or template file is not UTF-8 text",
+    "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
+    "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
     # model output
     "parse.content": "a region's text does not parse with the field's content parser (int, float, ...)",
     "parse.json": "a json region does not hold valid JSON",

@@ -172,6 +172,9 @@ def _read_file(path: Path) -> Grammar:
     except json.JSONDecodeError as e:
         raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=str(path),
                            line=e.lineno, column=e.colno) from None
+    except RecursionError:
+        raise GrammarError("the JSON nests too deeply to read.", code="grammar.syntax", source=str(path),
+                           hint="Templates need only a few levels of nesting.") from None
     return grammar_from_json(data, name=path.stem, source=str(path))
 
 

@@ -33,6 +33,7 @@ event frames. Items are only added once they have something to say: whitespace-o
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -261,16 +262,32 @@ def sse(event: dict[str, Any]) -> str:
     return f"id: {event['id']}\nevent: {event['event']}\ndata: {wire_json(event['data'])}\n\n"
 
 
+#: What ends a line of an event stream: CRLF, LF or CR only (str.splitlines would also split at U+2028,
+#: U+0085, form feeds, ... which JSON data may hold verbatim).
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def parse_sse(text: str) -> list[dict[str, Any]]:
-    """Frames back into events (for clients and tests)."""
+    """Frames back into events (for clients and tests), read as the HTML event-stream format reads them:
+    lines end at CR, LF or CRLF, a blank line ends a frame, ``field: value`` loses one space after the
+    colon, several ``data`` lines join with newlines, and lines starting with ``:`` are comments."""
     events = []
-    for frame in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in frame.splitlines():
-            key, _, value = line.partition(": ")
+    fields: dict[str, str] = {}
+    data: list[str] = []
+    for line in [*_SSE_LINE_END.split(text), ""]:  # (a last frame without its blank line still counts)
+        if not line:
+            if "event" in fields:
+                events.append({"id": int(fields["id"]), "event": fields["event"], "data": json.loads("\n".join(data))})
+            fields, data = {}, []
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "data":
+            data.append(value)
+        else:
             fields[key] = value
-        if "event" in fields:
-            events.append({"id": int(fields["id"]), "event": fields["event"], "data": json.loads(fields["data"])})
     return events
 
 

@@ -38,6 +38,9 @@ TemplateLike = dict[str, Any] | Grammar | str | Path
 
 #: Default bound on one region's text (characters): a runaway region stops growing past it.
 MAX_REGION_CHARS = 64 * 1024 * 1024
+#: Seconds the regex module may search a prompt for a start_anchor_pattern before the linear matcher takes
+#: over (grammar_parse.linear_regex: the same matches, so the choice never changes where the output starts).
+START_ANCHOR_LIMIT = 0.25
 #: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
 _RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
 
@@ -436,7 +439,10 @@ class ResponseParser:
         truncated = prefix
         if anchor is not None:
             last_end = None
-            for m in anchor.compile().finditer(prefix):
+            # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
+            # linear matcher finishes the search (same matches); literal anchors are linear already.
+            limit = None if anchor.literals is not None else START_ANCHOR_LIMIT
+            for m in anchor.bounded.finditer(prefix, limit):
                 last_end = m.end()
             if last_end is not None:
                 truncated = prefix[last_end:]

@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import regex
 
-from .delimiters import backtracking_risk
+from .regex_safety import refusal
 from .errors import TemplateError
+from .linear_regex import BoundedRegex
 from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
 
 TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})
@@ -63,6 +65,11 @@ class Delimiter:
     def compile(self) -> regex.Pattern[str]:
         return regex.compile(self.regex_source, regex.DOTALL)
 
+    @cached_property
+    def bounded(self) -> BoundedRegex:
+        """The delimiter as a regex that cannot run away on hostile text (the start anchor on a prompt)."""
+        return BoundedRegex(self.regex_source, regex.DOTALL)
+
 
 @dataclass(frozen=True)
 class FieldTemplate:
@@ -88,6 +95,38 @@ class Template:
         return next((f for f in self.fields if f.open is None), None)
 
 
+#: Deepest nesting of lists and objects a template (or legacy schema) may have. The loaders walk templates
+#: recursively (copies, placeholder checks, schema nodes), so deeper input would exhaust Python's stack;
+#: real templates nest fewer than ten levels.
+MAX_TEMPLATE_DEPTH = 100
+
+
+def check_depth(value: Any, path: str = "", limit: int = MAX_TEMPLATE_DEPTH) -> None:
+    """Raise TemplateError (``template.depth``) where ``value`` nests lists and objects deeper than ``limit``,
+    before anything walks it recursively (a deep template raised RecursionError). The path names the
+    first few keys on the way down."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, path)]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.items()
+        elif isinstance(node, (list, tuple)):
+            children = enumerate(node)
+        else:
+            continue
+        if depth >= limit:
+            raise _fail(where, f"nests lists and objects deeper than {limit} levels", "template.depth",
+                        hint="Flatten it; templates need only a few levels.")
+        for key, child in children:
+            step = where if depth >= 3 else (f"{where}.{key}" if where else str(key))
+            stack.append((child, depth + 1, step))
+
+
+#: What to do about a refused pattern (see grammar_parse.regex_safety).
+REGEX_HINT = ("Let each part of the text match one way only: keep repeats that can take the same characters "
+              "apart with a literal, write counts up to 1000, and merge repeats written side by side.")
+
+
 def _fail(path: str, message: str, code: str, hint: str | None = None) -> TemplateError:
     return TemplateError(message, path=path, code=code, hint=hint)
 
@@ -95,14 +134,15 @@ def _fail(path: str, message: str, code: str, hint: str | None = None) -> Templa
 def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
     if not isinstance(pattern, str):
         raise _fail(path, f"must be a regex string, got {type(pattern).__name__}", "template.type")
+    refused = refusal(pattern)
+    if refused is not None and refused.kind == "size":  # (before compiling: a{1000000} takes a second)
+        raise _fail(path, f"regex {pattern!r} has {refused.reason}", "template.regex_size", hint=REGEX_HINT)
     try:
         compiled = regex.compile(pattern, regex.DOTALL)
     except regex.error as e:
         raise _fail(path, f"invalid regex {pattern!r}: {e}", "template.regex") from None
-    reason, _ = backtracking_risk(pattern)
-    if reason is not None:
-        raise _fail(path, f"regex {pattern!r} has {reason}", "template.regex_backtracking",
-                    hint="Make the inner repeat possessive or atomic, or put a literal between the repeats.")
+    if refused is not None:
+        raise _fail(path, f"regex {pattern!r} has {refused.reason}", f"template.regex_{refused.kind}", hint=REGEX_HINT)
     return compiled
 
 
@@ -222,6 +262,7 @@ def load_value_spec(path: str, spec: Mapping[str, Any], *, authored: bool = Fals
     """Validate the value keys of a field (content, repeats, join, transform, ...) into a ValueSpec.
     ``authored``: a ``.lark`` region, which may also use the grammar-only ``"unquoted_keys": "spaced"``
     (transformers' templates keep its exact dialect)."""
+    check_depth(spec, path)  # (a .lark region's options are not checked by load_template)
     content = _content_name(f"{path}.content", spec.get("content", "text"))
     args = _check_content_args(f"{path}.content_args", content, spec.get("content_args", {}), authored=authored)
     repeats = _check_bool(f"{path}.repeats", spec.get("repeats", False))
@@ -306,6 +347,7 @@ def load_template(spec: Any) -> Template:
     """Validate a ``response_template`` dict; raise TemplateError naming the field and key on any problem."""
     if not isinstance(spec, dict):
         raise _fail("", f"response_template must be a dict, got {type(spec).__name__}", "template.type")
+    check_depth(spec)
     version = spec.get("version", 1)
     if version != 1 or isinstance(version, bool):
         raise _fail("version", f"Unsupported response_template version: {version}", "template.version",
@@ -345,4 +387,5 @@ def load_template(spec: Any) -> Template:
     return Template(defaults=copy.deepcopy(defaults), fields=fields, start_anchor=anchor)
 
 
-__all__ = ["Delimiter", "FieldTemplate", "Template", "load_delimiter", "load_template", "load_value_spec"]
+__all__ = ["MAX_TEMPLATE_DEPTH", "Delimiter", "FieldTemplate", "Template", "check_depth", "load_delimiter",
+           "load_template", "load_value_spec"]

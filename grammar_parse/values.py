@@ -16,11 +16,13 @@ import sys
 import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 import regex
 
 from .delimiters import REGEX_TIMEOUT
+from .linear_regex import BoundedRegex
 from .errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
@@ -63,6 +65,27 @@ def _bool(text: str, args: Mapping[str, Any]) -> bool:
     return _text(text, args).lower() in ("true", "1")
 
 
+_HIDDEN = regex.compile(f"{_SENTINEL_OPEN}(\\d+){_SENTINEL_CLOSE}")
+
+
+def _hide_strings(text: str, open_quote: str, close_quote: str, captured: list[str]) -> str:
+    """``text`` with each ``open_quote ... close_quote`` string replaced by a numbered sentinel, its body
+    appended to ``captured``: what ``regex.sub(open(.*?)close)`` does (the nearest close after each open),
+    in linear time. That regex retried every later open when no close followed, quadratic on a run of
+    opens; but when no close follows an open, none follows a later one either."""
+    out: list[str] = []
+    i = 0
+    while (start := text.find(open_quote, i)) != -1:
+        end = text.find(close_quote, start + len(open_quote))
+        if end == -1:
+            break
+        captured.append(text[start + len(open_quote):end])
+        out += (text[i:start], f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}")
+        i = end + len(close_quote)
+    out.append(text[i:])
+    return "".join(out)
+
+
 def _json(text: str, args: Mapping[str, Any]) -> Any:
     """JSON, optionally in a model's dialect: custom string quotes and bare keys."""
     string_delims = args.get("string_delims") or []
@@ -74,20 +97,14 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         )
     working = text
     captured: list[str] = []
-
-    def capture(m: regex.Match[str]) -> str:
-        captured.append(m.group(1))
-        return f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}"
-
     for open_quote, close_quote in string_delims:
-        quoted = regex.escape(open_quote) + r"(.*?)" + regex.escape(close_quote)
-        working = regex.sub(quoted, capture, working, flags=regex.DOTALL)
+        working = _hide_strings(working, open_quote, close_quote, captured)
     if args.get("unquoted_keys") == "spaced":
         working = _SPACED_UNQUOTED_KEY.sub(r'\1"\2"\3:', working)
     elif args.get("unquoted_keys", False):
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
-    for i, s in enumerate(captured):
-        working = working.replace(f"{_SENTINEL_OPEN}{i}{_SENTINEL_CLOSE}", json.dumps(s))
+    if captured:  # one pass (a replace per string was quadratic in the number of strings)
+        working = _HIDDEN.sub(lambda m: json.dumps(captured[int(m.group(1))]), working)
     try:
         return load_json(working)
     except json.JSONDecodeError as e:
@@ -149,6 +166,11 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
+@lru_cache(maxsize=256)
+def _bounded(pattern: str) -> BoundedRegex:
+    return BoundedRegex(pattern, regex.DOTALL)
+
+
 def _sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
     if value_parser is None or raw is None:
         return raw
@@ -162,8 +184,8 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
-    try:
-        matches = list(regex.finditer(tag_pattern, text, flags=regex.DOTALL, timeout=REGEX_TIMEOUT))
+    try:  # (past the limit the linear matcher finishes the scan, with the same matches)
+        matches = _bounded(tag_pattern).finditer(text, REGEX_TIMEOUT)
     except TimeoutError:
         raise ParseError(f"xml-inline: tag_pattern ran past its time limit on this region: {tag_pattern!r}",
                          code="parse.timeout") from None

@@ -111,18 +111,57 @@ def test_any_chunking_gives_the_oneshot_message(which, data):
     assert strict_equal(got, expected)
 
 
-def test_unterminated_think_with_a_quadratic_regex_is_bounded():
-    schema = copy.deepcopy(SCHEMAS[0])  # the TRL Qwen3 schema: its lazy groups backtrack on this input
-    grammar = legacy_grammar(schema, timeout=0.5)
-    text = "<think>\n" + "word " * 20_000  # 100 KB, never closed
-    started = time.perf_counter()
+def outcome(run):
     try:
-        message = gp.parse_response(text, grammar)
-    except gp.ParseError as e:
-        assert e.code == "legacy.timeout" and "time" in str(e)
-    else:
-        assert message["role"] == "assistant"
+        return ("ok", jsonable(run()))
+    except (ValueError, TypeError) as e:
+        return ("error", type(e).__name__, getattr(e, "code", None))
+
+
+# Outputs on which a real schema's regexes backtrack for a long time with the regex module (measured
+# with the TRL Qwen3 schema: 20 KB of unclosed <think> took 28 s); small enough here for Python's re.
+HOSTILE_OUTPUTS = [
+    ("unclosed think", "<think>\n" + "word " * 300),
+    ("unclosed think, spaces", "<think>\n" + " " * 400),
+    ("spaces between words", "x" + " " * 400 + "y"),
+    ("closers without openers", "</think>" * 200 + "</tool_call>" * 200),
+    ("openers without closers", "<tool_call>" * 300),
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[f"schema{i}" for i in range(len(SCHEMAS))])
+@pytest.mark.parametrize("name, text", HOSTILE_OUTPUTS, ids=[n for n, _ in HOSTILE_OUTPUTS])
+def test_the_linear_matcher_gives_transformers_messages_on_hostile_outputs(schema, name, text):
+    """timeout=0: every regex of the parse runs on the linear matcher; timeout=None: Python's re, as
+    transformers 5.13 runs them."""
+    assert outcome(lambda: gp.parse_response(text, legacy_grammar(schema, timeout=0.0))) == \
+        outcome(lambda: gp.parse_response(text, legacy_grammar(schema, timeout=None)))
+
+
+@pytest.mark.parametrize("which", CHUNKED_SCHEMAS)
+@given(data=st.data())
+def test_the_linear_matcher_agrees_with_python_re(which, data):
+    schema = CHUNKED_SCHEMAS[which]
+    text = data.draw(legacy_texts(which), label="text")
+    assert outcome(lambda: recursive_parse(text, schema, timeout=0.0)) == \
+        outcome(lambda: recursive_parse(text, schema, timeout=None))
+
+
+@pytest.mark.parametrize("size", [20_000])
+def test_unterminated_think_with_a_quadratic_regex_is_bounded(size):
+    """The TRL Qwen3 schema on 20 KB of unclosed <think> took 28 s on the regex module (100 KB: hours); past
+    the time limit the linear matcher finishes it, with the same message in any chunking."""
+    schema = copy.deepcopy(SCHEMAS[0])
+    grammar = legacy_grammar(schema, timeout=0.5)
+    text = "<think>\n" + "word " * (size // 5)
+    started = time.perf_counter()
+    message = gp.parse_response(text, grammar)
     assert time.perf_counter() - started < 10
+    assert message == {"role": "assistant", "content": text}  # (no </think>: all of it is content, as re gives)
+    streamed = gp.ResponseParser(grammar)
+    for i in range(0, len(text), 4096):
+        streamed.feed(text[i:i + 4096])
+    assert streamed.finalize()[0] == message
 
 
 def test_prefix_is_not_accepted_for_legacy_schemas():

@@ -79,6 +79,31 @@ def test_stream_and_one_shot_describe_the_same_output(size):
     assert parse_sse("".join(map(sse, events))) == events
 
 
+# Characters str.splitlines() breaks lines at that an event stream does not, and that JSON data holds
+# verbatim (it escapes the control characters among them).
+NOT_LINE_ENDS = ["\u2028", "\u2029", "\x85"]
+
+
+@pytest.mark.parametrize("char", NOT_LINE_ENDS, ids=[f"U+{ord(c):04X}" for c in NOT_LINE_ENDS])
+def test_sse_lines_end_only_at_cr_and_lf(char):
+    stream = ResponseStream("qwen3", "", ids=counter())
+    events = stream.feed(f"a{char}b<|im_end|>") + stream.complete()
+    wire = "".join(map(sse, events))
+    assert char in wire  # (the JSON keeps it verbatim, so the parser must not split there)
+    assert parse_sse(wire) == events
+
+
+FRAMINGS = [("LF", "\n"), ("CRLF", "\r\n"), ("CR", "\r")]
+
+
+@pytest.mark.parametrize("name, end", FRAMINGS, ids=[name for name, _ in FRAMINGS])
+def test_sse_frames_in_any_line_ending_comments_and_split_data(name, end):
+    frames = [["id: 1", "event: a", 'data: {"x":', "data: 1}", ""], [": keep-alive", ""],
+              ["id:2", "event:b", "data:[]", ""]]
+    text = "".join(line + end for frame in frames for line in frame)
+    assert parse_sse(text) == [{"id": 1, "event": "a", "data": {"x": 1}}, {"id": 2, "event": "b", "data": []}]
+
+
 def test_truncation_closes_regions_and_keeps_them():
     stream = ResponseStream("qwen3", "", ids=counter())
     events = stream.feed("<think>Half a thought") + stream.complete(3, 5, truncated=True)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import grammar_parse as gp
 from grammar_parse.errors import ERROR_CODES
+from grammar_parse.values import parse_content
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
@@ -155,6 +160,52 @@ def test_lenient_stream_after_an_unrecoverable_error_matches_one_shot(tmp_path):
     message, _ = streamed.finalize()
     assert message == expected and streamed.discarded_spans == one_shot.discarded_spans == [(14, 17)]
     assert "".join(e["text"] for e in events if e["type"] == "region_chunk") == "hello world"
+
+
+# ---------------------------------------------------------------------------- custom string quotes
+QUOTES = [["<<", ">>"], ['<|"|>', '<|"|>'], ["'", "'"]]
+
+
+def _quoted_reference(text: str, delims: list[list[str]]) -> Any:
+    """The dialect as transformers rewrites it: a lazy regex per quote pair, then JSON."""
+    import regex
+
+    captured: list[str] = []
+
+    def capture(m: Any) -> str:
+        captured.append(m.group(1))
+        return f"\x01{len(captured) - 1}\x02"
+
+    for open_quote, close_quote in delims:
+        text = regex.sub(regex.escape(open_quote) + "(.*?)" + regex.escape(close_quote), capture, text, flags=regex.DOTALL)
+    for i, s in enumerate(captured):
+        text = text.replace(f"\x01{i}\x02", json.dumps(s))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return "not json"
+
+
+@given(st.lists(st.sampled_from(['<<', '>>', '<|"|>', "'", "a", ",", "[", "]", '"', "1", " "]), max_size=24))
+def test_string_delims_rewrite_as_the_lazy_regex_does(parts):
+    text = "".join(parts)
+    expected = _quoted_reference(text, QUOTES)
+    try:
+        got = parse_content(text, "json", {"string_delims": QUOTES})
+    except gp.ParseError:
+        got = "not json"
+    assert got == expected
+
+
+@pytest.mark.parametrize("text", [
+    "[" + "<<x" * 200_000 + "]",                    # opens without a close: the regex retried every one
+    "[" + ",".join(["<<x>>"] * 100_000) + "]",      # many strings: one replace per string
+    "[" + ",".join(['<|"|>x<|"|>'] * 100_000) + "]",
+])
+def test_string_delims_cost_is_linear(text):
+    start = time.perf_counter()
+    parse_content(text, "json", {"string_delims": QUOTES, "allow_non_json": True})
+    assert time.perf_counter() - start < 2.0  # (quadratic: about a minute for the first)
 
 
 # ---------------------------------------------------------------------------- hostile outputs

@@ -137,3 +137,78 @@ def test_repeated_list_values_nest_as_in_transformers():
         grammar_parse.compile_template({**REPEATED_LISTS, "fields": {"tool_calls": {
             **REPEATED_LISTS["fields"]["tool_calls"], "extend": True}}})
     assert e.value.code == "template.unknown_key"
+
+
+def test_many_fields_keep_the_states_between_regions_small():
+    """400 fields took 13.9 s to load: with one rule per region, every state between regions offered a
+    nonterminal per field, and Lark's LALR construction went quadratic in fields times rules."""
+    fields = {f"f{i}": {"open": f"<f{i}>", "close": f"</f{i}>"} for i in range(100)}
+    template = {"start_anchor": "A", "fields": {**fields, "content": {}}}
+    grammar = grammar_parse.compile_template(template)
+    gotos = max(sum(1 for sym in actions if not sym.isupper()) for actions in grammar.parse_table.states.values())
+    assert gotos <= 10  # (209 with a rule per region)
+    assert grammar_parse.parse_response("<f7>x</f7>y<f99>z", template, prefix="") == {
+        "f7": "x", "content": "y", "f99": "z"}
+
+
+def _nest(depth, leaf, wrap):
+    for _ in range(depth):
+        leaf = wrap(leaf)
+    return leaf
+
+
+DEEP = 5_000  # (RecursionError at about 1,000)
+DEEP_TEMPLATES = [
+    ("defaults", {**BASE, "defaults": _nest(DEEP, 1, lambda x: {"a": x})}, "defaults.a.a"),
+    ("defaults-list", {**BASE, "defaults": {"a": _nest(DEEP, 1, lambda x: [x])}}, "defaults.a.0"),
+    ("transform", {**BASE, "fields": {"x": {"open": "<x>", "close": "</x>",
+                                            "transform": _nest(DEEP, "{content}", lambda x: {"a": x})}}},
+     "fields.x.transform"),
+    ("value-parser-chain", {**BASE, "fields": {"x": {"open": "<x>", "close": "</x>", "content": "kv-lines",
+                                                     "content_args": _nest(DEEP, {}, lambda x: {"value_parser": {
+                                                         "name": "kv-lines", "args": x}})}}},
+     "fields.x.content_args"),
+]
+
+
+@pytest.mark.parametrize("name, template, path", DEEP_TEMPLATES, ids=[c[0] for c in DEEP_TEMPLATES])
+def test_deep_templates_are_rejected_at_load(name, template, path):
+    with pytest.raises(TemplateError) as info:
+        grammar_parse.compile_template(template)
+    assert info.value.code == "template.depth" and info.value.path == path
+
+
+DEEP_SCHEMAS = [
+    ("properties", _nest(DEEP, {"type": "string"}, lambda x: {"type": "object", "properties": {"a": x}}),
+     "properties.a.properties"),
+    ("items", _nest(DEEP, {"type": "string"}, lambda x: {"type": "array", "items": x}), "items.items.items"),
+    ("const", {"type": "object", "properties": {"a": {"const": _nest(DEEP, 1, lambda x: [x])}}}, "properties.a.const"),
+]
+
+
+@pytest.mark.parametrize("name, schema, path", DEEP_SCHEMAS, ids=[c[0] for c in DEEP_SCHEMAS])
+def test_deep_legacy_schemas_are_rejected_at_load(name, schema, path):
+    from grammar_parse.compat import legacy_grammar
+
+    with pytest.raises(TemplateError) as info:
+        legacy_grammar(schema)
+    assert info.value.code == "template.depth" and info.value.path == path
+
+
+@pytest.mark.parametrize("depth, message", [(150, "deeper than 100 levels"), (DEEP, "not valid JSON")])
+def test_deep_grammar_directives_are_directive_errors(depth, message):
+    from grammar_parse.grammar import build_grammar
+
+    value = "[" * depth + "]" * depth
+    with pytest.raises(grammar_parse.GrammarError) as info:
+        build_grammar(f'//@ defaults {{"a": {value}}}\nstart: X\nX: "x"\n')
+    assert info.value.code == "grammar.directive" and message in str(info.value) and info.value.line == 1
+
+
+def test_templates_as_deep_as_the_limit_load():
+    from grammar_parse.template import MAX_TEMPLATE_DEPTH
+
+    levels = MAX_TEMPLATE_DEPTH - 2  # (the template and its defaults are two)
+    grammar_parse.compile_template({**BASE, "defaults": {"a": _nest(levels, 1, lambda x: [x])}})
+    with pytest.raises(TemplateError):
+        grammar_parse.compile_template({**BASE, "defaults": {"a": _nest(levels + 1, 1, lambda x: [x])}})

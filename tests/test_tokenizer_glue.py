@@ -114,3 +114,79 @@ def test_token_stream_takes_arrays_and_rejects_what_is_not_ids(tok):
     assert stream.finalize()[0] == grammar_parse.parse_response(text, TEMPLATE, prefix="")
     with pytest.raises(grammar_parse.ArgumentError):
         TokenStream(tok, "").feed_ids(["Hi"])
+
+
+# ---------------------------------------------------------------------------- byte tokens (invalid UTF-8)
+def _byte_tokens(tok, data: bytes) -> list[int]:
+    """One token per byte: the byte-level alphabet (GPT-2's bytes_to_unicode) maps each byte to a character."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {b: chr(b) for b in printable}
+    chars.update({b: chr(0x100 + i) for i, b in enumerate(b for b in range(256) if b not in chars)})
+    return [tok.raw.token_to_id(chars[b]) for b in data]
+
+
+class CountingTokenizer:
+    """Counts the token ids it is asked to decode: the per-token cost of a stream, without a clock."""
+
+    def __init__(self, inner):
+        self.inner, self.decoded, self.response_template = inner, 0, inner.response_template
+
+    def decode(self, ids, skip_special_tokens=False):
+        self.decoded += len(ids)
+        return self.inner.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+BYTE_RUNS = [
+    ("invalid run", b"\xff" * 40 + b"<|im_end|>"),
+    ("invalid run, no end", b"\xfe\xff" * 20),
+    ("truncated three-byte", b"ok \xe2\x82 then \xe2\x82\xac done"),
+    ("truncated four-byte before invalid", b"\xf0\x9f\x99" + b"\xff" * 10 + b"x"),
+    ("complete four-byte after invalid", b"\xff\xff\xf0\x9f\x99\x82\xff\xff"),
+    ("lone continuation bytes", b"a\x80\x80\x80\x80b"),
+    ("encoded surrogate", b"\xed\xa0\x80 and more"),
+    ("overlong", b"\xc0\xaf\xe0\x80\xaf!"),
+]
+
+
+@pytest.mark.parametrize("name, data", BYTE_RUNS, ids=[name for name, _ in BYTE_RUNS])
+def test_byte_tokens_stream_their_replacement_characters(tok, name, data):
+    """Every byte a token: the text passed on is the whole decode (U+FFFD where a decoder with
+    errors="replace" puts it), and at any time at most a few tokens' text is held back."""
+    ids = _byte_tokens(tok, data)
+    stream = TokenStream(tok, "")
+    passed: list[str] = []
+    feed = stream.parser.feed
+    stream.parser.feed = lambda text: (passed.append(text), feed(text))[1]  # what the parser is given
+    for k, token in enumerate(ids, 1):
+        stream.feed_ids([token])
+        so_far = tok.decode(ids[:k])
+        assert so_far.startswith("".join(passed))
+        assert len(so_far) - len("".join(passed)) <= 2 * TokenStream.PENDING_TOKENS + 1, (k, passed, so_far)
+    message, _ = stream.finalize()
+    full = tok.decode(ids)
+    assert "".join(passed) == full
+    assert message == grammar_parse.parse_response(full, TEMPLATE, prefix="")
+
+
+@given(st.lists(st.one_of(st.binary(min_size=1, max_size=3), st.text(alphabet="aé日🙂 ", min_size=1, max_size=3)
+                          .map(lambda s: s.encode("utf-8"))), max_size=30))
+def test_any_byte_tokens_give_the_one_shot_message(tok, parts):
+    data = b"".join(parts)
+    ids = _byte_tokens(tok, data)
+    stream = TokenStream(tok, "")
+    for token in ids:
+        stream.feed_ids([token])
+    message, _ = stream.finalize()
+    assert message == grammar_parse.parse_response(tok.decode(ids), TEMPLATE, prefix="")
+
+
+@pytest.mark.parametrize("n", [1_000, 16_000])
+def test_a_run_of_invalid_bytes_costs_the_same_per_token(tok, n):
+    """16k invalid byte tokens took 146 s: each token decoded the whole held-back run again."""
+    counting = CountingTokenizer(tok)
+    stream = TokenStream(counting, "")
+    ids = _byte_tokens(tok, b"\xff" * n)
+    for token in ids:
+        stream.feed_ids([token])
+    assert counting.decoded <= 40 * n  # a bounded window per token, not the run so far
+    assert stream.finalize()[0]["content"] == "\ufffd" * n

@@ -1,0 +1,119 @@
+"""The linear-time matcher: the matches of Python's re (spans and groups, search, finditer and sub), in
+time linear in the text where the regex module backtracks for ever."""
+
+from __future__ import annotations
+
+import re
+import time
+from functools import lru_cache
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance import load
+from grammar_parse.linear_regex import BoundedRegex, LinearRegex
+
+# One pattern per construct the matcher implements, and a few that combine them.
+CONSTRUCTS = [
+    r"abc", r"a.c", r"(?-s:a.c)", r"[a-c]+", r"[^a\n]*x", r"\d+\.\d*", r"\w+\s\W", r"(?i)AbC[x-z]", r"(?i:k)",
+    r"a|ab|abc", r"(a|ab)(c|bcd)(d*)", r"(a+?)(b*)", r"a{2,4}", r"a{2,4}?b", r"(?:ab){0,3}c", r"x{3}",
+    r"(a?)*b", r"(a|)*b", r"(a*)+b", r"(?:(a)|b)*", r"(a)|b", r"(?:x(a)?)*", r"x*", r"\b|x", r"\Bb",
+    r"^a$", r"(?m)^a$", r"\Aa|b\Z", r"a$", r"(?=(a))a", r"a(?!b)", r"(?<=ab)c", r"(?<!a)b", r"(?<=a|b)c",
+    r"(\w+)\s\1", r"(?P<q>['\"]).*?(?P=q)", r"(?i)(a)\1", r"(a)?(?(1)b|c)", r"(?P<k>\w)=(?P<v>[^,]*)",
+    r"<(\w+)>(.*?)</\1>", r"(?:(?!</t>).)*</t>", r"\s*(.*?)\s*$", r".*?\S.*?x", r"[\s\S]*?\n\s*y",
+]
+
+
+@lru_cache(maxsize=None)
+def linear(pattern):
+    return LinearRegex(pattern)
+
+
+def _outcomes(compiled, text):
+    found = compiled.search(text)
+    return (found and (found.span(), found.groups()),
+            [(m.span(), m.groups(), m.groupdict()) for m in compiled.finditer(text)])
+
+
+TEXT = st.lists(st.sampled_from(["a", "b", "c", "x", "y", "k", "K", " ", "\n", "ab", "<t>", "</t>", "=", ",", "'",
+                                 '"', "1", ".", "A", "é"]), max_size=14).map("".join)
+
+
+@pytest.mark.parametrize("pattern", CONSTRUCTS)
+@given(text=TEXT)
+def test_same_matches_as_python_re(pattern, text):
+    assert _outcomes(linear(pattern), text) == _outcomes(re.compile(pattern, re.DOTALL), text)
+
+
+@pytest.mark.parametrize("pattern, repl", [(r"<(\w)>(.*?)</\1>", r"[\2|\g<1>]"), (r"x*", "-"), (r"(a)|b", r"<\1>"),
+                                           (r"(?P<n>\d+)", r"\g<n>\n\\")])
+@given(text=TEXT)
+def test_substitutions_as_python_re(pattern, repl, text):
+    assert linear(pattern).sub(repl, text) == re.sub(pattern, repl, text, flags=re.DOTALL)
+    assert BoundedRegex(pattern).sub(repl, text, 0.0) == re.sub(pattern, repl, text, flags=re.DOTALL)
+
+
+def _corpus_patterns():
+    out = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key in ("x-regex", "x-regex-iterator", "x-regex-key-value"):
+                if isinstance(node.get(key), str):
+                    out.add(node[key])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for case in load("transformers_legacy_xregex.json") + load("transformers_model_templates.json"):
+        if case["format"] == "legacy_xregex":
+            walk(case["template"])
+    return sorted(out)
+
+
+CORPUS = _corpus_patterns()
+PIECES = st.lists(st.sampled_from(["<think>", "</think>", "\n", " ", "word", "<tool_call>", "</tool_call>",
+                                   '{"name": "f", "arguments": {"a": 1}}', "<|im_end|>", "<|channel|>", "final",
+                                   "analysis", "<|message|>", "<|end|>", "<|call|>", "commentary", " to=functions.f",
+                                   "<function=f>", "<parameter=k>", "</parameter>", "</function>", "call:f{a:1}",
+                                   "<|START_RESPONSE|>", "<|END_RESPONSE|>", "x"]), max_size=10).map("".join)
+
+
+@pytest.mark.parametrize("pattern", CORPUS, ids=[p[:40] for p in CORPUS])
+@given(text=PIECES)
+def test_corpus_patterns_match_as_python_re(pattern, text):
+    assert _outcomes(linear(pattern), text) == _outcomes(re.compile(pattern, re.DOTALL), text)
+
+
+# (pattern, text): the regex module takes seconds to hours on each (exponential or high-degree ambiguity)
+RUNAWAYS = [
+    (r"(a+)+b", "a" * 5_000),
+    (r"(a|a)*b", "a" * 5_000),
+    (r"(.*?,){11}P", "," * 2_000),
+    (r"(\w+\s?)*$", "word " * 1_000 + "!"),
+    (r"<parameter=(?P<key>\w+)>\s*(?P<value>.*?)\s*</parameter>", "<parameter=a>" + " " * 5_000 + "x"),
+    (r"<t>(.*?)</t>", "<t>" * 5_000),
+]
+
+
+@pytest.mark.parametrize("pattern, text", RUNAWAYS, ids=[p for p, _ in RUNAWAYS])
+def test_linear_time_where_the_regex_module_runs_away(pattern, text):
+    started = time.perf_counter()
+    list(LinearRegex(pattern).finditer(text))
+    small = time.perf_counter() - started
+    started = time.perf_counter()
+    list(LinearRegex(pattern).finditer(text * 4))
+    large = time.perf_counter() - started
+    assert large < 2.0 and large < 12 * max(small, 0.01)  # (4x the text: about 4x the time, not 16x)
+
+
+def test_bounded_regex_hands_over_with_the_same_matches():
+    bounded = BoundedRegex(r"(a+)+b")
+    text = "a" * 12 + "b" + "a" * 12  # (short: Python's re takes 2^n steps after the b)
+    assert [m.span() for m in bounded.finditer(text, 0.0)] == [m.span() for m in re.finditer(r"(a+)+b", text)]
+    started = time.perf_counter()
+    assert bounded.search("a" * 40, 0.05) is None  # (the regex module alone: hours)
+    assert time.perf_counter() - started < 2.0
