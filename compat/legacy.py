@@ -175,7 +175,7 @@ class _Regexes:
         started = time.perf_counter()
         try:
             return op(_compiled(pattern), max(self.left, 0.0))
-        except (regex.error, IndexError) as e:  # a schema that never went through check_schema (recursive_parse)
+        except (regex.error, re.error, IndexError) as e:  # a schema that never went through check_schema
             raise TemplateError(f"regex {pattern!r} (or its replacement) is not valid: {e}", path=node_path(node),
                                 code="template.regex", hint="Legacy schemas use Python's re syntax.") from None
         except TimeoutError:  # (only where the linear matcher cannot read the pattern)
@@ -202,6 +202,9 @@ class _Regexes:
     def sub(self, node: Node, pattern: str, repl: str | Callable[[Match], str], text: str) -> str:
         if self.timeout is None:
             return _compiled_stdlib(pattern).sub(repl, text)
+        if isinstance(repl, str):
+            # a replacement that cannot work fails whether or not the pattern matches (as `re` checks it)
+            self._bounded(node, pattern, lambda rx, limit: _compiled_stdlib(pattern).sub(repl, ""))
         return self._bounded(node, pattern, lambda rx, limit: rx.sub(repl, text, limit))
 
 
