@@ -35,7 +35,7 @@ def decision(scanner: Scanner, buf: str, pos: int, cache: SearchCache) -> tuple[
 
 
 @pytest.mark.parametrize("name", sorted(gp.list_grammars()))
-@settings(max_examples=examples(0.5))
+@settings(max_examples=examples(0.3))
 @given(data=st.data())
 def test_a_resumed_scan_decides_as_a_fresh_one(name, data):
     text = data.draw(grammar_outputs(name), label="text") + data.draw(st.sampled_from(["", " " * 40, "\n" * 9]))
