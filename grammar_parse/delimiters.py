@@ -232,7 +232,7 @@ def _firsts(items: list[Any]) -> set[str] | None:
 def _trailing_lookahead_as_text(pattern: str) -> str | None:
     """``X(?:Y)`` for a pattern ``X(?=Y)`` whose only lookaround is that lookahead at its very end; None
     for any other pattern."""
-    depth, i, in_class, last_top = 0, 0, False, -1
+    depth, i, in_class, last_top, last_close = 0, 0, False, -1, -1
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\":
@@ -242,7 +242,7 @@ def _trailing_lookahead_as_text(pattern: str) -> str | None:
             in_class = ch != "]"
         elif ch == "[":
             in_class = True
-            if pattern.startswith("[]", i) or pattern.startswith("[^]", i):
+            if pattern.startswith("[]", i) or pattern.startswith("[^]", i):  # a leading ] is a member
                 i += 2 if pattern.startswith("[]", i) else 3
                 continue
         elif ch == "(":
@@ -251,34 +251,14 @@ def _trailing_lookahead_as_text(pattern: str) -> str | None:
             depth += 1
         elif ch == ")":
             depth -= 1
+            if depth == 0:
+                last_close = i
         i += 1
-    if last_top == -1 or not pattern.startswith("(?=", last_top) or not pattern.endswith(")"):
+    # the last top-level group is a lookahead and it closes at the very end
+    if last_top == -1 or not pattern.startswith("(?=", last_top) or last_close != len(pattern) - 1:
         return None
     head, tail = pattern[:last_top], pattern[last_top + 3:]
     if any(mark in head or mark in tail for mark in ("(?=", "(?!", "(?<")):
-        return None
-    # the lookahead group must close at the very end (depth returns to 0 only there)
-    depth = 0
-    j = last_top
-    k = j
-    in_class = False
-    while k < len(pattern):
-        ch = pattern[k]
-        if ch == "\\":
-            k += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                break
-        k += 1
-    if k != len(pattern) - 1:
         return None
     return f"{head}(?:{tail}"
 
@@ -518,6 +498,13 @@ def _is_regex_space(ch: str) -> bool:
     return ch.isspace() and ch not in _NOT_REGEX_SPACE
 
 
+def _space_end(buf: str, j: int, stop: int) -> int:
+    """The first position in [j, stop) that is not regex whitespace (``stop`` if there is none)."""
+    while j < stop and _is_regex_space(buf[j]):
+        j += 1
+    return j
+
+
 def _literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | None:
     """Recognise ``\\s*(?:lit1|lit2)\\s*`` (each ``\\s*`` optional): (leading, literals, trailing)."""
     tokens: list[str] = []
@@ -634,9 +621,7 @@ class RegexMatcher:
                 progress.state = hit[1]
             return
         if self.lowered is not None:
-            j, n = start, len(buf)
-            while j < n and _is_regex_space(buf[j]):
-                j += 1
+            j = _space_end(buf, start, len(buf))
             progress.state = j  # buf[start:j] is whitespace (a leading \s* run), then a literal's prefix
             return
         automaton = self._forward
@@ -651,10 +636,7 @@ class RegexMatcher:
         if start == -1 or state is None:
             return None
         if progress.found:  # the held match grows while only whitespace arrives; then it may commit
-            j = state
-            while j < n and _is_regex_space(buf[j]):
-                j += 1
-            if j < n:
+            if _space_end(buf, state, n) < n:
                 return None
             progress.state, progress.end = n, n
             return start
@@ -663,13 +645,10 @@ class RegexMatcher:
             leading, literals, _ = self.lowered
             if not leading:
                 return None  # (its pending run is a literal's prefix: short, the full scan is cheap)
-            longest = max(map(len, literals))
             # a literal completed in the new text: the full scan decides
-            if find_literals(buf, max(start, progress.end - longest + 1), literals, self._firsts) is not None:
+            if find_literals(buf, max(start, progress.end - self._prefixes.max_width + 1), literals, self._firsts) is not None:
                 return None
-            j = state
-            while j < n and _is_regex_space(buf[j]):
-                j += 1
+            j = _space_end(buf, state, n)
             if j == n or self._prefixes.live_partial(buf, j, j + 1) == j:
                 progress.state, progress.end = j, n
                 return start
@@ -700,9 +679,7 @@ class RegexMatcher:
             while start > pos and _is_regex_space(buf[start - 1]):
                 start -= 1
         if trailing:
-            n = len(buf)
-            while end < n and _is_regex_space(buf[end]):
-                end += 1
+            end = _space_end(buf, end, len(buf))
         return (start, end, None)
 
     def _lowered_partial(self, buf: str, pos: int, prefixes: LiteralMatcher) -> int:
@@ -869,10 +846,7 @@ class Repeat:
         self.max_width = space + opener.max_width
 
     def _after_space(self, buf: str, pos: int) -> int:
-        j, stop = pos, min(len(buf), pos + self.space)
-        while j < stop and _is_regex_space(buf[j]):
-            j += 1
-        return j
+        return _space_end(buf, pos, min(len(buf), pos + self.space))
 
     def search(self, buf: str, pos: int) -> Hit | None:
         j = self._after_space(buf, pos)
