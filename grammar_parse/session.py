@@ -188,6 +188,9 @@ class ResponseParser:
         self._states = grammar.states
         self._output: Message = _copy_json(grammar.defaults)
         self._buf = ""
+        # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
+        # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
+        self._held: list[str] = []
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
@@ -257,7 +260,10 @@ class ResponseParser:
                     # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
                     # except a trailing whitespace run that a leading \s* may still claim. Text that would
                     # pass the region size limit takes the general route, which applies it.
-                    combined = self._buf + text
+                    if hold_space and (frame is None or frame.walk is None) and not text.strip(REGEX_SPACE):
+                        self._held.append(text)  # the held run grows; nothing is decided yet
+                        return []
+                    combined = self._join_held() + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
                     # (a region that ends with its JSON value takes the general route once the value ends)
                     if (frame is None or frame.size + len(kept) <= self._max_region and
@@ -274,10 +280,18 @@ class ResponseParser:
                         frame.chunks.append(kept)
                         return [{"type": "region_chunk", "field": frame.field, "text": kept,
                                  "dirty": frame.region.dirty}]
-            self._buf += text
+            self._buf = self._join_held() + text
         events: list[Event] = []
         self._guarded(events, eos=False)
         return events
+
+    def _join_held(self) -> str:
+        """The buffer with the held whitespace run joined in (one copy for the whole run)."""
+        if not self._held:
+            return self._buf
+        buf = self._buf + "".join(self._held)
+        self._held.clear()
+        return buf
 
     def _guarded(self, events: list[Event], eos: bool) -> None:
         """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
@@ -312,8 +326,8 @@ class ResponseParser:
                                  hint="Create a new ResponseParser for the next response.")
         self._finalized = True
         self._fast = None
+        self._buf = self._join_held() + text
         if text:
-            self._buf += text
             if self._legacy_log is not None:
                 self._legacy_log.append(text)
         events: list[Event] = []
