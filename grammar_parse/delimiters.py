@@ -24,10 +24,11 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypedDict
+from typing import Any
 
 import regex
 
+from .linear_regex import LinearRegex
 from .regex_safety import analyse, refusal
 
 try:  # Python 3.11+: the regex parser behind `re` lives in re._parser
@@ -41,18 +42,12 @@ UNBOUNDED = 1 << 30
 #: The parsed-regex ops of a backtracking repeat (greedy or lazy).
 REPEAT_OPS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
 
-#: Seconds one search of a delimiter (or content) pattern may take before the parse fails (parse.timeout).
+#: Seconds one search of a delimiter (or content) pattern may take in the regex module before the linear
+#: matcher, which finds the same matches, takes over (see RegexMatcher.budget).
 REGEX_TIMEOUT = 1.0
 
 #: (start, end, match object or None for literals)
 Hit = tuple[int, int, Any]
-
-
-class RegexLimit(TypedDict, total=False):
-    """Keyword arguments of a regex search: ``timeout`` only where the pattern needs one, because
-    passing ``timeout=None`` costs about 1 µs a search (0.7 -> 1.6 µs on a 200-character miss)."""
-
-    timeout: float
 
 
 @dataclass(frozen=True)
@@ -559,7 +554,8 @@ class RegexMatcher:
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
         #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.
         self.risk, timed = backtracking_risk(pattern, flags)
-        self.limit: RegexLimit = {"timeout": REGEX_TIMEOUT} if timed else {}
+        # (a limit only where needed: passing ``timeout=None`` costs about 1 µs a search)
+        self.limit = timed
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         # (DOTALL or not: the lowered form has no dot)
@@ -662,12 +658,54 @@ class RegexMatcher:
         progress.state, progress.end = state, n
         return start
 
+    @cached_property
+    def linear(self) -> LinearRegex:
+        """The linear matcher a limited search hands over to: the same answers, in linear time.
+        TimeoutError (the parse then fails with parse.timeout) where it cannot read the pattern."""
+        try:
+            return LinearRegex(self.pattern, self.flags)
+        except ValueError:  # (RegexSafetyError too) syntax only the regex module knows
+            raise TimeoutError(f"regex {self.pattern!r} ran past its limit") from None
+
+    def budget(self, text: int) -> float:
+        """Seconds the regex module may take on a search over ``text`` characters before the linear
+        matcher takes over: about what the linear matcher would need, so no search costs much more than
+        linear time, and time limits cannot add up over the searches of one region."""
+        return min(REGEX_TIMEOUT, 0.002 + 2e-6 * text)
+
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
         if lowered is not None:
             return self._search_lowered(buf, pos, lowered)
-        m = self.compiled.search(buf, pos, **self.limit)
+        m: Any
+        if not self.limit:
+            m = self.compiled.search(buf, pos)
+        else:
+            try:
+                m = self.compiled.search(buf, pos, timeout=self.budget(len(buf) - pos))
+            except TimeoutError:
+                m = self.linear.search(buf, pos)
         return None if m is None else (m.start(), m.end(), m)
+
+    def match(self, buf: str, pos: int) -> Any:
+        """The match at ``pos`` (a ``regex`` match or, after a hand-over, a linear one), or None."""
+        if not self.limit:
+            return self.compiled.match(buf, pos)
+        try:
+            return self.compiled.match(buf, pos, timeout=self.budget(len(buf) - pos))
+        except TimeoutError:
+            return self.linear.match(buf, pos)
+
+    def wants_more(self, buf: str, pos: int) -> bool:
+        """Whether the text from ``pos`` is a proper prefix of a match (given no match at ``pos``)."""
+        if self.limit:
+            try:
+                m = self.compiled.match(buf, pos, partial=True, timeout=self.budget(len(buf) - pos))
+            except TimeoutError:
+                return self.linear.wants_more(buf, pos)
+        else:
+            m = self.compiled.match(buf, pos, partial=True)
+        return m is not None and m.partial
 
     def _search_lowered(self, buf: str, pos: int, lowered: tuple[bool, tuple[str, ...], bool]) -> Hit | None:
         leading, literals, trailing = lowered
@@ -701,8 +739,17 @@ class RegexMatcher:
             return automaton.first_alive(buf, lo, hi)
         # Without an automaton, ask the regex engine (it may over-report, which only holds text longer);
         # a bounded look-back keeps one huge chunk from making this quadratic.
-        for s in range(max(lo, hi - 4096), hi):
-            if self.compiled.fullmatch(buf, s, partial=True, **self.limit) is not None:
+        lo = max(lo, hi - 4096)
+        if self.limit:
+            try:
+                for s in range(lo, hi):
+                    if self.compiled.fullmatch(buf, s, partial=True, timeout=self.budget(len(buf) - s)) is not None:
+                        return s
+                return -1
+            except TimeoutError:
+                return self.linear.first_alive(buf, lo, hi)
+        for s in range(lo, hi):
+            if self.compiled.fullmatch(buf, s, partial=True) is not None:
                 return s
         return -1
 
@@ -714,8 +761,20 @@ class RegexMatcher:
         completion = automaton.completion(buf[hit[0]:]) if automaton is not None else None
         if completion is None:
             return False
-        m = self.compiled.match(buf + completion, hit[0], **self.limit)
+        m = self.match(buf + completion, hit[0])
         return m is not None and m.span() == (hit[0], hit[1])
+
+    def _partial_search(self, buf: str, pos: int) -> int:
+        """Where a partial match starts (given no complete one from ``pos``), -1 for none."""
+        n = len(buf)
+        if self.limit:
+            try:
+                m = self.compiled.search(buf, pos, partial=True, timeout=self.budget(n - pos))
+            except TimeoutError:
+                return self.linear.partial_search(buf, pos)
+        else:
+            m = self.compiled.search(buf, pos, partial=True)
+        return -1 if m is None or m.start() >= n else m.start()
 
     def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
         """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""
@@ -723,8 +782,7 @@ class RegexMatcher:
         if hit is None:
             if self._prefixes is not None:
                 return None, self._lowered_partial(buf, pos, self._prefixes)
-            m = self.compiled.search(buf, pos, partial=True, **self.limit)
-            return None, (-1 if m is None or m.start() >= n else m.start())
+            return None, self._partial_search(buf, pos)
         lo = pos if self.max_width >= UNBOUNDED else max(pos, n - self.max_width)
         partial = self._first_alive(buf, lo, hit[0])
         if partial != -1:
@@ -854,7 +912,7 @@ class Repeat:
         if isinstance(opener, LiteralMatcher):
             lit = next((lit for lit in opener.literals if buf.startswith(lit, j)), None)  # longest first
             return None if lit is None else (pos, j + len(lit), None)
-        m = opener.compiled.match(buf, j, **opener.limit)
+        m = opener.match(buf, j)
         return None if m is None else (pos, m.end(), None)
 
     def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
@@ -869,8 +927,7 @@ class Repeat:
             growing = j == n or any(len(tail) < len(lit) and lit.startswith(tail) for lit in opener.literals)
             return None, (pos if growing else -1)
         if hit is None:
-            m = opener.compiled.match(buf, j, partial=True, **opener.limit)
-            return None, (pos if m is not None and m.partial else -1)
+            return None, (pos if opener.wants_more(buf, j) else -1)
         # a complete match may still grow with more text (`[ \t]*` before more tabs, `(?:json)?` after "js"):
         # the opener's own streaming test decides, for a match that starts where the whitespace ends
         committed, _ = opener.probe(buf, j, (j, hit[1], None))

@@ -64,7 +64,7 @@ ERROR_CODES: dict[str, str] = {
                        "sends the valid part, closed",
     "parse.json_constant": "a call's arguments hold NaN or Infinity, which strict JSON has not: the wire sends null",
     "parse.region_too_large": "a region's text is longer than max_region_chars",
-    "parse.timeout": "a pattern ran longer than its time limit on this output (REGEX_TIMEOUT)",
+    "parse.timeout": "a pattern ran past its time limit and the linear matcher cannot read it",
     "parse.unexpected": "lenient mode: text or a delimiter where the grammar allows none (discarded)",
     # legacy response_schema (transformers <= 5.14)
     "legacy.groups": "a schema regex matched but has several unnamed groups, or none",

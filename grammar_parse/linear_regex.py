@@ -362,6 +362,48 @@ class LinearRegex:
             start += 1
         return None
 
+    def partial_search(self, text: str, pos: int = 0) -> int:
+        """Where the first complete or partial match starts (``regex``'s ``search(partial=True)``): the
+        leftmost start from which the pattern matches, or a path reaches the end of the text wanting more;
+        -1 for none. Anchors and lookarounds at the end count as wanting more, which only holds text longer."""
+        runner = _Runner(text, self.groups, _PARTIAL)
+        prefix, n, start = self.prefix, len(text), pos
+        while start < n:
+            if prefix:
+                found = text.find(prefix, start)
+                if found == -1:  # the literal a match opens with may be cut off at the end
+                    start = max(start, n - len(prefix) + 1)
+                    while start < n and not prefix.startswith(text[start:]):
+                        start += 1
+                    return start if start < n else -1
+                start = found
+            try:
+                if runner.run(self.program, start, None, -1) is not None:
+                    return start
+            except _AtEnd:
+                return start
+            start += 1
+        return -1
+
+    def wants_more(self, text: str, pos: int) -> bool:
+        """Whether a path from ``pos`` reaches the end of the text wanting more before any match does."""
+        try:
+            _Runner(text, self.groups, _PARTIAL).run(self.program, pos, None, -1)
+        except _AtEnd:
+            return True
+        return False
+
+    def first_alive(self, text: str, lo: int, hi: int) -> int:
+        """The first start in [lo, hi) from which a path consumes all of ``text``, as a match or wanting
+        more (``regex``'s ``fullmatch(partial=True)`` at each start, in time linear in the text); -1 for none."""
+        runner = _Runner(text, self.groups, _PARTIAL_FULL)
+        for start in range(lo, hi):
+            try:
+                runner.run(self.program, start, None, -1)
+            except _AtEnd:
+                return start
+        return -1
+
     def finditer(self, text: str, pos: int = 0) -> Iterator[Match]:
         runner = self._runner(text)  # (what failed once fails again: one table for the whole scan)
         forbid = -1
@@ -377,12 +419,23 @@ class LinearRegex:
         return _substitute(self.finditer(text), repl, text)
 
 
+#: Partial modes of a run (streaming): a path that needs more text counts (search), and for fullmatch a
+#: match must also end at the end of the text.
+_WHOLE, _PARTIAL, _PARTIAL_FULL = 0, 1, 2
+
+
+class _AtEnd(Exception):
+    """A path reached the end of the text wanting more (partial modes): the run stops there."""
+
+
 class _Runner:
     """The tables of one text: the (choice point, position) pairs known to fail stay known across starts
-    and calls on that text."""
+    and calls on that text. In a partial mode a run stops at the first path that reaches the end wanting
+    more, so every pair remembered failed without doing so, and the tables stay sound across starts."""
 
-    def __init__(self, text: str, groups: int) -> None:
+    def __init__(self, text: str, groups: int, partial: int = _WHOLE) -> None:
         self.text = text
+        self.partial = partial
         self.slots = 2 * (groups + 1)
         self.failed: dict[int, bytearray] = {}  # program -> one byte per (choice point, position)
         self.failed_states: dict[int, set[Any]] = {}  # programs whose outcome also depends on captures
@@ -409,6 +462,8 @@ class _Runner:
         else:  # (captures matter, or a dense table would be too large: remember visited states one by one)
             states = self.failed_states.setdefault(id(prog), set())
         refs = sorted(prog.backrefs)
+        # (a lookbehind body ends before the text does: it never wants more)
+        partial = self.partial if must_end == -1 else _WHOLE
         on_path: set[Any] = set()
         initial = (start,) + (caps[1:] if caps is not None else (-1,) * (self.slots - 1))
         # Frames: (pc, pos, captures, registers) to run, or (-1, key) once both branches of a choice failed.
@@ -432,16 +487,22 @@ class _Runner:
                 if op == _STR:
                     piece = ins[1]
                     if not text.startswith(piece, pos):
+                        if partial and pos + len(piece) > n and piece.startswith(text[pos:]):
+                            raise _AtEnd
                         break
                     pos += len(piece)
                     pc += 1
                 elif op == _CHAR:
                     if pos >= n or not ins[1](text[pos]):
+                        if partial and pos >= n:
+                            raise _AtEnd
                         break
                     pos += 1
                     pc += 1
                 elif op == _ANY:
                     if pos >= n or not ins[1] and text[pos] == "\n":
+                        if partial and pos >= n:
+                            raise _AtEnd
                         break
                     pos += 1
                     pc += 1
@@ -466,6 +527,8 @@ class _Runner:
                     now = now[:slot] + (pos,) + now[slot + 1:]
                     pc += 1
                 elif op == _AT:
+                    if partial and pos == n:
+                        raise _AtEnd  # (what follows may change an anchor's answer: a partial match)
                     if not ins[1](text, pos):
                         break
                     pc += 1
@@ -483,6 +546,8 @@ class _Runner:
                     piece = text[s0:e0]
                     got = text[pos:pos + len(piece)]
                     if got != piece and not (ins[2] and got.lower() == piece.lower()):
+                        if partial and pos + len(piece) > n and (piece.startswith(got) or ins[2]):
+                            raise _AtEnd
                         break
                     pos += len(piece)
                     pc += 1
@@ -503,6 +568,10 @@ class _Runner:
                     pc += 1
                 else:  # _MATCH
                     if must_end != -1 and pos != must_end or pos == forbid_empty_at == start:
+                        break
+                    if partial == _PARTIAL_FULL and caps is None:
+                        if pos == n:
+                            raise _AtEnd  # (a whole match of the text is alive too)
                         break
                     if caps is not None:
                         return (pos,) + now[1:]  # a nested body: slot 0 says where it ended

@@ -45,3 +45,27 @@ def test_every_builtin_grammar_has_its_golden_cases(name):
     grammar = grammar_parse.load_grammar(name)
     if any(r.field in ("reasoning_content", "thinking", "reasoning") for r in grammar.regions.values()):
         assert "reasoning" in stems, "a grammar with reasoning needs a reasoning case"
+
+
+def _limited(name):
+    from grammar_parse.delimiters import RegexMatcher
+
+    return any(isinstance(m, RegexMatcher) and m.limit
+               for info in grammar_parse.load_grammar(name).states.values() for _, m in info.scanner.entries)
+
+
+HANDED_OVER = [c for c in CASES if _limited(c.grammar)]
+
+
+@pytest.mark.parametrize("case", HANDED_OVER, ids=[f"{c.grammar}/{c.name}" for c in HANDED_OVER])
+def test_golden_with_every_limited_search_handed_over(case, monkeypatch):
+    """A delimiter search that runs past its limit hands over to the linear matcher; with a limit of zero
+    every such search does, and each sample still gives its message, one-shot and streamed."""
+    from grammar_parse.delimiters import RegexMatcher
+
+    monkeypatch.setattr(RegexMatcher, "budget", lambda self, text: 0.0)
+    expected = json.loads(case.expected_path.read_text(encoding="utf-8"))
+    assert strict_equal(parsed(case.grammar, case.text, case.prefix, case.tools), expected)
+    for size in (1, 4):
+        chunks = [case.text[i:i + size] for i in range(0, len(case.text), size)]
+        assert strict_equal(parsed(case.grammar, case.text, case.prefix, case.tools, chunks), expected), size

@@ -117,3 +117,72 @@ def test_bounded_regex_hands_over_with_the_same_matches():
     started = time.perf_counter()
     assert bounded.search("a" * 40, 0.05) is None  # (the regex module alone: hours)
     assert time.perf_counter() - started < 2.0
+
+
+def _regex_partial(compiled, text, pos):
+    """What the streaming scanner asks the regex module: where a partial match starts (asked only where
+    there is no complete one), whether the text at ``pos`` is one, and the first start of a live path."""
+    n = len(text)
+    found = compiled.search(text, pos, partial=True) if compiled.search(text, pos) is None else None
+    partial_search = -1 if found is None or found.start() >= n else found.start()
+    at = compiled.match(text, pos, partial=True)
+    wants_more = at is not None and at.partial and compiled.match(text, pos) is None
+    alive = next((s for s in range(pos, n) if compiled.fullmatch(text, s, partial=True) is not None), -1)
+    return partial_search, wants_more, alive
+
+
+def _linear_partial(matcher, text, pos):
+    wants_more = matcher.wants_more(text, pos) and matcher.match(text, pos) is None
+    partial_search = matcher.partial_search(text, pos) if matcher.search(text, pos) is None else -1
+    return partial_search, wants_more, matcher.first_alive(text, pos, len(text))
+
+
+# (anchors and lookaheads at the end of the text count as wanting more, and the regex module says a
+# lookbehind at the start of the text may still match: those are left out here)
+PARTIAL_CONSTRUCTS = [p for p in CONSTRUCTS if not any(a in p for a in ("$", "\\b", "\\B", "\\Z", "(?=", "(?!", "(?<"))]
+
+
+@pytest.mark.parametrize("pattern", PARTIAL_CONSTRUCTS)
+@given(text=TEXT, cut=st.integers(0, 3))
+def test_partial_matches_as_the_regex_module(pattern, text, cut):
+    """The streaming questions (partial search, partial match, a live path to the end) answered as the
+    regex module answers them with ``partial=True``, so a hand-over cannot change what is held."""
+    import regex
+
+    pos = min(cut, len(text))
+    assert _linear_partial(linear(pattern), text, pos) == _regex_partial(regex.compile(pattern, regex.DOTALL), text, pos)
+
+
+def test_partial_matches_of_the_built_in_limited_patterns():
+    """Every built-in delimiter pattern that searches under a limit (it could backtrack) answers the
+    streaming questions the same way in the linear matcher, on texts cut from its own matches."""
+    import random
+
+    from goldens import goldens
+    from grammar_parse.delimiters import RegexMatcher
+    from grammar_parse.library import list_grammars, load_grammar
+
+    matchers = {}
+    for name in list_grammars():
+        for info in load_grammar(name).states.values():
+            for _, matcher in info.scanner.entries:
+                if isinstance(matcher, RegexMatcher) and matcher.limit:
+                    matchers[matcher.pattern] = matcher
+    assert len(matchers) >= 20
+    texts = [g.text for name in list_grammars() for g in goldens(name)]
+    rng = random.Random(12)
+    checked = 0
+    for pattern, matcher in matchers.items():
+        found = [m.group(0) for text in texts for m in matcher.compiled.finditer(text)]
+        assert found, pattern
+        pieces = found + sorted(set("".join(found))) + [" ", "\n", "<", "x"]
+        for _ in range(60):
+            text = "".join(rng.choice(pieces)[:rng.randint(0, 30)] for _ in range(rng.randint(1, 6)))
+            for pos in {0, len(text) // 2}:
+                assert _linear_partial(matcher.linear, text, pos) == _regex_partial(matcher.compiled, text, pos), \
+                    (pattern, text, pos)
+                expected = matcher.compiled.search(text, pos)
+                got = matcher.linear.search(text, pos)
+                assert (got and (got.span(), got.groupdict())) == (expected and (expected.span(), expected.groupdict()))
+                checked += 1
+    assert checked > 1000
