@@ -46,6 +46,13 @@ REPEAT_OPS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
 #: matcher, which finds the same matches, takes over (see RegexMatcher.budget).
 REGEX_TIMEOUT = 1.0
 
+
+def search_budget(chars: int) -> float:
+    """Seconds the regex module may take on a search over ``chars`` characters before the linear matcher
+    takes over: about what the linear matcher would need, so no search costs much more than linear time
+    and limits cannot add up over the searches of one region (at most REGEX_TIMEOUT)."""
+    return min(REGEX_TIMEOUT, 0.002 + 2e-6 * chars)
+
 #: (start, end, match object or None for literals)
 Hit = tuple[int, int, Any]
 
@@ -668,10 +675,8 @@ class RegexMatcher:
             raise TimeoutError(f"regex {self.pattern!r} ran past its limit") from None
 
     def budget(self, text: int) -> float:
-        """Seconds the regex module may take on a search over ``text`` characters before the linear
-        matcher takes over: about what the linear matcher would need, so no search costs much more than
-        linear time, and time limits cannot add up over the searches of one region."""
-        return min(REGEX_TIMEOUT, 0.002 + 2e-6 * text)
+        """The regex module's time on a search over ``text`` characters (see :func:`search_budget`)."""
+        return search_budget(text)
 
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
@@ -938,7 +943,7 @@ Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
 __all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "Progress", "RegexMatcher", "Repeat",
-           "UNBOUNDED", "ValueEnd", "pattern_shape"]
+           "UNBOUNDED", "ValueEnd", "pattern_shape", "search_budget"]
 
 
 def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool]:

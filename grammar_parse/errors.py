@@ -25,7 +25,8 @@ ERROR_CODES: dict[str, str] = {
     "template.type": "the template (or a part of it) has the wrong JSON type",
     "template.version": "the template declares a version other than 1",
     "template.unknown_key": "the template or a field has a key the format does not define",
-    "template.fields": "the template has no fields, or more than one field without an opener",
+    "template.fields": "the template has no fields, more than MAX_TEMPLATE_FIELDS (128), or more than one field "
+                       "without an opener",
     "template.delimiter": "an open/close/start_anchor delimiter is empty, of the wrong type, or given twice",
     "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
     "template.regex_backtracking": "a pattern's repeats can match one text in so many ways that a backtracking "

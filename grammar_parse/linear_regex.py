@@ -280,10 +280,11 @@ def _anchor(kind: Any, flags: int, categories: dict[Any, regex.Pattern[str]]) ->
 class Match:
     """The part of ``re.Match`` that callers use: groups by number or name, spans, and the text."""
 
-    def __init__(self, string: str, caps: tuple[int, ...], names: dict[str, int]) -> None:
+    def __init__(self, string: str, caps: tuple[int, ...], names: dict[str, int], partial: bool = False) -> None:
         self.string = string
         self._caps = caps
         self._names = names
+        self.partial = partial  # (a partial match: from its start to the end of the text, no groups set)
 
     def _index(self, group: int | str) -> int:
         index = self._names[group] if isinstance(group, str) else group
@@ -634,6 +635,22 @@ class BoundedRegex:
             except TimeoutError:
                 pass
         return self.linear.search(text)
+
+    def search_from(self, text: str, pos: int, limit: float, partial: bool = False) -> Any:
+        """The regex module's ``search(text, pos, partial=...)``: the first complete match, else (partial)
+        the leftmost one cut off by the end of the text (``.partial``), else None."""
+        try:
+            return self.compiled.search(text, pos, partial=partial, timeout=limit)
+        except TimeoutError:
+            pass
+        found = self.linear.search(text, pos)
+        if found is not None or not partial:
+            return found
+        start = self.linear.partial_search(text, pos)
+        if start == -1:
+            return None
+        slots = 2 * (self.linear.groups + 1)
+        return Match(text, (start, len(text)) + (-1,) * (slots - 2), self.linear.names, partial=True)
 
     def finditer(self, text: str, limit: float | None) -> list[Any]:
         """Every match, as ``re.finditer`` gives them."""

@@ -122,6 +122,11 @@ def check_depth(value: Any, path: str = "", limit: int = MAX_TEMPLATE_DEPTH) -> 
             stack.append((child, depth + 1, step))
 
 
+#: Most fields a template may have. The LALR table of a template grows with the square of its fields (each
+#: state can see each field's opener: 400 fields took 4 s to load); real templates have fewer than ten.
+MAX_TEMPLATE_FIELDS = 128
+
+
 #: What to do about a refused pattern (see grammar_parse.regex_safety).
 REGEX_HINT = ("Let each part of the text match one way only: keep repeats that can take the same characters "
               "apart with a literal, write counts up to 1000, and merge repeats written side by side.")
@@ -365,6 +370,9 @@ def load_template(spec: Any) -> Template:
     fields_raw = spec.get("fields", {})
     if not isinstance(fields_raw, dict) or not fields_raw:
         raise _fail("fields", "response_template.fields must be a non-empty dict", "template.fields")
+    if len(fields_raw) > MAX_TEMPLATE_FIELDS:
+        raise _fail("fields", f"response_template has {len(fields_raw)} fields, more than {MAX_TEMPLATE_FIELDS}",
+                    "template.fields", hint="Group related markers into one field with a content parser.")
     fields = tuple(_load_field(str(name), raw) for name, raw in fields_raw.items())
     implicit = [f.name for f in fields if f.open is None]
     if len(implicit) > 1:
@@ -387,5 +395,5 @@ def load_template(spec: Any) -> Template:
     return Template(defaults=copy.deepcopy(defaults), fields=fields, start_anchor=anchor)
 
 
-__all__ = ["MAX_TEMPLATE_DEPTH", "Delimiter", "FieldTemplate", "Template", "check_depth", "load_delimiter",
+__all__ = ["MAX_TEMPLATE_DEPTH", "MAX_TEMPLATE_FIELDS", "Delimiter", "FieldTemplate", "Template", "check_depth", "load_delimiter",
            "load_template", "load_value_spec"]

@@ -38,7 +38,8 @@ import regex
 from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
-from .delimiters import UNBOUNDED, last_char, pattern_shape, required_tail
+from .delimiters import UNBOUNDED, last_char, pattern_shape, required_tail, search_budget
+from .linear_regex import BoundedRegex
 from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _sub_parse, load_json
 from .wire import WireArguments, dumps
 
@@ -127,7 +128,7 @@ def plan_for(region: Region) -> CallPlan:
     if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
             "merge_duplicates") and "value_parser_when" not in spec.content_args:
         pattern = spec.content_args["tag_pattern"]
-        return replace(common, mode="xml", tag_pattern=regex.compile(pattern, regex.DOTALL), tag_end=last_char(pattern), tag_tail=required_tail(pattern),
+        return replace(common, mode="xml", tag_pattern=BoundedRegex(pattern, regex.DOTALL), tag_end=last_char(pattern), tag_tail=required_tail(pattern),
                        tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"))
     if name_capture and "." not in args and spec.content in ("text",):
         return replace(common, mode="components", args_key=args)
@@ -452,7 +453,7 @@ class _XmlCallReader:
         while True:
             # (streaming: a partial tag at the leftmost live start stops the scan there, and the starts
             # before it are dead for good, so the next scan starts from it)
-            m = pattern.search(body, scanned, partial=not final)
+            m = pattern.search_from(body, scanned, search_budget(len(body) - scanned), partial=not final)
             if m is None:
                 scanned = len(body) if not final else scanned
                 break

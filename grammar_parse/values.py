@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import regex
 
-from .delimiters import REGEX_TIMEOUT
+from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .errors import ParseError, PlaceholderError
 
@@ -185,7 +185,7 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
     try:  # (past the limit the linear matcher finishes the scan, with the same matches)
-        matches = _bounded(tag_pattern).finditer(text, REGEX_TIMEOUT)
+        matches = _bounded(tag_pattern).finditer(text, search_budget(len(text)))
     except TimeoutError:
         raise ParseError(f"xml-inline: tag_pattern ran past its time limit on this region: {tag_pattern!r}",
                          code="parse.timeout") from None

@@ -178,6 +178,23 @@ def test_deep_templates_are_rejected_at_load(name, template, path):
     assert info.value.code == "template.depth" and info.value.path == path
 
 
+def test_templates_with_too_many_fields_are_rejected_at_load():
+    """A template's LALR table grows with the square of its fields: past MAX_TEMPLATE_FIELDS it is refused
+    before the table is built (400 fields took 14 s once), naming the key; at the limit it loads."""
+    from grammar_parse.template import MAX_TEMPLATE_FIELDS
+
+    def template(n):
+        fields = {f"f{i}": {"open": f"<f{i}>", "close": f"</f{i}>", "optional": True} for i in range(n - 1)}
+        return {**BASE, "fields": {**fields, "content": {}}}
+
+    with pytest.raises(TemplateError) as info:
+        grammar_parse.compile_template(template(MAX_TEMPLATE_FIELDS + 1))
+    assert info.value.code == "template.fields" and info.value.path == "fields"
+    assert f"more than {MAX_TEMPLATE_FIELDS}" in str(info.value)
+    grammar = grammar_parse.compile_template(template(MAX_TEMPLATE_FIELDS))
+    assert grammar_parse.parse_response("<f7>x</f7>rest", grammar, prefix="") == {"f7": "x", "content": "rest"}
+
+
 DEEP_SCHEMAS = [
     ("properties", _nest(DEEP, {"type": "string"}, lambda x: {"type": "object", "properties": {"a": x}}),
      "properties.a.properties"),

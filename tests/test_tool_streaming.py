@@ -227,3 +227,28 @@ def test_alternative_argument_keys_stream_before_the_call_closes(grammar, head, 
     s.finish()
     assert s.message["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris", "days": 3}'
 
+
+
+def _xml_streamed(grammar: str) -> bool:
+    return any(r.spec.content == "xml-inline" for r in grammar_parse.load_grammar(grammar).regions.values())
+
+
+XML_CASES = [(g, p) for g, p in CASES if _xml_streamed(g)]
+
+
+@pytest.mark.parametrize("grammar, path", XML_CASES, ids=[f"{g}/{p.stem}" for g, p in XML_CASES])
+def test_xml_tag_scans_handed_over_stream_the_same(grammar, path, monkeypatch):
+    """The xml-inline streamer's tag scans run under a limit; past it the linear matcher finishes them
+    (complete and partial tags alike). With the limit at zero every scan is handed over, and the deltas
+    still fold into the one-shot message."""
+    from grammar_parse import toolstream
+
+    monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
+    text, prefix, tools, expected, one_shot, reason = load_case(grammar, path)
+    for size in (1, 6):
+        s, deltas = stream(grammar, [text[i:i + size] for i in range(0, len(text), size)], prefix, tools)
+        assert s.message == one_shot
+        for index, call in enumerate(one_shot["tool_calls"]):
+            sent = "".join(d["function"]["arguments"] for delta in deltas for d in delta.get("tool_calls", [])
+                           if d["index"] == index)
+            assert sent == call["function"]["arguments"], size
