@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from .chat_completions import _StrippedText, open_stream, text_kind
 from .errors import GrammarParseError
 from .events import Event
-from .session import TemplateLike, _copy_json
+from .session import TemplateLike
+from .values import copy_json
 from .toolstream import ToolCallDelta
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ class ResponseStream:
             item = {"id": self.ids("msg"), "type": "message", "role": "assistant", "content": []} if kind == "content" \
                 else {"id": self.ids("rs"), "type": "reasoning", "summary": []}
             self.output.append(item)
-            out.append(self._event("response.output_item.added", {"output_index": index, "item": _copy_json(item)}))
+            out.append(self._event("response.output_item.added", {"output_index": index, "item": copy_json(item)}))
         item = self.output[index]
         name = "response.output_text.delta" if item["type"] == "message" else "response.reasoning_summary_text.delta"
         out.append(self._event(name, {"item_id": item["id"], "output_index": index, "delta": delta}))
@@ -220,7 +221,7 @@ class ResponseStream:
             item["content"] = [{"type": "output_text", "text": text}]
         else:
             item["summary"] = [{"type": "summary_text", "text": text}]
-        return [self._event("response.output_item.done", {"output_index": index, "item": _copy_json(item)})]
+        return [self._event("response.output_item.done", {"output_index": index, "item": copy_json(item)})]
 
     def _tool(self, delta: ToolCallDelta) -> list[dict[str, Any]]:
         call = delta["index"]
@@ -230,7 +231,7 @@ class ResponseStream:
             item = {"id": self.ids("fc"), "type": "function_call", "call_id": delta.get("id") or self.ids("call"),
                     "name": delta["name"], "arguments": ""}
             self.output.append(item)
-            return [self._event("response.output_item.added", {"output_index": index, "item": _copy_json(item)})]
+            return [self._event("response.output_item.added", {"output_index": index, "item": copy_json(item)})]
         index = self.call_items[call]
         item = self.output[index]
         if delta.get("done"):
@@ -239,7 +240,7 @@ class ResponseStream:
                                       "message": f"{p['path']}: {p['message']}"})
                        for p in self.calls.calls[call].wire.problems]
             return [*changes, self._event("response.output_item.done", {"output_index": index,
-                                                                        "item": _copy_json(item)})]
+                                                                        "item": copy_json(item)})]
         item["arguments"] += delta["arguments"]
         return [self._event("response.function_call_arguments.delta",
                             {"item_id": item["id"], "output_index": index, "delta": delta["arguments"]})]

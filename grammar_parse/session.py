@@ -12,7 +12,6 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
@@ -23,12 +22,11 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
-from .events import Event, Message, RegionChunk, RegionOpen
+from .events import Event, Message
 from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
-from .salvage import check_calls, component_errors, is_call_region, salvage_calls
+from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tools import ToolTypes
-from .values import fill
 
 if TYPE_CHECKING:
     from lark.common import ParserCallbacks
@@ -68,15 +66,6 @@ def resolve_grammar(template: TemplateLike) -> Grammar:
     return grammar_from_dict(template)
 
 
-def _copy_json(value: Any) -> Any:
-    """A deep copy of JSON-like data (defaults), several times faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return copy.deepcopy(value) if not isinstance(value, (str, int, float, bool, type(None))) else value
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equality that does not let True equal 1 or 1 equal 1.0 (JSON values)."""
     if type(a) is not type(b):
@@ -92,43 +81,10 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
-def _trailing_space(chunks: list[str]) -> str:
-    """The whitespace a text region's chunks end with (read from the end: chunks are not joined again)."""
-    tail: list[str] = []
-    for chunk in reversed(chunks):
-        body = chunk.rstrip()
-        tail.append(chunk[len(body):])
-        if body:
-            break
-    return "".join(reversed(tail))
-
-
-class _Frame:
-    """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
-    values of its component regions, and where its events point (``path``, None for a message field)."""
-
-    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk",
-                 "problems")
-
-    def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
-                 field: str, path: list[str | int] | None) -> None:
-        self.region = region
-        self.chunks: list[str] = []
-        self.captures = captures
-        self.start = start
-        self.open_text = open_text
-        self.children: dict[str, Any] = {k: _copy_json(v) for k, v in region.scope.items()}
-        self.field = field
-        self.path = path
-        self.size = 0
-        self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
-        self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
-
-
 #: What feed() needs to route a quiet chunk without scanning (see ResponseParser._fast_path): the one
 #: trigger character or the search for several, whether a trailing whitespace run is held back, and
 #: the open region (None: the text belongs to no field).
-_FastPath = tuple[str, Callable[[str], object] | None, bool, _Frame | None]
+_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
 
 
 class ResponseParser:
@@ -179,14 +135,12 @@ class ResponseParser:
             )
         self._tools = ToolTypes.from_tools(tools)
         self._strict = strict
-        self._extended = extended_events  # region_open events also carry the open delimiter's captures
         self._trace: list[dict[str, Any]] | None = [] if trace else None
         self._max_region = max_region_chars
         self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
         self._discarded: list[list[int]] = []
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._states = grammar.states
-        self._output: Message = _copy_json(grammar.defaults)
         self._buf = ""
         # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
         # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
@@ -194,24 +148,16 @@ class ResponseParser:
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
-        self._frames: list[_Frame] = []
         self._run: Terminal | None = None  # text terminal whose run Lark has already seen
-        self._hit: Hit | None = None  # the delimiter hit being fed (for the callbacks' captures and texts)
-        self._hit_term: Terminal | None = None
-        self._events: list[Event] = []
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._finalized = False
-        self._loose: list[str] = []  # text of broken tool calls that names no function, for content
-        self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
-        callbacks = dict(grammar.base_callbacks)
-        for rule, region in grammar.rule_regions.items():
-            callbacks[rule] = self._closer(region)
-        for term in grammar.terminals.values():
-            if term.region is not None and term.role in ("open", "text"):
-                callbacks[term.name] = self._opener(term)
-        self._callbacks = callbacks
+        self._regions = regions = RegionBuilder(
+            grammar, tools=self._tools, strict=strict, extended=extended_events,
+            position=lambda: self._base + self._pos, report=self._record, unexpected=self._unexpected)
+        self._frames = regions.frames  # (the builder's list, read on the hot path)
+        self._callbacks = callbacks = regions.callbacks()
         self._parser = _lark_state(_lark_conf(grammar.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
@@ -226,7 +172,7 @@ class ResponseParser:
     @property
     def message(self) -> Message:
         """The message as parsed so far (closed regions only)."""
-        return self._output
+        return self._regions.output
 
     @property
     def discarded_spans(self) -> list[tuple[int, int]]:
@@ -277,9 +223,7 @@ class ResponseParser:
                             self._note_discard(start, start + len(kept))
                             return []
                         frame.size += len(kept)
-                        frame.chunks.append(kept)
-                        return [{"type": "region_chunk", "field": frame.field, "text": kept,
-                                 "dirty": frame.region.dirty}]
+                        return [self._regions.chunk(frame, kept)]
             self._buf = self._join_held() + text
         events: list[Event] = []
         self._guarded(events, eos=False)
@@ -298,22 +242,22 @@ class ResponseParser:
         the rest of the output is discarded (reported), instead of raising."""
         self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
         if self._degraded:
-            self._events = events
+            self._regions.events = events
             self._discard(len(self._buf))
             if eos:
-                self._close_open()
+                self._regions.close_open()
             return
         try:
             self._process(events, eos)
         except GrammarParseError as e:
             if self._strict:
                 raise
-            self._events = events
+            self._regions.events = events
             self._record(e.code, str(e), getattr(e, "field", None), None)
             self._degraded = True
             self._discard(len(self._buf))
             if eos:
-                self._close_open()
+                self._regions.close_open()
 
     def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
         """End the stream: close open regions, return the message and the last events.
@@ -332,26 +276,25 @@ class ResponseParser:
                 self._legacy_log.append(text)
         events: list[Event] = []
         self._guarded(events, eos=True)
-        if self._loose:
-            self._settle_loose()
+        self._regions.settle_loose()
         if self._legacy_log is not None:
             return self._settle_legacy(events)
-        missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._output]
+        missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._regions.output]
         if missing:
             error = ParseError(
                 f"Required response_template fields missing from parsed output: {missing}",
                 code="parse.missing_field",
-                message_so_far=self._output,
+                message_so_far=self._regions.output,
                 hint="The model did not produce them; mark the fields optional if that is acceptable.",
             )
             if self._strict:
                 raise error
             self._record(error.code, str(error), missing[0], None)
         defaults = self._grammar.defaults
-        self._output = {k: v for k, v in self._output.items() if k in defaults or not _is_empty(v)}
+        self._regions.output = {k: v for k, v in self._regions.output.items() if k in defaults or not _is_empty(v)}
         if self.errors:
-            self._output["parse_errors"] = self.errors
-        return self._output, events
+            self._regions.output["parse_errors"] = self.errors
+        return self._regions.output, events
 
     # ------------------------------------------------------------------ lenient mode and accounting
     def _offset(self, buffer_pos: int) -> int:
@@ -367,7 +310,7 @@ class ResponseParser:
             return
         self.errors.append({"code": code, "field": field, "span": span, "message": message})
         # the span list is shared: a run that grows later grows in the event too
-        self._events.append({"type": "parse_error", "code": code, "field": field, "span": span, "message": message})
+        self._regions.events.append({"type": "parse_error", "code": code, "field": field, "span": span, "message": message})
 
     def _discard(self, end: int) -> None:
         """Drop buffer text up to ``end`` (it belongs to no field), and report its span."""
@@ -387,41 +330,11 @@ class ResponseParser:
         if self._trace is not None:
             self._trace.append({"kind": "discarded", "start": start, "end": end})
 
-    def _loose_text(self, text: str) -> None:
-        """Text of a broken tool-call region that names no function: it joins the text region the call
-        was written in (content, or reasoning), or else the content, and streams as that field's text."""
-        frame = self._frames[-1] if self._frames else None
-        if frame is not None and frame.path is None and getattr(frame.region.spec, "content", None) == "text":
-            frame.chunks.append(text)
-            frame.size += len(text)
-            field = frame.field
-        else:
-            self._loose.append(text)  # the next content region starts with it, or finalize adds it
-            field = "content"
-        self._events.append({"type": "region_chunk", "field": field, "text": text, "dirty": False})
-
-    def _settle_loose(self) -> None:
-        """At the end: loose text no content region took joins the content (as a stream concatenates it)."""
-        text, self._loose = "".join(self._loose), []
-        existing = self._output.get("content")
-        if not isinstance(existing, str) or not existing:
-            self._output["content"] = text.strip()
-            return
-        region = next((r for r in self._grammar.regions.values() if r.field == "content" and r.parent is None), None)
-        join = region.spec.join if region is not None else None
-        self._output["content"] = existing + join + text.strip() if join is not None else \
-            (existing + _trailing_space(self._content_chunks) + text).rstrip()
-
-    def _close_open(self) -> None:
-        """Close every open region, innermost first (end of output, or giving up in lenient mode)."""
-        while self._frames:
-            self._close(self._frames[-1].region)
-
     def _settle_legacy(self, events: list[Event]) -> tuple[Message, list[Event]]:
         """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
         from grammar_parse.compat.legacy import recursive_parse
 
-        self._events = events
+        self._regions.events = events
         try:
             final = recursive_parse("".join(self._legacy_log or []), self._grammar.legacy_schema or {},
                                     timeout=self._grammar.legacy_timeout)
@@ -429,14 +342,14 @@ class ResponseParser:
             if self._strict:
                 raise
             self._record(e.code, str(e), None, None)  # lenient: the regions' message stands
-            final = {k: v for k, v in self._output.items() if not _is_empty(v) or k in self._grammar.defaults}
+            final = {k: v for k, v in self._regions.output.items() if not _is_empty(v) or k in self._grammar.defaults}
             final["parse_errors"] = self.errors
-            self._output = final
+            self._regions.output = final
             return final, events
         if self._tools is not None and isinstance(final, dict):
             for key, value in final.items():
                 final[key] = self._tools.apply(value)
-        streamed = {k: v for k, v in self._output.items() if not _is_empty(v) or k in self._grammar.defaults}
+        streamed = {k: v for k, v in self._regions.output.items() if not _is_empty(v) or k in self._grammar.defaults}
         if not isinstance(final, dict):
             changed = sorted(streamed)
         else:
@@ -444,7 +357,7 @@ class ResponseParser:
                              if k not in final or k not in streamed or not _same(final[k], streamed[k]))
         if changed:
             events.append({"type": "correction", "fields": changed, "message": final})
-        self._output = final
+        self._regions.output = final
         return final, events
 
     # ------------------------------------------------------------------ the loop
@@ -462,12 +375,12 @@ class ResponseParser:
                 truncated = prefix[last_end:]
         if not truncated:
             return
-        self._prefix_len = len(truncated)
+        self._prefix_len = self._regions.prefix_len = len(truncated)
         self._buf = truncated
         self._process(self.initial_events, eos=False)
 
     def _process(self, events: list[Event], eos: bool) -> None:
-        self._events = events
+        self._regions.events = events
         states = self._states
         parser_stack = self._parser.state_stack
         while True:
@@ -599,11 +512,7 @@ class ResponseParser:
                 return
         if self._trace is not None:
             self._trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
-        frame.chunks.append(text)
-        event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
-        if frame.path is not None:
-            event["path"] = frame.path
-        self._events.append(event)
+        self._regions.events.append(self._regions.chunk(frame, text))
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
@@ -633,9 +542,10 @@ class ResponseParser:
         if self._trace is not None and hit[1] > hit[0]:
             self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
                                 "end": self._offset(hit[1])})
-        self._hit, self._hit_term = hit, term
-        self._shift(Token(term.name, self._buf[hit[0]:hit[1]]))
-        self._hit, self._hit_term = None, None
+        text = self._buf[hit[0]:hit[1]]
+        self._regions.shifting = (term, self._base + hit[0], text, hit[2])
+        self._shift(Token(term.name, text))
+        self._regions.shifting = None
 
     def _shift(self, token: Token) -> None:
         parser = self._parser
@@ -665,188 +575,16 @@ class ResponseParser:
         except UnexpectedToken:
             # The output stopped where the grammar wanted more (a region's close delimiter, a required
             # part): close what is open, innermost first, as a truncated stream should be.
-            self._close_open()
+            self._regions.close_open()
 
     def _unexpected(self, what: str) -> ParseError:
         return ParseError(
             f"unexpected input at offset {self._base + self._pos - self._prefix_len}: {what}",
             code="parse.content",
             position=self._base + self._pos - self._prefix_len,
-            message_so_far=self._output,
+            message_so_far=self._regions.output,
         )
 
-    # ------------------------------------------------------------------ Lark callbacks
-    def _push(self, region: Region, captures: dict[str, str], start: int, open_text: str) -> None:
-        """Open a region: a message field, or a component of the nearest open region it belongs to."""
-        if region.parent is None:
-            frame = _Frame(region, captures, start, open_text, region.field, None)
-            if self._loose and region.field == "content":
-                frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
-                frame.size = sum(map(len, frame.chunks))
-            event: RegionOpen = {"type": "region_open", "field": region.field}
-            if self._extended:
-                event["captures"] = captures
-            self._events.append(event)
-        else:
-            parent = next((f for f in reversed(self._frames) if f.region.rule == region.parent), None)
-            if parent is None:
-                raise self._unexpected(f"{region.rule} outside the {region.parent} it belongs to")
-            path: list[str | int] = [*(parent.path if parent.path is not None else self._message_path(parent)),
-                                     region.key]
-            if region.entry_key is not None:
-                try:
-                    path.append(str(fill(region.entry_key, captures)))
-                except (KeyError, ValueError):
-                    pass  # the entry's key comes from a component not parsed yet
-            frame = _Frame(region, captures, start, open_text, parent.field, path)
-            event = {"type": "region_open", "field": frame.field, "path": path}
-            if self._extended:
-                event["captures"] = captures
-            self._events.append(event)
-        self._frames.append(frame)
-
-    def _message_path(self, frame: _Frame) -> list[str | int]:
-        """Where a message field's value will go: [field] or, for a repeated field, [field, index]."""
-        if not frame.region.spec.repeats:
-            return [frame.field]
-        existing = self._output.get(frame.field)
-        return [frame.field, len(existing) if isinstance(existing, list) else 0]
-
-    def _opener(self, term: Terminal) -> Callable[[Token], Token]:
-        region = term.region
-        assert region is not None
-        if term.role == "open":
-            def on_open(token: Token) -> Token:
-                hit = self._hit
-                match = hit[2] if hit is not None else None
-                captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
-                start = self._base + (hit[0] if hit is not None else self._pos)
-                self._push(region, captures, start, self._buf[hit[0]:hit[1]] if hit is not None else "")
-                return token
-            return on_open
-
-        def on_text(token: Token) -> Token:
-            frames = self._frames
-            if not frames or frames[-1].region is not region:
-                self._push(region, {}, self._base + self._pos, "")
-            return token
-        return on_text
-
-    def _closer(self, region: Region) -> Callable[[list[Any]], None]:
-        def on_close(children: list[Any]) -> None:
-            self._close(region)
-        return on_close
-
-    def _close(self, region: Region) -> None:
-        if not self._frames or self._frames[-1].region is not region:
-            # A field without an opener opens at its first text; a rule that held none never opened it.
-            if region.implicit:
-                return
-            # A rule reduced as this region without its open delimiter (an alternative opened by another
-            # terminal): it is an empty region.
-            self._push(region, {}, self._offset(self._pos) + self._prefix_len, "")
-        frame = self._frames.pop()
-        spec = region.spec
-        hit, closing = self._hit, self._hit_term
-        close_text = self._buf[hit[0]:hit[1]] if hit is not None and closing is not None and \
-            closing.role == "close" and closing.region is region else ""
-        try:
-            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
-            if self._tools is not None and region.parent is None:
-                value = self._tools.apply(value)
-            if spec.join is not None and not isinstance(value, str):
-                raise ParseError(
-                    f"Field '{region.field}': 'join' requires each match to parse to a string, got "
-                    f"{type(value).__name__}.",
-                    code="parse.join",
-                )
-            if is_call_region(region):
-                check_calls(value)
-        except ParseError as e:
-            reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
-            e.locate(frame.field, frame.start - self._prefix_len, self._output)  # (a component's: its call's)
-            if self._strict:
-                raise e from None
-            self._record(e.code, str(e), frame.field, [frame.start - self._prefix_len, self._offset(self._pos)])
-            if is_call_region(region):
-                self._close_broken_calls(frame, close_text, {"message": reason, "code": e.code})
-                return
-            value = "".join(frame.chunks).strip()  # the raw text is kept
-            if region.parent is not None:  # the call it belongs to says so
-                self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if
-                                                       region.entry_key is not None and frame.path else "",
-                                                       "message": reason, "code": e.code})
-        if frame.problems and isinstance(value, dict) and is_call_region(region):
-            value = {**value, "errors": component_errors(region, frame.problems)}
-        if region.parent is not None:
-            self._store_component(frame, value)
-            return
-        self._store(frame, value)
-
-    def _close_broken_calls(self, frame: _Frame, close_text: str, problem: dict[str, str]) -> None:
-        """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
-        its text that names no function (all of it, delimiters included, if it names none) is text."""
-        body = "".join(frame.chunks)
-        found = salvage_calls(frame.region, body, frame.captures, frame.children, problem)
-        if found.calls:
-            value: Any = found.calls if getattr(frame.region.spec, "transform_each", False) else found.calls[0]
-            self._store(frame, self._tools.apply(value) if self._tools is not None else value)
-        else:
-            # the stream learns that the region gave no call (its text follows as content)
-            self._events.append({"type": "region_close", "field": frame.field, "value": None})
-        loose = found.rest if found.calls else frame.open_text + body + close_text
-        if loose.strip():
-            self._loose_text(loose)
-
-    def _store(self, frame: _Frame, value: Any) -> None:
-        """A message field's value goes into the message (joined, appended or set) and the stream."""
-        region = frame.region
-        spec = region.spec
-        output = self._output
-        key = region.field
-        if spec.join is not None:
-            previous = output.get(key)
-            output[key] = value if previous is None else previous + spec.join + value
-        elif spec.repeats:
-            # transformers appends each region's value, lists too; a grammar can ask that a region's list
-            # extend the field instead (two blocks of calls are one list of calls).
-            values = value if region.extend and isinstance(value, list) else [value]
-            existing = output.get(key)
-            if isinstance(existing, list):
-                existing.extend(values)
-            else:
-                output[key] = list(values)
-        else:
-            output[key] = value
-        if key == "content":
-            self._content_chunks = frame.chunks
-        self._events.append({"type": "region_close", "field": key, "value": value})
-
-    def _parent(self, region: Region) -> _Frame:
-        """The open frame a component region belongs to."""
-        return next(f for f in reversed(self._frames) if f.region.rule == region.parent)
-
-    def _store_component(self, frame: _Frame, value: Any) -> None:
-        """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
-        region = frame.region
-        scope = self._parent(region).children
-        have = scope.get(region.key)
-        if region.entry_key is not None:
-            if isinstance(have, dict) or have is None:
-                entry = fill(region.entry_key, {**frame.captures, **frame.children})
-                scope.setdefault(region.key, {})[str(entry)] = value
-        elif region.spec.repeats:
-            scope.setdefault(region.key, []).append(value)
-        elif isinstance(value, dict) and isinstance(have, dict):
-            scope[region.key] = {**have, **value}  # a whole object beside keyed entries
-        elif not have:
-            scope[region.key] = value
-        # Otherwise the call's value is already something else (arguments that did not parse, where an
-        # object follows; an object, where text that does not parse follows): it stays, as a stream that
-        # sent it must keep it; the component's text is in the call's span, and its error on the call.
-        path = frame.path
-        assert path is not None  # a component's frame always has one (see _push)
-        self._events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
 
 
 @overload
