@@ -142,13 +142,14 @@ def transformers_parser() -> tuple[type, Callable[..., Any]] | None:
     return ResponseParser, parse_response
 
 
-def best_of(fn: Callable[[], Any], repeat: int) -> float:
+def best_of(fn: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The fastest of ``repeat`` runs, in seconds of ``clock`` (wall time unless told otherwise)."""
     times = []
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return min(times)
 
 
