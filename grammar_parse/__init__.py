@@ -12,13 +12,31 @@ in lenient mode, ``correction`` for a legacy schema): the :data:`Event` TypedDic
 
 from __future__ import annotations
 
+import importlib.machinery as _machinery
+import importlib.util as _util
+import sys as _sys
 from pathlib import Path as _Path
 
-# Installed, grammars/ and compat/ are the subpackages grammar_parse.grammars and grammar_parse.compat.
-# In a source checkout (python -m run from its root) they sit beside this directory: look there too.
+
+class _CheckoutFinder:
+    """Installed, grammars/ and compat/ are the subpackages grammar_parse.grammars and grammar_parse.compat.
+    In a source checkout (``python -m grammar_parse`` run from its root, no install) they sit beside this
+    directory: this finder maps those two names there, as pyproject.toml's package-dir does, and nothing
+    else of the checkout becomes part of the package."""
+
+    def __init__(self, root: _Path) -> None:
+        self.dirs = {f"{__name__}.{sub}": root / folder for sub, folder in (("grammars", "grammars"), ("compat", "compat"))}
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> _machinery.ModuleSpec | None:
+        folder = self.dirs.get(fullname)
+        if folder is None:
+            return None
+        return _util.spec_from_file_location(fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
+
+
 _checkout = _Path(__file__).resolve().parent.parent
 if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).parent / "grammars").exists():
-    __path__.append(str(_checkout))  # noqa: F821 - the package's own __path__
+    _sys.meta_path.append(_CheckoutFinder(_checkout))  # (after the others: an editable install's finder wins)
 
 from .compiler import compile_template
 from .errors import (

@@ -43,3 +43,28 @@ def test_no_file_points_outside_the_checkout():
     assert len(files) > 500  # the grammars, golden samples and corpus are all read
     found = {str(p.relative_to(ROOT)): OUTSIDE.findall(p.read_text(encoding="utf-8", errors="replace")) for p in files}
     assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+def test_a_source_checkout_maps_grammars_and_compat_and_nothing_else():
+    """Run from a checkout with no install, grammars/ and compat/ are grammar_parse.grammars and
+    grammar_parse.compat (as pyproject's package-dir maps them); tests/ and benchmarks/ are not subpackages."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in type(f).__module__.lower()]  # (no install)
+sys.path.insert(0, {str(ROOT)!r})
+import grammar_parse, grammar_parse.compat.legacy
+assert grammar_parse.compat.legacy.__file__.startswith({str(ROOT / "compat")!r})
+assert "qwen3" in grammar_parse.list_grammars()
+print(grammar_parse.parse_response("<think>a</think>b", "qwen3", prefix="")["content"])
+for name in ("tests", "benchmarks", "docs"):
+    try:
+        __import__("grammar_parse." + name)
+        print("importable:", name)
+    except ModuleNotFoundError:
+        pass
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "b\n", "")
