@@ -18,6 +18,7 @@ situation it names; the tests check that each code raised is listed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 ERROR_CODES: dict[str, str] = {
@@ -66,7 +67,7 @@ ERROR_CODES: dict[str, str] = {
     "parse.json_constant": "a call's arguments hold NaN or Infinity, which strict JSON has not: the wire sends null",
     "parse.region_too_large": "a region's text is longer than max_region_chars",
     "parse.timeout": "a pattern ran past its time limit and the linear matcher cannot read it",
-    "parse.unexpected": "lenient mode: text or a delimiter where the grammar allows none (discarded)",
+    "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
     # legacy response_schema (transformers <= 5.14)
     "legacy.groups": "a schema regex matched but has several unnamed groups, or none",
     "legacy.schema": "a schema node cannot handle the value it received (wrong node type or shape)",
@@ -139,9 +140,12 @@ class GrammarError(GrammarParseError, ValueError):
 class ParseError(GrammarParseError, ValueError):
     """Model output that the grammar's regions cannot turn into values.
 
-    ``field`` is the region's field, ``position`` the offset of the region's first byte in the text fed to
-    the parser (negative when the region began in the replayed prompt prefix), and ``message_so_far`` the
-    message as it stood before the failing region.
+    ``field`` is the region's field, ``position`` the offset in the text fed to the parser where the
+    problem is (the region's first byte for a value that does not parse; negative when the region began in
+    the replayed prompt prefix), ``line`` and ``column`` the same place counted in lines (1-based; None
+    where the parser no longer holds the text, see :meth:`context`), ``expected`` the terminals the
+    grammar would have taken there (for unexpected input), and ``message_so_far`` the message as it stood
+    before the failure.
     """
 
     code = "parse.content"
@@ -155,11 +159,27 @@ class ParseError(GrammarParseError, ValueError):
         position: int | None = None,
         message_so_far: dict[str, Any] | None = None,
         hint: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        expected: Iterable[str] = (),
     ) -> None:
         self.field = field
         self.position = position
         self.message_so_far = message_so_far
+        self.line = line
+        self.column = column
+        self.expected = tuple(expected)
         super().__init__(message, code=code, hint=hint)
+
+    def context(self, text: str, span: int = 40) -> str:
+        """The line of ``text`` (the model output fed to the parser) around the error, with a caret under
+        its place, as lark's ``UnexpectedInput.get_context`` shows it; "" without a position in ``text``."""
+        pos = self.position
+        if pos is None or not 0 <= pos <= len(text):
+            return ""
+        before = text[max(pos - span, 0):pos].rsplit("\n", 1)[-1]
+        after = text[pos:pos + span].split("\n", 1)[0]
+        return f"{before}{after}\n{' ' * len(before.expandtabs())}^\n"
 
     def locate(self, field: str, position: int, message_so_far: dict[str, Any]) -> ParseError:
         """Attach where the failure happened (the value functions do not know it)."""

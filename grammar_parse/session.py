@@ -148,6 +148,10 @@ class ResponseParser:
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
+        # Lines of the output text before _buf (for errors' line and column): how many newlines it held,
+        # and the output offset where its last line starts.
+        self._lines_before = 0
+        self._line_start = 0
         self._run: Terminal | None = None  # text terminal whose run Lark has already seen
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
@@ -218,6 +222,7 @@ class ResponseParser:
                         if not kept:
                             return []
                         start = self._offset(0)
+                        self._count_lines(kept, start)
                         self._base += len(kept)
                         if frame is None:
                             self._note_discard(start, start + len(kept))
@@ -251,6 +256,8 @@ class ResponseParser:
             self._process(events, eos)
         except GrammarParseError as e:
             if self._strict:
+                if isinstance(e, ParseError) and e.line is None and e.position is not None:
+                    e.line, e.column = self._line_column(e.position) or (None, None)
                 raise
             self._regions.events = events
             self._record(e.code, str(e), getattr(e, "field", None), None)
@@ -470,10 +477,30 @@ class ResponseParser:
         """Drop consumed text, keeping what delimiters may look back at."""
         cut = self._pos - self._grammar.context
         if cut > 0:
+            skip = self._prefix_len - self._base  # (the replayed prompt has no lines of the output)
+            self._count_lines(self._buf[max(skip, 0):cut] if skip > 0 else self._buf[:cut], self._offset(max(skip, 0)))
             self._buf = self._buf[cut:]
             self._pos -= cut
             self._base += cut
             self._cache.clear()
+
+    def _count_lines(self, text: str, start: int) -> None:
+        """Note the lines of output ``text`` (at output offset ``start``) as it leaves the buffer."""
+        last = text.rfind("\n")
+        if last >= 0:
+            self._lines_before += text.count("\n")
+            self._line_start = start + last + 1
+
+    def _line_column(self, offset: int) -> tuple[int, int] | None:
+        """1-based line and column of an output offset still in the buffer (None before it, or in the prompt)."""
+        q = offset + self._prefix_len - self._base
+        if offset < 0 or not 0 <= q <= len(self._buf):
+            return None
+        lo = max(self._prefix_len - self._base, 0)
+        newline = self._buf.rfind("\n", lo, q)
+        line = self._lines_before + self._buf.count("\n", lo, q) + 1
+        line_start = self._offset(newline + 1) if newline >= 0 else self._line_start
+        return line, offset - line_start + 1
 
     def _text(self, term: Terminal | None, text: str) -> None:
         start = self._offset(self._pos)
@@ -552,7 +579,7 @@ class ResponseParser:
         try:
             parser.feed_token(token)
         except UnexpectedToken as e:
-            raise self._unexpected(f"{token.type} is not allowed here (expected {sorted(e.expected)})") from None
+            raise self._unexpected(f"{token.type} is not allowed here (expected {sorted(e.expected)})", e.expected) from None
         # Reduce at once where no lookahead is needed, so regions close when their delimiter completes.
         states = self._states
         stack, values = parser.state_stack, parser.value_stack
@@ -577,12 +604,18 @@ class ResponseParser:
             # part): close what is open, innermost first, as a truncated stream should be.
             self._regions.close_open()
 
-    def _unexpected(self, what: str) -> ParseError:
+    def _unexpected(self, what: str, expected: Iterable[str] | None = None) -> ParseError:
+        """Input the grammar does not allow here (stray text, a delimiter out of place): the same code as
+        the lenient record of it. ``expected``: the terminals Lark would take (by default, this state's)."""
+        if expected is None:
+            expected = (name for name in self._parser.parse_conf.states[self._parser.state_stack[-1]] if name != "$END")
         return ParseError(
-            f"unexpected input at offset {self._base + self._pos - self._prefix_len}: {what}",
-            code="parse.content",
-            position=self._base + self._pos - self._prefix_len,
+            f"unexpected input at offset {self._offset(self._pos)}: {what}",
+            code="parse.unexpected",
+            position=self._offset(self._pos),
             message_so_far=self._regions.output,
+            expected=sorted(expected),
+            hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
         )
 
 

@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import grammar_parse
 import grammar_parse as gp
 
 XML_TEMPLATE = {
@@ -129,3 +132,50 @@ def test_grammar_argument_forms(tmp_path: Path):
         assert gp.parse_response("<think>a</think>b", template, prefix="") == {
             "role": "assistant", "thinking": "a", "content": "b"}
     assert gp.parse_response("x", str(json_file), prefix="") == {"role": "assistant", "content": "x"}
+
+
+# ---------------------------------------------------------------------------- where an error is
+ERRORS_AT = [  # (grammar, output with an error, its code)
+    ("qwen3", "<think>a\nb</think>\nsee <tool_call>{bad json}</tool_call>", "parse.json"),
+    ("qwen3", "line one\nline two <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }}</tool_call>", "parse.json"),
+    ("llama3_pythonic", "\n\n[f(a=1), g(b=]", "parse.content"),
+]
+
+
+def _line_column(text, offset):
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+@pytest.mark.parametrize("grammar, text, code", ERRORS_AT)
+@given(cuts=st.lists(st.integers(0, 80), max_size=6))
+def test_an_error_says_its_line_and_column_in_any_chunking(grammar, text, code, cuts):
+    """Strict errors carry the line and column of their position, counted from the output's start, when
+    the parser still holds that text (always, one-shot); ``context`` puts a caret under it."""
+    with pytest.raises(grammar_parse.ParseError) as raised:
+        grammar_parse.parse_response(text, grammar, prefix="")
+    e = raised.value
+    assert e.code == code and (e.line, e.column) == _line_column(text, e.position)
+    line = text.split("\n")[e.line - 1]
+    assert e.context(text).split("\n")[:2] == [line, " " * (e.column - 1) + "^"]
+    parser = grammar_parse.ResponseParser(grammar, "")
+    bounds = sorted({min(c, len(text)) for c in cuts})
+    with pytest.raises(grammar_parse.ParseError) as raised:
+        for a, b in zip([0, *bounds], [*bounds, len(text)]):
+            parser.feed(text[a:b])
+        parser.finalize()
+    streamed = raised.value
+    assert (streamed.code, streamed.position) == (e.code, e.position)
+    assert streamed.line is None or (streamed.line, streamed.column) == (e.line, e.column)
+
+
+def test_unexpected_input_has_one_code_in_both_modes_and_says_what_was_expected():
+    from grammar_parse.grammar import build_grammar
+
+    grammar = build_grammar('start: A B\nA: "<a>"\nB: "<b>"\n')
+    with pytest.raises(grammar_parse.ParseError) as raised:
+        grammar_parse.parse_response("<a>\nx", grammar, prefix="")
+    assert raised.value.code == "parse.unexpected" and raised.value.expected == ("B",)
+    assert (raised.value.line, raised.value.column) == (1, 4)
+    lenient = grammar_parse.parse_response("<a>\nx", grammar, prefix="", strict=False)
+    assert [e["code"] for e in lenient["parse_errors"]] == ["parse.unexpected"]

@@ -295,7 +295,7 @@ def test_fast_path_in_a_state_without_text():
     assert parser.feed("<a>") == []
     with pytest.raises(grammar_parse.ParseError) as caught:
         parser.feed("x")
-    assert caught.value.code == "parse.content"
+    assert caught.value.code == "parse.unexpected"
     parser = grammar_parse.ResponseParser(grammar, prefix="")
     assert parser.feed("<a>") == [] and parser.feed("<b>") == []
     assert parser.finalize() == ({}, [])
