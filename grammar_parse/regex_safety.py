@@ -190,9 +190,10 @@ def _standard_syntax(pattern: str, keep_alternatives: bool = True) -> tuple[str,
 
 
 def parse_pattern(pattern: str, flags: int, keep_alternatives: bool = True) -> tuple[Any, dict[str, str]]:
-    """The parse tree of ``pattern`` (in the syntax of :func:`_standard_syntax`) and its stand-in characters
-    for ``regex``-only escapes; RegexSafetyError where the parser cannot read it. ``keep_alternatives``
-    keeps alternatives the parser would fold (backtracking analysis needs them as written)."""
+    """Python's parse tree of ``pattern`` (its ``regex``-only syntax rewritten first) and the stand-in
+    characters for ``regex``-only escapes; RegexSafetyError where the parser cannot read it.
+    ``keep_alternatives`` keeps alternatives the parser would fold (the backtracking analysis needs them
+    as written)."""
     source, stand_ins = _standard_syntax(pattern, keep_alternatives)
     std_flags = flags & (regex.IGNORECASE | regex.MULTILINE | regex.DOTALL | regex.VERBOSE | regex.ASCII)
     try:
