@@ -16,31 +16,21 @@ guards that make streaming agree with one-shot parsing where transformers' does 
   picks the same match.
 
 Literal delimiters take a ``str.find`` fast path with the same semantics as the alternation
-transformers compiles them to (leftmost, then longest).
+transformers compiles them to (leftmost, then longest). What a matcher knows about its pattern's source
+(widths, first characters, the ``\\s*literal`` form, the need for a time limit) is read once, at load
+time, by :mod:`grammar_parse.regex_shape`.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import regex
 
 from .linear_regex import LinearRegex
-from .regex_safety import analyse, refusal
-
-try:  # Python 3.11+: the regex parser behind `re` lives in re._parser
-    _sre_parse: Any = importlib.import_module("re._parser")
-    _sre: Any = importlib.import_module("re._constants")
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants as _sre
-    import sre_parse as _sre_parse
-
-UNBOUNDED = 1 << 30
-#: The parsed-regex ops of a backtracking repeat (greedy or lazy).
-REPEAT_OPS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT)
+from .regex_shape import (UNBOUNDED, backtracking_risk, first_chars, is_regex_space, literal_alternatives, pattern_shape,
+                          strip_anchors, trailing_lookahead_as_text, unnamed)
 
 #: Seconds one search of a delimiter (or content) pattern may take in the regex module before the linear
 #: matcher, which finds the same matches, takes over (see RegexMatcher.budget).
@@ -55,252 +45,6 @@ def search_budget(chars: int) -> float:
 
 #: (start, end, match object or None for literals)
 Hit = tuple[int, int, Any]
-
-
-@dataclass(frozen=True)
-class PatternShape:
-    """What a regex can look at beyond the text it consumes.
-
-    ``max_width``: longest match (UNBOUNDED if unbounded). ``end_reach``: how many characters past a
-    match's end an assertion may inspect (``$`` looks one further for a final newline; a negative
-    lookahead as far as its body). ``context``: how many characters before the search position the
-    pattern may inspect (``^``, ``\\b``, lookbehind), so trimmed buffers keep that much history.
-    """
-
-    max_width: int
-    end_reach: int
-    context: int
-    lookaround: bool = False
-
-
-_UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED, lookaround=True)
-
-
-def _width(sub: Any) -> int:
-    hi = sub.getwidth()[1]
-    return UNBOUNDED if hi >= _sre.MAXREPEAT or hi >= getattr(_sre_parse, "MAXWIDTH", UNBOUNDED) else int(hi)
-
-
-def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
-    """Collect end reach and context of a parsed pattern; return whether it has end-sensitive parts."""
-    sensitive = False
-    for op, av in sub:
-        if op is _sre.AT:
-            if av in (_sre.AT_END, _sre.AT_END_LINE):
-                reach[0] = max(reach[0], 1)
-                sensitive = True
-            elif av in (_sre.AT_END_STRING, _sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
-                sensitive = True
-            if av in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_LINE, _sre.AT_BEGINNING_STRING,
-                      _sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
-                context[0] = max(context[0], 1)
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
-            context.append(-1)  # marks a lookaround (automata libraries model them as consuming text)
-            direction, body = av
-            inner = _walk(body, reach, context)
-            if direction < 0:
-                context[0] = max(context[0], _width(body))
-            elif op is _sre.ASSERT_NOT or inner:
-                # A negative lookahead that holds now can fail once more text arrives.
-                reach[0] = max(reach[0], _width(body))
-                sensitive = True
-        elif op is _sre.BRANCH:
-            for alt in av[1]:
-                sensitive |= _walk(alt, reach, context)
-        elif op is _sre.SUBPATTERN:
-            sensitive |= _walk(av[-1], reach, context)
-        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
-            sensitive |= _walk(av[2], reach, context)
-        elif op is getattr(_sre, "ATOMIC_GROUP", None):
-            sensitive |= _walk(av, reach, context)
-        elif op is _sre.GROUPREF_EXISTS:
-            for branch in av[1:]:
-                if branch is not None:
-                    sensitive |= _walk(branch, reach, context)
-    return sensitive
-
-
-def _unnamed(pattern: str) -> str:
-    """``pattern`` with its named groups made non-capturing (for analysis, never for matching)."""
-    return regex.sub(r"(?<!\\)((?:\\\\)*)\(\?P<\w+>", r"\1(?:", pattern)
-
-
-def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
-    """Analyse ``pattern`` with Python's own regex parser; unknown syntax gives a cautious answer."""
-    # \p{..} classes exist only in `regex`; any one character stands in for them here. Named groups do
-    # not matter to the shape, and `regex` allows a name twice where the stdlib parser does not.
-    simplified = _unnamed(regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern))
-    try:
-        parsed = _sre_parse.parse(simplified, flags & ~regex.VERSION1 & 0xFFFF)
-    except Exception:  # noqa: BLE001 - any syntax the stdlib parser lacks
-        return _UNKNOWN_SHAPE
-    reach, context = [0], [0]
-    _walk(parsed, reach, context)
-    return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0],
-                        lookaround=-1 in context[1:])
-
-
-def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
-    """The characters every match of ``pattern`` starts with, or None when that is not a small known set
-    (the pattern can match empty, starts with an assertion or a broad class, ignores case, ...).
-
-    A chunk without any of them cannot begin a match, complete or partial: the session's fast path."""
-    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
-        return None
-    try:
-        parsed = _sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF)
-    except Exception:  # noqa: BLE001 - syntax only `regex` knows
-        return None
-    found = _firsts(list(parsed))
-    return "".join(sorted(found)) if found else None
-
-
-def last_char(pattern: str, flags: int = regex.DOTALL) -> str | None:
-    """The literal character every match of ``pattern`` ends with, or None when there is no such one.
-    A match can only complete in text that holds it (the tool streamer rescans only then)."""
-    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
-        return None
-    try:
-        items = list(_sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF))
-    except Exception:  # noqa: BLE001 - syntax only `regex` knows
-        return None
-    while items:
-        op, av = items[-1]
-        if op is _sre.LITERAL:
-            return chr(av)
-        if op is not _sre.SUBPATTERN or av[1]:
-            return None
-        items = list(av[-1])
-    return None
-
-
-def required_tail(pattern: str, flags: int = regex.DOTALL) -> str | None:
-    """The last run of literal text (3 characters or more where there is one) that every match of
-    ``pattern`` contains, or None: no match can complete before it appears, so the tool streamer waits
-    for it instead of retrying a pattern whose lazy ``.*?`` runs to the end of a long body each time."""
-    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
-        return None
-    try:
-        items = list(_sre_parse.parse(_unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF))
-    except Exception:  # noqa: BLE001 - syntax only `regex` knows
-        return None
-    runs, current = [], ""
-    for op, av in items:
-        if op is _sre.LITERAL:
-            current += chr(av)
-        else:
-            runs.append(current)
-            current = ""
-    runs = [r for r in [*runs, current] if r]
-    if not runs:
-        return None
-    return next((r for r in reversed(runs) if len(r) >= 3), runs[-1])
-
-
-def _firsts(items: list[Any]) -> set[str] | None:
-    """First characters of a parsed sequence whose first item always consumes one, else None."""
-    if not items:
-        return None
-    op, av = items[0]
-    if op is _sre.LITERAL:
-        return {chr(av)}
-    if op is _sre.IN:
-        out: set[str] = set()
-        for item_op, item_av in av:
-            if item_op is _sre.LITERAL:
-                out.add(chr(item_av))
-            elif item_op is _sre.RANGE and item_av[1] - item_av[0] < 64:
-                out.update(map(chr, range(item_av[0], item_av[1] + 1)))
-            else:
-                return None  # negated sets, categories, wide ranges
-        return out
-    if op is _sre.SUBPATTERN:
-        return None if av[1] else _firsts(list(av[-1]))  # inline flags: give up
-    if op is getattr(_sre, "ATOMIC_GROUP", None):
-        return _firsts(list(av))
-    if op is _sre.BRANCH:
-        union: set[str] = set()
-        for alternative in av[1]:
-            found = _firsts(list(alternative))
-            if found is None:
-                return None
-            union |= found
-        return union
-    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)) and av[0] >= 1:
-        return _firsts(list(av[2]))
-    return None
-
-
-def _trailing_lookahead_as_text(pattern: str) -> str | None:
-    """``X(?:Y)`` for a pattern ``X(?=Y)`` whose only lookaround is that lookahead at its very end; None
-    for any other pattern."""
-    depth, i, in_class, last_top, last_close = 0, 0, False, -1, -1
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-            if pattern.startswith("[]", i) or pattern.startswith("[^]", i):  # a leading ] is a member
-                i += 2 if pattern.startswith("[]", i) else 3
-                continue
-        elif ch == "(":
-            if depth == 0:
-                last_top = i
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                last_close = i
-        i += 1
-    # the last top-level group is a lookahead and it closes at the very end
-    if last_top == -1 or not pattern.startswith("(?=", last_top) or last_close != len(pattern) - 1:
-        return None
-    head, tail = pattern[:last_top], pattern[last_top + 3:]
-    if any(mark in head or mark in tail for mark in ("(?=", "(?!", "(?<")):
-        return None
-    return f"{head}(?:{tail}"
-
-
-def _strip_anchors(pattern: str) -> str:
-    """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
-
-    The result matches a superset of the original; it is only used to guess how a live path continues,
-    and the guess is then checked against the real pattern.
-    """
-    out = []
-    i, in_class = 0, False
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            if in_class or pattern[i + 1] not in "AZzbBG":
-                out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            if ch == "]":
-                in_class = False
-        elif ch == "[":
-            in_class = True
-            out.append(ch)
-            i += 1
-            # a ']' or '^]' right after '[' is literal
-            if i < len(pattern) and pattern[i] == "^":
-                out.append("^")
-                i += 1
-            if i < len(pattern) and pattern[i] == "]":
-                out.append("]")
-                i += 1
-            continue
-        elif ch in "^$":
-            i += 1
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 def find_literals(buf: str, pos: int, literals: tuple[str, ...], firsts: str) -> tuple[int, str] | None:
@@ -490,59 +234,15 @@ class Automaton:
         return None
 
 
-# What the regex module's \s matches (str.isspace() also accepts \x1c-\x1f, which \s does not).
-_NOT_REGEX_SPACE = frozenset("\x1c\x1d\x1e\x1f")
-REGEX_SPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace() and c not in _NOT_REGEX_SPACE)
-_ESCAPE_CHARS = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
-
-
-def _is_regex_space(ch: str) -> bool:
-    return ch.isspace() and ch not in _NOT_REGEX_SPACE
+#: The characters the regex module's \s matches (up to U+3000, the last of them).
+REGEX_SPACE = "".join(c for c in map(chr, range(0x3001)) if is_regex_space(c))
 
 
 def _space_end(buf: str, j: int, stop: int) -> int:
     """The first position in [j, stop) that is not regex whitespace (``stop`` if there is none)."""
-    while j < stop and _is_regex_space(buf[j]):
+    while j < stop and is_regex_space(buf[j]):
         j += 1
     return j
-
-
-def _literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | None:
-    """Recognise ``\\s*(?:lit1|lit2)\\s*`` (each ``\\s*`` optional): (leading, literals, trailing)."""
-    tokens: list[str] = []
-    i = 0
-    while i < len(pattern):
-        tok = pattern[i : i + 2] if pattern[i] == "\\" else pattern[i]
-        tokens.append(tok)
-        i += len(tok)
-    leading = tokens[:2] == ["\\s", "*"]
-    if leading:
-        tokens = tokens[2:]
-    trailing = tokens[-2:] == ["\\s", "*"]
-    if trailing:
-        tokens = tokens[:-2]
-    if tokens[:3] == ["(", "?", ":"] and tokens[-1:] == [")"]:
-        tokens = tokens[3:-1]
-    literals: list[str] = []
-    current: list[str] = []
-    for tok in tokens + ["|"]:
-        if tok == "|":
-            if not current or leading and _is_regex_space(current[0][0]):
-                return None  # (after a leading \s*, a literal that starts with whitespace shifts the match)
-            literals.append("".join(current))
-            current = []
-        elif len(tok) == 2:  # an escape: punctuation stands for itself, \n \t ... for control characters
-            if tok[1] in _ESCAPE_CHARS:
-                current.append(_ESCAPE_CHARS[tok[1]])
-            elif tok[1].isalnum():
-                return None
-            else:
-                current.append(tok[1])
-        elif tok in ".^$*+?{}[]()\\":
-            return None
-        else:
-            current.append(tok)
-    return leading, tuple(literals), trailing
 
 
 class RegexMatcher:
@@ -566,7 +266,7 @@ class RegexMatcher:
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         # (DOTALL or not: the lowered form has no dot)
-        self.lowered = _literal_alternatives(pattern) if not flags & ~regex.DOTALL and not self.compiled.groupindex else None
+        self.lowered = literal_alternatives(pattern) if not flags & ~regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
@@ -579,7 +279,7 @@ class RegexMatcher:
         try:
             import interegular
 
-            stripped = _strip_anchors(_unnamed(self.pattern))
+            stripped = strip_anchors(unnamed(self.pattern))
             source = stripped if not self.flags & regex.DOTALL else f"(?s:{stripped})"
             return Automaton(interegular.parse_pattern(source).to_fsm())
         except Exception:  # noqa: BLE001 - lookbehinds, backreferences, regex-only syntax
@@ -590,12 +290,12 @@ class RegexMatcher:
         """An automaton whose live paths are exactly this pattern's partial matches, for resuming a pending
         run: the pattern's own, or for ``X(?=Y)`` (a lookahead at the end) that of ``XY``, since a match
         needs ``Y`` right after ``X``. None where anchors would be dropped (the automaton would over-report)."""
-        source = _unnamed(self.pattern)
-        if _strip_anchors(source) != source:
+        source = unnamed(self.pattern)
+        if strip_anchors(source) != source:
             return None
         if not self.lookaround:
             return self._automaton
-        body = _trailing_lookahead_as_text(source)
+        body = trailing_lookahead_as_text(source)
         if body is None:
             return None
         try:
@@ -719,7 +419,7 @@ class RegexMatcher:
             return None
         start, end = hit[0], hit[0] + len(hit[1])
         if leading:
-            while start > pos and _is_regex_space(buf[start - 1]):
+            while start > pos and is_regex_space(buf[start - 1]):
                 start -= 1
         if trailing:
             end = _space_end(buf, end, len(buf))
@@ -733,7 +433,7 @@ class RegexMatcher:
         start = prefixes.live_partial(buf, pos, n)
         start = n if start == -1 else start
         if self.lowered is not None and self.lowered[0]:
-            while start > pos and _is_regex_space(buf[start - 1]):
+            while start > pos and is_regex_space(buf[start - 1]):
                 start -= 1
         return -1 if start >= n else start
 
@@ -836,7 +536,7 @@ class JsonWalk:
                 i += 1
                 continue
             if not self.started:
-                while i < n and _is_regex_space(buf[i]):
+                while i < n and is_regex_space(buf[i]):
                     i += 1
                 if i == n:
                     break
@@ -942,16 +642,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["Hit", "JsonWalk", "LiteralMatcher", "Matcher", "PatternShape", "Progress", "RegexMatcher", "Repeat",
-           "UNBOUNDED", "ValueEnd", "pattern_shape", "search_budget"]
-
-
-def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool]:
-    """(why the pattern is refused, or None; whether its searches need a limit): see
-    :mod:`grammar_parse.regex_safety`. Patterns whose ambiguity is polynomial (``.*?\\S.*?``) are accepted
-    with a limit; exponential, high-degree, redundant and oversized ones are refused."""
-    found = refusal(pattern, flags)
-    if found is not None:
-        return found.reason, True
-    profile = analyse(pattern, flags)
-    return None, not profile.linear or profile.rescans
+__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
+           "Repeat", "ValueEnd", "search_budget"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import regex
 
-from .regex_safety import _CATEGORY_SOURCE, _parse, _sre
+from .regex_safety import CATEGORY_SOURCE, parse_pattern, sre
 
 # Instruction codes. Every instruction is a tuple whose first item is its code.
 _CHAR, _STR, _ANY, _SPLIT, _JMP, _SAVE, _AT, _LOOK, _BACKREF, _ATOMIC, _MARK, _UNTIL, _COND, _MATCH = range(14)
@@ -59,8 +59,8 @@ class _Compiler:
 
     def __init__(self, stand_ins: dict[str, str]) -> None:
         self.stand_ins = {ch: regex.compile(src) for ch, src in stand_ins.items()}
-        self.categories = {cat: regex.compile(src) for cat, src in _CATEGORY_SOURCE.items()}
-        self.ascii_categories = {cat: regex.compile(src, regex.ASCII) for cat, src in _CATEGORY_SOURCE.items()}
+        self.categories = {cat: regex.compile(src) for cat, src in CATEGORY_SOURCE.items()}
+        self.ascii_categories = {cat: regex.compile(src, regex.ASCII) for cat, src in CATEGORY_SOURCE.items()}
 
     def program(self, items: Any, flags: int) -> _Program:
         prog = _Program()
@@ -72,9 +72,9 @@ class _Compiler:
         i = 0
         while i < len(items):
             op, av = items[i]
-            if op is _sre.LITERAL and not flags & _sre.SRE_FLAG_IGNORECASE and chr(av) not in self.stand_ins:
+            if op is sre.LITERAL and not flags & sre.SRE_FLAG_IGNORECASE and chr(av) not in self.stand_ins:
                 j = i
-                while j < len(items) and items[j][0] is _sre.LITERAL and chr(items[j][1]) not in self.stand_ins:
+                while j < len(items) and items[j][0] is sre.LITERAL and chr(items[j][1]) not in self.stand_ins:
                     j += 1
                 prog.emit(_STR, "".join(chr(a) for _, a in items[i:j]))
                 i = j
@@ -83,22 +83,22 @@ class _Compiler:
             i += 1
 
     def predicate(self, op: Any, av: Any, flags: int) -> _Predicate:
-        fold = bool(flags & _sre.SRE_FLAG_IGNORECASE)
-        categories = self.ascii_categories if flags & _sre.SRE_FLAG_ASCII else self.categories
-        if op in (_sre.LITERAL, _sre.NOT_LITERAL):
+        fold = bool(flags & sre.SRE_FLAG_IGNORECASE)
+        categories = self.ascii_categories if flags & sre.SRE_FLAG_ASCII else self.categories
+        if op in (sre.LITERAL, sre.NOT_LITERAL):
             test = self.literal(chr(av), fold)
-            if op is _sre.LITERAL:
+            if op is sre.LITERAL:
                 return test
             return lambda ch: not test(ch)
         items = list(av)
-        negate = bool(items) and items[0][0] is _sre.NEGATE
+        negate = bool(items) and items[0][0] is sre.NEGATE
         tests: list[_Predicate] = []
         for item_op, item_av in items[1:] if negate else items:
-            if item_op is _sre.LITERAL:
+            if item_op is sre.LITERAL:
                 tests.append(self.literal(chr(item_av), fold))
-            elif item_op is _sre.RANGE:
+            elif item_op is sre.RANGE:
                 tests.append(_range(item_av[0], item_av[1], fold))
-            elif item_op is _sre.CATEGORY:
+            elif item_op is sre.CATEGORY:
                 tests.append(_category(categories[item_av]))
             else:  # pragma: no cover - the parser makes no other class items
                 raise ValueError(f"unsupported class item {item_op}")
@@ -122,11 +122,11 @@ class _Compiler:
         return lambda ch: ch in variants or ch.lower() in variants
 
     def item(self, prog: _Program, op: Any, av: Any, flags: int) -> None:
-        if op is _sre.ANY:
-            prog.emit(_ANY, bool(flags & _sre.SRE_FLAG_DOTALL))
-        elif op in (_sre.LITERAL, _sre.NOT_LITERAL, _sre.IN):
+        if op is sre.ANY:
+            prog.emit(_ANY, bool(flags & sre.SRE_FLAG_DOTALL))
+        elif op in (sre.LITERAL, sre.NOT_LITERAL, sre.IN):
             prog.emit(_CHAR, self.predicate(op, av, flags))
-        elif op is _sre.SUBPATTERN:
+        elif op is sre.SUBPATTERN:
             group, add, remove, body = av
             inner = (flags | add) & ~remove
             if group is not None:
@@ -134,7 +134,7 @@ class _Compiler:
             self.sequence(prog, list(body), inner)
             if group is not None:
                 prog.emit(_SAVE, 2 * group + 1)
-        elif op is _sre.BRANCH:
+        elif op is sre.BRANCH:
             ends: list[int] = []
             alternatives = list(av[1])
             for k, alt in enumerate(alternatives):
@@ -148,24 +148,24 @@ class _Compiler:
                     self.sequence(prog, list(alt), flags)
             for at in ends:
                 prog.code[at] = (_JMP, len(prog.code))
-        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
-            self.repeat(prog, av[0], av[1], list(av[2]), flags, greedy=op is _sre.MAX_REPEAT)
-        elif op is getattr(_sre, "POSSESSIVE_REPEAT", None):
-            prog.emit(_ATOMIC, self.program([(_sre.MAX_REPEAT, av)], flags))
-        elif op is getattr(_sre, "ATOMIC_GROUP", None):
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            self.repeat(prog, av[0], av[1], list(av[2]), flags, greedy=op is sre.MAX_REPEAT)
+        elif op is getattr(sre, "POSSESSIVE_REPEAT", None):
+            prog.emit(_ATOMIC, self.program([(sre.MAX_REPEAT, av)], flags))
+        elif op is getattr(sre, "ATOMIC_GROUP", None):
             prog.emit(_ATOMIC, self.program(list(av), flags))
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
             direction, body = av
             sub = self.program(list(body), flags)
             width = body.getwidth() if direction < 0 else (0, 0)
-            prog.emit(_LOOK, sub, direction < 0, op is _sre.ASSERT_NOT, width[0], min(width[1], 1 << 20))
-        elif op is _sre.AT:
-            prog.emit(_AT, _anchor(av, flags, self.ascii_categories if flags & _sre.SRE_FLAG_ASCII
+            prog.emit(_LOOK, sub, direction < 0, op is sre.ASSERT_NOT, width[0], min(width[1], 1 << 20))
+        elif op is sre.AT:
+            prog.emit(_AT, _anchor(av, flags, self.ascii_categories if flags & sre.SRE_FLAG_ASCII
                                    else self.categories))
-        elif op is _sre.GROUPREF:
+        elif op is sre.GROUPREF:
             prog.backrefs.add(av)
-            prog.emit(_BACKREF, av, bool(flags & _sre.SRE_FLAG_IGNORECASE))
-        elif op is _sre.GROUPREF_EXISTS:
+            prog.emit(_BACKREF, av, bool(flags & sre.SRE_FLAG_IGNORECASE))
+        elif op is sre.GROUPREF_EXISTS:
             group, yes, no = av
             prog.backrefs.add(group)
             at = prog.emit(_COND, group, -1)
@@ -182,7 +182,7 @@ class _Compiler:
         nullable = _can_be_empty(body)
         for _ in range(lo):
             self.sequence(prog, body, flags)
-        if hi == _sre.MAXREPEAT:
+        if hi == sre.MAXREPEAT:
             # L: [mark r] split(body, exit); body; [until r -> exit]; jmp L
             register = prog.registers if nullable else -1
             prog.registers += nullable
@@ -228,17 +228,17 @@ def _can_be_empty(items: list[Any]) -> bool:
 
 
 def _item_can_be_empty(op: Any, av: Any) -> bool:
-    if op in (_sre.LITERAL, _sre.NOT_LITERAL, _sre.ANY, _sre.IN):
+    if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
         return False
-    if op is _sre.SUBPATTERN:
+    if op is sre.SUBPATTERN:
         return _can_be_empty(list(av[-1]))
-    if op is _sre.BRANCH:
+    if op is sre.BRANCH:
         return any(_can_be_empty(list(alt)) for alt in av[1])
-    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)):
         return av[0] == 0 or _can_be_empty(list(av[2]))
-    if op is getattr(_sre, "ATOMIC_GROUP", None):
+    if op is getattr(sre, "ATOMIC_GROUP", None):
         return _can_be_empty(list(av))
-    if op is _sre.GROUPREF_EXISTS:
+    if op is sre.GROUPREF_EXISTS:
         return _can_be_empty(list(av[1])) or av[2] is None or _can_be_empty(list(av[2]))
     return True  # anchors, lookarounds, backreferences (to an empty group)
 
@@ -254,25 +254,25 @@ def _category(compiled: regex.Pattern[str]) -> _Predicate:
 
 
 def _anchor(kind: Any, flags: int, categories: dict[Any, regex.Pattern[str]]) -> Callable[[str, int], bool]:
-    multiline = bool(flags & _sre.SRE_FLAG_MULTILINE)
-    word = categories[_sre.CATEGORY_WORD]
+    multiline = bool(flags & sre.SRE_FLAG_MULTILINE)
+    word = categories[sre.CATEGORY_WORD]
 
     def is_word(text: str, i: int) -> bool:
         return 0 <= i < len(text) and word.fullmatch(text[i]) is not None
 
-    if kind is _sre.AT_BEGINNING_STRING or kind is _sre.AT_BEGINNING and not multiline:
+    if kind is sre.AT_BEGINNING_STRING or kind is sre.AT_BEGINNING and not multiline:
         return lambda text, pos: pos == 0
-    if kind in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_LINE):
+    if kind in (sre.AT_BEGINNING, sre.AT_BEGINNING_LINE):
         return lambda text, pos: pos == 0 or text[pos - 1] == "\n"
-    if kind is _sre.AT_END_STRING:
+    if kind is sre.AT_END_STRING:
         return lambda text, pos: pos == len(text)
-    if kind is _sre.AT_END and not multiline:
+    if kind is sre.AT_END and not multiline:
         return lambda text, pos: pos == len(text) or pos == len(text) - 1 and text[pos] == "\n"
-    if kind in (_sre.AT_END, _sre.AT_END_LINE):
+    if kind in (sre.AT_END, sre.AT_END_LINE):
         return lambda text, pos: pos == len(text) or text[pos] == "\n"
-    if kind in (_sre.AT_BOUNDARY, _sre.AT_UNI_BOUNDARY, _sre.AT_LOC_BOUNDARY):
+    if kind in (sre.AT_BOUNDARY, sre.AT_UNI_BOUNDARY, sre.AT_LOC_BOUNDARY):
         return lambda text, pos: is_word(text, pos - 1) != is_word(text, pos)
-    if kind in (_sre.AT_NON_BOUNDARY, _sre.AT_UNI_NON_BOUNDARY, _sre.AT_LOC_NON_BOUNDARY):
+    if kind in (sre.AT_NON_BOUNDARY, sre.AT_UNI_NON_BOUNDARY, sre.AT_LOC_NON_BOUNDARY):
         return lambda text, pos: is_word(text, pos - 1) == is_word(text, pos)
     raise ValueError(f"unsupported anchor {kind}")  # pragma: no cover
 
@@ -329,7 +329,7 @@ class LinearRegex:
 
     def __init__(self, pattern: str, flags: int = regex.DOTALL) -> None:
         self.pattern = pattern
-        parsed, stand_ins = _parse(pattern, flags, keep_alternatives=False)  # (the parser's folding is exact)
+        parsed, stand_ins = parse_pattern(pattern, flags, keep_alternatives=False)  # (the parser's folding is exact)
         self.flags = parsed.state.flags
         self.names = {name: gid for name, gid in parsed.state.groupdict.items() if "__" not in name}
         self.groups = parsed.state.groups - 1

@@ -36,12 +36,13 @@ from typing import Any
 
 import regex
 
+# Python's own regex parser and its op codes: every analysis of a pattern's source reads its parse tree.
 try:  # Python 3.11+: the regex parser behind `re` lives in re._parser
-    _sre_parse: Any = importlib.import_module("re._parser")
-    _sre: Any = importlib.import_module("re._constants")
+    sre_parse: Any = importlib.import_module("re._parser")
+    sre: Any = importlib.import_module("re._constants")
 except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants as _sre
-    import sre_parse as _sre_parse
+    import sre_constants as sre
+    import sre_parse
 
 #: Largest count a counted repeat may give (``a{1000000}`` is rejected, code ``*.regex_size``).
 MAX_REPEAT = 1000
@@ -58,18 +59,19 @@ MAX_DEGREE = 4
 #: Most ways a pattern without ambiguous loops may match one text (its finite ambiguity).
 MAX_AMBIGUITY = 64
 
-_REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT) + tuple(
-    op for op in (getattr(_sre, "POSSESSIVE_REPEAT", None),) if op is not None)
-_CLASS_OPS = (_sre.LITERAL, _sre.NOT_LITERAL, _sre.ANY, _sre.IN)
-_UNBOUNDED = _sre.MAXREPEAT
+_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT) + tuple(
+    op for op in (getattr(sre, "POSSESSIVE_REPEAT", None),) if op is not None)
+_CLASS_OPS = (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN)
+_UNBOUNDED = sre.MAXREPEAT
 
 # Characters every analysis samples besides the pattern's own: two classes overlap when a sample is in
 # both; the pattern's literals and range ends are sampled too, so literal and range overlaps are exact.
 _REPRESENTATIVES = (" \t\n\r\x0b\x0c\x1c\x85\xa0\u1680\u2028\u3000azAZ09_-.,:;<>/\\\"'()[]{}|=+*?!#$%&@^`~"
                     "\x00\x01\x7f\xe9\xc9\xdf\u01c5\u0660\u00b2\u2160\u4e00\u0301\U0001f600\ue000\uffff\U0010ffff")
-_CATEGORY_SOURCE = {
-    _sre.CATEGORY_DIGIT: r"\d", _sre.CATEGORY_NOT_DIGIT: r"\D", _sre.CATEGORY_SPACE: r"\s",
-    _sre.CATEGORY_NOT_SPACE: r"\S", _sre.CATEGORY_WORD: r"\w", _sre.CATEGORY_NOT_WORD: r"\W",
+#: Regex source of each category op in a parse tree (\d, \s, \w and their negations).
+CATEGORY_SOURCE = {
+    sre.CATEGORY_DIGIT: r"\d", sre.CATEGORY_NOT_DIGIT: r"\D", sre.CATEGORY_SPACE: r"\s",
+    sre.CATEGORY_NOT_SPACE: r"\S", sre.CATEGORY_WORD: r"\w", sre.CATEGORY_NOT_WORD: r"\W",
 }
 # Stand-ins for `regex`-only escapes (\p{L}, \pN, ...) while the standard parser reads the pattern: private
 # use characters of plane 16, each mapped back to the escape it replaces.
@@ -187,11 +189,15 @@ def _standard_syntax(pattern: str, keep_alternatives: bool = True) -> tuple[str,
     return "".join(out), {ch: tok for tok, ch in stand_ins.items()}
 
 
-def _parse(pattern: str, flags: int, keep_alternatives: bool = True) -> tuple[Any, dict[str, str]]:
+def parse_pattern(pattern: str, flags: int, keep_alternatives: bool = True) -> tuple[Any, dict[str, str]]:
+    """Python's parse tree of ``pattern`` (its ``regex``-only syntax rewritten first) and the stand-in
+    characters for ``regex``-only escapes; RegexSafetyError where the parser cannot read it.
+    ``keep_alternatives`` keeps alternatives the parser would fold (the backtracking analysis needs them
+    as written)."""
     source, stand_ins = _standard_syntax(pattern, keep_alternatives)
     std_flags = flags & (regex.IGNORECASE | regex.MULTILINE | regex.DOTALL | regex.VERBOSE | regex.ASCII)
     try:
-        return _sre_parse.parse(source, std_flags), stand_ins
+        return sre_parse.parse(source, std_flags), stand_ins
     except Exception as e:  # noqa: BLE001 - syntax only `regex` knows (fuzzy matching, recursion, ...)
         raise RegexSafetyError(f"syntax the backtracking analysis cannot read ({e}); write it in the "
                                "common regex syntax") from None
@@ -205,19 +211,19 @@ class _Alphabet:
         chars = set(_REPRESENTATIVES)
         self.stand_ins = {ch: regex.compile(src) for ch, src in stand_ins.items()}
         for op, av in _walk_items(parsed):
-            if op in (_sre.LITERAL, _sre.NOT_LITERAL):
+            if op in (sre.LITERAL, sre.NOT_LITERAL):
                 chars.add(chr(av))
-            elif op is _sre.RANGE:
+            elif op is sre.RANGE:
                 chars.update((chr(av[0]), chr(av[1])))
         for ch in list(chars):
             chars.update((ch.lower(), ch.upper(), ch.swapcase()))
         self.samples = sorted(c for c in chars if len(c) == 1 and c not in self.stand_ins)
-        self._categories = {cat: regex.compile(src) for cat, src in _CATEGORY_SOURCE.items()}
+        self._categories = {cat: regex.compile(src) for cat, src in CATEGORY_SOURCE.items()}
         self._masks: dict[Any, int] = {}
 
     def mask(self, op: Any, av: Any, flags: int) -> int:
         key = (op, tuple(av) if isinstance(av, list) else av,
-               flags & (_sre.SRE_FLAG_IGNORECASE | _sre.SRE_FLAG_DOTALL | _sre.SRE_FLAG_ASCII))
+               flags & (sre.SRE_FLAG_IGNORECASE | sre.SRE_FLAG_DOTALL | sre.SRE_FLAG_ASCII))
         bits = self._masks.get(key)
         if bits is None:  # (counted repeats write the same class out many times)
             test = self._test(op, av, flags)
@@ -229,14 +235,14 @@ class _Alphabet:
         return bits
 
     def _test(self, op: Any, av: Any, flags: int) -> Callable[[str], bool]:
-        fold = bool(flags & _sre.SRE_FLAG_IGNORECASE)
-        if op is _sre.ANY:
-            return (lambda ch: True) if flags & _sre.SRE_FLAG_DOTALL else (lambda ch: ch != "\n")
-        if op in (_sre.LITERAL, _sre.NOT_LITERAL):
+        fold = bool(flags & sre.SRE_FLAG_IGNORECASE)
+        if op is sre.ANY:
+            return (lambda ch: True) if flags & sre.SRE_FLAG_DOTALL else (lambda ch: ch != "\n")
+        if op in (sre.LITERAL, sre.NOT_LITERAL):
             same = self._literal(chr(av), fold)
-            return same if op is _sre.LITERAL else (lambda ch: not same(ch))
+            return same if op is sre.LITERAL else (lambda ch: not same(ch))
         items = list(av)
-        negate = bool(items) and items[0][0] is _sre.NEGATE
+        negate = bool(items) and items[0][0] is sre.NEGATE
         tests = [self._item(o, a, fold) for o, a in (items[1:] if negate else items)]
         return lambda ch: any(t(ch) for t in tests) != negate
 
@@ -250,14 +256,14 @@ class _Alphabet:
         return lambda ch: ch in variants or ch.lower() in variants or ch.upper() in variants
 
     def _item(self, op: Any, av: Any, fold: bool) -> Callable[[str], bool]:
-        if op is _sre.LITERAL:
+        if op is sre.LITERAL:
             return self._literal(chr(av), fold)
-        if op is _sre.RANGE:
+        if op is sre.RANGE:
             lo, hi = av
             if not fold:
                 return lambda ch: lo <= ord(ch) <= hi
             return lambda ch: any(lo <= ord(v) <= hi for v in (ch, ch.lower(), ch.upper()) if len(v) == 1)
-        if op is _sre.CATEGORY:
+        if op is sre.CATEGORY:
             compiled = self._categories.get(av)
             if compiled is None:  # a category the table lacks: match everything (the cautious answer)
                 return lambda ch: True
@@ -271,19 +277,19 @@ def _walk_items(parsed: Any) -> Iterable[tuple[Any, Any]]:
     while stack:
         for op, av in stack.pop():
             yield op, av
-            if op is _sre.IN:
+            if op is sre.IN:
                 yield from av
-            elif op is _sre.BRANCH:
+            elif op is sre.BRANCH:
                 stack.extend(list(alt) for alt in av[1])
-            elif op is _sre.SUBPATTERN:
+            elif op is sre.SUBPATTERN:
                 stack.append(list(av[-1]))
             elif op in _REPEATS:
                 stack.append(list(av[2]))
-            elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
                 stack.append(list(av[1]))
-            elif op is getattr(_sre, "ATOMIC_GROUP", None):
+            elif op is getattr(sre, "ATOMIC_GROUP", None):
                 stack.append(list(av))
-            elif op is _sre.GROUPREF_EXISTS:
+            elif op is sre.GROUPREF_EXISTS:
                 stack.extend(list(b) for b in av[1:] if b is not None)
 
 
@@ -343,14 +349,14 @@ class _Automaton:
         listed = list(items)
         for i, (op, av) in enumerate(listed):
             frag = self.item(op, av, flags)
-            if op is _sre.LITERAL and not flags & _sre.SRE_FLAG_IGNORECASE:
+            if op is sre.LITERAL and not flags & sre.SRE_FLAG_IGNORECASE:
                 run = []
                 for op2, av2 in listed[i:]:
-                    if op2 is not _sre.LITERAL:
+                    if op2 is not sre.LITERAL:
                         break
                     run.append(chr(av2))
                 self.spells[min(frag.first)] = "".join(run)
-            if op in _CLASS_OPS and i and listed[i - 1][0] is _sre.ASSERT_NOT and listed[i - 1][1][0] > 0:
+            if op in _CLASS_OPS and i and listed[i - 1][0] is sre.ASSERT_NOT and listed[i - 1][1][0] > 0:
                 guarded = _literal_strings(listed[i - 1][1][1])
                 if guarded:
                     self.guards[min(frag.first)] = guarded
@@ -365,13 +371,13 @@ class _Automaton:
     def item(self, op: Any, av: Any, flags: int) -> _Fragment:
         if op in _CLASS_OPS:
             return self.position(self.alphabet.mask(op, av, flags))
-        if op is _sre.SUBPATTERN:
+        if op is sre.SUBPATTERN:
             group, add, remove, body = av
             inner = (flags | add) & ~remove
             if group is not None:
                 self.groups[group] = (body, inner)
             return self.sequence(body, inner)
-        if op is _sre.BRANCH:
+        if op is sre.BRANCH:
             out = _Fragment(False, set(), set())
             for alt in av[1]:
                 f = self.sequence(alt, flags)
@@ -379,13 +385,13 @@ class _Automaton:
             return out
         if op in _REPEATS:
             return self.repeat(av[0], av[1], av[2], flags)
-        if op is getattr(_sre, "ATOMIC_GROUP", None):
+        if op is getattr(sre, "ATOMIC_GROUP", None):
             return self.sequence(av, flags)
-        if op in (_sre.ASSERT, _sre.ASSERT_NOT):
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
             if len(av[1]):  # ((?=) is the marker that keeps alternatives apart)
                 self.looks.append((av[1], flags))
             return _Fragment(True, set(), set())
-        if op is _sre.GROUPREF:
+        if op is sre.GROUPREF:
             # The text its group took, in one step: no choice inside, so one position for its characters.
             body, inner = self.groups.get(av, ([], flags))
             mask = 0
@@ -394,7 +400,7 @@ class _Automaton:
                     mask |= self.alphabet.mask(o, a, inner)
             frag = self.position(mask)
             return _Fragment(True, frag.first, frag.last)
-        if op is _sre.GROUPREF_EXISTS:
+        if op is sre.GROUPREF_EXISTS:
             yes = self.sequence(av[1], flags)
             no = self.sequence(av[2], flags) if av[2] is not None else _Fragment(True, set(), set())
             return _Fragment(yes.nullable or no.nullable, yes.first | no.first, yes.last | no.last)
@@ -427,10 +433,10 @@ class _Automaton:
 def _literal_strings(items: Any) -> tuple[str, ...]:
     """The strings a lookahead body of plain literals (or alternatives of them) matches, else ()."""
     items = list(items)
-    if len(items) == 1 and items[0][0] is _sre.BRANCH:
+    if len(items) == 1 and items[0][0] is sre.BRANCH:
         found = [_literal_strings(alt) for alt in items[0][1][1]]
         return tuple(s for f in found for s in f) if all(found) else ()
-    if items and all(op is _sre.LITERAL for op, _ in items):
+    if items and all(op is sre.LITERAL for op, _ in items):
         return ("".join(chr(av) for _, av in items),)
     return ()
 
@@ -694,16 +700,16 @@ def _class_of(chars: list[str], alphabet: _Alphabet, mask: int) -> str:
 
 def _literal_prefix(parsed: Any, flags: int) -> str:
     """The literal text every match starts with ("" when there is none or case is ignored)."""
-    if flags & _sre.SRE_FLAG_IGNORECASE:
+    if flags & sre.SRE_FLAG_IGNORECASE:
         return ""
     out = []
     items = list(parsed)
     while items:
         op, av = items[0]
-        if op is _sre.LITERAL:
+        if op is sre.LITERAL:
             out.append(chr(av))
             items = items[1:]
-        elif op is _sre.SUBPATTERN and not av[1] and not av[2]:
+        elif op is sre.SUBPATTERN and not av[1] and not av[2]:
             items = list(av[-1]) + items[1:]
         else:
             break
@@ -715,7 +721,7 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
     ``.*.*``): they add nothing but ways to split the text. A description, else None."""
     flat: list[tuple[Any, Any]] = []
     for op, av in items:
-        if op is _sre.SUBPATTERN and av[0] is None and not av[1] and not av[2]:
+        if op is sre.SUBPATTERN and av[0] is None and not av[1] and not av[2]:
             flat.extend(av[-1])  # non-capturing groups do not separate
         else:
             flat.append((op, av))
@@ -727,13 +733,13 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
                 return "two repeats side by side"
     for op, av in flat:
         inner: list[Any] = []
-        if op is _sre.BRANCH:
+        if op is sre.BRANCH:
             inner = [list(alt) for alt in av[1]]
-        elif op is _sre.SUBPATTERN:
+        elif op is sre.SUBPATTERN:
             inner = [list(av[-1])]
         elif op in _REPEATS:
             inner = [list(av[2])]
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
             inner = [list(av[1])]
         for seq in inner:
             if (found := _redundant(seq, alphabet, flags)) is not None:
@@ -756,14 +762,14 @@ def _rescans(items: Any) -> bool:
                 inner = walk(body)
                 if av[1] == _UNBOUNDED:
                     count += 1
-                    if inner or any(o is _sre.BRANCH for o, _ in _walk_items(body)):
+                    if inner or any(o is sre.BRANCH for o, _ in _walk_items(body)):
                         count += 2
-            elif op is _sre.SUBPATTERN:
+            elif op is sre.SUBPATTERN:
                 found |= walk(av[-1])
-            elif op is _sre.BRANCH:
+            elif op is sre.BRANCH:
                 for alt in av[1]:
                     found |= walk(alt)
-            elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
                 found |= walk(av[1])
         return found
 
@@ -812,7 +818,7 @@ def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0
 @lru_cache(maxsize=4096)
 def analyse(pattern: str, flags: int = regex.DOTALL) -> BacktrackingProfile:
     """The backtracking profile of ``pattern`` (cached); RegexSafetyError says why it is refused."""
-    parsed, stand_ins = _parse(pattern, flags)
+    parsed, stand_ins = parse_pattern(pattern, flags)
     flags = parsed.state.flags if hasattr(parsed, "state") else flags
     return _analyse_parsed(parsed, flags, _Alphabet(parsed, stand_ins))
 
@@ -826,5 +832,5 @@ def refusal(pattern: str, flags: int = regex.DOTALL) -> RegexSafetyError | None:
     return None
 
 
-__all__ = ["EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_EDGES", "MAX_POSITIONS", "MAX_REPEAT", "BacktrackingProfile",
-           "RegexSafetyError", "analyse", "refusal"]
+__all__ = ["CATEGORY_SOURCE", "EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_EDGES", "MAX_POSITIONS", "MAX_REPEAT",
+           "BacktrackingProfile", "RegexSafetyError", "analyse", "parse_pattern", "refusal", "sre", "sre_parse"]

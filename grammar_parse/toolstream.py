@@ -38,8 +38,9 @@ import regex
 from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
 from .tools import ToolTypes
-from .delimiters import UNBOUNDED, last_char, pattern_shape, required_tail, search_budget
+from .delimiters import search_budget
 from .linear_regex import BoundedRegex
+from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
 from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _sub_parse, load_json
 from .wire import WireArguments, dumps
 

@@ -10,7 +10,8 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat, first_chars, pattern_shape
+from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat
+from grammar_parse.regex_shape import first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)

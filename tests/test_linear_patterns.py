@@ -17,7 +17,10 @@ import regex
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.delimiters import RegexMatcher, _sre, _sre_parse, _unnamed
+from grammar_parse.delimiters import RegexMatcher
+from grammar_parse.regex_safety import sre as _sre
+from grammar_parse.regex_safety import sre_parse as _sre_parse
+from grammar_parse.regex_shape import unnamed as _unnamed
 
 UNBOUNDED = _sre.MAXREPEAT
 

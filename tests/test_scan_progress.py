@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse as gp
-from grammar_parse.delimiters import _trailing_lookahead_as_text
+from grammar_parse.regex_shape import trailing_lookahead_as_text as _trailing_lookahead_as_text
 from grammar_parse.scanner import Scanner, SearchCache
 from strategies import chunkings, examples, grammar_outputs
 
