@@ -12,7 +12,6 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
@@ -28,7 +27,7 @@ from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
 from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .scanner import SearchCache
 from .tools import ToolTypes
-from .values import fill
+from .values import copy_json as _copy_json, fill
 
 if TYPE_CHECKING:
     from lark.common import ParserCallbacks
@@ -66,15 +65,6 @@ def resolve_grammar(template: TemplateLike) -> Grammar:
     if isinstance(template, (str, Path)):
         return load_grammar(template)
     return grammar_from_dict(template)
-
-
-def _copy_json(value: Any) -> Any:
-    """A deep copy of JSON-like data (defaults), several times faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return copy.deepcopy(value) if not isinstance(value, (str, int, float, bool, type(None))) else value
 
 
 def _same(a: Any, b: Any) -> bool:

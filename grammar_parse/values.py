@@ -9,6 +9,7 @@ equal value for value. Failures raise :class:`~grammar_parse.errors.ParseError` 
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import json
 import keyword
@@ -148,6 +149,15 @@ def load_json(text: str) -> Any:
         raise ParseError(f"a JSON integer has more than {int_digits_limit()} digits, more than Python converts",
                          code="parse.digits",
                          hint="Raise sys.set_int_max_str_digits() if such numbers are expected.") from None
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON-like data (defaults, wire items), several times faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return copy.deepcopy(value) if not isinstance(value, (str, int, float, bool, type(None))) else value
 
 
 def _check_depth(text: str) -> None:
