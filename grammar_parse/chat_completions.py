@@ -29,67 +29,14 @@ not sent, and a ``parse.tool_call`` entry of ``parse_errors`` says so.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .events import Event
-from .session import ResponseParser, TemplateLike
-from .toolstream import ToolCallDelta, ToolCallStreamer
-from .tools import validate_call
-
-#: Message fields read as reasoning, in order of preference.
-REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
-
-
-def open_stream(template: TemplateLike, prefix: str | None, tools: Iterable[Any] | None,
-                strict: bool) -> tuple[list[Any] | None, ResponseParser, ToolCallStreamer]:
-    """What every adapter streams from: the tools as a list, a parser with extended events (captures on
-    open, paths on components) and a tool-call streamer over the same tools."""
-    tools = list(tools) if tools is not None else None
-    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict)
-    return tools, parser, ToolCallStreamer(parser.grammar, tools)
-
-
-def text_kind(event: Event, tool_field: str) -> str | None:
-    """Which stream a region event's text goes to: ``content``, ``reasoning``, or None (tool calls,
-    components and other fields)."""
-    field = event.get("field")
-    if "path" in event or field == tool_field:
-        return None
-    return "content" if field == "content" else "reasoning" if field in REASONING_FIELDS else None
-
-
-def default_ids() -> Callable[[str], str]:
-    """Random ids (``call_...``); inject your own factory for deterministic ids."""
-    return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
-
-
-class _StrippedText:
-    """Streams a text field the way the parser will strip it: no leading whitespace, and trailing
-    whitespace held back until more text shows it is inside the value."""
-
-    def __init__(self) -> None:
-        self.started = False
-        self.held = ""
-        self.sent: list[str] = []
-
-    def add(self, text: str) -> str:
-        if not self.started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self.started = True
-        body = text.rstrip()
-        out = self.held + body if body else ""
-        self.held = (self.held + text) if not body else text[len(body):]
-        if out:
-            self.sent.append(out)
-        return out
-
-    @property
-    def value(self) -> str:
-        return "".join(self.sent)
+from .session import TemplateLike
+from .tools import call_function, validate_call
+from .toolstream import ToolCallDelta
+from .wire_stream import REASONING_FIELDS, StrippedText, default_ids, open_stream, text_kind
 
 
 class ChatCompletionsStream:
@@ -110,10 +57,10 @@ class ChatCompletionsStream:
         ids: Callable[[str], str] | None = None,
         strict: bool = True,
     ) -> None:
-        self.tools, self.parser, self.calls = open_stream(template, prefix, tools, strict)
+        self.tools, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict)
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
-        self.texts: dict[str, _StrippedText] = {}
+        self.texts: dict[str, StrippedText] = {}
         self.call_ids: dict[int, str] = {}
         self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
         self.finish_reason: str | None = None
@@ -126,13 +73,15 @@ class ChatCompletionsStream:
         self.pending = []
         return out
 
-    def finish(self, *, length: bool = False) -> list[dict[str, Any]]:
-        """End of generation (``length=True`` if it stopped at the token limit): the last deltas."""
+    def finish(self, *, truncated: bool = False, length: bool = False) -> list[dict[str, Any]]:
+        """End of generation (``truncated=True`` if it stopped at the token limit: ``finish_reason`` is then
+        ``length``): the last deltas. ``length=True`` says the same, under the name kept for compatibility."""
         parsed, events = self.parser.finalize()
         out = self.pending + self._deltas(events)
         self.pending = []
         self._message = self._build_message(parsed)
-        self.finish_reason = "length" if length else "tool_calls" if self._message.get("tool_calls") else "stop"
+        truncated = truncated or length
+        self.finish_reason = "length" if truncated else "tool_calls" if self._message.get("tool_calls") else "stop"
         return out
 
     @property
@@ -149,7 +98,7 @@ class ChatCompletionsStream:
             if event["type"] != "region_chunk" or (kind := text_kind(event, self.calls.field)) is None:
                 continue
             target = "content" if kind == "content" else self.reasoning_field
-            text = self.texts.setdefault(target, _StrippedText()).add(event["text"])
+            text = self.texts.setdefault(target, StrippedText()).add(event["text"])
             if text:
                 out.append({target: text})
         for delta in self.calls.feed(events):
@@ -182,8 +131,7 @@ class ChatCompletionsStream:
         calls = []
         for sent in self.calls.sent_calls():
             call = sent.value if isinstance(sent.value, dict) else {}
-            fn = call.get("function")
-            raw = fn.get("arguments", {}) if isinstance(fn, dict) else {}
+            raw = (call_function(call) or {}).get("arguments", {})
             entry: dict[str, Any] = {"id": self.call_ids[sent.index], "type": "function",
                                      "function": {"name": sent.name, "arguments": sent.arguments}}
             errors = list(call.get("errors") or [])  # a broken call's (lenient mode)
@@ -204,12 +152,13 @@ class ChatCompletionsStream:
 
 def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None, tools: Iterable[Any] | None = None,
                  reasoning_field: str = "reasoning_content", ids: Callable[[str], str] | None = None,
-                 length: bool = False, strict: bool = True) -> tuple[dict[str, Any], str]:
-    """One-shot: the Chat Completions message and finish_reason for a complete output."""
+                 truncated: bool = False, strict: bool = True, length: bool = False) -> tuple[dict[str, Any], str]:
+    """One-shot: the Chat Completions message and finish_reason for a complete output (``truncated`` and
+    ``length``, kept for compatibility, as in :meth:`ChatCompletionsStream.finish`)."""
     stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids,
                                    strict=strict)
     stream.feed(text)
-    stream.finish(length=length)
+    stream.finish(truncated=truncated or length)
     assert stream.finish_reason is not None  # finish() sets it
     return stream.message, stream.finish_reason
 

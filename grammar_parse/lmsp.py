@@ -34,20 +34,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .chat_completions import _StrippedText, open_stream, text_kind
 from .errors import GrammarParseError
 from .events import Event
 from .session import TemplateLike
-from .values import copy_json
 from .toolstream import ToolCallDelta
+from .values import copy_json
+from .wire import wire_json
+from .wire_stream import IdFactory, StrippedText, open_stream, text_kind
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
-
-IdFactory = Callable[[str], str]
 
 
 def problem(code: str, detail: str, status: int = 500, title: str | None = None) -> dict[str, Any]:
@@ -89,11 +88,11 @@ class ResponseStream:
                  response_id: str | None = None, ids: IdFactory, strict: bool = True) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
-        _, self.parser, self.calls = open_stream(template, prefix, tools, strict)
+        _, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
         self.open_items: dict[str, int] = {}  # text field -> output index of its open item
-        self.texts: dict[int, _StrippedText] = {}
+        self.texts: dict[int, StrippedText] = {}
         self.call_items: dict[int, int] = {}  # tool call index -> output index
         self.reported = 0  # the streamer's problems already sent as response.parse_error
         self.final: dict[str, Any] | None = None
@@ -196,7 +195,7 @@ class ResponseStream:
     def _text(self, field: str, kind: str, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         index = self.open_items.get(field)
-        stripped = self.texts[index] if index is not None else _StrippedText()
+        stripped = self.texts[index] if index is not None else StrippedText()
         delta = stripped.add(text)
         if not delta:
             return out  # whitespace so far: the item waits for real text
@@ -252,12 +251,6 @@ class ResponseStream:
         return out
 
 
-def wire_json(obj: Any) -> str:
-    """JSON text that is valid UTF-8 even when model output held lone surrogates (they become ``\\udXXX``
-    escapes, which JSON allows)."""
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def sse(event: dict[str, Any]) -> str:
     """One server-sent event frame: ``id:``, ``event:`` and a one-line JSON ``data:``."""
     return f"id: {event['id']}\nevent: {event['event']}\ndata: {wire_json(event['data'])}\n\n"
@@ -294,14 +287,13 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
 
 def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str, created_at: int, ids: IdFactory,
             tools: Iterable[Any] | None = None, input_tokens: int = 0,
-            output_tokens: int = 0, truncated: bool = False) -> dict[str, Any]:
-    """One-shot: the response object for a complete output (the same items the stream builds)."""
-    stream = ResponseStream(template, prefix, tools=tools, ids=ids)
+            output_tokens: int = 0, truncated: bool = False, strict: bool = True) -> dict[str, Any]:
+    """One-shot: the response object for a complete output (the same items the stream builds; ``strict`` as
+    in :class:`ResponseStream`: with ``strict=False`` output that does not parse still completes)."""
+    stream = ResponseStream(template, prefix, tools=tools, ids=ids, strict=strict)
     stream.feed(text)
     stream.complete(input_tokens, output_tokens, truncated=truncated)
     return stream.response(model=model, created_at=created_at)
-
-
 
 
 def schema_validator(name: str) -> Draft202012Validator:

@@ -22,7 +22,8 @@ import regex
 
 from .errors import ParseError
 from .grammar import Region
-from .toolstream import CallPlan, JsonWalker, plan_for
+from .tools import call_function
+from .toolstream import CallPlan, JsonWalker, call_name, plan_for
 from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _fill, fill_known, parse_content
 
 
@@ -95,10 +96,10 @@ def _call(transform: Any, piece: _Piece, problem: Mapping[str, str]) -> dict[str
         except ParseError as e:
             problem = {"message": e.detail, "code": e.code}
         else:
-            if _is_call(call) and "arguments" in call["function"]:
+            if call_name(call) is not None and "arguments" in call["function"]:
                 return dict(call)
     call = fill_known(transform, piece.scope)
-    if not _is_call(call):
+    if call_name(call) is None:
         return None
     fn = call["function"] = dict(call["function"])
     missing = "arguments" not in fn
@@ -142,15 +143,10 @@ def check_calls(value: Any) -> None:
     own result and is left as it is; the adapters do not send such a call.)"""
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, dict) and "function" in item:
-            fn = item["function"]
-            if not isinstance(fn, dict) or fn.get("name") in (None, ""):
+            fn = call_function(item)
+            if fn is None or fn.get("name") in (None, ""):
                 raise ParseError(f"a tool call without a name: {item!r:.200}", code="parse.tool_call",
                                  hint="A call names the function it calls; the model wrote none.")
-
-
-def _is_call(value: Any) -> bool:
-    fn = value.get("function") if isinstance(value, dict) else None
-    return isinstance(fn, dict) and isinstance(fn.get("name"), str) and bool(fn["name"])
 
 
 def _loads(text: str) -> tuple[bool, Any]:

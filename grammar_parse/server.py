@@ -26,8 +26,10 @@ from typing import Any
 import regex
 
 from .grammar import Grammar
-from .lmsp import ResponseStream, problem, schema_validator, sse, wire_json
+from .lmsp import ResponseStream, problem, schema_validator, sse
 from .session import resolve_grammar
+from .toolstream import call_regions
+from .wire import wire_json
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TOKENISH = regex.compile(r"\s*[^\s]{1,4}|\s+")
@@ -126,7 +128,7 @@ class LMSPApp:
     def __post_init__(self) -> None:
         self.compiled: Grammar = resolve_grammar(self.grammar)
         self.request_schema = schema_validator("request")
-        self.has_tools = any(r.field == "tool_calls" and r.parent is None for r in self.compiled.regions.values())
+        self.has_tools = bool(call_regions(self.compiled))
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] == "lifespan":

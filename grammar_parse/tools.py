@@ -18,6 +18,13 @@ from typing import Any, Union
 from .values import load_json
 
 
+def call_function(value: Any) -> dict[str, Any] | None:
+    """The function object of a tool-call value (``{"function": {"name", "arguments"}}``), or None when the
+    value is not shaped like a call: the one check of a call's shape, wherever a call value is read."""
+    fn = value.get("function") if isinstance(value, dict) else None
+    return fn if isinstance(fn, dict) else None
+
+
 def schema_types(schema: Any) -> tuple[str, ...]:
     """The JSON types a parameter schema admits, in declaration order."""
     if not isinstance(schema, dict):
@@ -137,8 +144,8 @@ class ToolTypes:
         """Cast the string arguments of every tool call in ``value`` in place; return ``value``."""
         if isinstance(value, list):
             return [self.apply(item) for item in value]
-        fn = value.get("function") if isinstance(value, dict) else None
-        if not isinstance(fn, dict):
+        fn = call_function(value)
+        if fn is None:
             return value
         name, arguments = fn.get("name"), fn.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict):
@@ -167,9 +174,7 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     with a JSON path into the call (``$.function.arguments.city``); an empty list means the call is fine."""
     import jsonschema
 
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict):
-        fn = {}
+    fn = call_function(call) or {}
     name = fn.get("name")
     schemas = {tool: spec.get("parameters") or {"type": "object"} for tool, spec in tool_specs(tools).items()}
     if name not in schemas:
@@ -191,4 +196,4 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     return problems
 
 
-__all__ = ["ToolTypes", "callable_schema", "coerce", "schema_types", "tool_specs", "validate_call"]
+__all__ = ["ToolTypes", "call_function", "callable_schema", "coerce", "schema_types", "tool_specs", "validate_call"]

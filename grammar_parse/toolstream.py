@@ -37,7 +37,7 @@ import regex
 
 from .events import Event, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar, Region
-from .tools import ToolTypes
+from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
@@ -260,9 +260,14 @@ class JsonWalker:
 def call_name(value: Any) -> str | None:
     """The name of a call value (``{"function": {"name": ...}}``) if it is a non-empty string: the calls the
     wire can carry."""
-    fn = value.get("function") if isinstance(value, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
+    fn = call_function(value)
+    name = fn.get("name") if fn is not None else None
     return name if isinstance(name, str) and name else None
+
+
+def call_regions(grammar: Grammar, field: str = "tool_calls") -> list[Region]:
+    """The message-level regions of a grammar's tool-call field (none: its output has no tool calls)."""
+    return [r for r in grammar.regions.values() if r.field == field and r.parent is None]
 
 
 # ---------------------------------------------------------------------------- one call being streamed
@@ -500,7 +505,7 @@ class ToolCallStreamer:
     def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls") -> None:
         self.field = field
         self.types = ToolTypes.from_tools(tools)
-        regions = [r for r in grammar.regions.values() if r.field == field and r.parent is None]
+        regions = call_regions(grammar, field)
         self.plan = plan_for(regions[0]) if len(regions) == 1 else CallPlan("at_close")
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
@@ -583,7 +588,7 @@ class ToolCallStreamer:
             self._reconcile(pairs)
         else:
             for call_value in values:
-                if not isinstance(call_value, dict) or not isinstance(fn := call_value.get("function"), dict):
+                if (fn := call_function(call_value)) is None:
                     continue
                 call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
                              id=call_value.get("id") if isinstance(call_value.get("id"), str) else None,
@@ -632,14 +637,14 @@ class ToolCallStreamer:
 
     @staticmethod
     def _mark_broken(call: _Call, call_value: Any) -> None:
-        if isinstance(call_value, dict) and call_value.get("errors") and isinstance(fn := call_value.get("function"), dict):
+        if (fn := call_function(call_value)) is not None and call_value.get("errors"):
             call.broken, call.final = True, fn.get("arguments")
 
     def _reconcile(self, pairs: list[tuple[_Call, Any]]) -> None:
         """The region's final value names the calls; a name or id not seen while streaming is sent now."""
         for call, call_value in pairs:
-            fn = call_value.get("function") if isinstance(call_value, dict) else None
-            if isinstance(fn, dict) and call.name is None and isinstance(fn.get("name"), str):
+            fn = call_function(call_value)
+            if fn is not None and call.name is None and isinstance(fn.get("name"), str):
                 call.name = fn["name"]
                 self._send_head(call)
 
@@ -733,4 +738,4 @@ class ToolCallStreamer:
         return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
 
-__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "plan_for"]
+__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions", "plan_for"]

@@ -23,6 +23,8 @@ valid, sending stops; :meth:`WireArguments.finish` closes what was sent. The map
 Each problem is ``{"path", "message", "code"}`` with the JSON path of the value it concerns
 (``$.function.arguments.city``), as a call's ``errors`` are. Cost is linear in the text: string runs are
 skipped with one search, and nothing is scanned twice.
+
+:func:`wire_json` writes a whole wire object (an event, a response) as JSON text that is valid UTF-8.
 """
 
 from __future__ import annotations
@@ -351,4 +353,10 @@ def dumps(value: Any) -> str:
         return "null"
 
 
-__all__ = ["WireArguments", "dumps"]
+def wire_json(obj: Any) -> str:
+    """JSON text that is valid UTF-8 even when model output held lone surrogates (they become ``\\udXXX``
+    escapes, which JSON allows)."""
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+__all__ = ["WireArguments", "dumps", "wire_json"]

@@ -121,6 +121,25 @@ def test_parse_failure_ends_the_stream_with_a_problem():
     assert events[-1]["event"] == "response.failed" and events[-1]["data"]["error"]["code"] == "parse_failed"
 
 
+
+BROKEN_CALL = 'Hi.<tool_call>\n{"name": "f", "arguments": {"a": 1</tool_call>'
+
+
+@pytest.mark.parametrize("strict, status, output", [
+    (None, "failed", []),  # the default is strict, as for ResponseStream and ChatCompletionsStream
+    (True, "failed", []),
+    (False, "completed", [("message", None, None), ("function_call", "f", {"a": 1})]),
+], ids=["default", "strict", "lenient"])
+def test_respond_is_strict_unless_told_otherwise(strict, status, output):
+    kwargs = {} if strict is None else {"strict": strict}
+    response = respond(BROKEN_CALL, "qwen3", prefix="", model="m", created_at=0, ids=counter(), **kwargs)
+    valid(RESPONSE, response)
+    assert response["status"] == status
+    assert (response["error"] or {}).get("code") == ("parse_failed" if status == "failed" else None)
+    # lenient: the broken call is a function_call item with the valid part of its arguments, closed
+    assert [(item["type"], item.get("name"), json.loads(item["arguments"]) if "arguments" in item else None)
+            for item in response["output"]] == output
+
 def test_model_written_call_ids_are_kept():
     stream = ResponseStream("kimi_k2", "", ids=counter())
     text = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"

@@ -202,6 +202,27 @@ def test_truncation_is_reported_as_length():
     assert s.message == {"role": "assistant", "content": None, "reasoning_content": "still thinking"}
 
 
+
+CALL = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("text, knob, reason", [
+    ("<think>still thinking", {"truncated": True}, "length"),
+    ("<think>still thinking", {"length": True}, "length"),  # the former name, kept as an alias
+    ("<think>still thinking", {"truncated": False}, "stop"),
+    ("<think>still thinking", {}, "stop"),
+    (CALL, {"truncated": True}, "length"),  # a call cut off at the limit: the limit is not hidden
+    (CALL, {"length": True}, "length"),
+    (CALL, {}, "tool_calls"),
+])
+def test_the_token_limit_knob_and_its_alias(text, knob, reason):
+    s = ChatCompletionsStream("qwen3", "", ids=counter())
+    s.feed(text)
+    s.finish(**knob)
+    assert s.finish_reason == reason
+    message, one_shot_reason = chat_message(text, "qwen3", prefix="", ids=counter(), **knob)
+    assert one_shot_reason == reason and message == s.message
+
 def test_typed_values_stream_typed():
     tools = [{"name": "set", "parameters": {"properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}}]
     text = '<tool_call>{"name": "set", "arguments": {"n": "7", "s": "7"}}</tool_call>'

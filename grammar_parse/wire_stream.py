@@ -1,0 +1,87 @@
+"""What every wire adapter streams with: a parser and a tool-call streamer per response, which wire field a
+region's text goes to, text stripped as the parser strips it, and call ids.
+
+The Chat Completions adapter (``grammar_parse.chat_completions``) and the LMSP one (``grammar_parse.lmsp``)
+differ only in how they frame what these give: deltas, or items and events. The JSON rules of what either
+sends are ``grammar_parse.wire``'s.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from .events import Event
+from .session import ResponseParser, TemplateLike
+from .toolstream import ToolCallStreamer
+
+#: ``ids(kind)`` makes one id of a kind (``call``, ``resp``, ``msg``, ...): injectable, so tests are deterministic.
+IdFactory = Callable[[str], str]
+
+#: Message fields read as reasoning, in order of preference.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+class OpenStream(NamedTuple):
+    """One response's stream: the tools as a list, a parser with extended events (captures on open, paths
+    on components) and a tool-call streamer over the same tools and grammar."""
+
+    tools: list[Any] | None
+    parser: ResponseParser
+    calls: ToolCallStreamer
+
+
+def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[Any] | None = None,
+                strict: bool = True) -> OpenStream:
+    """What every adapter streams from (the template is resolved once, by the parser; the streamer reads
+    its grammar)."""
+    tools = list(tools) if tools is not None else None
+    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict)
+    return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools))
+
+
+def text_kind(event: Event, tool_field: str) -> str | None:
+    """Which stream a region event's text goes to: ``content``, ``reasoning``, or None (tool calls,
+    components and other fields)."""
+    field = event.get("field")
+    if "path" in event or field == tool_field:
+        return None
+    return "content" if field == "content" else "reasoning" if field in REASONING_FIELDS else None
+
+
+def default_ids() -> IdFactory:
+    """Random ids (``call_...``); inject your own factory for deterministic ids."""
+    return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
+
+
+class StrippedText:
+    """Streams a text field the way the parser will strip it: no leading whitespace, and trailing
+    whitespace held back until more text shows it is inside the value."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.held = ""
+        self.sent: list[str] = []
+
+    def add(self, text: str) -> str:
+        """The part of ``text`` (the field's next piece) that can be sent now."""
+        if not self.started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self.started = True
+        body = text.rstrip()
+        out = self.held + body if body else ""
+        self.held = (self.held + text) if not body else text[len(body):]
+        if out:
+            self.sent.append(out)
+        return out
+
+    @property
+    def value(self) -> str:
+        """All the text sent so far: the field's value as a client has it."""
+        return "".join(self.sent)
+
+
+__all__ = ["IdFactory", "OpenStream", "REASONING_FIELDS", "StrippedText", "default_ids", "open_stream", "text_kind"]
