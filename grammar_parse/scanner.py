@@ -88,6 +88,11 @@ class Scanner:
         # (the grammar watches only terminals that have a matcher)
         self.entries = [(t, t.matcher) for t in watch if t.matcher is not None]
         self.quiet = _quiet_test(watch)
+        # A repeated opener is watched only across the first few whitespace characters of its region: past
+        # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
+        self.repeat_space = max((m.space for _, m in self.entries if isinstance(m, Repeat)), default=-1)
+        self.quiet_past_repeats = self.quiet if self.repeat_space < 0 else \
+            _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
         self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
 

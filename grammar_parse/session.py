@@ -145,6 +145,7 @@ class ResponseParser:
         # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
         # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
         self._held: list[str] = []
+        self._held_space = False  # feed() may hold whitespace aside (see _holds_space)
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
@@ -203,6 +204,9 @@ class ResponseParser:
         if text:
             if self._legacy_log is not None:
                 self._legacy_log.append(text)
+            if self._held_space and not text.strip(REGEX_SPACE):
+                self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
+                return []
             fast = self._fast
             if fast is not None:
                 trigger, search, hold_space, frame = fast
@@ -210,8 +214,8 @@ class ResponseParser:
                     # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
                     # except a trailing whitespace run that a leading \s* may still claim. Text that would
                     # pass the region size limit takes the general route, which applies it.
-                    if hold_space and (frame is None or frame.walk is None) and not text.strip(REGEX_SPACE):
-                        self._held.append(text)  # the held run grows; nothing is decided yet
+                    if hold_space and not text.strip(REGEX_SPACE):
+                        self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
                         return []
                     combined = self._join_held() + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
@@ -246,6 +250,7 @@ class ResponseParser:
         """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
         the rest of the output is discarded (reported), instead of raising."""
         self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
+        self._held_space = False
         if self._degraded:
             self._regions.events = events
             self._discard(len(self._buf))
@@ -433,6 +438,7 @@ class ResponseParser:
             break
         self._trim()
         self._fast = self._fast_path()
+        self._held_space = self._holds_space()
 
     def _value_end(self, region: Region) -> int:
         """Where the open ``region``'s JSON value ends in the buffer (-1: not yet, or it is not on top).
@@ -462,6 +468,17 @@ class ResponseParser:
         if info.scanner.value_end is not None and frame.walk is None:
             return None  # the walk to the value's end has not started
         return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
+
+    def _holds_space(self) -> bool:
+        """Whether the scan stopped at a whitespace run that only a leading ``\\s*`` may claim (a region's
+        opener followed by a flood, before any text): more whitespace then cannot change what the scan
+        decides, so feed() holds it aside without scanning or copying the buffer."""
+        scanner = self._states[self._parser.state_stack[-1]].scanner
+        run = len(self._buf) - self._pos
+        quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
+        if quiet is None or not quiet.hold_space or run <= 0:
+            return False
+        return not self._buf[self._pos:].strip(REGEX_SPACE)
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
