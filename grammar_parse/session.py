@@ -24,9 +24,10 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
-from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
+from .grammar import Grammar, Region, StateInfo, Terminal
 from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .scanner import SearchCache
+from .tables import Callbacks, ParseTable, reduce
 from .tools import ToolTypes
 from .values import fill
 
@@ -185,7 +186,7 @@ class ResponseParser:
         self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
         self._discarded: list[list[int]] = []
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
-        self._states = grammar.states
+        self._states = grammar.tables.states
         self._output: Message = _copy_json(grammar.defaults)
         self._buf = ""
         # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
@@ -205,14 +206,14 @@ class ResponseParser:
         self._finalized = False
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
-        callbacks = dict(grammar.base_callbacks)
-        for rule, region in grammar.rule_regions.items():
+        callbacks = dict(grammar.tables.base_callbacks)
+        for rule, region in grammar.tables.rule_regions.items():
             callbacks[rule] = self._closer(region)
         for term in grammar.terminals.values():
             if term.region is not None and term.role in ("open", "text"):
                 callbacks[term.name] = self._opener(term)
         self._callbacks = callbacks
-        self._parser = _lark_state(_lark_conf(grammar.parse_table, callbacks))
+        self._parser = _lark_state(_lark_conf(grammar.tables.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
             self._consume_prefix(prefix)
@@ -531,7 +532,7 @@ class ResponseParser:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
         info = self._states[self._parser.state_stack[-1]]
         quiet, text = info.scanner.quiet, info.text
-        if quiet is None or text is None or self._grammar.context or self._pos != len(self._buf) \
+        if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
                 or self._run is not text or self._trace is not None:
             return None
         if text.role != "text":
@@ -555,7 +556,7 @@ class ResponseParser:
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
-        cut = self._pos - self._grammar.context
+        cut = self._pos - self._grammar.tables.context
         if cut > 0:
             self._buf = self._buf[cut:]
             self._pos -= cut
@@ -607,7 +608,7 @@ class ResponseParser:
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        conf = _lark_conf(self._grammar.parse_table, {})  # no callbacks: a trial changes nothing
+        conf = _lark_conf(self._grammar.tables.parse_table, {})  # no callbacks: a trial changes nothing
         for term in self._states[self._parser.state_stack[-1]].text_candidates:
             trial = _lark_state(conf, list(self._parser.state_stack), list(self._parser.value_stack))
             try:
@@ -649,14 +650,7 @@ class ResponseParser:
         table = parser.parse_conf.states
         callbacks = self._callbacks  # the parser's own (Lark types them by terminal name only)
         while (rule := states[stack[-1]].default_rule) is not None:
-            size = len(rule.expansion)
-            children = values[-size:] if size else []
-            if size:
-                del stack[-size:]
-                del values[-size:]
-            value = callbacks[rule](children)
-            stack.append(table[stack[-1]][rule.origin.name][1])
-            values.append(value)
+            reduce(table, stack, values, rule, callbacks[rule])
 
     def _end(self) -> None:
         self._run = None
