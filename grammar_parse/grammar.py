@@ -1,4 +1,4 @@
-"""Compiled grammars: Lark text plus region metadata, built into an LALR table the session walks.
+"""Compiled grammars: Lark text plus region metadata, built into the LALR tables the session walks.
 
 A grammar is a valid Lark grammar whose comments carry ``//@`` directives::
 
@@ -23,6 +23,10 @@ of being appended as one element). The rule's terminals are found by name: ``<RU
 
 Lark owns the structure: in every parser state, the terminals with an action are exactly the delimiters
 the scanner must watch, so a delimiter is only recognised where the grammar allows it.
+
+:func:`build_grammar` reads the directives, has Lark analyse the text, builds the regions and then the
+terminals (a refused or invalid regex fails here, at load), and hands the parse table to
+:func:`grammar_parse.tables.build_tables` for what the session walks.
 """
 
 from __future__ import annotations
@@ -87,9 +91,9 @@ class Grammar:
         """The grammar's Lark text, directives included (the single source of truth)."""
         return self.source
 
-
     @property
     def fields(self) -> list[str]:
+        """The message key of each region, in the grammar's order (a key repeats where several regions fill it)."""
         return [r.field for r in self.regions.values()]
 
     def __repr__(self) -> str:
