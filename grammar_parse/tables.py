@@ -10,7 +10,7 @@ the session (on its value stack) and for the table building here (on a stack of 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from lark.grammar import Rule
@@ -126,10 +126,13 @@ def build_tables(lark_table: ParseTableBase[int], rules: list[Rule], terminals: 
     added = _repeat_watches(table, terminals) if repeats else {}
     final = {}
     for state, info in states.items():
+        watch, scanner = info.watch, info.scanner
         if state in added:
-            watch = tuple(sorted((*info.watch, added[state]), key=lambda t: t.sort_key))
-            info = replace(info, watch=watch, scanner=_scanner(scanners, watch))
-        final[state] = replace(info, text_sensitive=state in sensitive)
+            watch = tuple(sorted((*watch, added[state]), key=lambda t: t.sort_key))
+            scanner = _scanner(scanners, watch)
+        if state in added or state in sensitive:  # (a new StateInfo only where it differs: load time)
+            info = StateInfo(info.text, watch, info.default_rule, scanner, info.text_candidates, state in sensitive)
+        final[state] = info
     return Tables(
         states=final,
         parse_table=table,
