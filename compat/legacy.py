@@ -26,15 +26,15 @@ import regex
 from jmespath.parser import ParsedResult
 
 from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
-from grammar_parse.grammar import LEGACY_TIMEOUT
 from grammar_parse.values import load_json
 from grammar_parse.linear_regex import BoundedRegex
 from grammar_parse.linear_regex import Match as LinearMatch
 from grammar_parse.regex_safety import refusal
 from grammar_parse.template import REGEX_HINT
 
-#: Default limit, in seconds, for each regex operation a legacy schema runs.
-DEFAULT_TIMEOUT = LEGACY_TIMEOUT
+#: Default limit, in seconds, for each regex operation a legacy schema runs (a grammar's
+#: ``//@ legacy_timeout`` directive overrides it).
+DEFAULT_TIMEOUT = 2.0
 
 REGEX_KEYS = ("x-regex", "x-regex-iterator", "x-regex-key-value", "x-regex-substitutions")
 _REGEX_KEYS = frozenset(REGEX_KEYS)

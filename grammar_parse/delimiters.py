@@ -595,7 +595,7 @@ class ValueEnd:
 
 class Repeat:
     """A region's opener written again where the region's text starts, after at most ``space`` whitespace
-    characters (see ``grammar._watch_repeats``). It is matched only at the scan position, never searched
+    characters (see ``tables._repeat_watches``). It is matched only at the scan position, never searched
     for: a scan over a long region costs nothing."""
 
     context = 0

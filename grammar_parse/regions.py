@@ -17,7 +17,8 @@ from lark import Token
 from .errors import ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .delimiters import JsonWalk
-from .grammar import Callbacks, Grammar, Region, Terminal
+from .grammar import Grammar, Region, Terminal
+from .tables import Callbacks
 from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .tools import ToolTypes
 from .values import copy_json, fill
@@ -89,8 +90,8 @@ class RegionBuilder:
         """Lark's callbacks: the grammar's own, with an opener per region-opening terminal and a closer per
         region rule."""
         grammar = self._grammar
-        callbacks = dict(grammar.base_callbacks)
-        for rule, region in grammar.rule_regions.items():
+        callbacks = dict(grammar.tables.base_callbacks)
+        for rule, region in grammar.tables.rule_regions.items():
             callbacks[rule] = self.closer(region)
         for term in grammar.terminals.values():
             if term.region is not None and term.role in ("open", "text"):

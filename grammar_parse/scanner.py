@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .errors import ParseError
+from .symbols import Region, Terminal
 
-if TYPE_CHECKING:
-    from .grammar import Region, Terminal
 
 class SearchCache:
     """A session's memo for its scans, cleared whenever the session drops consumed text (offsets shift).

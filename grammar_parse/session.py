@@ -23,9 +23,10 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
 from .events import Event, Message
-from .grammar import Callbacks, Grammar, ParseTable, Region, StateInfo, Terminal
+from .grammar import Grammar, Region, StateInfo, Terminal
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
+from .tables import Callbacks, ParseTable, reduce
 from .tools import ToolTypes
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class ResponseParser:
         self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
         self._discarded: list[list[int]] = []
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
-        self._states = grammar.states
+        self._states = grammar.tables.states
         self._buf = ""
         # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
         # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
@@ -163,7 +164,7 @@ class ResponseParser:
             position=lambda: self._base + self._pos, report=self._record, unexpected=self._unexpected)
         self._frames = regions.frames  # (the builder's list, read on the hot path)
         self._callbacks = callbacks = regions.callbacks()
-        self._parser = _lark_state(_lark_conf(grammar.parse_table, callbacks))
+        self._parser = _lark_state(_lark_conf(grammar.tables.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
             self._consume_prefix(prefix)
@@ -457,7 +458,7 @@ class ResponseParser:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
         info = self._states[self._parser.state_stack[-1]]
         quiet, text = info.scanner.quiet, info.text
-        if quiet is None or text is None or self._grammar.context or self._pos != len(self._buf) \
+        if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
                 or self._run is not text or self._trace is not None:
             return None
         if text.role != "text":
@@ -492,7 +493,7 @@ class ResponseParser:
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
-        cut = self._pos - self._grammar.context
+        cut = self._pos - self._grammar.tables.context
         if cut > 0:
             skip = self._prefix_len - self._base  # (the replayed prompt has no lines of the output)
             self._count_lines(self._buf[max(skip, 0):cut] if skip > 0 else self._buf[:cut], self._offset(max(skip, 0)))
@@ -560,7 +561,7 @@ class ResponseParser:
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        conf = _lark_conf(self._grammar.parse_table, {})  # no callbacks: a trial changes nothing
+        conf = _lark_conf(self._grammar.tables.parse_table, {})  # no callbacks: a trial changes nothing
         for term in self._states[self._parser.state_stack[-1]].text_candidates:
             trial = _lark_state(conf, list(self._parser.state_stack), list(self._parser.value_stack))
             try:
@@ -603,14 +604,7 @@ class ResponseParser:
         table = parser.parse_conf.states
         callbacks = self._callbacks  # the parser's own (Lark types them by terminal name only)
         while (rule := states[stack[-1]].default_rule) is not None:
-            size = len(rule.expansion)
-            children = values[-size:] if size else []
-            if size:
-                del stack[-size:]
-                del values[-size:]
-            value = callbacks[rule](children)
-            stack.append(table[stack[-1]][rule.origin.name][1])
-            values.append(value)
+            reduce(table, stack, values, rule, callbacks[rule])
 
     def _end(self) -> None:
         self._run = None

@@ -24,7 +24,7 @@ from strategies import chunkings, examples, grammar_outputs
 def scanners(name: str) -> list[Scanner]:
     grammar = gp.load_grammar(name)
     seen: dict[int, Scanner] = {}
-    for info in grammar.states.values():
+    for info in grammar.tables.states.values():
         seen.setdefault(id(info.scanner), info.scanner)
     return list(seen.values())
 

@@ -145,7 +145,7 @@ def test_many_fields_keep_the_states_between_regions_small():
     fields = {f"f{i}": {"open": f"<f{i}>", "close": f"</f{i}>"} for i in range(100)}
     template = {"start_anchor": "A", "fields": {**fields, "content": {}}}
     grammar = grammar_parse.compile_template(template)
-    gotos = max(sum(1 for sym in actions if not sym.isupper()) for actions in grammar.parse_table.states.values())
+    gotos = max(sum(1 for sym in actions if not sym.isupper()) for actions in grammar.tables.parse_table.states.values())
     assert gotos <= 10  # (209 with a rule per region)
     assert grammar_parse.parse_response("<f7>x</f7>y<f99>z", template, prefix="") == {
         "f7": "x", "content": "y", "f99": "z"}

@@ -1,0 +1,58 @@
+"""A grammar's symbols as the scanner and the session see them: regions (rules that give a message
+field) and terminals (delimiters, and the declared terminals that carry text).
+
+They live below both :mod:`grammar_parse.grammar`, which builds them, and :mod:`grammar_parse.scanner`,
+which matches them, so the imports follow the pipeline (grammar -> scanner -> symbols).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from functools import cached_property
+from typing import Any
+
+from .delimiters import Matcher
+from .values import RegionValue
+
+
+@dataclass(frozen=True)
+class Region:
+    """A message field produced by one grammar rule."""
+
+    rule: str
+    field: str
+    spec: RegionValue
+    implicit: bool
+    parent: str | None = None  # a component: its value goes into this region's value, not the message
+    key: str = ""  # a component's name in its parent's scope
+    entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
+    scope: Mapping[str, Any] = dataclass_field(default_factory=dict)  # component values before any arrives
+    extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
+
+    @cached_property
+    def dirty(self) -> bool:
+        """Whether this region's chunks are raw bytes of a structured value (read for every chunk, so
+        worked out once)."""
+        return self.spec.dirty
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """A grammar terminal as the session sees it."""
+
+    name: str
+    # "open" | "close" | "text" | "unclaimed" | "delimiter" | "repeat" (see grammar_parse.tables)
+    role: str
+    region: Region | None
+    matcher: Matcher | None
+    priority: int = 0
+
+    @property
+    def sort_key(self) -> tuple[int, str, str]:
+        """Tie-break between matches at the same place with the same length (transformers' order)."""
+        return (-self.priority, self.region.field if self.region else "", self.name)
+
+
+__all__ = ["Region", "Terminal"]
