@@ -144,7 +144,8 @@ def _compiled_stdlib(pattern: str) -> re.Pattern[str]:
 
 
 @lru_cache(maxsize=256)
-def _jmespath(expression: str) -> ParsedResult:
+def compiled_jmespath(expression: str) -> ParsedResult:
+    """A JMESPath expression compiled once (schemas reuse their transforms on every parse)."""
     return jmespath.compile(expression)
 
 
@@ -314,7 +315,7 @@ def _apply_parser(content: Any, schema: dict[str, Any], node: Node, rx: _Regexes
         parsed = content
     if (transform := args.get("transform")) is not None:
         try:
-            parsed = _jmespath(transform).search(parsed)
+            parsed = compiled_jmespath(transform).search(parsed)
         except jmespath.exceptions.JMESPathError as e:
             raise _value_error(node, f"jmespath transform {transform!r} failed: {e}", "legacy.transform") from None
     return parsed

@@ -27,7 +27,7 @@ from grammar_parse.regex_safety import sre_parse as _parser
 from grammar_parse.regex_shape import REPEAT_OPS
 from grammar_parse.template import Delimiter, FieldTemplate, Template
 
-from .legacy import DEFAULT_TIMEOUT, LegacyValue, _jmespath
+from .legacy import DEFAULT_TIMEOUT, LegacyValue, compiled_jmespath
 
 
 _DELIMITER_OPS = {_sre.LITERAL, _sre.IN, _sre.AT, _sre.NOT_LITERAL}
@@ -463,7 +463,7 @@ def _content_spec(node: dict[str, Any]) -> dict[str, Any]:
     if args.get("allow_non_json"):
         spec.setdefault("content_args", {})["allow_non_json"] = True
     if (transform := args.get("transform")) is not None:
-        parsed = _jmespath(transform).parsed
+        parsed = compiled_jmespath(transform).parsed
         if parsed["type"] == "projection" and parsed["children"][0]["type"] == "identity":
             spec["transform"] = _jmespath_to_transform(parsed["children"][1], each=True)
             spec["transform_each"] = True

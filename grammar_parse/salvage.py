@@ -24,7 +24,7 @@ from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
 from .toolstream import CallPlan, JsonWalker, call_name, plan_for
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _fill, fill_known, parse_content
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, fill, fill_known, parse_content
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _call(transform: Any, piece: _Piece, problem: Mapping[str, str]) -> dict[str
     """A call from one piece, or None if it names no function."""
     if piece.complete:
         try:
-            call = _fill(transform, piece.scope)
+            call = fill(transform, piece.scope)
         except ParseError as e:
             problem = {"message": e.detail, "code": e.code}
         else:

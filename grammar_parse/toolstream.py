@@ -41,7 +41,7 @@ from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, _sub_parse, load_json
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, sub_parse, load_json
 from .wire import WireArguments, dumps
 
 
@@ -476,7 +476,7 @@ class _XmlCallReader:
             if key is None:
                 continue
             try:
-                value = _sub_parse(groups.get("value", ""), self.plan.value_parser)
+                value = sub_parse(groups.get("value", ""), self.plan.value_parser)
             except Exception:  # noqa: BLE001 - the region's own parse reports it at close
                 value = groups.get("value", "")
             self.streamer._send_member(self.call, key, value)

@@ -181,7 +181,8 @@ def _bounded(pattern: str) -> BoundedRegex:
     return BoundedRegex(pattern, regex.DOTALL)
 
 
-def _sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
+def sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
+    """A tag's or line's value through the ``value_parser`` its content parser names (raw text without one)."""
     if value_parser is None or raw is None:
         return raw
     return parse_content(raw, value_parser.get("name", "text"), value_parser.get("args", {}))
@@ -211,7 +212,7 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
         chosen = value_parser
         if when is not None and groups.get(when["group"]) == when["equals"]:
             chosen = when["parser"]
-        value = _sub_parse(groups.get("value", ""), chosen)
+        value = sub_parse(groups.get("value", ""), chosen)
         if merge and key in out:
             if not isinstance(out[key], list):
                 out[key] = [out[key]]
@@ -231,7 +232,7 @@ def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
         if not line or kv_sep not in line:
             continue
         key, value = line.split(kv_sep, 1)
-        out[_text(key, args)] = _sub_parse(_text(value, args), value_parser)
+        out[_text(key, args)] = sub_parse(_text(value, args), value_parser)
     return out
 
 
@@ -583,5 +584,5 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "mixed_placeholder",
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "mixed_placeholder", "sub_parse",
            "parse_content"]
