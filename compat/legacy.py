@@ -473,4 +473,25 @@ class LegacyValue:
         return value
 
 
-__all__ = ["DEFAULT_TIMEOUT", "LegacyValue", "is_legacy_schema", "recursive_parse"]
+class LegacySettle:
+    """The engine's finalize hook for a legacy schema: transformers <= 5.14 parsed the generated text
+    alone, with one run of the whole schema, so the streamed regions' message is settled by that run.
+
+    The session keeps the output text for it, refuses a prompt (there is no start anchor to find the
+    output in one), calls :meth:`settle` once at finalize, and says in one ``correction`` event where the
+    settled message differs from the streamed one."""
+
+    prompt_error = ("a legacy response_schema parses the generated text only and has no start anchor to find "
+                    "it in a prompt")
+    prompt_hint = 'Pass prefix=None (or "") with a legacy schema.'
+
+    def __init__(self, schema: dict[str, Any], timeout: float | None) -> None:
+        self.schema = schema
+        self.timeout = timeout
+
+    def settle(self, text: str) -> Any:
+        """The message the whole schema gives ``text``; raises what the schema's run raises."""
+        return recursive_parse(text, self.schema, timeout=self.timeout)
+
+
+__all__ = ["DEFAULT_TIMEOUT", "LegacySettle", "LegacyValue", "compiled_jmespath", "is_legacy_schema", "recursive_parse"]

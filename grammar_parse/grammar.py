@@ -85,6 +85,10 @@ class Grammar:
     legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
     # with a legacy_schema: seconds each of its regexes may run (None: no limit); see grammar_parse.compat
     legacy_timeout: float | None = None
+    #: What settles the message at finalize, for a grammar whose plug-in needs it (a legacy schema's
+    #: whole run): an object with ``settle(output text) -> message`` and ``prompt_error``/``prompt_hint``
+    #: (it takes no prompt); None for every other grammar.
+    settle: Any = dataclass_field(default=None, repr=False)
 
     @property
     def lark_source(self) -> str:
@@ -241,6 +245,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     terminals = _terminals(parser, lark_table.states, roles, regions, source_name)
     _check_named_groups(regions, terminals, source_name)
     legacy = settings.get("legacy_schema")
+    timeout = _legacy_timeout(settings) if legacy is not None else None
     return Grammar(
         source=text,
         name=name if name is not None else settings.get("name"),
@@ -251,8 +256,16 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         lark=parser,
         tables=build_tables(lark_table, parser.rules, terminals, regions, repeats=repeats, source_name=source_name),
         legacy_schema=legacy,
-        legacy_timeout=_legacy_timeout(settings) if legacy is not None else None,
+        legacy_timeout=timeout,
+        settle=_legacy_settle(legacy, timeout) if legacy is not None else None,
     )
+
+
+def _legacy_settle(schema: dict[str, Any], timeout: float | None) -> Any:
+    """The compat plug-in's finalize hook for a legacy schema (imported only by grammars that use it)."""
+    from grammar_parse.compat.legacy import LegacySettle
+
+    return LegacySettle(schema, timeout)
 
 
 def _lark(text: str, source_name: str) -> lark.Lark:

@@ -117,15 +117,14 @@ class ResponseParser:
                  strict: bool = True, extended_events: bool = False, trace: bool = False,
                  max_region_chars: int = MAX_REGION_CHARS):
         self._grammar = grammar = resolve_grammar(template)
-        self._legacy_log: list[str] | None = None
-        if grammar.legacy_schema is not None:
-            # transformers <= 5.14 parsed the generated text alone; there is no anchor to cut a prompt at.
+        # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
+        self._settle = grammar.settle
+        self._log: list[str] | None = None
+        if self._settle is not None:
             if prefix:
-                raise ArgumentError(
-                    "a legacy response_schema parses the generated text only and has no start anchor to find "
-                    "it in a prompt", code="usage.prefix", hint="Pass prefix=None (or \"\") with a legacy schema.")
+                raise ArgumentError(self._settle.prompt_error, code="usage.prefix", hint=self._settle.prompt_hint)
             prefix = ""
-            self._legacy_log = []
+            self._log = []
         if prefix is None:
             raise ArgumentError(
                 "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
@@ -203,8 +202,8 @@ class ResponseParser:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")
         if text:
-            if self._legacy_log is not None:
-                self._legacy_log.append(text)
+            if self._log is not None:
+                self._log.append(text)
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
@@ -285,13 +284,13 @@ class ResponseParser:
         self._fast = None
         self._buf = self._join_held() + text
         if text:
-            if self._legacy_log is not None:
-                self._legacy_log.append(text)
+            if self._log is not None:
+                self._log.append(text)
         events: list[Event] = []
         self._guarded(events, eos=True)
         self._regions.settle_loose()
-        if self._legacy_log is not None:
-            return self._settle_legacy(events)
+        if self._log is not None:
+            return self._settled(events)
         missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._regions.output]
         if missing:
             error = ParseError(
@@ -343,14 +342,12 @@ class ResponseParser:
         if self._trace is not None:
             self._trace.append({"kind": "discarded", "start": start, "end": end})
 
-    def _settle_legacy(self, events: list[Event]) -> tuple[Message, list[Event]]:
-        """Run the whole legacy schema once; where the streamed regions disagree, say so in one event."""
-        from grammar_parse.compat.legacy import recursive_parse
-
+    def _settled(self, events: list[Event]) -> tuple[Message, list[Event]]:
+        """The grammar's finalize hook settles the message from the whole output; where the streamed
+        regions disagree, one ``correction`` event says so."""
         self._regions.events = events
         try:
-            final = recursive_parse("".join(self._legacy_log or []), self._grammar.legacy_schema or {},
-                                    timeout=self._grammar.legacy_timeout)
+            final = self._settle.settle("".join(self._log or []))
         except GrammarParseError as e:
             if self._strict:
                 raise
@@ -683,11 +680,11 @@ def parse_response(
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools, strict=strict)
-    if parser.grammar.legacy_schema is not None:
-        # One-shot legacy parsing needs no streaming regions: the schema's own run is the result.
-        parser._legacy_log = [text]
+    if parser.grammar.settle is not None:
+        # One-shot settling needs no streaming regions: the hook's own run is the result.
+        parser._log = [text]
         parser._finalized = True
-        return parser._settle_legacy([])[0]
+        return parser._settled([])[0]
     return parser.finalize(text)[0]
 
 
