@@ -1,0 +1,95 @@
+"""The modules' imports follow the pipeline: each module imports only modules before it in PIPELINE,
+no module imports another module's private (underscore) name, and every module is placed, and named in
+the README's Layout section. Read from the source (ast), so a deferred import inside a function counts
+too; the only imports against the pipeline are the engine's on-demand loads of the compat plug-in."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Lowest layer first. ``grammar_parse`` is the package's facade (``__init__``); compat is a plug-in above
+#: the engine that imports only the engine's lower layers or its facade.
+PIPELINE = [
+    "errors", "events",                                            # what every stage reports
+    "regex_safety", "linear_regex", "regex_shape", "delimiters",   # regexes: refusal, linear matching, shape, matchers
+    "values", "tools", "wire",                                     # content parsers, argument typing, wire JSON
+    "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
+    "compiler", "library",                                         # templates to grammars; the built-ins
+    "toolstream", "salvage", "regions", "session",                 # the parser
+    "wire_stream", "chat_completions", "lmsp", "server",           # adapters and the reference server
+    "grammar_parse",                                               # the facade
+    "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
+    "cli", "__main__",
+]
+
+#: Deferred imports against the pipeline, each a plug-in entry point: the engine loads the compat plug-in
+#: only for the grammars and documents that use it (a legacy schema's directives, a legacy JSON document).
+PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library", "compat.legacy")}
+
+
+def _module(path: Path) -> str:
+    if path.parent.name == "compat":
+        return "compat" if path.stem == "__init__" else f"compat.{path.stem}"
+    return "grammar_parse" if path.stem == "__init__" else path.stem
+
+
+def _imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported project module, names imported from it, line) for every import in the file."""
+    package = "grammar_parse.compat" if path.parent.name == "compat" else "grammar_parse"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            target, names = node.names[0].name, []
+        else:
+            continue
+        if target == "grammar_parse" or target.startswith("grammar_parse."):
+            module = target.removeprefix("grammar_parse.") if target != "grammar_parse" else "grammar_parse"
+            if module == "grammar_parse" and names == ["compat"]:
+                module, names = "compat", []
+            found.append((module, names, node.lineno))
+    return found
+
+
+FILES = sorted([*(ROOT / "grammar_parse").glob("*.py"), *(ROOT / "compat").glob("*.py")])
+
+
+def test_every_module_has_its_place_in_the_pipeline():
+    assert sorted(_module(f) for f in FILES) == sorted(PIPELINE)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[_module(f) for f in FILES])
+def test_imports_follow_the_pipeline(path):
+    me = _module(path)
+    rank = PIPELINE.index(me)
+    against = [(module, line) for module, _, line in _imports(path)
+               if module in PIPELINE and PIPELINE.index(module) >= rank and (me, module) not in PLUG_IN_LOADS]
+    assert not against, f"{me} imports modules at or above its layer: {against}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[_module(f) for f in FILES])
+def test_no_module_imports_another_modules_private_names(path):
+    private = [(module, name, line) for module, names, line in _imports(path) for name in names
+               if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))]
+    assert not private, f"{_module(path)} imports private names: {private}"
+
+
+def test_the_readme_layout_names_every_module():
+    layout = re.search(r"^## Layout\n(.*?)(?:^## |\Z)", (ROOT / "README.md").read_text(encoding="utf-8"), re.M | re.S)
+    assert layout is not None
+    named = set(re.findall(r"`([\w.]+)/?`", layout.group(1)))
+    missing = [m for m in PIPELINE if m not in ("grammar_parse", "__main__") and m not in named
+               and m.removeprefix("compat.") not in named]
+    assert not missing, f"README's Layout section does not name {missing}"
