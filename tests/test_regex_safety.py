@@ -280,20 +280,12 @@ def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(patter
 
 
 # ---------------------------------------------------------------------------- content-parser patterns
-def _hand_every_limited_search_over(monkeypatch):
-    """A limit of zero for every limited search of a parse: each one hands over to the linear matcher."""
-    from grammar_parse import toolstream, values
-
-    monkeypatch.setattr(values, "search_budget", lambda chars: 0.0)
-    monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
-    monkeypatch.setattr(RegexMatcher, "budget", lambda self, chars: 0.0)
-
-
 def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chunking(monkeypatch):
     """transformers' Qwen3.5 tag pattern (\\s*(?P<value>.*?)\\s*, degree 2) took past its 1 s limit on 1,000
     spaces and failed with parse.timeout, depending on the machine; past the limit the linear matcher now
     finishes the scan, with the regex module's message, in steps that grow as the text does."""
     from conformance import load
+    from grammar_parse import toolstream, values
 
     template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
 
@@ -309,7 +301,11 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     # no </parameter>: the tag pattern matches nothing, and the call has no arguments
     expected = {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}
     assert gp.parse_response(call(20), template, prefix="") == expected  # (the regex module, within its limit)
-    _hand_every_limited_search_over(monkeypatch)
+    # every scan of the tag pattern hands over at once (a limit of zero), and no delimiter search does (no
+    # limit): the steps counted are the tag pattern's
+    monkeypatch.setattr(values, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(RegexMatcher, "budget", lambda self, chars: None)
     for run in (lambda text: gp.parse_response(text, template, prefix=""), streamed):
         assert run(call(20)) == expected
         small, message = linear_steps(lambda: run(call(1_000)))

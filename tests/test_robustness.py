@@ -203,13 +203,15 @@ def test_string_delims_rewrite_as_the_lazy_regex_does(parts):
 
 
 class _Scanned(str):
-    """A text that counts the characters its ``find`` calls read (to the match's end, or to the end)."""
+    """A text that counts the characters its ``find`` calls read (to the match's end, or to the end), and
+    fails the test once they pass its length: read twice, it would be read n times."""
 
     read = 0
 
     def find(self, sub: str, start: Any = 0, end: Any = None) -> int:  # type: ignore[override]
         found = str.find(self, sub, start) if end is None else str.find(self, sub, start, end)
         self.read += (len(self) if found == -1 else found + len(sub)) - (start or 0)
+        assert self.read <= len(self), f"more than {len(self)} characters read"
         return found
 
 
