@@ -79,7 +79,7 @@ def linear_steps(run: Callable[[], Any], limit: float = STEP_GUARD, memo: bool =
 
     def counted_init(self: _Runner, *args: Any) -> None:
         init(self, *args)
-        self.failed, self.failed_states, self.looks = Tables(), StateTables(), Looks()  # type: ignore[assignment]
+        self.failed, self.failed_states, self.looks = Tables(), StateTables(), Looks()
 
     def counted_run(self: _Runner, *args: Any, **kwargs: Any) -> Any:
         step()

@@ -208,7 +208,7 @@ class _Scanned(str):
 
     read = 0
 
-    def find(self, sub: str, start: Any = 0, end: Any = None) -> int:  # type: ignore[override]
+    def find(self, sub: str, start: Any = 0, end: Any = None) -> int:
         found = str.find(self, sub, start) if end is None else str.find(self, sub, start, end)
         self.read += (len(self) if found == -1 else found + len(sub)) - (start or 0)
         assert self.read <= len(self), f"more than {len(self)} characters read"
