@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from functools import cache
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from conformance import check_error, jsonable, load, model_template_samples, str
 from grammar_parse.compat import from_tokenizer_config, legacy_grammar, recursive_parse, to_template, translate
 from grammar_parse.compat.legacy import SCHEMA_KEYS
 from grammar_parse.errors import ERROR_CODES, TemplateError
+from test_linear_regex import linear_steps
 
 CASES = load("transformers_legacy_xregex.json") + model_template_samples("legacy_xregex")
 SCHEMAS = [e["template"] for e in load("transformers_model_templates.json") if e["format"] == "legacy_xregex"]
@@ -150,13 +150,19 @@ def test_the_linear_matcher_agrees_with_python_re(which, data):
 @pytest.mark.parametrize("size", [20_000])
 def test_unterminated_think_with_a_quadratic_regex_is_bounded(size):
     """The TRL Qwen3 schema on 20 KB of unclosed <think> took 28 s on the regex module (100 KB: hours); past
-    the time limit the linear matcher finishes it, with the same message in any chunking."""
+    the time limit the linear matcher finishes it, with Python's re's message, in any chunking, in steps
+    that grow as the text does."""
     schema = copy.deepcopy(SCHEMAS[0])
-    grammar = legacy_grammar(schema, timeout=0.5)
-    text = "<think>\n" + "word " * (size // 5)
-    started = time.perf_counter()
-    message = gp.parse_response(text, grammar)
-    assert time.perf_counter() - started < 10
+    grammar = legacy_grammar(schema, timeout=0.0)  # (a limit of zero: every regex hands over at once)
+
+    def think(chars):
+        return "<think>\n" + "word " * (chars // 5)
+
+    assert gp.parse_response(think(1_000), grammar) == gp.parse_response(think(1_000), legacy_grammar(schema, timeout=None))
+    text = think(size)
+    half, _ = linear_steps(lambda: gp.parse_response(think(size // 2), grammar))
+    steps, message = linear_steps(lambda: gp.parse_response(text, grammar), limit=2.2 * half)
+    assert 0 < half and steps <= 2.2 * half, (half, steps)  # (twice the text: twice the steps)
     assert message == {"role": "assistant", "content": text}  # (no </think>: all of it is content, as re gives)
     streamed = gp.ResponseParser(grammar)
     for i in range(0, len(text), 4096):

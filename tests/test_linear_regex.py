@@ -1,18 +1,98 @@
 """The linear-time matcher: the matches of Python's re (spans and groups, search, finditer and sub), in
-time linear in the text where the regex module backtracks for ever."""
+time linear in the text where the regex module backtracks for ever.
+
+Its cost is counted, not timed (``linear_steps``; ``benchmarks/`` measures seconds)."""
 
 from __future__ import annotations
 
 import re
-import time
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance import load
-from grammar_parse.linear_regex import BoundedRegex, LinearRegex
+from grammar_parse.linear_regex import BoundedRegex, LinearRegex, _Runner
+
+#: Most steps ``linear_steps`` lets one call take before it stops it (a guard: a matcher that stopped
+#: remembering what failed runs for ever on the runaways below).
+STEP_GUARD = 5_000_000
+
+
+class _TooManySteps(BaseException):
+    """Raised inside the matcher when it passes its step limit (a BaseException: no handler of the
+    library's may swallow it)."""
+
+
+def linear_steps(run: Callable[[], Any], limit: float = STEP_GUARD, memo: bool = True) -> tuple[int, Any]:
+    """(steps, result) of ``run()``: the steps are the linear matcher's runs (one per start, lookaround
+    and atomic body) and its look-ups of a (choice point, position) pair, whose table is what keeps it
+    linear; between two such steps it executes at most its program's length in instructions.
+
+    More than ``limit`` steps fail the test there. ``memo=False`` makes the matcher forget every failure
+    (and lookaround result): it is then a plain backtracking matcher trying paths in the regex module's
+    order, whose steps stand for the regex module's (its own cannot be counted)."""
+    steps = 0
+
+    def step() -> None:
+        nonlocal steps
+        steps += 1
+        if steps > limit:
+            raise _TooManySteps
+
+    class Table(dict[Any, int]):  # the failed pairs of one program, dense (a bytearray) in the library
+        def __getitem__(self, key: Any) -> int:
+            step()
+            return self.get(key, 0)
+
+        def __setitem__(self, key: Any, value: int) -> None:
+            if memo:
+                super().__setitem__(key, value)
+
+    class Tables(dict[int, Table]):
+        def get(self, key: int, default: Any = None) -> Table:
+            return self.setdefault(key, Table())
+
+    class States(set[Any]):  # the failed states of a program whose outcome depends on its captures
+        def __contains__(self, key: object) -> bool:
+            step()
+            return super().__contains__(key)
+
+        def add(self, key: Any) -> None:
+            if memo:
+                super().add(key)
+
+    class StateTables(dict[int, States]):
+        def setdefault(self, key: int, default: Any = None) -> States:
+            if key not in self:
+                self[key] = States()
+            return self[key]
+
+    class Looks(dict[Any, Any]):
+        def __contains__(self, key: object) -> bool:
+            return memo and super().__contains__(key)
+
+    init, original_run = _Runner.__init__, _Runner.run
+
+    def counted_init(self: _Runner, *args: Any) -> None:
+        init(self, *args)
+        self.failed, self.failed_states, self.looks = Tables(), StateTables(), Looks()
+
+    def counted_run(self: _Runner, *args: Any, **kwargs: Any) -> Any:
+        step()
+        return original_run(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_Runner, "__init__", counted_init)
+        patch.setattr(_Runner, "run", counted_run)
+        try:
+            result = run()
+        except _TooManySteps:
+            pytest.fail(f"the linear matcher took more than {limit:.0f} steps")
+    return steps, result
 
 # One pattern per construct the matcher implements, and a few that combine them.
 CONSTRUCTS = [
@@ -101,22 +181,44 @@ RUNAWAYS = [
 
 @pytest.mark.parametrize("pattern, text", RUNAWAYS, ids=[p for p, _ in RUNAWAYS])
 def test_linear_time_where_the_regex_module_runs_away(pattern, text):
-    started = time.perf_counter()
-    list(LinearRegex(pattern).finditer(text))
-    small = time.perf_counter() - started
-    started = time.perf_counter()
-    list(LinearRegex(pattern).finditer(text * 4))
-    large = time.perf_counter() - started
-    assert large < 2.0 and large < 12 * max(small, 0.01)  # (4x the text: about 4x the time, not 16x)
+    matcher = LinearRegex(pattern)
+    small, _ = linear_steps(lambda: list(matcher.finditer(text)))
+    large, _ = linear_steps(lambda: list(matcher.finditer(text * 4)), limit=4.4 * small)
+    assert 0 < small and large <= 4.4 * small, (small, large)  # (4x the text: 4x the steps, not 16x)
 
 
-def test_bounded_regex_hands_over_with_the_same_matches():
+class _PastItsLimit:
+    """A compiled pattern of the regex module whose every limited search runs past its limit, as ``(a+)+b``
+    does on a long run of a's: the hand-over happens whatever the machine's speed."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.compiled, name)
+
+        def timed_out(*args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+            if timeout is not None:
+                raise TimeoutError("regex timed out")
+            return method(*args, **kwargs)
+        return timed_out
+
+
+def test_bounded_regex_hands_over_with_the_same_matches(monkeypatch):
     bounded = BoundedRegex(r"(a+)+b")
     text = "a" * 12 + "b" + "a" * 12  # (short: Python's re takes 2^n steps after the b)
-    assert [m.span() for m in bounded.finditer(text, 0.0)] == [m.span() for m in re.finditer(r"(a+)+b", text)]
-    started = time.perf_counter()
-    assert bounded.search("a" * 40, 0.05) is None  # (the regex module alone: hours)
-    assert time.perf_counter() - started < 2.0
+    expected = [m.span() for m in re.finditer(r"(a+)+b", text)]
+    # (a limit of zero hands every search over at once)
+    assert [m.span() for m in bounded.finditer(text, 0.0)] == expected
+    # a search past its limit (the regex module alone: past a second on 5,000 a's) hands over too
+    monkeypatch.setattr(bounded, "compiled", _PastItsLimit(bounded.compiled))
+    assert [m.span() for m in bounded.finditer(text, 0.05)] == expected
+    assert bounded.search(text, 0.05).span() == expected[0]
+    steps, found = linear_steps(lambda: bounded.search("a" * 5_000, 0.05))
+    assert found is None and steps > 0  # (steps: the linear matcher gave the answer)
+    small, _ = linear_steps(lambda: bounded.search("a" * 1_000, 0.05))
+    large, _ = linear_steps(lambda: bounded.search("a" * 4_000, 0.05), limit=4.4 * small)
+    assert 0 < small and large <= 4.4 * small, (small, large)  # (4x the text: 4x the steps)
 
 
 def _regex_partial(compiled, text, pos):

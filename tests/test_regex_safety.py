@@ -1,16 +1,24 @@
 """Hostile template regexes: which patterns load, and where those that could backtrack for ever are refused
-(templates, grammar terminals, start anchors, content-parser patterns, legacy x-regex)."""
+(templates, grammar terminals, start anchors, content-parser patterns, legacy x-regex).
+
+Costs are counted, not timed: the analysis' work units against its caps, a backtracking matcher's steps and
+the linear matcher's (``test_linear_regex.linear_steps``)."""
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import pytest
 import regex
 
 import grammar_parse as gp
+from grammar_parse import regex_safety
+from grammar_parse.delimiters import RegexMatcher
 from grammar_parse.grammar import build_grammar
-from grammar_parse.regex_safety import MAX_DEGREE, MAX_REPEAT, analyse, refusal
+from grammar_parse.linear_regex import LinearRegex
+from grammar_parse.regex_safety import (MAX_AMBIGUITY, MAX_DEGREE, MAX_EDGES, MAX_POSITIONS, MAX_REPEAT,
+                                        RegexSafetyError, analyse, refusal)
+from test_linear_regex import linear_steps
 
 # (pattern, code suffix): each backtracks practically for ever on a short near miss in the regex module
 # (the first three hang on a 42-character output), or inflates automata.
@@ -79,14 +87,24 @@ def test_accepted_patterns_and_their_degree(pattern, degree):
     assert analyse(pattern).degree == degree
 
 
+# Near misses by length: an opener never closed, closes without the final one, a run of one letter.
+NEAR_MISSES = [lambda n: "<t>" + " " * n, lambda n: "<b>" + "</b> <b>" * (n // 8) + "x", lambda n: "a" * n]
+
+
 @pytest.mark.parametrize("pattern", [p for p, d in ACCEPTED if d == 0 and "a{1000}" not in p])
 def test_accepted_linear_patterns_fail_a_long_near_miss_quickly(pattern):
-    """A pattern of degree 0 reads a near miss once from a start, however long."""
+    """A pattern of degree 0 reads a near miss once from a start, however long: a backtracking matcher's
+    steps grow as the text does. The regex module's steps cannot be counted; the linear matcher without
+    its memory of failures backtracks in the same order (its steps are counted), and the regex module
+    gives its answer."""
     compiled = regex.compile(pattern, regex.DOTALL)
-    for near_miss in ("<t>" + " " * 200_000, "<b>" + "</b> <b>" * 30_000 + "x", "a" * 200_000):
-        started = time.perf_counter()
-        compiled.match(near_miss)
-        assert time.perf_counter() - started < 1.0
+    backtracker = LinearRegex(pattern)
+    for near_miss in NEAR_MISSES:
+        small, _ = linear_steps(lambda: backtracker.match(near_miss(10_000)), memo=False)
+        large, found = linear_steps(lambda: backtracker.match(near_miss(40_000)), limit=4.4 * small, memo=False)
+        assert large <= 4.4 * small, (near_miss(8), small, large)  # (4x the text: 4x the steps)
+        expected = compiled.match(near_miss(40_000))
+        assert (found and found.span()) == (expected and expected.span())
 
 
 def _template(key, pattern):
@@ -141,32 +159,89 @@ def test_the_counted_repeat_cap_is_exactly_max_repeat():
     assert refusal(f"a{{0,{MAX_REPEAT + 1}}}") is not None
 
 
-# (pattern, code suffix or None): patterns built to make the analysis itself slow (dense transitions,
-# thousands of positions, nested lookarounds); it took 95 s on the second before its work was capped.
+def _analysis_within_its_caps(pattern: str) -> tuple[RegexSafetyError | None, str | None]:
+    """The refusal of ``pattern`` (uncached) and the cap that stopped its analysis (None: it finished),
+    counting the work the analysis caps as it goes: positions and transitions of each automaton
+    (MAX_POSITIONS, MAX_EDGES), product states of each ambiguity test (its work limit). The test fails as
+    soon as one passes its cap, which also stops an analysis whose cap is gone."""
+    positions: dict[int, int] = {}
+    transitions: dict[int, int] = {}
+    states: dict[int, int] = {}
+    capped: list[str] = []
+    automaton, analysis = regex_safety._Automaton, regex_safety._Analysis
+    position, link, spend = automaton.position, automaton.link, analysis._spend
+    work_limit = regex_safety._WORK_LIMIT
+
+    def count(work: dict[int, int], owner: object, amount: int, cap: int, what: str) -> None:
+        work[id(owner)] = work.get(id(owner), 0) + amount
+        assert work[id(owner)] <= cap, f"more than {cap} {what}"
+
+    def counted_position(self: Any, mask: int) -> Any:
+        try:
+            found = position(self, mask)
+        except RegexSafetyError:
+            capped.append("positions")
+            raise
+        count(positions, self, 1, MAX_POSITIONS, "positions in one automaton")
+        return found
+
+    def counted_link(self: Any, frm: Any, to: set[int]) -> None:
+        frm = list(frm)
+        try:
+            link(self, frm, to)
+        except RegexSafetyError:
+            capped.append("transitions")
+            raise
+        count(transitions, self, len(frm) * len(to), MAX_EDGES, "transitions in one automaton")
+
+    def counted_spend(self: Any, amount: int = 1) -> None:
+        try:
+            spend(self, amount)
+        except RegexSafetyError:
+            capped.append("product states")
+            raise
+        count(states, self, amount, work_limit, "product states in one ambiguity test")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(automaton, "position", counted_position)
+        patch.setattr(automaton, "link", counted_link)
+        patch.setattr(analysis, "_spend", counted_spend)
+        try:
+            analyse.__wrapped__(pattern)
+        except RegexSafetyError as e:
+            return e, capped[0] if capped else None
+    return None, None
+
+
+# (pattern, code suffix or None, the cap that stops its analysis or None, the reason it gives): patterns
+# built to make the analysis itself slow (dense transitions, thousands of positions, nested lookarounds);
+# it took 95 s on the second before its work was capped.
 HARD_TO_ANALYSE = [
-    ("(?:(?:(?:a?){15}){15}){15}", "size"),
-    ("a?" * 3000, "size"),
-    ("(?:x?){16}" * 30, "backtracking"),
-    ("(?:a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p)" * 200, None),
-    ("(?:a*b)*" * 50, "backtracking"),
-    ("(?:" * 90 + "a" + ")*" * 90, "backtracking"),
-    ("(?=" * 50 + "a" + ")" * 50, "backtracking"),
+    ("(?:(?:(?:a?){15}){15}){15}", "size", "transitions", f"more than {MAX_EDGES} transitions"),
+    ("a?" * 3000, "size", "transitions", f"more than {MAX_EDGES} transitions"),
+    ("(?:x?){16}" * 30, "backtracking", None, f"more than {MAX_AMBIGUITY} ways"),
+    ("(?:a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p)" * 200, None, None, None),
+    ("(?:a*b)*" * 50, "backtracking", "product states", "too many interlocking repeats to analyse"),
+    ("(?:" * 90 + "a" + ")*" * 90, "backtracking", None, "exponentially many ways"),
+    ("(?=" * 50 + "a" + ")" * 50, "backtracking", None, "lookarounds nested too deeply"),
 ]
 
 
-@pytest.mark.parametrize("pattern, kind", HARD_TO_ANALYSE, ids=[p[:30] for p, _ in HARD_TO_ANALYSE])
-def test_the_analysis_itself_is_bounded(pattern, kind):
-    started = time.perf_counter()
-    found = refusal(pattern)
-    assert time.perf_counter() - started < 3.0
-    assert (found and found.kind) == kind
+@pytest.mark.parametrize("pattern, kind, cap, reason", HARD_TO_ANALYSE, ids=[p[:30] for p, *_ in HARD_TO_ANALYSE])
+def test_the_analysis_itself_is_bounded(pattern, kind, cap, reason):
+    """Within its caps on work, the analysis comes to a verdict, or the cap that bounds it refuses the pattern."""
+    found, capped = _analysis_within_its_caps(pattern)
+    assert (found and found.kind) == kind and capped == cap
+    if reason is not None:
+        assert reason in found.reason, found.reason
 
 
 def test_a_refused_pattern_does_not_hang_at_load():
-    started = time.perf_counter()
-    for pattern, _ in REFUSED:
-        refusal(pattern + "(?:)")  # (uncached)
-    assert time.perf_counter() - started < 5.0
+    """Each refused pattern is refused for what it is: its analysis comes to a verdict before any cap on its
+    work stops it."""
+    for pattern, kind in REFUSED:
+        found, capped = _analysis_within_its_caps(pattern + "(?:)")  # (a pattern no cache holds)
+        assert found is not None and found.kind == kind and capped is None, (pattern, found, capped)
 
 
 # ---------------------------------------------------------------------------- start anchors on hostile prompts
@@ -187,33 +262,54 @@ HOSTILE_PROMPTS = [
 
 
 @pytest.mark.parametrize("pattern, prompt", HOSTILE_PROMPTS, ids=[p for p, _ in HOSTILE_PROMPTS])
-def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(pattern, prompt):
+def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(pattern, prompt, monkeypatch):
+    """Past its limit the search hands over to the linear matcher: the output starts where Python's re
+    says, and the matcher's steps grow as the prompt does (the regex module alone: 16 s on the first)."""
+    from grammar_parse import session
+
     template = {"start_anchor_pattern": pattern, "fields": {"content": {}}}
     small = prompt[:len(prompt) // 10]  # (Python's re takes under a second on a tenth)
-    assert gp.parse_response("Hi", template, prefix=small) == \
-        gp.parse_response(_reference_truncation(pattern, small) + "Hi", {"start_anchor": "\x00", "fields": {"content": {}}},
-                          prefix="")
-    started = time.perf_counter()
-    message = gp.parse_response("Hi", template, prefix=prompt)
-    assert time.perf_counter() - started < 10.0  # (the regex module alone: 16 s for the first)
+    expected = gp.parse_response(_reference_truncation(pattern, small) + "Hi",
+                                 {"start_anchor": "\x00", "fields": {"content": {}}}, prefix="")
+    assert gp.parse_response("Hi", template, prefix=small) == expected
+    monkeypatch.setattr(session, "START_ANCHOR_LIMIT", 0.0)  # (every prompt search hands over at once)
+    assert gp.parse_response("Hi", template, prefix=small) == expected
+    half, _ = linear_steps(lambda: gp.parse_response("Hi", template, prefix=prompt[:len(prompt) // 2]))
+    whole, message = linear_steps(lambda: gp.parse_response("Hi", template, prefix=prompt), limit=2.2 * half)
+    assert 0 < half and whole <= 2.2 * half, (half, whole)  # (twice the prompt: twice the steps)
     assert message["content"].endswith("Hi")
 
 
 # ---------------------------------------------------------------------------- content-parser patterns
-def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chunking():
+def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chunking(monkeypatch):
     """transformers' Qwen3.5 tag pattern (\\s*(?P<value>.*?)\\s*, degree 2) took past its 1 s limit on 1,000
     spaces and failed with parse.timeout, depending on the machine; past the limit the linear matcher now
-    finishes the scan."""
+    finishes the scan, with the regex module's message, in steps that grow as the text does."""
     from conformance import load
+    from grammar_parse import toolstream, values
 
     template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
-    text = "<tool_call>\n<function=f>\n<parameter=a>" + " " * 1_000 + "x\n</function>\n</tool_call>"
-    started = time.perf_counter()
-    message = gp.parse_response(text, template, prefix="")
-    assert time.perf_counter() - started < 8.0
+
+    def call(spaces):
+        return "<tool_call>\n<function=f>\n<parameter=a>" + " " * spaces + "x\n</function>\n</tool_call>"
+
+    def streamed(text):
+        parser = gp.ResponseParser(template, "")
+        for i in range(0, len(text), 7):
+            parser.feed(text[i:i + 7])
+        return parser.finalize()[0]
+
     # no </parameter>: the tag pattern matches nothing, and the call has no arguments
-    assert message["tool_calls"] == [{"type": "function", "function": {"name": "f", "arguments": {}}}]
-    parser = gp.ResponseParser(template, "")
-    for i in range(0, len(text), 7):
-        parser.feed(text[i:i + 7])
-    assert parser.finalize()[0] == message
+    expected = {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}
+    assert gp.parse_response(call(20), template, prefix="") == expected  # (the regex module, within its limit)
+    # every scan of the tag pattern hands over at once (a limit of zero), and no delimiter search does (no
+    # limit): the steps counted are the tag pattern's
+    monkeypatch.setattr(values, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(RegexMatcher, "budget", lambda self, chars: None)
+    for run in (lambda text: gp.parse_response(text, template, prefix=""), streamed):
+        assert run(call(20)) == expected
+        small, message = linear_steps(lambda: run(call(1_000)))
+        large, _ = linear_steps(lambda: run(call(2_000)), limit=2.2 * small)
+        assert message == expected
+        assert 0 < small and large <= 2.2 * small, (small, large)  # (twice the spaces: twice the steps)

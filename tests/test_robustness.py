@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -203,15 +202,51 @@ def test_string_delims_rewrite_as_the_lazy_regex_does(parts):
     assert got == expected
 
 
+class _Scanned(str):
+    """A text that counts the characters its ``find`` calls read (to the match's end, or to the end), and
+    fails the test once they pass its length: read twice, it would be read n times."""
+
+    read = 0
+
+    def find(self, sub: str, start: Any = 0, end: Any = None) -> int:
+        found = str.find(self, sub, start) if end is None else str.find(self, sub, start, end)
+        self.read += (len(self) if found == -1 else found + len(sub)) - (start or 0)
+        assert self.read <= len(self), f"more than {len(self)} characters read"
+        return found
+
+
 @pytest.mark.parametrize("text", [
     "[" + "<<x" * 200_000 + "]",                    # opens without a close: the regex retried every one
     "[" + ",".join(["<<x>>"] * 100_000) + "]",      # many strings: one replace per string
     "[" + ",".join(['<|"|>x<|"|>'] * 100_000) + "]",
 ])
-def test_string_delims_cost_is_linear(text):
-    start = time.perf_counter()
+def test_string_delims_cost_is_linear(text, monkeypatch):
+    """Each quote pair's rewrite reads its text once, and the strings go back in one pass, however many
+    (quadratic: about a minute for the first)."""
+    from grammar_parse import values
+
+    hide, hidden = values._hide_strings, values._HIDDEN
+    rewrites: list[tuple[int, int]] = []  # (characters, characters read) of each quote pair's rewrite
+    strings: list[str] = []
+    passes: list[int] = []  # characters of each pass that puts the strings back
+
+    def counted_hide(text: str, open_quote: str, close_quote: str, captured: list[str]) -> str:
+        scanned = _Scanned(text)
+        out = hide(scanned, open_quote, close_quote, captured)
+        rewrites.append((len(text), scanned.read))
+        strings[:] = captured
+        return out
+
+    class CountedHidden:
+        def sub(self, repl: Any, text: str) -> str:
+            passes.append(len(text))
+            return hidden.sub(repl, text)
+
+    monkeypatch.setattr(values, "_hide_strings", counted_hide)
+    monkeypatch.setattr(values, "_HIDDEN", CountedHidden())
     parse_content(text, "json", {"string_delims": QUOTES, "allow_non_json": True})
-    assert time.perf_counter() - start < 2.0  # (quadratic: about a minute for the first)
+    assert len(rewrites) == len(QUOTES) and all(0 < read <= chars for chars, read in rewrites), rewrites
+    assert len(passes) == (1 if strings else 0), passes
 
 
 # ---------------------------------------------------------------------------- hostile outputs
