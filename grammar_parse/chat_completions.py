@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .errors import UsageError
 from .events import Event
 from .session import TemplateLike
 from .tools import call_function, validate_call
@@ -88,7 +89,8 @@ class ChatCompletionsStream:
     def message(self) -> dict[str, Any]:
         """The final Chat Completions message (after :meth:`finish`)."""
         if self._message is None:
-            raise RuntimeError("call finish() first")
+            raise UsageError("the message exists once the stream is finished", code="usage.not_finished",
+                             hint="Call finish() first.")
         return self._message
 
     # internals

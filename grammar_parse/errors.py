@@ -79,6 +79,9 @@ ERROR_CODES: dict[str, str] = {
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type",
     "usage.finalized": "the parser was used after finalize()",
+    "usage.not_finished": "a stream's final result was asked for before finish()",
+    "usage.no_trace": "spans were asked for from a parser created without trace=True",
+    "usage.schema": "lmsp.schema_validator was asked for a schema the package does not ship",
     # command line (exit status 2)
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
     "usage.json": "a JSON file named on the command line is not valid JSON, or not of the shape the option needs",
@@ -219,7 +222,22 @@ class ArgumentError(GrammarParseError, ValueError):
     code = "usage.prefix"
 
 
-class FinalizedError(GrammarParseError, RuntimeError):
+class UsageError(GrammarParseError, RuntimeError):
+    """The API was used out of order: a result asked for before it exists, or a record that was not kept."""
+
+    code = "usage.not_finished"
+
+
+class SchemaNameError(GrammarParseError, KeyError):
+    """A wire schema the package does not ship was asked for (``lmsp.schema_validator``); a KeyError too."""
+
+    code = "usage.schema"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return GrammarParseError.__str__(self)
+
+
+class FinalizedError(UsageError):
     """``feed()`` or ``finalize()`` was called on a parser that is already finalized."""
 
     code = "usage.finalized"
@@ -233,6 +251,8 @@ __all__ = [
     "GrammarParseError",
     "ParseError",
     "PlaceholderError",
+    "SchemaNameError",
     "SchemaTypeError",
     "TemplateError",
+    "UsageError",
 ]

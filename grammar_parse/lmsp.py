@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .errors import GrammarParseError
+from .errors import GrammarParseError, SchemaNameError
 from .events import Event
 from .session import TemplateLike
 from .toolstream import ToolCallDelta
@@ -304,7 +304,8 @@ def schema_validator(name: str) -> Draft202012Validator:
 
     document = json.loads(resources.files("grammar_parse").joinpath("schemas/lmsp.json").read_text(encoding="utf-8"))
     if name not in document["$defs"]:
-        raise KeyError(f"no schema {name!r}; there are {sorted(document['$defs'])}")
+        raise SchemaNameError(f"no schema {name!r}", code="usage.schema",
+                              hint=f"The package ships {sorted(document['$defs'])}.")
     schema = {**document, "$ref": f"#/$defs/{name}"}
     return jsonschema.Draft202012Validator(schema)
 

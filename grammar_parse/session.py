@@ -21,7 +21,7 @@ from lark.exceptions import UnexpectedToken
 from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
-from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError
+from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .regions import Frame, RegionBuilder
@@ -189,7 +189,8 @@ class ResponseParser:
         """With ``trace=True``: every consumed piece of the output in order, as ``{"kind": "text" |
         "delimiter" | "discarded", "start", "end", "field" or "terminal"}`` (prompt replay excluded)."""
         if self._trace is None:
-            raise RuntimeError("create the parser with trace=True to record spans")
+            raise UsageError("this parser records no spans", code="usage.no_trace",
+                             hint="Create the parser with trace=True to record spans.")
         return self._trace
 
     @property

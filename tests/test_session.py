@@ -179,3 +179,35 @@ def test_unexpected_input_has_one_code_in_both_modes_and_says_what_was_expected(
     assert (raised.value.line, raised.value.column) == (1, 4)
     lenient = grammar_parse.parse_response("<a>\nx", grammar, prefix="", strict=False)
     assert [e["code"] for e in lenient["parse_errors"]] == ["parse.unexpected"]
+
+
+def _spans_without_trace():
+    return gp.ResponseParser("qwen3", "").spans
+
+
+def _message_before_finish():
+    from grammar_parse.chat_completions import ChatCompletionsStream
+
+    return ChatCompletionsStream("qwen3", "").message
+
+
+def _unknown_schema():
+    from grammar_parse.lmsp import schema_validator
+
+    return schema_validator("no-such-schema")
+
+
+@pytest.mark.parametrize("call, code, builtin", [
+    (_spans_without_trace, "usage.no_trace", RuntimeError),
+    (_message_before_finish, "usage.not_finished", RuntimeError),
+    (_unknown_schema, "usage.schema", KeyError),
+])
+def test_api_misuse_raises_errors_of_the_hierarchy(call, code, builtin):
+    """Every error the package raises is a GrammarParseError with a code and a hint, and still the built-in
+    type it raised before (RuntimeError, KeyError), so existing handlers keep working."""
+    from grammar_parse.errors import ERROR_CODES
+
+    with pytest.raises(gp.GrammarParseError) as raised:
+        call()
+    assert raised.value.code == code and code in ERROR_CODES and raised.value.hint
+    assert isinstance(raised.value, builtin)
