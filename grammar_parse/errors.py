@@ -57,7 +57,7 @@ ERROR_CODES: dict[str, str] = {
     "parse.placeholder": "a transform names a placeholder that is not defined",
     "parse.join": "a joined field produced a value that is not a string",
     "parse.missing_field": "a field marked optional: false never appeared",
-    "parse.json_depth": "a json region nests deeper than the limit (JSON_MAX_DEPTH)",
+    "parse.json_depth": "a json region nests deeper than the parser's max_json_depth (256 by default)",
     "parse.digits": "a number has more digits than Python converts to an int (sys.get_int_max_str_digits())",
     "parse.depth": "a pythonic region nests (or chains operators) deeper than Python's parser goes",
     "parse.tool_call": "a tool-call value is not a call with a name (its function is missing, or its name is "

@@ -24,7 +24,7 @@ from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
 from .toolstream import CallPlan, JsonWalker, call_name, plan_for
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, fill, fill_known, parse_content
+from .values import PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content
 
 
 @dataclass
@@ -180,7 +180,7 @@ class _Outline:
         self.key_at[depth] = key
 
     def on_value_start(self, depth: int, pos: int) -> None:
-        if depth > JSON_MAX_DEPTH:
+        if depth > json_depth():
             raise _TooDeep  # the rest is raw text: walking on would cost time and find nothing certain
         if depth == self.depth:
             self.objects.append({"start": pos, "end": None})
@@ -267,7 +267,7 @@ class _NameKeys:
             self.calls.append({"name": key, "start": pos, "end": None})
 
     def on_value_start(self, depth: int, pos: int) -> None:
-        if depth > JSON_MAX_DEPTH:
+        if depth > json_depth():
             raise _TooDeep
         if depth == self.depth + 1 and self.calls and self.calls[-1]["end"] is None:
             self.calls[-1]["args_start"] = pos

@@ -28,6 +28,7 @@ from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import Callbacks, ParseTable, reduce
 from .tools import ToolTypes
+from .values import JSON_MAX_DEPTH, json_depth_limit
 
 if TYPE_CHECKING:
     from lark.common import ParserCallbacks
@@ -103,7 +104,7 @@ class ResponseParser:
     raw text of arguments that did not parse and an ``errors`` list; its text that names no function
     goes to the text around it (content, or the reasoning it was written in). ``discarded_spans`` lists the
     output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
-    ``max_region_chars`` bounds one region's text. With ``extended_events=True`` each ``region_open``
+    ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values. With ``extended_events=True`` each ``region_open``
     also carries ``captures``, the named groups of its open delimiter.
 
     >>> p = ResponseParser("qwen3", prefix="")
@@ -115,7 +116,7 @@ class ResponseParser:
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
                  strict: bool = True, extended_events: bool = False, trace: bool = False,
-                 max_region_chars: int = MAX_REGION_CHARS):
+                 max_region_chars: int = MAX_REGION_CHARS, max_json_depth: int = JSON_MAX_DEPTH):
         self._grammar = grammar = resolve_grammar(template)
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
         self._settle = grammar.settle
@@ -137,6 +138,7 @@ class ResponseParser:
         self._strict = strict
         self._trace: list[dict[str, Any]] | None = [] if trace else None
         self._max_region = max_region_chars
+        self.max_json_depth = max_json_depth  # (made current while the parser runs: see values.json_depth)
         self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
         self._discarded: list[list[int]] = []
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
@@ -166,7 +168,8 @@ class ResponseParser:
         self._parser = _lark_state(_lark_conf(grammar.tables.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
-            self._consume_prefix(prefix)
+            with json_depth_limit(max_json_depth):
+                self._consume_prefix(prefix)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -236,7 +239,11 @@ class ResponseParser:
                         return [self._regions.chunk(frame, kept)]
             self._buf = self._join_held() + text
         events: list[Event] = []
-        self._guarded(events, eos=False)
+        if self.max_json_depth == JSON_MAX_DEPTH:
+            self._guarded(events, eos=False)
+        else:
+            with json_depth_limit(self.max_json_depth):
+                self._guarded(events, eos=False)
         return events
 
     def _join_held(self) -> str:
@@ -278,6 +285,12 @@ class ResponseParser:
         ``text``, if given, is a last piece of output; ``finalize(text)`` gives the same message as
         ``feed(text)`` followed by ``finalize()`` but skips the streaming decisions (one-shot parsing).
         """
+        if self.max_json_depth == JSON_MAX_DEPTH:
+            return self._finalize(text)
+        with json_depth_limit(self.max_json_depth):
+            return self._finalize(text)
+
+    def _finalize(self, text: str) -> tuple[Message, list[Event]]:
         if self._finalized:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")

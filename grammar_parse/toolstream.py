@@ -41,7 +41,7 @@ from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, sub_parse, load_json
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, json_depth, json_depth_limit, load_json, sub_parse
 from .wire import WireArguments, dumps
 
 
@@ -356,7 +356,7 @@ class _JsonCallReader:
                 self.held = (-1, key)
 
     def on_value_start(self, depth: int, pos: int) -> None:
-        if depth > JSON_MAX_DEPTH:
+        if depth > json_depth():
             # Past the depth a JSON body may have nothing more is certain: the walk stops here, where the
             # salvage of a broken region stops too (a call found after it would be one the message lacks).
             self.walker.done = True
@@ -502,8 +502,10 @@ class ToolCallStreamer:
     parser; they type arguments as they stream.
     """
 
-    def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls") -> None:
+    def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls",
+                 max_json_depth: int = JSON_MAX_DEPTH) -> None:
         self.field = field
+        self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
         self.types = ToolTypes.from_tools(tools)
         regions = call_regions(grammar, field)
         self.plan = plan_for(regions[0]) if len(regions) == 1 else CallPlan("at_close")
@@ -520,6 +522,12 @@ class ToolCallStreamer:
     # public
     def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         """The deltas these events complete, in order."""
+        if self.max_json_depth == JSON_MAX_DEPTH:
+            return self._feed(events)
+        with json_depth_limit(self.max_json_depth):
+            return self._feed(events)
+
+    def _feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         self.out = []
         for event in events:
             # only the field's region events move its calls (the rest would flush nothing new)

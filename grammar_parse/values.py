@@ -15,7 +15,9 @@ import json
 import keyword
 import sys
 import tokenize
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar
@@ -121,9 +123,28 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
 
 _BRACKETS = regex.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', regex.DOTALL)
 
-#: Deepest JSON nesting a json region may have (Python's parser would exhaust its stack far sooner
-#: than real output needs; deeper input is refused with parse.json_depth).
+#: Deepest JSON nesting a json region may have by default (Python's parser would exhaust its stack far
+#: sooner than real output needs; deeper input is refused with parse.json_depth). A parser sets its own
+#: with ``ResponseParser(max_json_depth=...)``.
 JSON_MAX_DEPTH = 256
+_JSON_DEPTH: ContextVar[int] = ContextVar("grammar_parse_json_depth", default=JSON_MAX_DEPTH)
+_DEPTH_HINT = "Pass max_json_depth= to the parser if such output is expected."
+
+
+def json_depth() -> int:
+    """The JSON nesting limit in force: that of the parser running (JSON_MAX_DEPTH unless it was given one)."""
+    return _JSON_DEPTH.get()
+
+
+@contextmanager
+def json_depth_limit(depth: int) -> Iterator[None]:
+    """Run the content parsers, walkers and wire checks inside with ``depth`` as the JSON nesting limit
+    (a parser's ``max_json_depth``): a parameter of the parser, not a global, yet seen by every stage."""
+    token = _JSON_DEPTH.set(depth)
+    try:
+        yield
+    finally:
+        _JSON_DEPTH.reset(token)
 
 
 def int_digits_limit() -> int:
@@ -134,7 +155,7 @@ def int_digits_limit() -> int:
 
 def load_json(text: str) -> Any:
     """``json.loads`` that fails only with a ``JSONDecodeError`` (text that is not JSON) or a ParseError
-    for a limit: nesting deeper than JSON_MAX_DEPTH (``parse.json_depth``), an integer longer than
+    for a limit: nesting deeper than :func:`json_depth` (``parse.json_depth``), an integer longer than
     Python converts (``parse.digits``). Python's own parser would raise RecursionError or a bare
     ValueError there, which lenient mode must never see."""
     _check_depth(text)
@@ -144,7 +165,7 @@ def load_json(text: str) -> Any:
         raise
     except RecursionError:
         raise ParseError("json region nests too deeply to parse", code="parse.json_depth",
-                         hint="Raise grammar_parse.values.JSON_MAX_DEPTH if such output is expected.") from None
+                         hint=_DEPTH_HINT) from None
     except ValueError:  # only the int conversion raises a bare ValueError
         raise ParseError(f"a JSON integer has more than {int_digits_limit()} digits, more than Python converts",
                          code="parse.digits",
@@ -161,7 +182,8 @@ def copy_json(value: Any) -> Any:
 
 
 def _check_depth(text: str) -> None:
-    if text.count("[") + text.count("{") <= JSON_MAX_DEPTH:
+    limit = _JSON_DEPTH.get()
+    if text.count("[") + text.count("{") <= limit:
         return
     depth = deepest = 0
     for m in _BRACKETS.finditer(text):
@@ -169,9 +191,9 @@ def _check_depth(text: str) -> None:
         if ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
-            if deepest > JSON_MAX_DEPTH:
-                raise ParseError(f"json region nests deeper than {JSON_MAX_DEPTH} levels", code="parse.json_depth",
-                                 hint="Raise grammar_parse.values.JSON_MAX_DEPTH if such output is expected.")
+            if deepest > limit:
+                raise ParseError(f"json region nests deeper than {limit} levels", code="parse.json_depth",
+                                 hint=_DEPTH_HINT)
         elif ch in "]}":
             depth -= 1
 
@@ -584,5 +606,5 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "mixed_placeholder", "sub_parse",
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "mixed_placeholder", "sub_parse",
            "parse_content"]

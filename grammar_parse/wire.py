@@ -16,7 +16,7 @@ valid, sending stops; :meth:`WireArguments.finish` closes what was sent. The map
 * arguments that are not an object (``[1, 2]``, ``"x"``) are sent as ``{}`` (``parse.arguments``);
 * from the first character that is not strict JSON (an invalid escape, a raw control character, a missing
   comma, text after the object), nothing more is sent, and what was sent is closed (``parse.arguments``);
-* an integer longer than Python converts (``parse.digits``) and nesting deeper than ``JSON_MAX_DEPTH``
+* an integer longer than Python converts (``parse.digits``) and nesting deeper than the parser's ``max_json_depth``
   (``parse.json_depth``) end the arguments the same way: at the value that breaks the limit;
 * arguments that end before their JSON does (a call cut off) are closed (``parse.arguments``).
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import re
 
-from .values import JSON_MAX_DEPTH, int_digits_limit
+from .values import int_digits_limit, json_depth
 
 _STRING_STOP = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
 # A run of string text that needs no look: plain characters and complete, valid escapes (one match for a
@@ -253,8 +253,8 @@ class WireArguments:
                 self._break(out, f"{ch!r} where ',' or {self._closers[-1]!r} belongs", "parse.arguments")
 
     def _open(self, out: list[str], ch: str) -> None:
-        if len(self._closers) >= JSON_MAX_DEPTH:
-            self._break(out, f"the arguments nest deeper than {JSON_MAX_DEPTH} levels", "parse.json_depth")
+        if len(self._closers) >= (limit := json_depth()):
+            self._break(out, f"the arguments nest deeper than {limit} levels", "parse.json_depth")
             return
         self._pending.append(ch)
         self._flush(out)

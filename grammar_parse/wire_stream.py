@@ -38,7 +38,7 @@ def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[A
     its grammar)."""
     tools = list(tools) if tools is not None else None
     parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict)
-    return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools))
+    return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth))
 
 
 def text_kind(event: Event, tool_field: str) -> str | None:

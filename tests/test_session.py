@@ -211,3 +211,38 @@ def test_api_misuse_raises_errors_of_the_hierarchy(call, code, builtin):
         call()
     assert raised.value.code == code and code in ERROR_CODES and raised.value.hint
     assert isinstance(raised.value, builtin)
+
+
+def _nested(depth: int) -> str:
+    return '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * depth + "]" * depth + "}}</tool_call>"
+
+
+@pytest.mark.parametrize("limit", [8, 256, 600])
+@pytest.mark.parametrize("chunk", [0, 7])
+def test_the_json_depth_limit_is_a_parameter_of_the_parser(limit, chunk):
+    """``max_json_depth`` bounds JSON nesting for that parser only (no global to mutate): at the limit the
+    call parses, one level past it is a recorded ``parse.json_depth``, and parsers side by side keep
+    their own limits."""
+    def parse(text, depth):
+        parser = gp.ResponseParser("qwen3", "", strict=False, max_json_depth=depth)
+        pieces = [text] if not chunk else [text[i:i + chunk] for i in range(0, len(text), chunk)]
+        for piece in pieces[:-1]:
+            parser.feed(piece)
+        return parser.finalize(pieces[-1])[0]
+
+    inside, past = _nested(limit - 2), _nested(limit - 1)  # (the call and its arguments are two levels)
+    assert "parse_errors" not in parse(inside, limit)
+    assert [e["code"] for e in parse(past, limit)["parse_errors"]] == ["parse.json_depth"]
+    assert "parse_errors" not in parse(past, limit + 1)  # another parser, another limit
+
+
+def test_the_adapters_stream_with_the_parsers_json_depth():
+    from grammar_parse.toolstream import ToolCallStreamer
+
+    text = _nested(299)
+    for depth, sent_whole in ((256, False), (400, True)):
+        parser = gp.ResponseParser("qwen3", "", strict=False, max_json_depth=depth, extended_events=True)
+        streamer = ToolCallStreamer(parser.grammar, max_json_depth=depth)
+        deltas = streamer.feed(parser.feed(text)) + streamer.feed(parser.finalize()[1])
+        sent = "".join(d.get("arguments", "") for d in deltas)
+        assert (sent.count("[") == 299) is sent_whole, depth
