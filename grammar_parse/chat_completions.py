@@ -35,7 +35,7 @@ from typing import Any
 from .errors import UsageError
 from .events import Event
 from .session import TemplateLike
-from .tools import call_function, validate_call
+from .tools import CallValidator, call_function
 from .toolstream import ToolCallDelta
 from .wire_stream import REASONING_FIELDS, StrippedText, default_ids, open_stream, text_kind
 
@@ -131,6 +131,7 @@ class ChatCompletionsStream:
             message[self.reasoning_field] = reasoning
         # The calls are the ones streamed, as streamed: the message is what the deltas add up to.
         calls = []
+        validator: CallValidator | None = None  # (built for the first call to check)
         for sent in self.calls.sent_calls():
             call = sent.value if isinstance(sent.value, dict) else {}
             raw = (call_function(call) or {}).get("arguments", {})
@@ -140,7 +141,9 @@ class ChatCompletionsStream:
             broken = bool(errors) and isinstance(raw, str)
             # arguments kept as raw text are not checked against the schema: they are not arguments yet
             if self.tools is not None and call and not broken:
-                errors += validate_call(call, self.tools)
+                if validator is None:
+                    validator = CallValidator(self.tools)
+                errors += validator.problems(call)
             errors += sent.wire.problems  # what the wire changed or left out of the model's arguments
             if errors:
                 entry["errors"] = errors
