@@ -247,12 +247,11 @@ class ResponseParser:
         return events
 
     def _join_held(self) -> str:
-        """The buffer with the held whitespace run joined in (one copy for the whole run)."""
-        if not self._held:
-            return self._buf
-        buf = self._buf + "".join(self._held)
-        self._held.clear()
-        return buf
+        """The buffer, with the held whitespace run joined into it (one copy for the whole run)."""
+        if self._held:
+            self._buf += "".join(self._held)
+            self._held.clear()
+        return self._buf
 
     def _guarded(self, events: list[Event], eos: bool) -> None:
         """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
