@@ -33,7 +33,7 @@ from .regex_shape import (UNBOUNDED, backtracking_risk, first_chars, is_regex_sp
                           strip_anchors, trailing_lookahead_as_text, unnamed)
 
 #: Seconds one search of a delimiter (or content) pattern may take in the regex module before the linear
-#: matcher, which finds the same matches, takes over (see RegexMatcher.budget).
+#: matcher, which finds the same matches, takes over (see search_budget).
 REGEX_TIMEOUT = 1.0
 
 
@@ -374,10 +374,6 @@ class RegexMatcher:
         except ValueError:  # (RegexSafetyError too) syntax only the regex module knows
             raise TimeoutError(f"regex {self.pattern!r} ran past its limit") from None
 
-    def budget(self, text: int) -> float:
-        """The regex module's time on a search over ``text`` characters (see :func:`search_budget`)."""
-        return search_budget(text)
-
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
         if lowered is not None:
@@ -387,7 +383,7 @@ class RegexMatcher:
             m = self.compiled.search(buf, pos)
         else:
             try:
-                m = self.compiled.search(buf, pos, timeout=self.budget(len(buf) - pos))
+                m = self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos))
             except TimeoutError:
                 m = self.linear.search(buf, pos)
         return None if m is None else (m.start(), m.end(), m)
@@ -397,7 +393,7 @@ class RegexMatcher:
         if not self.limit:
             return self.compiled.match(buf, pos)
         try:
-            return self.compiled.match(buf, pos, timeout=self.budget(len(buf) - pos))
+            return self.compiled.match(buf, pos, timeout=search_budget(len(buf) - pos))
         except TimeoutError:
             return self.linear.match(buf, pos)
 
@@ -405,7 +401,7 @@ class RegexMatcher:
         """Whether the text from ``pos`` is a proper prefix of a match (given no match at ``pos``)."""
         if self.limit:
             try:
-                m = self.compiled.match(buf, pos, partial=True, timeout=self.budget(len(buf) - pos))
+                m = self.compiled.match(buf, pos, partial=True, timeout=search_budget(len(buf) - pos))
             except TimeoutError:
                 return self.linear.wants_more(buf, pos)
         else:
@@ -448,7 +444,7 @@ class RegexMatcher:
         if self.limit:
             try:
                 for s in range(lo, hi):
-                    if self.compiled.fullmatch(buf, s, partial=True, timeout=self.budget(len(buf) - s)) is not None:
+                    if self.compiled.fullmatch(buf, s, partial=True, timeout=search_budget(len(buf) - s)) is not None:
                         return s
                 return -1
             except TimeoutError:
@@ -474,7 +470,7 @@ class RegexMatcher:
         n = len(buf)
         if self.limit:
             try:
-                m = self.compiled.search(buf, pos, partial=True, timeout=self.budget(n - pos))
+                m = self.compiled.search(buf, pos, partial=True, timeout=search_budget(n - pos))
             except TimeoutError:
                 return self.linear.partial_search(buf, pos)
         else:

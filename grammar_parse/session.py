@@ -28,7 +28,7 @@ from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import Callbacks, ParseTable, reduce
 from .tools import ToolTypes
-from .values import JSON_MAX_DEPTH, json_depth_limit
+from .values import JSON_MAX_DEPTH, with_json_depth
 
 if TYPE_CHECKING:
     from lark.common import ParserCallbacks
@@ -168,8 +168,7 @@ class ResponseParser:
         self._parser = _lark_state(_lark_conf(grammar.tables.parse_table, callbacks))
         self.initial_events: list[Event] = []
         if prefix:
-            with json_depth_limit(max_json_depth):
-                self._consume_prefix(prefix)
+            with_json_depth(max_json_depth, self._consume_prefix, prefix)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -230,7 +229,7 @@ class ResponseParser:
                         if not kept:
                             return []
                         start = self._offset(0)
-                        self._count_lines(kept, start)
+                        self._count_lines(kept, 0, len(kept), start)
                         self._base += len(kept)
                         if frame is None:
                             self._note_discard(start, start + len(kept))
@@ -239,11 +238,7 @@ class ResponseParser:
                         return [self._regions.chunk(frame, kept)]
             self._buf = self._join_held() + text
         events: list[Event] = []
-        if self.max_json_depth == JSON_MAX_DEPTH:
-            self._guarded(events, eos=False)
-        else:
-            with json_depth_limit(self.max_json_depth):
-                self._guarded(events, eos=False)
+        with_json_depth(self.max_json_depth, self._guarded, events, False)
         return events
 
     def _join_held(self) -> str:
@@ -284,10 +279,7 @@ class ResponseParser:
         ``text``, if given, is a last piece of output; ``finalize(text)`` gives the same message as
         ``feed(text)`` followed by ``finalize()`` but skips the streaming decisions (one-shot parsing).
         """
-        if self.max_json_depth == JSON_MAX_DEPTH:
-            return self._finalize(text)
-        with json_depth_limit(self.max_json_depth):
-            return self._finalize(text)
+        return with_json_depth(self.max_json_depth, self._finalize, text)
 
     def _finalize(self, text: str) -> tuple[Message, list[Event]]:
         if self._finalized:
@@ -505,18 +497,19 @@ class ResponseParser:
         """Drop consumed text, keeping what delimiters may look back at."""
         cut = self._pos - self._grammar.tables.context
         if cut > 0:
-            skip = self._prefix_len - self._base  # (the replayed prompt has no lines of the output)
-            self._count_lines(self._buf[max(skip, 0):cut] if skip > 0 else self._buf[:cut], self._offset(max(skip, 0)))
+            lo = max(self._prefix_len - self._base, 0)  # (the replayed prompt has no lines of the output)
+            self._count_lines(self._buf, lo, cut, self._offset(0))
             self._buf = self._buf[cut:]
             self._pos -= cut
             self._base += cut
             self._cache.clear()
 
-    def _count_lines(self, text: str, start: int) -> None:
-        """Note the lines of output ``text`` (at output offset ``start``) as it leaves the buffer."""
-        last = text.rfind("\n")
+    def _count_lines(self, text: str, lo: int, hi: int, start: int) -> None:
+        """Note the lines of output ``text[lo:hi]`` as it leaves the buffer (``start``: the output offset
+        of ``text[0]``); counted in place, not copied."""
+        last = text.rfind("\n", lo, hi)
         if last >= 0:
-            self._lines_before += text.count("\n")
+            self._lines_before += text.count("\n", lo, hi)
             self._line_start = start + last + 1
 
     def _line_column(self, offset: int) -> tuple[int, int] | None:

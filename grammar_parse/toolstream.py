@@ -41,7 +41,7 @@ from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, json_depth, json_depth_limit, load_json, sub_parse
+from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, json_depth, load_json, sub_parse, with_json_depth
 from .wire import WireArguments, dumps
 
 
@@ -522,10 +522,7 @@ class ToolCallStreamer:
     # public
     def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         """The deltas these events complete, in order."""
-        if self.max_json_depth == JSON_MAX_DEPTH:
-            return self._feed(events)
-        with json_depth_limit(self.max_json_depth):
-            return self._feed(events)
+        return with_json_depth(self.max_json_depth, self._feed, events)
 
     def _feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         self.out = []

@@ -136,6 +136,15 @@ def json_depth() -> int:
     return _JSON_DEPTH.get()
 
 
+def with_json_depth(depth: int, run: Callable[..., _T], *args: Any) -> _T:
+    """``run(*args)`` under :func:`json_depth_limit` (``depth``, a parser's ``max_json_depth``); at the
+    default it runs directly (the common case, on every feed: no context to enter)."""
+    if depth == JSON_MAX_DEPTH:
+        return run(*args)
+    with json_depth_limit(depth):
+        return run(*args)
+
+
 @contextmanager
 def json_depth_limit(depth: int) -> Iterator[None]:
     """Run the content parsers, walkers and wire checks inside with ``depth`` as the JSON nesting limit
@@ -606,5 +615,5 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "mixed_placeholder", "sub_parse",
+__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "with_json_depth", "mixed_placeholder", "sub_parse",
            "parse_content"]

@@ -61,9 +61,9 @@ HANDED_OVER = [c for c in CASES if _limited(c.grammar)]
 def test_golden_with_every_limited_search_handed_over(case, monkeypatch):
     """A delimiter search that runs past its limit hands over to the linear matcher; with a limit of zero
     every such search does, and each sample still gives its message, one-shot and streamed."""
-    from grammar_parse.delimiters import RegexMatcher
+    from grammar_parse import delimiters
 
-    monkeypatch.setattr(RegexMatcher, "budget", lambda self, text: 0.0)
+    monkeypatch.setattr(delimiters, "search_budget", lambda chars: 0.0)
     expected = json.loads(case.expected_path.read_text(encoding="utf-8"))
     assert strict_equal(parsed(case.grammar, case.text, case.prefix, case.tools), expected)
     for size in (1, 4):

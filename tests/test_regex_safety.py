@@ -13,7 +13,6 @@ import regex
 
 import grammar_parse as gp
 from grammar_parse import regex_safety
-from grammar_parse.delimiters import RegexMatcher
 from grammar_parse.grammar import build_grammar
 from grammar_parse.linear_regex import LinearRegex
 from grammar_parse.regex_safety import (MAX_AMBIGUITY, MAX_DEGREE, MAX_EDGES, MAX_POSITIONS, MAX_REPEAT,
@@ -286,7 +285,7 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     spaces and failed with parse.timeout, depending on the machine; past the limit the linear matcher now
     finishes the scan, with the regex module's message, in steps that grow as the text does."""
     from conformance import load
-    from grammar_parse import toolstream, values
+    from grammar_parse import delimiters, toolstream, values
 
     template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
 
@@ -306,7 +305,7 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     # limit): the steps counted are the tag pattern's
     monkeypatch.setattr(values, "search_budget", lambda chars: 0.0)
     monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
-    monkeypatch.setattr(RegexMatcher, "budget", lambda self, chars: None)
+    monkeypatch.setattr(delimiters, "search_budget", lambda chars: None)
     for run in (lambda text: gp.parse_response(text, template, prefix=""), streamed):
         assert run(call(20)) == expected
         small, message = linear_steps(lambda: run(call(1_000)))
