@@ -240,8 +240,11 @@ def _linear_partial(matcher, text, pos):
 
 
 # (anchors and lookaheads at the end of the text count as wanting more, and the regex module says a
-# lookbehind at the start of the text may still match: those are left out here)
-PARTIAL_CONSTRUCTS = [p for p in CONSTRUCTS if not any(a in p for a in ("$", "\\b", "\\B", "\\Z", "(?=", "(?!", "(?<"))]
+# lookbehind at the start of the text may still match; with a lazy repeat it reports partial matches that
+# cannot complete (`a+?b` on "ac" at 0, `a{2,4}?b` on "aac" at 0), where the linear matcher is exact:
+# those are left out here)
+PARTIAL_CONSTRUCTS = [p for p in CONSTRUCTS if not any(a in p for a in ("$", "\\b", "\\B", "\\Z", "(?=", "(?!", "(?<"))
+                      and not re.search(r"[*+?}]\?", p)]
 
 
 @pytest.mark.parametrize("pattern", PARTIAL_CONSTRUCTS)
