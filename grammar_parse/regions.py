@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lark import Token
 
 from .errors import ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
@@ -87,15 +86,19 @@ class RegionBuilder:
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
 
     def callbacks(self) -> Callbacks:
-        """Lark's callbacks: the grammar's own, with an opener per region-opening terminal and a closer per
-        region rule."""
+        """The parser's callbacks (each takes a RegionBuilder first): the grammar's own, with an opener per
+        region-opening terminal and a closer per region rule. Built once per grammar."""
         grammar = self._grammar
-        callbacks = dict(grammar.tables.base_callbacks)
-        for rule, region in grammar.tables.rule_regions.items():
-            callbacks[rule] = self.closer(region)
-        for term in grammar.terminals.values():
-            if term.region is not None and term.role in ("open", "text"):
-                callbacks[term.name] = self.opener(term)
+        shared = grammar.tables.shared
+        callbacks: Callbacks | None = shared.get("regions")
+        if callbacks is None:
+            callbacks = dict(grammar.tables.base_callbacks)
+            for rule, region in grammar.tables.rule_regions.items():
+                callbacks[rule] = _closer(region)
+            for term in grammar.terminals.values():
+                if term.region is not None and term.role in ("open", "text"):
+                    callbacks[term.name] = _opener(term)
+            shared["regions"] = callbacks
         return callbacks
 
     def chunk(self, frame: Frame, text: str) -> RegionChunk:
@@ -173,35 +176,6 @@ class RegionBuilder:
             return [frame.field]
         existing = self.output.get(frame.field)
         return [frame.field, len(existing) if isinstance(existing, list) else 0]
-
-    def opener(self, term: Terminal) -> Callable[[Token], Token]:
-        """The Lark callback of a terminal that opens ``term.region`` (its delimiter, or its first text)."""
-        region = term.region
-        assert region is not None
-        if term.role == "open":
-            def on_open(token: Token) -> Token:
-                shifting = self.shifting
-                if shifting is None:
-                    self._push(region, {}, self._position(), "")
-                    return token
-                _, start, text, match = shifting
-                captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
-                self._push(region, captures, start, text)
-                return token
-            return on_open
-
-        def on_text(token: Token) -> Token:
-            frames = self.frames
-            if not frames or frames[-1].region is not region:
-                self._push(region, {}, self._position(), "")
-            return token
-        return on_text
-
-    def closer(self, region: Region) -> Callable[[list[Any]], None]:
-        """The Lark callback of a rule that closes ``region`` when it is reduced."""
-        def on_close(children: list[Any]) -> None:
-            self.close(region)
-        return on_close
 
     def close(self, region: Region) -> None:
         """Close ``region``: its value is parsed and typed, stored in the message or its parent's scope."""
@@ -314,6 +288,38 @@ class RegionBuilder:
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
+
+
+
+def _opener(term: Terminal) -> Callable[[RegionBuilder, str], str]:
+    """The callback of a terminal that opens ``term.region`` (its delimiter, or its first text)."""
+    region = term.region
+    assert region is not None
+    if term.role == "open":
+        def on_open(builder: RegionBuilder, text: str) -> str:
+            shifting = builder.shifting
+            if shifting is None:
+                builder._push(region, {}, builder._position(), "")
+                return text
+            _, start, opened, match = shifting
+            captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
+            builder._push(region, captures, start, opened)
+            return text
+        return on_open
+
+    def on_text(builder: RegionBuilder, text: str) -> str:
+        frames = builder.frames
+        if not frames or frames[-1].region is not region:
+            builder._push(region, {}, builder._position(), "")
+        return text
+    return on_text
+
+
+def _closer(region: Region) -> Callable[[RegionBuilder, list[Any]], None]:
+    """The callback of a rule that closes ``region`` when it is reduced."""
+    def on_close(builder: RegionBuilder, children: list[Any]) -> None:
+        builder.close(region)
+    return on_close
 
 
 __all__ = ["Frame", "RegionBuilder", "Report", "trailing_space"]

@@ -80,16 +80,25 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
     return QuietTest("".join(sorted(triggers)), hold_space)
 
 
+#: How a scan asks a watched delimiter (Scanner.entries): a search memoised per buffer, the end of the
+#: open region's JSON value (the session walks it), or a repeated opener (matched at one position).
+_SEARCH, _VALUE_END, _REPEAT = 0, 1, 2
+
+
 class Scanner:
     """Commit/hold decisions for one set of live delimiters."""
 
     def __init__(self, watch: tuple[Terminal, ...]) -> None:
-        # (the grammar watches only terminals that have a matcher)
-        self.entries = [(t, t.matcher) for t in watch if t.matcher is not None]
+        # (the grammar watches only terminals that have a matcher) Each entry: the terminal, its matcher,
+        # how to ask it, whether it is a LiteralMatcher / a RegexMatcher, and its tie-break key.
+        self.entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]] = [
+            (t, t.matcher, _VALUE_END if isinstance(t.matcher, ValueEnd) else _REPEAT if isinstance(t.matcher, Repeat)
+             else _SEARCH, isinstance(t.matcher, LiteralMatcher), isinstance(t.matcher, RegexMatcher), t.sort_key)
+            for t in watch if t.matcher is not None]
         self.quiet = _quiet_test(watch)
         # A repeated opener is watched only across the first few whitespace characters of its region: past
         # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
-        self.repeat_space = max((m.space for _, m in self.entries if isinstance(m, Repeat)), default=-1)
+        self.repeat_space = max((m.space for _, m, kind, *_ in self.entries if kind == _REPEAT), default=-1)
         self.quiet_past_repeats = self.quiet if self.repeat_space < 0 else \
             _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
@@ -104,11 +113,13 @@ class Scanner:
         best_hit: Hit | None = None
         best_key: Any = None
         hits, progress = cache.hits, cache.progress
-        for term, matcher in self.entries:
+        if eos and not progress:
+            return self._scan_final(buf, pos, hits, value_end)
+        for term, matcher, kind, literal, is_regex, sort_key in self.entries:
             try:
-                if isinstance(matcher, ValueEnd):
+                if kind == _VALUE_END:
                     hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
-                elif isinstance(matcher, Repeat):
+                elif kind == _REPEAT:
                     hit = matcher.search(buf, pos)  # (it looks at pos only: a miss there says nothing later)
                 else:
                     # Where an earlier feed's scan stopped: no match starts before its pending run (dead
@@ -117,7 +128,7 @@ class Scanner:
                     if known is not None:
                         if known.pos <= pos <= known.dead_below() and known.end <= n:
                             start = known.dead_below()
-                            if not eos and isinstance(matcher, RegexMatcher) and start < n \
+                            if not eos and is_regex and start < n \
                                     and (pending := matcher.resume(buf, known)) is not None:
                                 if pending < hold:
                                     hold = pending
@@ -130,7 +141,7 @@ class Scanner:
                         hit = cached[2]  # memoised per buffer: a scan repeats after each token
                     else:
                         # (a literal that was not in the shorter buffer can only end in the new text)
-                        frm = start if known is None or known.found or not isinstance(matcher, LiteralMatcher) \
+                        frm = start if known is None or known.found or not literal \
                             else max(start, known.end - matcher.max_width + 1)
                         hit = matcher.search(buf, frm)
                         hits[term.name] = (buf, pos, hit)
@@ -138,31 +149,63 @@ class Scanner:
                         found, searched = hit is not None, hit
                         hit, pending = matcher.probe(buf, start, hit)
                         # (a pending run found past a complete match is exact only with an automaton)
-                        if hit is None and (isinstance(matcher, LiteralMatcher) or isinstance(matcher, RegexMatcher)
-                                            and (not found or matcher.exact_pending)):
+                        if hit is None and (literal or is_regex and (not found or matcher.exact_pending)):
                             known = progress[term.name] = Progress(n, pos, pending, found)
-                            if isinstance(matcher, RegexMatcher):
+                            if is_regex:
                                 matcher.note(buf, known, searched)
                         else:
                             progress.pop(term.name, None)
                         if pending != -1 and pending < hold:
                             hold = pending
-                if isinstance(matcher, (ValueEnd, Repeat)) and not eos:
+                if kind != _SEARCH and not eos:
                     hit, pending = matcher.probe(buf, pos, hit)
                     if pending != -1 and pending < hold:
                         hold = pending
             except TimeoutError:
-                pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # (only regexes time out)
-                raise ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output",
-                                 code="parse.timeout", field=term.region.field if term.region else None,
-                                 hint="The pattern backtracks badly on this text; make it more specific.") from None
+                raise _timed_out(term) from None
             if hit is not None:
-                key = (hit[0], hit[0] - hit[1], term.sort_key)
+                key = (hit[0], hit[0] - hit[1], sort_key)
                 if best_key is None or key < best_key:
                     best, best_hit, best_key = term, hit, key
         if best_hit is not None and best_hit[0] >= hold:
             return None, None, hold
         return best, best_hit, hold
+
+    def _scan_final(self, buf: str, pos: int, hits: dict[str, tuple[str, int, Hit | None]],
+                    value_end: int) -> tuple[Terminal | None, Hit | None, int]:
+        """``scan`` at the end of the output with no streaming scan behind it (one-shot parsing): no
+        match can grow and none is pending, so it is the earliest, longest, first-ranked match."""
+        n = len(buf)
+        best: Terminal | None = None
+        best_hit: Hit | None = None
+        best_key: Any = None
+        for term, matcher, kind, _, _, sort_key in self.entries:
+            try:
+                if kind == _VALUE_END:
+                    hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
+                elif kind == _REPEAT:
+                    hit = matcher.search(buf, pos)
+                elif (cached := hits.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
+                        and (cached[2] is None or cached[2][0] >= pos):
+                    hit = cached[2]
+                else:
+                    hit = matcher.search(buf, pos)
+                    hits[term.name] = (buf, pos, hit)
+            except TimeoutError:
+                raise _timed_out(term) from None
+            if hit is not None and hit[0] < n:
+                key = (hit[0], hit[0] - hit[1], sort_key)
+                if best_key is None or key < best_key:
+                    best, best_hit, best_key = term, hit, key
+        return best, best_hit, n
+
+
+def _timed_out(term: Terminal) -> ParseError:
+    matcher = term.matcher
+    pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # (only regexes time out)
+    return ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output",
+                      code="parse.timeout", field=term.region.field if term.region else None,
+                      hint="The pattern backtracks badly on this text; make it more specific.")
 
 
 __all__ = ["Scanner", "SearchCache"]

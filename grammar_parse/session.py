@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast, overload
-
-from lark import Token
-from lark.exceptions import UnexpectedToken
-from lark.parsers.lalr_parser_state import ParseConf, ParserState
+from typing import Any, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
@@ -26,13 +22,9 @@ from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
-from .tables import Callbacks, ParseTable, reduce
+from .tables import feed, reduce
 from .tools import ToolTypes
 from .values import JSON_MAX_DEPTH, with_json_depth
-
-if TYPE_CHECKING:
-    from lark.common import ParserCallbacks
-    from lark.lexer import LexerThread
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 
@@ -43,18 +35,6 @@ MAX_REGION_CHARS = 64 * 1024 * 1024
 START_ANCHOR_LIMIT = 0.25
 #: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
 _RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
-
-
-def _lark_conf(table: ParseTable, callbacks: Callbacks) -> ParseConf[int]:
-    """Lark's parser configuration over the session's table. Lark keys callbacks by rule (here a
-    RuleHandle) as well as by terminal name, though its ParserCallbacks type says names only."""
-    return ParseConf(table, cast("ParserCallbacks", callbacks), "start")
-
-
-def _lark_state(conf: ParseConf[int], state_stack: list[int] | None = None,
-                value_stack: list[Any] | None = None) -> ParserState[int]:
-    """Lark's LALR parser state, driven token by token: the session is the lexer, so there is none."""
-    return ParserState(conf, cast("LexerThread", None), state_stack, value_stack)
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -164,8 +144,11 @@ class ResponseParser:
             grammar, tools=self._tools, strict=strict, extended=extended_events,
             position=lambda: self._base + self._pos, report=self._record, unexpected=self._unexpected)
         self._frames = regions.frames  # (the builder's list, read on the hot path)
-        self._callbacks = callbacks = regions.callbacks()
-        self._parser = _lark_state(_lark_conf(grammar.tables.parse_table, callbacks))
+        self._callbacks = regions.callbacks()
+        # The LALR parser's state and value stacks, which tables.feed drives over Lark's table.
+        self._table = grammar.tables.parse_table.states
+        self._stack: list[int] = [grammar.tables.parse_table.start_states["start"]]
+        self._values: list[Any] = []
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(max_json_depth, self._consume_prefix, prefix)
@@ -397,7 +380,7 @@ class ResponseParser:
     def _process(self, events: list[Event], eos: bool) -> None:
         self._regions.events = events
         states = self._states
-        parser_stack = self._parser.state_stack
+        parser_stack = self._stack
         while True:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
@@ -458,7 +441,7 @@ class ResponseParser:
     def _fast_path(self) -> _FastPath | None:
         """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
-        info = self._states[self._parser.state_stack[-1]]
+        info = self._states[self._stack[-1]]
         quiet, text = info.scanner.quiet, info.text
         if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
                 or self._run is not text or self._trace is not None:
@@ -476,7 +459,7 @@ class ResponseParser:
         """Whether the scan stopped at a whitespace run that only a leading ``\\s*`` may claim (a region's
         opener followed by a flood, before any text): more whitespace then cannot change what the scan
         decides, so feed() holds it aside without scanning or copying the buffer."""
-        scanner = self._states[self._parser.state_stack[-1]].scanner
+        scanner = self._states[self._stack[-1]].scanner
         run = len(self._buf) - self._pos
         quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
         if quiet is None or not quiet.hold_space or run <= 0:
@@ -491,7 +474,7 @@ class ResponseParser:
             end = pos + 1  # the first character decides the new state; scan the rest under it
         self._text(info.text, self._buf[pos:end])
         self._pos = end
-        return end < wanted or self._states[self._parser.state_stack[-1]].scanner is not info.scanner
+        return end < wanted or self._states[self._stack[-1]].scanner is not info.scanner
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
@@ -537,7 +520,7 @@ class ResponseParser:
             return
         if self._run is not term:
             self._run = None
-            self._shift(Token(term.name, ""))  # the text itself stays out of Lark (no copy)
+            self._shift(term.name, "")  # the text itself stays off the parser's stack (no copy)
             self._run = term
         if term.role != "text":
             self._note_discard(start, start + len(text))
@@ -564,14 +547,10 @@ class ResponseParser:
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        conf = _lark_conf(self._grammar.tables.parse_table, {})  # no callbacks: a trial changes nothing
-        for term in self._states[self._parser.state_stack[-1]].text_candidates:
-            trial = _lark_state(conf, list(self._parser.state_stack), list(self._parser.value_stack))
-            try:
-                trial.feed_token(Token(term.name, ""))
-            except UnexpectedToken:
-                continue
-            return term
+        inert = self._grammar.tables.base_callbacks  # (no region callbacks: a trial changes nothing)
+        for term in self._states[self._stack[-1]].text_candidates:
+            if feed(self._table, list(self._stack), list(self._values), term.name, "", inert):
+                return term
         return None
 
     def _repeat(self, term: Terminal, hit: Hit) -> None:
@@ -592,43 +571,40 @@ class ResponseParser:
                                 "end": self._offset(hit[1])})
         text = self._buf[hit[0]:hit[1]]
         self._regions.shifting = (term, self._base + hit[0], text, hit[2])
-        self._shift(Token(term.name, text))
+        self._shift(term.name, text)
         self._regions.shifting = None
 
-    def _shift(self, token: Token) -> None:
-        parser = self._parser
-        try:
-            parser.feed_token(token)
-        except UnexpectedToken as e:
-            raise self._unexpected(f"{token.type} is not allowed here (expected {sorted(e.expected)})", e.expected) from None
+    def _shift(self, name: str, text: str) -> None:
+        stack, values, table = self._stack, self._values, self._table
+        if not feed(table, stack, values, name, text, self._callbacks, self._regions):
+            raise self._unexpected(f"{name} is not allowed here (expected {self._expected()})")
         # Reduce at once where no lookahead is needed, so regions close when their delimiter completes.
         states = self._states
-        stack, values = parser.state_stack, parser.value_stack
-        table = parser.parse_conf.states
-        callbacks = self._callbacks  # the parser's own (Lark types them by terminal name only)
+        callbacks, regions = self._callbacks, self._regions
         while (rule := states[stack[-1]].default_rule) is not None:
-            reduce(table, stack, values, rule, callbacks[rule])
+            reduce(table, stack, values, rule, callbacks[rule], regions)
 
     def _end(self) -> None:
         self._run = None
-        try:
-            self._parser.feed_token(Token("$END", ""), is_end=True)
-        except UnexpectedToken:
+        end_state = self._grammar.tables.parse_table.end_states["start"]
+        if not feed(self._table, self._stack, self._values, "$END", None, self._callbacks, self._regions, end_state):
             # The output stopped where the grammar wanted more (a region's close delimiter, a required
             # part): close what is open, innermost first, as a truncated stream should be.
             self._regions.close_open()
 
-    def _unexpected(self, what: str, expected: Iterable[str] | None = None) -> ParseError:
+    def _expected(self) -> list[str]:
+        """The terminals the parser takes in its current state."""
+        return sorted(name for name in self._table[self._stack[-1]] if name.isupper() and name != "$END")
+
+    def _unexpected(self, what: str) -> ParseError:
         """Input the grammar does not allow here (stray text, a delimiter out of place): the same code as
-        the lenient record of it. ``expected``: the terminals Lark would take (by default, this state's)."""
-        if expected is None:
-            expected = (name for name in self._parser.parse_conf.states[self._parser.state_stack[-1]] if name != "$END")
+        the lenient record of it."""
         return ParseError(
             f"unexpected input at offset {self._offset(self._pos)}: {what}",
             code="parse.unexpected",
             position=self._offset(self._pos),
             message_so_far=self._regions.output,
-            expected=sorted(expected),
+            expected=self._expected(),
             hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
         )
 

@@ -10,7 +10,7 @@ the session (on its value stack) and for the table building here (on a stack of 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lark.grammar import Rule
@@ -40,14 +40,17 @@ class RuleHandle:
         self.expansion = rule.expansion
         self.alias = rule.alias
         self.size = len(rule.expansion)  # what a reduction pops
-        self.goto = rule.origin.name  # the symbol whose goto a reduction follows
+        self.goto = str(rule.origin.name)  # the symbol whose goto a reduction follows (a plain str: Lark may
+        # name it with a Token, whose Python-level __eq__ every table lookup would call)
 
     def __repr__(self) -> str:
         return f"<RuleHandle {self.rule}>"
 
 
-#: What Lark's parser calls: by rule (a reduction, with the children) or terminal name (a shift, with the token).
-Callbacks = dict[RuleHandle | str, Callable[[Any], Any]]
+#: What the parser calls, by rule (a reduction, with the children) or terminal name (a shift, with the
+#: delimiter's text): functions of the session's region builder (``context``) and that value. One dict per
+#: grammar, shared by its sessions.
+Callbacks = dict[RuleHandle | str, Callable[[Any, Any], Any]]
 
 
 class ParseTable(ParseTableBase[int]):
@@ -81,15 +84,17 @@ class Tables:
     states: Mapping[int, StateInfo]
     parse_table: ParseTable
     rule_regions: Mapping[RuleHandle, Region]  # the rules whose reduction closes a region
-    base_callbacks: Mapping[RuleHandle | str, Callable[[Any], Any]]  # every rule, doing nothing
+    base_callbacks: Mapping[RuleHandle | str, Callable[[Any, Any], Any]]  # every rule, doing nothing
     context: int  # characters of history the delimiters may look back at
+    #: What the sessions of this grammar build once and share (the region builder's callbacks).
+    shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def reduce(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], values: list[Any],
-           rule: RuleHandle, callback: Callable[[list[Any]], Any]) -> None:
+           rule: RuleHandle, callback: Callable[[Any, list[Any]], Any], context: Any = None) -> None:
     """Reduce ``rule`` on a parser's state and value stacks: pop its children, push what ``callback`` makes
-    of them and the state its goto leads to. (Lark's ParserState.feed_token takes the same step for the
-    reductions a token decides; this one takes those that need no token.)"""
+    of them and the state its goto leads to (for the reductions a token decides, :func:`feed`, and for
+    those that need no token)."""
     size = rule.size
     if size:
         children = values[-size:]
@@ -97,9 +102,33 @@ def reduce(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int],
         del values[-size:]
     else:
         children = []
-    value = callback(children)
+    value = callback(context, children)
     stack.append(table[stack[-1]][rule.goto][1])
     values.append(value)
+
+
+def feed(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], values: list[Any], symbol: str,
+         value: Any, callbacks: Mapping[RuleHandle | str, Callable[[Any, Any], Any]], context: Any = None,
+         end_state: int = -1) -> bool:
+    """Feed one terminal to the parser: the reductions it decides, then its shift (the callback of a
+    shifted terminal makes its value; callbacks get ``context`` first). False when the state has no
+    action for it (what the reductions did stays, as in Lark). With ``end_state``, ``symbol`` is the
+    end of input and this stops there.
+
+    The LALR step of Lark's ParserState.feed_token, on the session's own stacks: no Token objects and
+    no parser-state object per session (a short message shifts only a few tokens, so both showed)."""
+    while True:
+        action = table[stack[-1]].get(symbol)
+        if action is None:
+            return False
+        if action[0] is Shift:
+            stack.append(action[1])
+            callback = callbacks.get(symbol)
+            values.append(value if callback is None else callback(context, value))
+            return True
+        reduce(table, stack, values, action[1], callbacks[action[1]], context)
+        if stack[-1] == end_state:
+            return True
 
 
 def build_tables(lark_table: ParseTableBase[int], rules: list[Rule], terminals: Mapping[str, Terminal],
@@ -239,9 +268,9 @@ def _repeat_watches(table: ParseTable, terminals: Mapping[str, Terminal]) -> dic
     return added
 
 
-def _ignore(children: Any) -> None:
+def _ignore(context: Any, children: Any) -> None:
     """Reductions that are not regions produce nothing."""
     return None
 
 
-__all__ = ["Callbacks", "ParseTable", "RuleHandle", "StateInfo", "Tables", "build_tables", "reduce"]
+__all__ = ["Callbacks", "ParseTable", "RuleHandle", "StateInfo", "Tables", "build_tables", "feed", "reduce"]

@@ -453,10 +453,10 @@ def _fill(template: Any, scope: Mapping[str, Any], partial: bool = False) -> Any
         return [v for v in (_fill(v, scope, partial) for v in template) if v is not _MISSING]
     if not isinstance(template, str):
         return template
-    whole = PLACEHOLDER.fullmatch(template)
-    if whole is None:
+    placeholder = _placeholder(template)
+    if placeholder is None:
         return template
-    paths, optional = whole.group(1).split("|"), whole.group(2) == "?"
+    paths, optional = placeholder
     first_error: ParseError | None = None
     for path in paths:
         try:
@@ -467,6 +467,25 @@ def _fill(template: Any, scope: Mapping[str, Any], partial: bool = False) -> Any
         return _MISSING
     assert first_error is not None
     raise first_error
+
+
+#: Template strings (grammar data, never model output) read as placeholders: every region close fills
+#: its transform, and matching each of its strings again was a tenth of a short message's cost.
+_PLACEHOLDERS: dict[str, tuple[list[str], bool] | None] = {}
+
+
+def _placeholder(template: str) -> tuple[list[str], bool] | None:
+    """A whole-string placeholder's paths and whether it is optional (None: the string is literal)."""
+    try:
+        return _PLACEHOLDERS[template]
+    except KeyError:
+        pass
+    whole = PLACEHOLDER.fullmatch(template)
+    found = None if whole is None else (whole.group(1).split("|"), whole.group(2) == "?")
+    if len(_PLACEHOLDERS) >= 4096:
+        _PLACEHOLDERS.clear()  # (bounded, whatever templates a process loads)
+    _PLACEHOLDERS[template] = found
+    return found
 
 
 def _lookup(path: str, scope: Mapping[str, Any]) -> Any:

@@ -51,7 +51,7 @@ def _limited(name):
     from grammar_parse.delimiters import RegexMatcher
 
     return any(isinstance(m, RegexMatcher) and m.limit
-               for info in grammar_parse.load_grammar(name).tables.states.values() for _, m in info.scanner.entries)
+               for info in grammar_parse.load_grammar(name).tables.states.values() for _, m, *_ in info.scanner.entries)
 
 
 HANDED_OVER = [c for c in CASES if _limited(c.grammar)]

@@ -270,7 +270,7 @@ def test_partial_matches_of_the_built_in_limited_patterns():
     matchers = {}
     for name in list_grammars():
         for info in load_grammar(name).tables.states.values():
-            for _, matcher in info.scanner.entries:
+            for _, matcher, *_ in info.scanner.entries:
                 if isinstance(matcher, RegexMatcher) and matcher.limit:
                     matchers[matcher.pattern] = matcher
     assert len(matchers) >= 20
