@@ -62,6 +62,7 @@ class ChatCompletionsStream:
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
+        self._targets: dict[tuple[bool, Any], StrippedText | None] = {}  # (see _target)
         self.call_ids: dict[int, str] = {}
         self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
         self.finish_reason: str | None = None
@@ -70,8 +71,10 @@ class ChatCompletionsStream:
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """The deltas this piece of output completes."""
-        out = self.pending + self._deltas(self.parser.feed(text))
-        self.pending = []
+        deltas = self._deltas(self.parser.feed(text))
+        if not self.pending:
+            return deltas
+        out, self.pending = self.pending + deltas, []
         return out
 
     def finish(self, *, truncated: bool = False, length: bool = False) -> list[dict[str, Any]]:
@@ -96,17 +99,33 @@ class ChatCompletionsStream:
     # internals
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        calls = False  # whether an event is the tool-call field's (only then can a call move)
+        tool_field = self.calls.field
         for event in events:
-            if event["type"] != "region_chunk" or (kind := text_kind(event, self.calls.field)) is None:
-                continue
-            target = "content" if kind == "content" else self.reasoning_field
-            text = self.texts.setdefault(target, StrippedText()).add(event["text"])
-            if text:
-                out.append({target: text})
-        for delta in self.calls.feed(events):
-            if not delta.get("done"):
-                out.append({"tool_calls": [self._tool_delta(delta)]})
+            if event.get("field") == tool_field:
+                calls = True
+            elif event["type"] == "region_chunk" and (target := self._target(event)) is not None:
+                text = target.add(event["text"])
+                if text:
+                    out.append({target.name: text})
+        if calls:
+            for delta in self.calls.feed(events):
+                if not delta.get("done"):
+                    out.append({"tool_calls": [self._tool_delta(delta)]})
         return out
+
+    def _target(self, event: Event) -> StrippedText | None:
+        """The delta field a text event streams to (content or the reasoning field), None for others."""
+        key = "path" in event, event.get("field")
+        try:
+            return self._targets[key]
+        except KeyError:
+            pass
+        kind = text_kind(event, self.calls.field)
+        target = None if kind is None else "content" if kind == "content" else self.reasoning_field
+        stripped = None if target is None else self.texts.setdefault(target, StrippedText(target))
+        self._targets[key] = stripped
+        return stripped
 
     def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:
         index = delta["index"]

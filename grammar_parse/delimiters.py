@@ -23,6 +23,7 @@ time, by :mod:`grammar_parse.regex_shape`.
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from typing import Any
 
@@ -493,6 +494,9 @@ class RegexMatcher:
         return hit, -1
 
 
+_DECODER = json.JSONDecoder()
+
+
 class JsonWalk:
     """Where a JSON value that starts at an offset ends, found incrementally as text arrives.
 
@@ -503,7 +507,7 @@ class JsonWalk:
     had no close, and nothing is cut.
     """
 
-    __slots__ = ("at", "depth", "in_string", "escape", "started", "dead", "end")
+    __slots__ = ("at", "depth", "in_string", "escape", "started", "dead", "end", "tried")
 
     _STRUCTURE = regex.compile(r'[\[\]{}"]')
     _IN_STRING = regex.compile(r'["\\]')
@@ -516,6 +520,7 @@ class JsonWalk:
         self.started = False
         self.dead = False
         self.end: int | None = None
+        self.tried = False  # whether the C decoder was tried (see advance)
 
     def advance(self, buf: str, base: int) -> int | None:
         """Walk ``buf`` (which starts at absolute offset ``base``) to its end; the value's end, if seen."""
@@ -540,6 +545,16 @@ class JsonWalk:
                 if ch not in '{["':
                     self.dead = True
                     return None
+                if not self.tried:
+                    # The first time the value's start is seen, the C decoder may read it whole (one-shot
+                    # parsing has all of it): where valid JSON ends, the walk below would end too. Tried
+                    # once, so text still arriving costs no repeated decode.
+                    self.tried = True
+                    try:
+                        self.end = base + _DECODER.raw_decode(buf, i)[1]
+                        return self.end
+                    except (ValueError, RecursionError):
+                        pass
                 self.started = True
                 self.in_string = ch == '"'
                 self.depth = 0 if self.in_string else 1

@@ -422,9 +422,10 @@ class ResponseParser:
             if hold > pos and self._route(info, hold):
                 continue
             break
-        self._trim()
-        self._fast = self._fast_path()
-        self._held_space = self._holds_space()
+        if not eos:  # (at the end nothing more is fed: no text to keep track of)
+            self._trim()
+            self._fast = self._fast_path()
+            self._held_space = self._holds_space()
 
     def _value_end(self, region: Region) -> int:
         """Where the open ``region``'s JSON value ends in the buffer (-1: not yet, or it is not on top).

@@ -522,9 +522,14 @@ class ToolCallStreamer:
     # public
     def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         """The deltas these events complete, in order."""
-        return with_json_depth(self.max_json_depth, self._feed, events)
+        events = events if isinstance(events, list) else list(events)
+        field = self.field
+        for event in events:
+            if event.get("field") == field:
+                return with_json_depth(self.max_json_depth, self._feed, events)
+        return []  # (most feeds: text of another field, which moves no call)
 
-    def _feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
+    def _feed(self, events: list[Event]) -> list[ToolCallDelta]:
         self.out = []
         for event in events:
             # only the field's region events move its calls (the rest would flush nothing new)

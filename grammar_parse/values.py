@@ -167,18 +167,38 @@ def load_json(text: str) -> Any:
     for a limit: nesting deeper than :func:`json_depth` (``parse.json_depth``), an integer longer than
     Python converts (``parse.digits``). Python's own parser would raise RecursionError or a bare
     ValueError there, which lenient mode must never see."""
-    _check_depth(text)
+    limit = _JSON_DEPTH.get()
+    deep = text.count("[") + text.count("{") > limit  # (brackets in strings count: it may still be shallow)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise ParseError("json region nests too deeply to parse", code="parse.json_depth",
-                         hint=_DEPTH_HINT) from None
-    except ValueError:  # only the int conversion raises a bare ValueError
+        value = json.loads(text)
+    except (RecursionError, ValueError) as e:  # (JSONDecodeError is a ValueError)
+        if deep:
+            _check_depth(text, limit)  # too deep is the first thing wrong with it
+        if isinstance(e, json.JSONDecodeError):
+            raise
+        if isinstance(e, RecursionError):
+            raise ParseError("json region nests too deeply to parse", code="parse.json_depth",
+                             hint=_DEPTH_HINT) from None
+        # only the int conversion raises a bare ValueError
         raise ParseError(f"a JSON integer has more than {int_digits_limit()} digits, more than Python converts",
                          code="parse.digits",
                          hint="Raise sys.set_int_max_str_digits() if such numbers are expected.") from None
+    if deep and _nests_deeper(value, limit):
+        raise ParseError(f"json region nests deeper than {limit} levels", code="parse.json_depth", hint=_DEPTH_HINT)
+    return value
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests deeper than ``limit`` (its containers walked, not its text: a long string
+    full of brackets costs nothing)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def copy_json(value: Any) -> Any:
@@ -190,10 +210,8 @@ def copy_json(value: Any) -> Any:
     return copy.deepcopy(value) if not isinstance(value, (str, int, float, bool, type(None))) else value
 
 
-def _check_depth(text: str) -> None:
-    limit = _JSON_DEPTH.get()
-    if text.count("[") + text.count("{") <= limit:
-        return
+def _check_depth(text: str, limit: int) -> None:
+    """ParseError if the brackets of JSON ``text`` (outside its strings) nest deeper than ``limit``."""
     depth = deepest = 0
     for m in _BRACKETS.finditer(text):
         ch = m.group()
@@ -447,8 +465,11 @@ def _fill(template: Any, scope: Mapping[str, Any], partial: bool = False) -> Any
     as optional (a broken tool call is built from the parts that exist).
     """
     if isinstance(template, dict):
-        filled = {k: _fill(v, scope, partial) for k, v in template.items()}
-        return {k: v for k, v in filled.items() if v is not _MISSING}
+        out = {}
+        for key, item in template.items():
+            if (value := _fill(item, scope, partial)) is not _MISSING:
+                out[key] = value
+        return out
     if isinstance(template, list):
         return [v for v in (_fill(v, scope, partial) for v in template) if v is not _MISSING]
     if not isinstance(template, str):

@@ -59,7 +59,8 @@ class StrippedText:
     """Streams a text field the way the parser will strip it: no leading whitespace, and trailing
     whitespace held back until more text shows it is inside the value."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self.name = name  # (the field it streams, for the caller)
         self.started = False
         self.held = ""
         self.sent: list[str] = []

@@ -175,3 +175,27 @@ def test_repeat_is_the_opener_after_a_little_space_at_the_scan_position(which, t
         assert full is not None and full.span() == hit[:2]
     if hit is None and pending == -1:
         assert full is None, "released text that is a repeated opener"
+
+
+_JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.text(alphabet='ab"\\{}[] \n', max_size=5)
+_JSON_TOPS = st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.text(alphabet='ab"{}[', max_size=3), inner, max_size=3), max_leaves=12).filter(
+    lambda v: isinstance(v, (list, dict, str)))
+
+
+@given(_JSON_TOPS, st.text(alphabet=' ]}"x{\\', max_size=6), st.integers(min_value=-1, max_value=60),
+       st.sampled_from(["", " ", "\n  "]))
+def test_json_walk_on_a_whole_text_agrees_with_the_walk_char_by_char(value, tail, drop, lead):
+    """On the whole text the walk's first step lets the C decoder read the value; fed one character at
+    a time it walks brackets and strings. Both find the same end, for valid JSON and for text with one
+    character dropped (where the decoder fails and the walk decides)."""
+    text = lead + json.dumps(value) + tail
+    if 0 <= drop < len(text):
+        text = text[:drop] + text[drop + 1:]
+    whole = JsonWalk(0).advance(text, 0)
+    walk, stepped = JsonWalk(0), None
+    for i in range(1, len(text) + 1):
+        stepped = walk.advance(text[:i], 0)
+        if stepped is not None:
+            break
+    assert whole == stepped

@@ -474,3 +474,23 @@ def test_hostile_outputs_never_break_the_adapters(grammar, data):
     parsed = gp.parse_response(text, grammar, prefix=prefix, tools=tools, strict=False)
     assert [c["function"]["name"] for c in message.get("tool_calls", [])] == \
         [name for c in parsed.get("tool_calls", []) if (name := call_name(c))], "the calls of the one-shot parse"
+
+
+def test_brackets_inside_json_strings_are_not_walked_in_python(monkeypatch):
+    """Nesting is checked on the parsed value: a long argument full of brackets (past the depth limit in
+    number) is not walked character by character; text that does not parse, and nests too deeply, is
+    still reported as too deep first."""
+    from grammar_parse import values
+
+    walked = []
+    original = values._check_depth
+    monkeypatch.setattr(values, "_check_depth", lambda text, limit: (walked.append(len(text)), original(text, limit))[1])
+    brackets = '{"query": "%s"}' % ("[x] {y} " * 200)
+    assert parse_content(brackets, "json", {}) == {"query": "[x] {y} " * 200}
+    assert walked == []
+    with pytest.raises(ParseError) as caught:
+        parse_content("[" * 300 + "1", "json", {})
+    assert caught.value.code == "parse.json_depth" and walked == [301]
+    with pytest.raises(ParseError) as caught:
+        parse_content(DEEP, "json", {})
+    assert caught.value.code == "parse.json_depth"
