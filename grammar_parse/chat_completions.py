@@ -37,7 +37,7 @@ from .events import Event
 from .session import TemplateLike
 from .tools import CallValidator, call_function
 from .toolstream import ToolCallDelta
-from .wire_stream import REASONING_FIELDS, StrippedText, default_ids, open_stream, text_kind
+from .wire_stream import REASONING_FIELDS, StrippedText, TextKinds, default_ids, open_stream
 
 
 class ChatCompletionsStream:
@@ -62,7 +62,7 @@ class ChatCompletionsStream:
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
-        self._targets: dict[tuple[bool, Any], StrippedText | None] = {}  # (see _target)
+        self.kinds = TextKinds(self.calls.field)
         self.call_ids: dict[int, str] = {}
         self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
         self.finish_reason: str | None = None
@@ -104,28 +104,19 @@ class ChatCompletionsStream:
         for event in events:
             if event.get("field") == tool_field:
                 calls = True
-            elif event["type"] == "region_chunk" and (target := self._target(event)) is not None:
-                text = target.add(event["text"])
+            elif event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
+                target = "content" if kind == "content" else self.reasoning_field
+                stripped = self.texts.get(target)
+                if stripped is None:
+                    stripped = self.texts[target] = StrippedText()
+                text = stripped.add(event["text"])
                 if text:
-                    out.append({target.name: text})
+                    out.append({target: text})
         if calls:
             for delta in self.calls.feed(events):
                 if not delta.get("done"):
                     out.append({"tool_calls": [self._tool_delta(delta)]})
         return out
-
-    def _target(self, event: Event) -> StrippedText | None:
-        """The delta field a text event streams to (content or the reasoning field), None for others."""
-        key = "path" in event, event.get("field")
-        try:
-            return self._targets[key]
-        except KeyError:
-            pass
-        kind = text_kind(event, self.calls.field)
-        target = None if kind is None else "content" if kind == "content" else self.reasoning_field
-        stripped = None if target is None else self.texts.setdefault(target, StrippedText(target))
-        self._targets[key] = stripped
-        return stripped
 
     def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:
         index = delta["index"]

@@ -43,7 +43,7 @@ from .session import TemplateLike
 from .toolstream import ToolCallDelta
 from .values import copy_json
 from .wire import wire_json
-from .wire_stream import IdFactory, StrippedText, open_stream, text_kind
+from .wire_stream import IdFactory, StrippedText, TextKinds, open_stream
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -89,6 +89,7 @@ class ResponseStream:
         self.ids = ids
         self.response_id = response_id or ids("resp")
         _, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict)
+        self.kinds = TextKinds(self.calls.field)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
         self.open_items: dict[str, int] = {}  # text field -> output index of its open item
@@ -170,23 +171,28 @@ class ResponseStream:
 
     def _translate(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        calls = False  # whether an event is the tool-call field's (only then can a call move)
+        tool_field = self.calls.field
         for event in events:
             if event["type"] == "parse_error":
                 out.append(self._event("response.parse_error", {"code": event["code"], "field": event["field"],
                                                                 "span": event["span"], "message": event["message"]}))
                 continue
-            kind = text_kind(event, self.calls.field)
+            if event.get("field") == tool_field:
+                calls = True
+            kind = self.kinds(event)
             if kind is None:
                 continue
             if event["type"] == "region_chunk":
                 out += self._text(event["field"], kind, event["text"])
             elif event["type"] == "region_close" and event["field"] in self.open_items:
                 out += self._finish_text(event["field"])
-        for delta in self.calls.feed(events):
-            out += self._tool(delta)
-        for problem_ in self.calls.problems[self.reported:]:
-            out.append(self._problem(problem_))
-        self.reported = len(self.calls.problems)
+        if calls:
+            for delta in self.calls.feed(events):
+                out += self._tool(delta)
+            for problem_ in self.calls.problems[self.reported:]:
+                out.append(self._problem(problem_))
+            self.reported = len(self.calls.problems)
         return out
 
     def _problem(self, problem_: dict[str, Any]) -> dict[str, Any]:

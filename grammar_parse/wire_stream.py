@@ -50,6 +50,23 @@ def text_kind(event: Event, tool_field: str) -> str | None:
     return "content" if field == "content" else "reasoning" if field in REASONING_FIELDS else None
 
 
+class TextKinds:
+    """:func:`text_kind` of each event, cached by what decides it (a path, the field): the adapters ask
+    for every event, which is most of their work on a stream of text."""
+
+    def __init__(self, tool_field: str) -> None:
+        self.tool_field = tool_field
+        self._known: dict[tuple[bool, Any], str | None] = {}
+
+    def __call__(self, event: Event) -> str | None:
+        key = "path" in event, event.get("field")
+        try:
+            return self._known[key]
+        except KeyError:
+            kind = self._known[key] = text_kind(event, self.tool_field)
+            return kind
+
+
 def default_ids() -> IdFactory:
     """Random ids (``call_...``); inject your own factory for deterministic ids."""
     return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
@@ -59,8 +76,7 @@ class StrippedText:
     """Streams a text field the way the parser will strip it: no leading whitespace, and trailing
     whitespace held back until more text shows it is inside the value."""
 
-    def __init__(self, name: str = "") -> None:
-        self.name = name  # (the field it streams, for the caller)
+    def __init__(self) -> None:
         self.started = False
         self.held = ""
         self.sent: list[str] = []
@@ -85,4 +101,5 @@ class StrippedText:
         return "".join(self.sent)
 
 
-__all__ = ["IdFactory", "OpenStream", "REASONING_FIELDS", "StrippedText", "default_ids", "open_stream", "text_kind"]
+__all__ = ["IdFactory", "OpenStream", "REASONING_FIELDS", "StrippedText", "TextKinds", "default_ids", "open_stream",
+           "text_kind"]
