@@ -58,6 +58,17 @@ class Frame:
         self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
         self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
 
+    def copy(self) -> Frame:
+        """A frame with the same state that shares nothing mutable with this one."""
+        frame = Frame(self.region, dict(self.captures), self.start, self.open_text, self.field,
+                      None if self.path is None else list(self.path))
+        frame.chunks = list(self.chunks)
+        frame.children = copy_json(self.children)
+        frame.size = self.size
+        frame.walk = None if self.walk is None else self.walk.copy()
+        frame.problems = [dict(p) for p in self.problems]
+        return frame
+
 
 class RegionBuilder:
     """Builds regions, values and events from the parser's callbacks.
@@ -73,7 +84,7 @@ class RegionBuilder:
         self._grammar = grammar
         self._tools = tools
         self._strict = strict
-        self._extended = extended  # region_open events also carry the open delimiter's captures
+        self.extended = extended  # region_open events also carry the open delimiter's captures
         self._position = position
         self._report = report
         self._unexpected = unexpected
@@ -84,6 +95,21 @@ class RegionBuilder:
         self.prefix_len = 0
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
+
+    def state(self) -> tuple[Any, ...] | None:
+        """What the builder holds between events, for a replayed prompt's snapshot (see
+        ResponseParser._consume_prefix); None when it holds what a snapshot does not carry (broken calls'
+        loose text, a value typed by the tools)."""
+        if self._loose or any(not isinstance(v, str) for k, v in self.output.items() if k not in self._grammar.defaults):
+            return None
+        return (copy_json(self.output), [f.copy() for f in self.frames], self.prefix_len, list(self._content_chunks))
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take the state a snapshot holds (copied: snapshots are shared by parsers)."""
+        output, frames, self.prefix_len, chunks = state
+        self.output = copy_json(output)
+        self.frames[:] = [f.copy() for f in frames]
+        self._content_chunks = list(chunks)
 
     def callbacks(self) -> Callbacks:
         """The parser's callbacks (each takes a RegionBuilder first): the grammar's own, with an opener per
@@ -149,7 +175,7 @@ class RegionBuilder:
                 frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
                 frame.size = sum(map(len, frame.chunks))
             event: RegionOpen = {"type": "region_open", "field": region.field}
-            if self._extended:
+            if self.extended:
                 event["captures"] = captures
             self.events.append(event)
         else:
@@ -165,7 +191,7 @@ class RegionBuilder:
                     pass  # the entry's key comes from a component not parsed yet
             frame = Frame(region, captures, start, open_text, parent.field, path)
             event = {"type": "region_open", "field": frame.field, "path": path}
-            if self._extended:
+            if self.extended:
                 event["captures"] = captures
             self.events.append(event)
         self.frames.append(frame)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
@@ -24,7 +24,7 @@ from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
-from .values import JSON_MAX_DEPTH, with_json_depth
+from .values import JSON_MAX_DEPTH, copy_json, with_json_depth
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 
@@ -33,8 +33,28 @@ MAX_REGION_CHARS = 64 * 1024 * 1024
 #: Seconds the regex module may search a prompt for a start_anchor_pattern before the linear matcher takes
 #: over (grammar_parse.linear_regex: the same matches, so the choice never changes where the output starts).
 START_ANCHOR_LIMIT = 0.25
+#: Prompt tails longer than this (a grammar without a start anchor sees the whole prompt) are replayed
+#: for each parser, not kept; at most MAX_REPLAYS are kept per grammar.
+MAX_REPLAY_CHARS = 4096
+MAX_REPLAYS = 256
 #: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
 _RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
+
+
+class _Replay(NamedTuple):
+    """A parser's state after replaying a prompt tail (see ResponseParser._consume_prefix)."""
+
+    stack: list[int]
+    values: list[Any]
+    buf: str
+    pos: int
+    base: int
+    prefix_len: int
+    run: Terminal | None
+    last_empty: tuple[int, str] | None
+    discarded: list[list[int]]
+    events: list[Event]
+    regions: tuple[Any, ...]
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -363,19 +383,50 @@ class ResponseParser:
         anchor = self._grammar.start_anchor
         truncated = prefix
         if anchor is not None:
-            last_end = None
             # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
             # linear matcher finishes the search (same matches); literal anchors are linear already.
-            limit = None if anchor.literals is not None else START_ANCHOR_LIMIT
-            for m in anchor.bounded.finditer(prefix, limit):
-                last_end = m.end()
+            last_end = anchor.last_end(prefix, None if anchor.literals is not None else START_ANCHOR_LIMIT)
             if last_end is not None:
                 truncated = prefix[last_end:]
         if not truncated:
             return
+        # The same prompt tail (a pre-filled "<think>\n") comes with every request: its replay is kept per
+        # grammar and parser options, and a new parser starts from a copy of the state it left.
+        key = None if self._trace is not None or len(truncated) > MAX_REPLAY_CHARS else \
+            (truncated, self._strict, self._regions.extended, self._max_region, self.max_json_depth)
+        replays: dict[Any, _Replay] = self._grammar.tables.shared.setdefault("replays", {})
+        if key is not None and (replay := replays.get(key)) is not None:
+            self._resume(replay)
+            return
         self._prefix_len = self._regions.prefix_len = len(truncated)
         self._buf = truncated
         self._process(self.initial_events, eos=False)
+        if key is not None and (replay := self._replay()) is not None:
+            if len(replays) >= MAX_REPLAYS:
+                del replays[next(iter(replays))]  # the oldest
+            replays[key] = replay
+
+    def _replay(self) -> _Replay | None:
+        """The state the prompt's replay left, to start other parsers from (None when it holds what the
+        snapshot does not carry: errors, or the region builder's exceptions)."""
+        regions = self._regions.state()
+        if regions is None or self.errors or self._degraded or self._log is not None:
+            return None
+        return _Replay(list(self._stack), list(self._values), self._buf, self._pos, self._base, self._prefix_len,
+                       self._run, self._last_empty, [list(d) for d in self._discarded], copy_json(self.initial_events),
+                       regions)
+
+    def _resume(self, replay: _Replay) -> None:
+        """Start from a replay's state, as if the prompt had just been replayed."""
+        self._stack[:] = replay.stack
+        self._values[:] = replay.values
+        self._buf, self._pos, self._base, self._prefix_len = replay.buf, replay.pos, replay.base, replay.prefix_len
+        self._run, self._last_empty = replay.run, replay.last_empty
+        self._discarded = [list(d) for d in replay.discarded]
+        self.initial_events = copy_json(replay.events)
+        self._regions.restore(replay.regions)
+        self._fast = self._fast_path()
+        self._held_space = self._holds_space()
 
     def _process(self, events: list[Event], eos: bool) -> None:
         self._regions.events = events

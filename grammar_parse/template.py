@@ -70,6 +70,26 @@ class Delimiter:
         """The delimiter as a regex that cannot run away on hostile text (the start anchor on a prompt)."""
         return BoundedRegex(self.regex_source, regex.DOTALL)
 
+    @cached_property
+    def _lone_literal(self) -> str | None:
+        """The one literal, if its occurrences cannot overlap (no proper prefix of it is also a suffix):
+        then the last occurrence is the last of the non-overlapping matches a search finds."""
+        if self.literals is None or len(self.literals) != 1:
+            return None
+        lit = self.literals[0]
+        return None if not lit or any(lit.endswith(lit[:k]) for k in range(1, len(lit))) else lit
+
+    def last_end(self, text: str, limit: float | None) -> int | None:
+        """Where the last match in ``text`` ends, of the non-overlapping matches a search finds from the
+        start (None: no match): where a prompt's last start anchor ends. ``limit``: seconds the regex
+        module may search before the linear matcher finishes (the same matches)."""
+        lit = self._lone_literal
+        if lit is not None:
+            at = text.rfind(lit)
+            return None if at < 0 else at + len(lit)
+        matches = self.bounded.finditer(text, limit)
+        return matches[-1].end() if matches else None
+
 
 @dataclass(frozen=True)
 class FieldTemplate:

@@ -199,3 +199,15 @@ def test_json_walk_on_a_whole_text_agrees_with_the_walk_char_by_char(value, tail
         if stepped is not None:
             break
     assert whole == stepped
+
+
+@given(st.lists(st.text(alphabet="ab<", min_size=1, max_size=4), min_size=1, max_size=2, unique=True),
+       st.text(alphabet="ab<x", max_size=30))
+def test_the_last_start_anchor_ends_where_the_last_search_match_ends(literals, text):
+    """A prompt is cut after its last start anchor: one literal that cannot overlap itself is found with
+    rfind, any other anchor by searching; both as the regex's non-overlapping matches from the start."""
+    from grammar_parse.template import Delimiter
+
+    anchor = Delimiter(literals=tuple(literals))
+    ends = [m.end() for m in anchor.compile().finditer(text)]
+    assert anchor.last_end(text, None) == (ends[-1] if ends else None)

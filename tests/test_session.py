@@ -246,3 +246,33 @@ def test_the_adapters_stream_with_the_parsers_json_depth():
         deltas = streamer.feed(parser.feed(text)) + streamer.feed(parser.finalize()[1])
         sent = "".join(d.get("arguments", "") for d in deltas)
         assert (sent.count("[") == 299) is sent_whole, depth
+
+
+def _prefixed_goldens() -> list[Any]:
+    from goldens import all_goldens
+
+    return [c for c in all_goldens() if c.prefix and "error" not in c.expected and c.grammar in gp.list_grammars()]
+
+
+def test_a_parser_started_from_a_kept_replay_is_the_parser_that_replayed():
+    """A prompt tail is replayed once per grammar and parser options; later parsers start from a copy of
+    the state it left. They give the same initial events, events feed by feed and message as the parser
+    that replayed it, and share nothing with it or each other (each run mutates its own frames)."""
+    from conformance import jsonable
+
+    cases = _prefixed_goldens()
+    kept = 0
+    for case in cases:
+        grammar = gp.load_grammar(case.grammar)
+        grammar.tables.shared.pop("replays", None)
+        runs = []
+        for _ in range(3):
+            parser = gp.ResponseParser(grammar, case.prefix, tools=case.tools, extended_events=True, strict=False)
+            events = list(parser.initial_events)
+            for i in range(0, len(case.text), 3):
+                events += parser.feed(case.text[i:i + 3])
+            message, final = parser.finalize()
+            runs.append(jsonable([message, events + final, parser.discarded_spans]))
+        assert runs[0] == runs[1] == runs[2], (case.grammar, case.name)
+        kept += bool(grammar.tables.shared.get("replays"))
+    assert len(cases) > 50 and kept > len(cases) // 2  # (most prompt tails are kept; the rest replay each time)
