@@ -17,7 +17,7 @@ from .errors import ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .delimiters import JsonWalk
 from .grammar import Grammar, Region, Terminal
-from .tables import Callbacks
+from .tables import Callbacks, RuleHandle
 from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .tools import ToolTypes
 from .values import copy_json, fill
@@ -112,19 +112,19 @@ class RegionBuilder:
         self._content_chunks = list(chunks)
 
     def callbacks(self) -> Callbacks:
-        """The parser's callbacks (each takes a RegionBuilder first): the grammar's own, with an opener per
-        region-opening terminal and a closer per region rule. Built once per grammar."""
+        """The parser's callbacks (each takes a RegionBuilder): an opener per region-opening terminal and a
+        closer per region rule. Built once per grammar."""
         grammar = self._grammar
         shared = grammar.tables.shared
         callbacks: Callbacks | None = shared.get("regions")
         if callbacks is None:
-            callbacks = dict(grammar.tables.base_callbacks)
+            built: dict[RuleHandle | str, Callable[[RegionBuilder], None]] = {}
             for rule, region in grammar.tables.rule_regions.items():
-                callbacks[rule] = _closer(region)
+                built[rule] = _closer(region)
             for term in grammar.terminals.values():
                 if term.region is not None and term.role in ("open", "text"):
-                    callbacks[term.name] = _opener(term)
-            shared["regions"] = callbacks
+                    built[term.name] = _opener(term)
+            callbacks = shared["regions"] = built
         return callbacks
 
     def chunk(self, frame: Frame, text: str) -> RegionChunk:
@@ -317,33 +317,31 @@ class RegionBuilder:
 
 
 
-def _opener(term: Terminal) -> Callable[[RegionBuilder, str], str]:
+def _opener(term: Terminal) -> Callable[[RegionBuilder], None]:
     """The callback of a terminal that opens ``term.region`` (its delimiter, or its first text)."""
     region = term.region
     assert region is not None
     if term.role == "open":
-        def on_open(builder: RegionBuilder, text: str) -> str:
+        def on_open(builder: RegionBuilder) -> None:
             shifting = builder.shifting
             if shifting is None:
                 builder._push(region, {}, builder._position(), "")
-                return text
+                return
             _, start, opened, match = shifting
             captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
             builder._push(region, captures, start, opened)
-            return text
         return on_open
 
-    def on_text(builder: RegionBuilder, text: str) -> str:
+    def on_text(builder: RegionBuilder) -> None:
         frames = builder.frames
         if not frames or frames[-1].region is not region:
             builder._push(region, {}, builder._position(), "")
-        return text
     return on_text
 
 
-def _closer(region: Region) -> Callable[[RegionBuilder, list[Any]], None]:
+def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     """The callback of a rule that closes ``region`` when it is reduced."""
-    def on_close(builder: RegionBuilder, children: list[Any]) -> None:
+    def on_close(builder: RegionBuilder) -> None:
         builder.close(region)
     return on_close
 

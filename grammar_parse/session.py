@@ -45,7 +45,6 @@ class _Replay(NamedTuple):
     """A parser's state after replaying a prompt tail (see ResponseParser._consume_prefix)."""
 
     stack: list[int]
-    values: list[Any]
     buf: str
     pos: int
     base: int
@@ -165,10 +164,9 @@ class ResponseParser:
             position=lambda: self._base + self._pos, report=self._record, unexpected=self._unexpected)
         self._frames = regions.frames  # (the builder's list, read on the hot path)
         self._callbacks = regions.callbacks()
-        # The LALR parser's state and value stacks, which tables.feed drives over Lark's table.
+        # The LALR parser's state stack, which tables.feed drives over Lark's table.
         self._table = grammar.tables.parse_table.states
         self._stack: list[int] = [grammar.tables.parse_table.start_states["start"]]
-        self._values: list[Any] = []
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(max_json_depth, self._consume_prefix, prefix)
@@ -412,14 +410,13 @@ class ResponseParser:
         regions = self._regions.state()
         if regions is None or self.errors or self._degraded or self._log is not None:
             return None
-        return _Replay(list(self._stack), list(self._values), self._buf, self._pos, self._base, self._prefix_len,
+        return _Replay(list(self._stack), self._buf, self._pos, self._base, self._prefix_len,
                        self._run, self._last_empty, [list(d) for d in self._discarded], copy_json(self.initial_events),
                        regions)
 
     def _resume(self, replay: _Replay) -> None:
         """Start from a replay's state, as if the prompt had just been replayed."""
         self._stack[:] = replay.stack
-        self._values[:] = replay.values
         self._buf, self._pos, self._base, self._prefix_len = replay.buf, replay.pos, replay.base, replay.prefix_len
         self._run, self._last_empty = replay.run, replay.last_empty
         self._discarded = [list(d) for d in replay.discarded]
@@ -572,7 +569,7 @@ class ResponseParser:
             return
         if self._run is not term:
             self._run = None
-            self._shift(term.name, "")  # the text itself stays off the parser's stack (no copy)
+            self._shift(term.name)  # (the text itself never goes to the parser: no copy)
             self._run = term
         if term.role != "text":
             self._note_discard(start, start + len(text))
@@ -599,9 +596,8 @@ class ResponseParser:
 
     def _accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        inert = self._grammar.tables.base_callbacks  # (no region callbacks: a trial changes nothing)
         for term in self._states[self._stack[-1]].text_candidates:
-            if feed(self._table, list(self._stack), list(self._values), term.name, "", inert):
+            if feed(self._table, list(self._stack), term.name, {}):  # (no callbacks: a trial changes nothing)
                 return term
         return None
 
@@ -623,23 +619,23 @@ class ResponseParser:
                                 "end": self._offset(hit[1])})
         text = self._buf[hit[0]:hit[1]]
         self._regions.shifting = (term, self._base + hit[0], text, hit[2])
-        self._shift(term.name, text)
+        self._shift(term.name)
         self._regions.shifting = None
 
-    def _shift(self, name: str, text: str) -> None:
-        stack, values, table = self._stack, self._values, self._table
-        if not feed(table, stack, values, name, text, self._callbacks, self._regions):
+    def _shift(self, name: str) -> None:
+        stack, table = self._stack, self._table
+        if not feed(table, stack, name, self._callbacks, self._regions):
             raise self._unexpected(f"{name} is not allowed here (expected {self._expected()})")
         # Reduce at once where no lookahead is needed, so regions close when their delimiter completes.
         states = self._states
         callbacks, regions = self._callbacks, self._regions
         while (rule := states[stack[-1]].default_rule) is not None:
-            reduce(table, stack, values, rule, callbacks[rule], regions)
+            reduce(table, stack, rule, callbacks.get(rule), regions)
 
     def _end(self) -> None:
         self._run = None
         end_state = self._grammar.tables.parse_table.end_states["start"]
-        if not feed(self._table, self._stack, self._values, "$END", None, self._callbacks, self._regions, end_state):
+        if not feed(self._table, self._stack, "$END", self._callbacks, self._regions, end_state):
             # The output stopped where the grammar wanted more (a region's close delimiter, a required
             # part): close what is open, innermost first, as a truncated stream should be.
             self._regions.close_open()

@@ -47,10 +47,11 @@ class RuleHandle:
         return f"<RuleHandle {self.rule}>"
 
 
-#: What the parser calls, by rule (a reduction, with the children) or terminal name (a shift, with the
-#: delimiter's text): functions of the session's region builder (``context``) and that value. One dict per
-#: grammar, shared by its sessions.
-Callbacks = dict[RuleHandle | str, Callable[[Any, Any], Any]]
+#: What the parser calls, by rule (a reduction) or terminal name (a shift): functions of the session's
+#: region builder (``context``). Regions are all the parser builds, so it keeps no value stack and the
+#: callbacks get no values. One dict per grammar, shared by its sessions; a rule or terminal without an
+#: entry does nothing.
+Callbacks = Mapping[RuleHandle | str, Callable[[Any], None]]
 
 
 class ParseTable(ParseTableBase[int]):
@@ -84,49 +85,42 @@ class Tables:
     states: Mapping[int, StateInfo]
     parse_table: ParseTable
     rule_regions: Mapping[RuleHandle, Region]  # the rules whose reduction closes a region
-    base_callbacks: Mapping[RuleHandle | str, Callable[[Any, Any], Any]]  # every rule, doing nothing
     context: int  # characters of history the delimiters may look back at
     #: What the sessions of this grammar build once and share (the region builder's callbacks).
     shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def reduce(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], values: list[Any],
-           rule: RuleHandle, callback: Callable[[Any, list[Any]], Any], context: Any = None) -> None:
-    """Reduce ``rule`` on a parser's state and value stacks: pop its children, push what ``callback`` makes
-    of them and the state its goto leads to (for the reductions a token decides, :func:`feed`, and for
-    those that need no token)."""
-    size = rule.size
-    if size:
-        children = values[-size:]
-        del stack[-size:]
-        del values[-size:]
-    else:
-        children = []
-    value = callback(context, children)
+def reduce(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], rule: RuleHandle,
+           callback: Callable[[Any], None] | None, context: Any = None) -> None:
+    """Reduce ``rule`` on a parser's state stack: pop its children's states, call ``callback`` (if any) and
+    push the state its goto leads to (for the reductions a token decides, :func:`feed`, and for those
+    that need no token)."""
+    if rule.size:
+        del stack[-rule.size:]
+    if callback is not None:
+        callback(context)
     stack.append(table[stack[-1]][rule.goto][1])
-    values.append(value)
 
 
-def feed(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], values: list[Any], symbol: str,
-         value: Any, callbacks: Mapping[RuleHandle | str, Callable[[Any, Any], Any]], context: Any = None,
-         end_state: int = -1) -> bool:
-    """Feed one terminal to the parser: the reductions it decides, then its shift (the callback of a
-    shifted terminal makes its value; callbacks get ``context`` first). False when the state has no
-    action for it (what the reductions did stays, as in Lark). With ``end_state``, ``symbol`` is the
-    end of input and this stops there.
+def feed(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], symbol: str, callbacks: Callbacks,
+         context: Any = None, end_state: int = -1) -> bool:
+    """Feed one terminal to the parser: the reductions it decides, then its shift, each with its callback
+    (given ``context``). False when the state has no action for it (what the reductions did stays, as
+    in Lark). With ``end_state``, ``symbol`` is the end of input and this stops there.
 
-    The LALR step of Lark's ParserState.feed_token, on the session's own stacks: no Token objects and
-    no parser-state object per session (a short message shifts only a few tokens, so both showed)."""
+    The LALR step of Lark's ParserState.feed_token on the session's own state stack: no Token objects,
+    no value stack and no parser-state object per session (a short message shifts only a few tokens, so
+    all three showed)."""
     while True:
         action = table[stack[-1]].get(symbol)
         if action is None:
             return False
         if action[0] is Shift:
             stack.append(action[1])
-            callback = callbacks.get(symbol)
-            values.append(value if callback is None else callback(context, value))
+            if (callback := callbacks.get(symbol)) is not None:
+                callback(context)
             return True
-        reduce(table, stack, values, action[1], callbacks[action[1]], context)
+        reduce(table, stack, action[1], callbacks.get(action[1]), context)
         if stack[-1] == end_state:
             return True
 
@@ -166,7 +160,6 @@ def build_tables(lark_table: ParseTableBase[int], rules: list[Rule], terminals: 
         states=final,
         parse_table=table,
         rule_regions=rule_regions,
-        base_callbacks=Callbacks.fromkeys(handles.values(), _ignore),
         context=max((t.matcher.context for t in terminals.values() if t.matcher is not None), default=0),
     )
 
@@ -233,11 +226,10 @@ def _after_text(table: ParseTable, states: Mapping[int, StateInfo], state: int, 
     if action is not Shift:
         return None
     stack = [state, target]
-    values: list[Any] = [None]  # (one per state above the bottom one, as on the session's stacks)
     while (rule := states[stack[-1]].default_rule) is not None:
         if rule.size >= len(stack):
             return None
-        reduce(table.states, stack, values, rule, _ignore)
+        reduce(table.states, stack, rule, None)
     return states[stack[-1]].scanner
 
 
@@ -266,11 +258,6 @@ def _repeat_watches(table: ParseTable, terminals: Mapping[str, Terminal]) -> dic
             if repeat is not None and action is Shift:
                 added.setdefault(target, repeat)  # (the first opener shifted into a state is its repeat)
     return added
-
-
-def _ignore(context: Any, children: Any) -> None:
-    """Reductions that are not regions produce nothing."""
-    return None
 
 
 __all__ = ["Callbacks", "ParseTable", "RuleHandle", "StateInfo", "Tables", "build_tables", "feed", "reduce"]

@@ -150,8 +150,8 @@ def test_11_per_chunk_work_does_not_grow_with_the_output(monkeypatch):
 
     fed = []
     original = session.feed
-    monkeypatch.setattr(session, "feed", lambda table, stack, values, symbol, *rest: (
-        fed.append(symbol), original(table, stack, values, symbol, *rest))[1])
+    monkeypatch.setattr(session, "feed", lambda table, stack, symbol, *rest: (
+        fed.append(symbol), original(table, stack, symbol, *rest))[1])
     parser = gp.ResponseParser("qwen3", "")
     parser.feed("<think>")
     largest = 0
