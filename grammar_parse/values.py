@@ -464,49 +464,65 @@ def _fill(template: Any, scope: Mapping[str, Any], partial: bool = False) -> Any
     (``{id?}``) leaves the key (or list element) out when none does. ``partial`` treats every placeholder
     as optional (a broken tool call is built from the parts that exist).
     """
+    return _filler(template)(scope, partial)
+
+
+#: A template's filler is a function of (scope, partial); dicts and lists are rebuilt on every fill.
+_Filler = Callable[[Mapping[str, Any], bool], Any]
+#: Fillers by template object (grammar data: a region's transform, filled at every close), each kept
+#: with its template so that the id is not reused while the entry lives.
+_FILLERS: dict[int, tuple[Any, _Filler]] = {}
+
+
+def _filler(template: Any) -> _Filler:
+    """The template read once into nested functions: no type tests or placeholder matching per fill."""
+    known = _FILLERS.get(id(template))
+    if known is not None and known[0] is template:
+        return known[1]
+    filler = _build_filler(template)
+    if len(_FILLERS) >= 4096:
+        _FILLERS.clear()  # (bounded, whatever templates a process uses)
+    _FILLERS[id(template)] = (template, filler)
+    return filler
+
+
+def _build_filler(template: Any) -> _Filler:
     if isinstance(template, dict):
-        out = {}
-        for key, item in template.items():
-            if (value := _fill(item, scope, partial)) is not _MISSING:
-                out[key] = value
-        return out
+        items = [(key, _build_filler(item)) for key, item in template.items()]
+
+        def fill_dict(scope: Mapping[str, Any], partial: bool) -> Any:
+            out = {}
+            for key, fill_item in items:
+                if (value := fill_item(scope, partial)) is not _MISSING:
+                    out[key] = value
+            return out
+        return fill_dict
     if isinstance(template, list):
-        return [v for v in (_fill(v, scope, partial) for v in template) if v is not _MISSING]
-    if not isinstance(template, str):
-        return template
-    placeholder = _placeholder(template)
+        elements = [_build_filler(item) for item in template]
+        return lambda scope, partial: [v for v in (f(scope, partial) for f in elements) if v is not _MISSING]
+    placeholder = _placeholder(template) if isinstance(template, str) else None
     if placeholder is None:
-        return template
+        return lambda scope, partial: template
     paths, optional = placeholder
-    first_error: ParseError | None = None
-    for path in paths:
-        try:
-            return _lookup(path, scope)
-        except ParseError as e:  # PlaceholderError too
-            first_error = first_error or e
-    if optional or partial:
-        return _MISSING
-    assert first_error is not None
-    raise first_error
 
-
-#: Template strings (grammar data, never model output) read as placeholders: every region close fills
-#: its transform, and matching each of its strings again was a tenth of a short message's cost.
-_PLACEHOLDERS: dict[str, tuple[list[str], bool] | None] = {}
+    def fill_placeholder(scope: Mapping[str, Any], partial: bool) -> Any:
+        first_error: ParseError | None = None
+        for path in paths:
+            try:
+                return _lookup(path, scope)
+            except ParseError as e:  # PlaceholderError too
+                first_error = first_error or e
+        if optional or partial:
+            return _MISSING
+        assert first_error is not None
+        raise first_error
+    return fill_placeholder
 
 
 def _placeholder(template: str) -> tuple[list[str], bool] | None:
     """A whole-string placeholder's paths and whether it is optional (None: the string is literal)."""
-    try:
-        return _PLACEHOLDERS[template]
-    except KeyError:
-        pass
     whole = PLACEHOLDER.fullmatch(template)
-    found = None if whole is None else (whole.group(1).split("|"), whole.group(2) == "?")
-    if len(_PLACEHOLDERS) >= 4096:
-        _PLACEHOLDERS.clear()  # (bounded, whatever templates a process loads)
-    _PLACEHOLDERS[template] = found
-    return found
+    return None if whole is None else (whole.group(1).split("|"), whole.group(2) == "?")
 
 
 def _lookup(path: str, scope: Mapping[str, Any]) -> Any:
