@@ -138,6 +138,7 @@ def plan_for(region: Region) -> CallPlan:
 
 # ---------------------------------------------------------------------------- the incremental JSON scanner
 _STRING_STOP = regex.compile(r'["\\]')
+_LAX_JSON = json.JSONDecoder(strict=False)  # (json.loads with an option builds a decoder per call)
 _WS = " \t\n\r"
 
 
@@ -187,8 +188,8 @@ class JsonWalker:
                 i = j + 1
                 if self.string_is_key:
                     raw = "".join(self.key_chars)
-                    try:
-                        key = json.loads('"' + raw + '"', strict=False)  # (raw control characters too)
+                    try:  # (a key without escapes is itself; raw control characters are allowed)
+                        key = raw if "\\" not in raw else _LAX_JSON.decode('"' + raw + '"')
                     except ValueError:
                         key = raw  # a broken escape: the key as written (the value's parse reports it)
                     listener.on_key(len(self.stack), key, base + i)
