@@ -171,8 +171,12 @@ def _firsts(items: list[Any]) -> set[str] | None:
                 return None
             union |= found
         return union
-    if op in _ANY_REPEAT and av[0] >= 1:
-        return _firsts(list(av[2]))
+    if op in _ANY_REPEAT:
+        inner = _firsts(list(av[2]))
+        if inner is None or av[0] >= 1:
+            return inner
+        rest = _firsts(items[1:])  # (an optional item: a match may start with what follows it)
+        return None if rest is None else inner | rest
     return None
 
 

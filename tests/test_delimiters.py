@@ -89,7 +89,10 @@ def test_pattern_shape():
     (r"[xy]z|w", "wxy"),
     (r"(?=\s*\{)", None),                  # zero-width: no first character
     (r"\s*<x>", None),                     # whitespace first (handled by the \s* lowering instead)
-    (r"x?y", None),                        # an optional first item
+    (r"x?y", "xy"),                        # an optional first item: it, or what follows
+    (r"(?:</f>\s*)?</tool_call>", "<"),      # (qwen3_coder's call close)
+    (r"x?", None),                         # it may match empty
+    (r"(?:a*)?b", None),                   # an optional item that may itself match empty
     (r"(?i)abc", None),                    # case-insensitive
     (r"[^a]b", None),
     (r"\p{L}x", None),
@@ -98,7 +101,8 @@ def test_first_chars_of_a_pattern(pattern, expected):
     assert first_chars(pattern) == expected
     if expected:  # every match, complete or partial, really starts with one of them
         compiled = regex.compile(pattern, regex.DOTALL)
-        starts = [text[m.start()] for text in ["a <tool_call> { xz <a>[b yz w <a", "q[b<tool_c", "<tool_call>  "]
+        starts = [text[m.start()] for text in ["a <tool_call> { xz <a>[b yz w <a", "q[b<tool_c", "<tool_call>  ",
+                                                 "a y xy </f> </tool_call> </f"]
                   for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
         assert starts and set(starts) <= set(expected)
 
