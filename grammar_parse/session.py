@@ -1,8 +1,10 @@
-"""The streaming session: scanner and Lark's LALR parser turning text into region events and a message.
+"""The streaming session: scanner and LALR parser turning text into region events and a message.
 
 The scanner finds delimiters (only those live in the current parser state) and routes the text between
-them; Lark's parser state decides the structure. Lark only ever sees structure tokens: delimiters and
-the first text token of a run, so its cost grows with the number of regions, not the bytes. Regions
+them; the parser state decides the structure. The parser walks Lark's LALR table itself
+(:func:`grammar_parse.tables.feed`, on a stack of states alone) and only ever sees structure tokens:
+delimiters and the first text token of a run, so its cost grows with the number of regions, not the
+bytes. Regions
 open when their open delimiter (or, for the field without one, its first byte) is shifted and close
 when their rule is reduced. After every shift, reductions that need no lookahead happen at once, so a
 region closes the moment its close delimiter completes.
