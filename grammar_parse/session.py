@@ -406,7 +406,7 @@ class ResponseParser:
         self._process(self.initial_events, eos=False)
         if key is not None and (replay := self._replay()) is not None:
             if len(replays) >= MAX_REPLAYS:
-                del replays[next(iter(replays))]  # the oldest
+                replays.pop(next(iter(replays), None), None)  # the oldest (another thread may have taken it)
             replays[key] = replay
 
     def _replay(self) -> _Replay | None:
