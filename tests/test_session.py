@@ -276,3 +276,19 @@ def test_a_parser_started_from_a_kept_replay_is_the_parser_that_replayed():
         assert runs[0] == runs[1] == runs[2], (case.grammar, case.name)
         kept += bool(grammar.tables.shared.get("replays"))
     assert len(cases) > 50 and kept > len(cases) // 2  # (most prompt tails are kept; the rest replay each time)
+
+
+def test_kept_replays_are_bounded_and_long_prompt_tails_are_not_kept():
+    from grammar_parse.session import MAX_REPLAY_CHARS, MAX_REPLAYS
+
+    grammar = gp.load_grammar("qwen3")
+    grammar.tables.shared.pop("replays", None)
+    anchor = "<|im_start|>assistant\n"
+    for i in range(MAX_REPLAYS + 40):
+        message = gp.parse_response("b</think>c", grammar, prefix=f"{anchor}<think>a{i}")
+        assert message["reasoning_content"] == f"a{i}b"  # (each tail its own replay)
+    assert len(grammar.tables.shared["replays"]) == MAX_REPLAYS
+    grammar.tables.shared.pop("replays", None)
+    long_tail = "<think>" + "x" * MAX_REPLAY_CHARS
+    assert gp.parse_response("</think>c", grammar, prefix=anchor + long_tail)["reasoning_content"] == "x" * MAX_REPLAY_CHARS
+    assert not grammar.tables.shared.get("replays")
