@@ -1,10 +1,11 @@
 """The LALR automaton the streaming session walks: Lark's table, and what each parser state means for text.
 
 Internal. :func:`grammar_parse.grammar.build_grammar` builds one :class:`Tables` per grammar
-(``Grammar.tables``); every session of that grammar reads it and none changes it. For each parser state
-it records where text goes, which delimiters are live (one shared :class:`Scanner` per distinct set) and
-the rule reduced there without lookahead. :func:`reduce` is the LALR reduction step of those rules, for
-the session (on its value stack) and for the table building here (on a stack of states alone).
+(``Grammar.tables``); every session of that grammar reads it, and only ``shared`` (what sessions build
+once and share) changes. For each parser state it records where text goes, which delimiters are live
+(one shared :class:`Scanner` per distinct set) and the rule reduced there without lookahead.
+:func:`feed` is the LALR step of one terminal and :func:`reduce` the reduction step, on a stack of
+states alone, for the session and for the table building here.
 """
 
 from __future__ import annotations
