@@ -502,9 +502,7 @@ class ResponseParser:
             return None
         if text.role != "text":
             return (quiet.trigger, quiet.hits, quiet.hold_space, None)
-        frame = self._frames[-1]
-        if frame.path is not None:
-            return None  # component chunks carry a path; the general route adds it
+        frame = self._frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
         if info.scanner.value_end is not None and frame.walk is None:
             return None  # the walk to the value's end has not started
         return (quiet.trigger, quiet.hits, quiet.hold_space, frame)

@@ -292,3 +292,28 @@ def test_kept_replays_are_bounded_and_long_prompt_tails_are_not_kept():
     long_tail = "<think>" + "x" * MAX_REPLAY_CHARS
     assert gp.parse_response("</think>c", grammar, prefix=anchor + long_tail)["reasoning_content"] == "x" * MAX_REPLAY_CHARS
     assert not grammar.tables.shared.get("replays")
+
+
+@pytest.mark.parametrize("name, head, tail", [
+    ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n",
+     "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),   # (its close may start with a newline)
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</tool_call>"),
+])
+def test_a_long_argument_streams_on_the_fast_path(name, head, tail, monkeypatch):
+    """Inside a call, chunks that cannot start a live delimiter skip the scan, whatever the delimiters'
+    first characters are (an optional prefix, a newline): the scans stay few however long the argument."""
+    from grammar_parse import session
+
+    scans = []
+    original = session.ResponseParser._process
+    monkeypatch.setattr(session.ResponseParser, "_process",
+                        lambda self, events, eos: (scans.append(eos), original(self, events, eos))[1])
+    body = '{"a": "' + "word " * 4000 + '"}' if name == "deepseek_v3" else "word " * 4000
+    text = head + body + tail
+    parser = gp.ResponseParser(name, "")
+    for i in range(0, len(text), 4):
+        parser.feed(text[i:i + 4])
+    message, _ = parser.finalize()
+    assert len(scans) < 60  # (5,000 chunks)
+    arguments = message["tool_calls"][0]["function"]["arguments"]
+    assert arguments == ({"a": "word " * 4000} if name == "deepseek_v3" else {"a": ("word " * 4000).strip()})
