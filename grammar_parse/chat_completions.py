@@ -99,12 +99,8 @@ class ChatCompletionsStream:
     # internals
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        calls = False  # whether an event is the tool-call field's (only then can a call move)
-        tool_field = self.calls.field
         for event in events:
-            if event.get("field") == tool_field:
-                calls = True
-            elif event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
+            if event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
                 target = "content" if kind == "content" else self.reasoning_field
                 stripped = self.texts.get(target)
                 if stripped is None:
@@ -112,10 +108,9 @@ class ChatCompletionsStream:
                 text = stripped.add(event["text"])
                 if text:
                     out.append({target: text})
-        if calls:
-            for delta in self.calls.feed(events):
-                if not delta.get("done"):
-                    out.append({"tool_calls": [self._tool_delta(delta)]})
+        for delta in self.calls.feed(events):  # (it returns at once when no event is its field's)
+            if not delta.get("done"):
+                out.append({"tool_calls": [self._tool_delta(delta)]})
         return out
 
     def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:

@@ -171,15 +171,11 @@ class ResponseStream:
 
     def _translate(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        calls = False  # whether an event is the tool-call field's (only then can a call move)
-        tool_field = self.calls.field
         for event in events:
             if event["type"] == "parse_error":
                 out.append(self._event("response.parse_error", {"code": event["code"], "field": event["field"],
                                                                 "span": event["span"], "message": event["message"]}))
                 continue
-            if event.get("field") == tool_field:
-                calls = True
             kind = self.kinds(event)
             if kind is None:
                 continue
@@ -187,12 +183,11 @@ class ResponseStream:
                 out += self._text(event["field"], kind, event["text"])
             elif event["type"] == "region_close" and event["field"] in self.open_items:
                 out += self._finish_text(event["field"])
-        if calls:
-            for delta in self.calls.feed(events):
-                out += self._tool(delta)
-            for problem_ in self.calls.problems[self.reported:]:
-                out.append(self._problem(problem_))
-            self.reported = len(self.calls.problems)
+        for delta in self.calls.feed(events):  # (it returns at once when no event is its field's)
+            out += self._tool(delta)
+        for problem_ in self.calls.problems[self.reported:]:
+            out.append(self._problem(problem_))
+        self.reported = len(self.calls.problems)
         return out
 
     def _problem(self, problem_: dict[str, Any]) -> dict[str, Any]:
