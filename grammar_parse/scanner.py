@@ -138,15 +138,9 @@ class Scanner:
                         else:
                             known = None
                             del progress[term.name]
-                    if (cached := hits.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
-                            and (cached[2] is None or cached[2][0] >= pos):
-                        hit = cached[2]  # memoised per buffer: a scan repeats after each token
-                    else:
-                        # (a literal that was not in the shorter buffer can only end in the new text)
-                        frm = start if known is None or known.found or not literal \
-                            else max(start, known.end - matcher.max_width + 1)
-                        hit = matcher.search(buf, frm)
-                        hits[term.name] = (buf, pos, hit)
+                    # (a literal that was not in the shorter buffer can only end in the new text)
+                    hit = _search(hits, term, matcher, buf, pos, start if known is None or known.found or not literal
+                                  else max(start, known.end - matcher.max_width + 1))
                     if not eos:
                         found, searched = hit is not None, hit
                         hit, pending = matcher.probe(buf, start, hit)
@@ -187,12 +181,8 @@ class Scanner:
                     hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
                 elif kind == _REPEAT:
                     hit = matcher.search(buf, pos)
-                elif (cached := hits.get(term.name)) is not None and cached[0] is buf and cached[1] <= pos \
-                        and (cached[2] is None or cached[2][0] >= pos):
-                    hit = cached[2]
                 else:
-                    hit = matcher.search(buf, pos)
-                    hits[term.name] = (buf, pos, hit)
+                    hit = _search(hits, term, matcher, buf, pos, pos)
             except TimeoutError:
                 raise _timed_out(term) from None
             if hit is not None and hit[0] < n:
@@ -200,6 +190,18 @@ class Scanner:
                 if best_key is None or key < best_key:
                     best, best_hit, best_key = term, hit, key
         return best, best_hit, n
+
+
+def _search(hits: dict[str, tuple[str, int, Hit | None]], term: Terminal, matcher: Any, buf: str, pos: int,
+            frm: int) -> Hit | None:
+    """The first match of ``term`` in ``buf`` from ``pos``, searched from ``frm`` (no match starts between
+    them), memoised per buffer: the scan repeats after each token."""
+    cached = hits.get(term.name)
+    if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
+        return cached[2]
+    hit: Hit | None = matcher.search(buf, frm)
+    hits[term.name] = (buf, pos, hit)
+    return hit
 
 
 def _timed_out(term: Terminal) -> ParseError:
