@@ -522,12 +522,6 @@ class JsonWalk:
         self.end: int | None = None
         self.tried = False  # whether the C decoder was tried (see advance)
 
-    def copy(self) -> JsonWalk:
-        walk = JsonWalk(self.at)
-        for name in self.__slots__:
-            setattr(walk, name, getattr(self, name))
-        return walk
-
     def advance(self, buf: str, base: int) -> int | None:
         """Walk ``buf`` (which starts at absolute offset ``base``) to its end; the value's end, if seen."""
         if self.end is not None or self.dead:

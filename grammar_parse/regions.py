@@ -9,6 +9,7 @@ session through the ``report`` callback, so the session keeps one account of err
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +66,7 @@ class Frame:
         frame.chunks = list(self.chunks)
         frame.children = copy_json(self.children)
         frame.size = self.size
-        frame.walk = None if self.walk is None else self.walk.copy()
+        frame.walk = copy.copy(self.walk)  # (its fields are immutable: a shallow copy shares nothing)
         frame.problems = [dict(p) for p in self.problems]
         return frame
 

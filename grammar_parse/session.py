@@ -223,8 +223,7 @@ class ResponseParser:
                     if hold_space and not text.strip(REGEX_SPACE):
                         self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
                         return []
-                    # (the helpers _join_held, _offset and _count_lines written out: this runs per chunk)
-                    combined = (self._join_held() if self._held else self._buf) + text
+                    combined = self._join_held() + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
                     # (a region that ends with its JSON value takes the general route once the value ends)
                     if (frame is None or frame.size + len(kept) <= self._max_region and
@@ -232,10 +231,8 @@ class ResponseParser:
                         self._buf = combined[len(kept):]
                         if not kept:
                             return []
-                        start = self._base - self._prefix_len
-                        if (last := kept.rfind("\n")) >= 0:
-                            self._lines_before += kept.count("\n")
-                            self._line_start = start + last + 1
+                        start = self._offset(0)
+                        self._count_lines(kept, 0, len(kept), start)
                         self._base += len(kept)
                         if frame is None:
                             self._note_discard(start, start + len(kept))
