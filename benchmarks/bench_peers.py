@@ -74,6 +74,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench  # noqa: E402 - the same prose as the main benchmark
 import grammar_parse  # noqa: E402
 from grammar_parse.chat_completions import ChatCompletionsStream  # noqa: E402
 
@@ -97,22 +98,14 @@ TOOLS: list[dict[str, Any]] = [
                                           "required": ["path", "content"]}}},
 ]
 
-WORDS = ("the user wants to know about weather in paris so I should think about which tool to call and "
-         "what arguments it takes, then answer briefly with the result; numbers like 42 and 3.14 appear "
-         "too, along with punctuation: commas, periods. and (parentheses)").split()
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito", "Hanoi", "Perth"]
 
 Call = tuple[str, dict[str, Any]]  # (name, arguments)
 
 
 def prose(rng: random.Random, n: int) -> str:
-    out: list[str] = []
-    size = 0
-    while size < n:
-        w = rng.choice(WORDS)
-        out.append(w)
-        size += len(w) + 1
-    return " ".join(out)[:n].strip()
+    """bench.py's prose (the same words), without a space at either end."""
+    return bench.prose(rng, n).strip()
 
 
 def make_call(rng: random.Random, i: int) -> Call:
@@ -137,15 +130,22 @@ def _xml_value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def _tagged(calls: list[Call], call_open: str, argument: str, call_close: str) -> str:
+    """Calls written as tags: ``call_open`` (with ``{name}``), one ``argument`` per key (with ``{key}``,
+    ``{value}`` and ``{string}``, whether the value is a string), then ``call_close``."""
+    return "".join(call_open.format(name=n) + "".join(
+        argument.format(key=k, value=_xml_value(v), string="true" if isinstance(v, str) else "false")
+        for k, v in a.items()) + call_close for n, a in calls)
+
+
 def r_qwen3(reasoning: str, content: str, calls: list[Call]) -> str:
     body = "".join(f'\n<tool_call>\n{_json({"name": n, "arguments": a})}\n</tool_call>' for n, a in calls)
     return f"<think>\n{reasoning}\n</think>\n\n{content}\n{body}"
 
 
 def r_qwen3_coder(reasoning: str, content: str, calls: list[Call]) -> str:
-    body = "".join("\n<tool_call>\n<function=" + n + ">\n"
-                   + "".join(f"<parameter={k}>\n{_xml_value(v)}\n</parameter>\n" for k, v in a.items())
-                   + "</function>\n</tool_call>" for n, a in calls)
+    body = _tagged(calls, "\n<tool_call>\n<function={name}>\n", "<parameter={key}>\n{value}\n</parameter>\n",
+                   "</function>\n</tool_call>")
     return f"<think>\n{reasoning}\n</think>\n\n{content}\n{body}"
 
 
@@ -175,16 +175,13 @@ def r_mistral(reasoning: str, content: str, calls: list[Call]) -> str:  # tokeni
 
 
 def r_glm45(reasoning: str, content: str, calls: list[Call]) -> str:
-    body = "".join("\n<tool_call>" + n + "\n"
-                   + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{_xml_value(v)}</arg_value>\n" for k, v in a.items())
-                   + "</tool_call>" for n, a in calls)
+    body = _tagged(calls, "\n<tool_call>{name}\n", "<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n",
+                   "</tool_call>")
     return f"\n<think>{reasoning}</think>\n{content}{body}"
 
 
 def r_minimax_m2(reasoning: str, content: str, calls: list[Call]) -> str:
-    invokes = "".join(f'<invoke name="{n}">\n'
-                      + "".join(f'<parameter name="{k}">{_xml_value(v)}</parameter>\n' for k, v in a.items())
-                      + "</invoke>\n" for n, a in calls)
+    invokes = _tagged(calls, '<invoke name="{name}">\n', '<parameter name="{key}">{value}</parameter>\n', "</invoke>\n")
     return f"<think>\n{reasoning}\n</think>\n\n{content}\n<minimax:tool_call>\n{invokes}</minimax:tool_call>"
 
 
@@ -200,9 +197,7 @@ def r_llama3_json(reasoning: str, content: str, calls: list[Call]) -> str:  # no
 
 
 def r_glm47(reasoning: str, content: str, calls: list[Call]) -> str:  # <think> is in the prompt
-    body = "".join("<tool_call>" + n
-                   + "".join(f"<arg_key>{k}</arg_key><arg_value>{_xml_value(v)}</arg_value>" for k, v in a.items())
-                   + "</tool_call>" for n, a in calls)
+    body = _tagged(calls, "<tool_call>{name}", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "</tool_call>")
     return f"{reasoning}</think>{content}{body}"
 
 
@@ -225,24 +220,20 @@ def r_llama3_pythonic(reasoning: str, content: str, calls: list[Call]) -> str:  
 
 
 def r_deepseek_v32(reasoning: str, content: str, calls: list[Call]) -> str:  # <think> is in the prompt
-    invokes = "".join(f'<｜DSML｜invoke name="{n}">\n'
-                      + "".join(f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
-                                f'{_xml_value(v)}</｜DSML｜parameter>\n' for k, v in a.items())
-                      + "</｜DSML｜invoke>\n" for n, a in calls)
+    invokes = _tagged(calls, '<｜DSML｜invoke name="{name}">\n',
+                      '<｜DSML｜parameter name="{key}" string="{string}">{value}</｜DSML｜parameter>\n', "</｜DSML｜invoke>\n")
     return f"{reasoning}</think>\n\n{content}\n\n<｜DSML｜function_calls>\n{invokes}</｜DSML｜function_calls>"
 
 
 def r_mimo(reasoning: str, content: str, calls: list[Call]) -> str:
-    body = "".join("\n<tool_call>\n<function=" + n + ">\n"
-                   + "".join(f"<parameter={k}>{_xml_value(v)}</parameter>\n" for k, v in a.items())
-                   + "</function>\n</tool_call>" for n, a in calls)
+    body = _tagged(calls, "\n<tool_call>\n<function={name}>\n", "<parameter={key}>{value}</parameter>\n",
+                   "</function>\n</tool_call>")
     return f"<think>\n{reasoning}\n</think>\n\n{content}{body}"
 
 
 def r_step3(reasoning: str, content: str, calls: list[Call]) -> str:  # <think> is in the prompt
-    body = "".join(f'<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{n}">'
-                   + "".join(f'<steptml:parameter name="{k}">{_xml_value(v)}</steptml:parameter>' for k, v in a.items())
-                   + "</steptml:invoke><｜tool_call_end｜>" for n, a in calls)
+    body = _tagged(calls, '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">',
+                   '<steptml:parameter name="{key}">{value}</steptml:parameter>', "</steptml:invoke><｜tool_call_end｜>")
     return f"{reasoning}\n</think>\n\n{content}<｜tool_calls_begin｜>{body}<｜tool_calls_end｜>"
 
 
