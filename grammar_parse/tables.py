@@ -33,13 +33,10 @@ class RuleHandle:
     up a callback for every reduction; with these handles a reduction costs a pointer hash.
     """
 
-    __slots__ = ("rule", "origin", "expansion", "alias", "size", "goto")
+    __slots__ = ("rule", "size", "goto")
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
-        self.origin = rule.origin  # (origin and expansion are what Lark's own parser reads)
-        self.expansion = rule.expansion
-        self.alias = rule.alias
         self.size = len(rule.expansion)  # what a reduction pops
         self.goto = str(rule.origin.name)  # the symbol whose goto a reduction follows (a plain str: Lark may
         # name it with a Token, whose Python-level __eq__ every table lookup would call)
