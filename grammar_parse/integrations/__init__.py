@@ -1,0 +1,111 @@
+"""grammar_parse inside the engines people serve with: vLLM (:mod:`.vllm`) and SGLang (:mod:`.sglang`).
+
+Each engine picks its parsers by name (``--tool-call-parser NAME --reasoning-parser NAME``). Every
+built-in grammar is registered under ``gp_`` plus its name and each alias (``gp_qwen3``, ``gp_qwen3_5``,
+...), and ``gp`` stands for the grammar the served model's tokenizer carries (its ``response_template``,
+else its legacy ``response_schema``). :func:`register` adds a grammar of one's own (a ``.lark`` file, a
+template dict) under a name, from a plugin file the engine loads.
+
+What both engines share lives here: the names, the grammar each stands for, tools as the plain dicts
+grammar_parse reads (the engines pass pydantic models), and the prompt tail the parser starts after. The
+engine modules import their engine; this one imports neither, so the core install can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar
+
+#: What every parser name of ours starts with (the engines' own names never do).
+PREFIX = "gp_"
+#: The parser that reads the grammar from the served model's tokenizer.
+GENERIC = "gp"
+#: How many prompt tokens are decoded for the prefix: enough for any start anchor or pre-filled
+#: reasoning opener (``<|im_start|>assistant\n<think>\n`` is 4 to 6 tokens), short enough that decoding a
+#: long prompt costs nothing per request.
+PROMPT_TAIL_TOKENS = 256
+
+_custom: dict[str, Grammar] = {}
+_listeners: list[Callable[[str], None]] = []
+
+
+def parser_name(grammar_name: str) -> str:
+    """The engine-side name of a grammar name or alias (``qwen3.5`` -> ``gp_qwen3_5``)."""
+    return PREFIX + grammar_name.replace("-", "_").replace(".", "_").lower()
+
+
+def parser_names() -> dict[str, str]:
+    """Every parser name (built-in grammars, their aliases, registered grammars) -> the grammar it stands
+    for (``GENERIC`` itself is not listed: it has no fixed grammar)."""
+    names: dict[str, str] = {}
+    for canonical, aliases in list_grammars().items():
+        for spelled in [canonical, *aliases]:
+            names.setdefault(parser_name(spelled), canonical)
+    names.update({name: name for name in _custom})
+    return names
+
+
+def register(name: str, template: Any) -> str:
+    """Serve ``template`` (a ``.lark`` path, a template dict or JSON path, a built-in name) under parser
+    name ``name`` (taken as given when it starts with ``gp_``, else prefixed), in every engine module
+    imported now or later. Returns the name. Bad templates fail here, at load time."""
+    from grammar_parse.session import resolve_grammar
+
+    key = name if name.startswith(PREFIX) else parser_name(name)
+    _custom[key] = resolve_grammar(template)  # (a bad template raises its own error, naming field and key)
+    for listener in list(_listeners):
+        listener(key)
+    return key
+
+
+def on_register(listener: Callable[[str], None]) -> None:
+    """Call ``listener(name)`` for each grammar :func:`register` adds (an engine module registers its
+    parser classes under the name)."""
+    _listeners.append(listener)
+
+
+def grammar_for(name: str, tokenizer: Any = None) -> Grammar:
+    """The grammar a parser name stands for; ``gp`` reads it from ``tokenizer``."""
+    if name in _custom:
+        return _custom[name]
+    if name == GENERIC:
+        if tokenizer is None:
+            raise GrammarError("the gp parser reads its grammar from the tokenizer, and there is none",
+                               code="grammar.not_found", source=name,
+                               hint="Serve with a tokenizer, or pick a named parser (gp_qwen3, ...).")
+        from grammar_parse.compat.tokenizer import grammar_for as from_tokenizer
+
+        return from_tokenizer(tokenizer)
+    canonical = parser_names().get(name)
+    if canonical is None:
+        raise GrammarError(f"no grammar is served as {name!r}", code="grammar.not_found", source=name,
+                           hint="Use gp_ and a built-in grammar name (grammar-parse list), or register() one.")
+    return load_grammar(canonical)
+
+
+def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
+    """Tools as plain OpenAI tool dicts (pydantic models are dumped; Responses-style function tools, which
+    carry name and parameters at the top, are wrapped). None when there are none."""
+    out: list[dict[str, Any]] = []
+    for tool in tools or ():
+        if hasattr(tool, "model_dump"):
+            tool = tool.model_dump(exclude_none=True)
+        if not isinstance(tool, dict):
+            continue
+        if "function" not in tool and tool.get("type") == "function" and "name" in tool:
+            tool = {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+        out.append(tool)
+    return out or None
+
+
+def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int] | None) -> str | None:
+    """The decoded end of the prompt, which the parser starts after (None when the engine gave none)."""
+    if prompt_ids is None:
+        return None
+    return decode(list(prompt_ids[-PROMPT_TAIL_TOKENS:]))
+
+
+__all__ = ["GENERIC", "PREFIX", "grammar_for", "on_register", "parser_name", "parser_names", "prompt_tail",
+           "register", "tool_dicts"]

@@ -1,0 +1,273 @@
+"""Every grammar as a vLLM tool-call parser and reasoning parser (``pip install grammar-parse[vllm]``).
+
+::
+
+    vllm serve Qwen/Qwen3-8B --enable-auto-tool-choice \\
+        --tool-parser-plugin grammar_parse.integrations.vllm --tool-call-parser gp_qwen3 \\
+        --reasoning-parser-plugin grammar_parse.integrations.vllm --reasoning-parser gp_qwen3
+
+Importing this module registers, with vLLM's own ``ToolParserManager`` and ``ReasoningParserManager``,
+a parser pair under every name of :func:`grammar_parse.integrations.parser_names` (``gp_qwen3``,
+``gp_glm45``, ...), ``gp`` (the grammar the model's tokenizer carries) and any grammar
+:func:`grammar_parse.integrations.register` adds later.
+
+**One session per request, shared by the pair.** vLLM composes the two into its ``DelegatingParser``,
+which gives the reasoning parser the text until it says reasoning has ended and the tool parser the text
+after. A grammar reads the whole output at once (a call written inside the reasoning is still a call),
+so both parsers of a request share one :class:`~grammar_parse.chat_completions.ChatCompletionsStream`:
+vLLM builds a request's reasoning parser and then, in the same constructor, its tool parser, and the tool
+parser joins the reasoning parser built just before it on this thread for the same tokenizer (and hands
+it the request's tools, which vLLM gives only to the tool parser). The reasoning parser never reports the
+end of reasoning to the stream composition, so it sends every delta (reasoning, content and calls);
+both parsers declare ``engine_based_streaming``, so vLLM hands them only the new text of each step and
+a step costs its own length, not the length of the output so far.
+
+One-shot, ``extract_reasoning`` parses the whole output and returns the content as a ``str`` that
+carries the parsed message; the tool parser reads the calls from it instead of parsing the content again
+(calls written inside the reasoning are kept). Without a companion reasoning parser
+(``--tool-call-parser`` alone), reasoning text goes to the content, as vLLM treats reasoning when no
+reasoning parser is set, with its markup removed. Parsing is lenient: model output never raises; a call
+whose arguments are broken is still a call, with the arguments text that was valid JSON.
+
+The parsers ask vLLM to keep special tokens in the text (``skip_special_tokens=False``): most
+grammars' delimiters are special tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaFunctionCall,
+    DeltaMessage,
+    DeltaToolCall,
+    ExtractedToolCallInformation,
+    FunctionCall,
+    ToolCall,
+)
+from vllm.reasoning import ReasoningParser, ReasoningParserManager
+from vllm.tool_parsers import ToolParser, ToolParserManager
+
+from grammar_parse import Grammar, ResponseParser
+from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser_names, prompt_tail, tool_dicts
+
+#: The reasoning field of vLLM's deltas and messages.
+_REASONING = "reasoning"
+_pending = threading.local()  # the reasoning parser built last on this thread (see the module doc)
+
+
+class Parsed(str):
+    """Content text that carries the message it came from: what ``extract_reasoning`` returns, so that the
+    tool parser takes the calls of the same parse (a ``str`` to everything else)."""
+
+    message: dict[str, Any]
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    try:
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+    except TypeError:  # (a tokenizer without the keyword)
+        return str(tokenizer.decode(list(ids)))
+
+
+def _keep_special_tokens(request: Any) -> Any:
+    if hasattr(request, "skip_special_tokens"):
+        request.skip_special_tokens = False
+    return request
+
+
+class _Joint:
+    """What a request's reasoning and tool parser share: the grammar, the tools, the prompt tail and the
+    stream of deltas (built at the first delta, once the prompt is known)."""
+
+    def __init__(self, grammar: Grammar, tokenizer: Any) -> None:
+        self.grammar = grammar
+        self.tokenizer = tokenizer
+        self.tools: list[dict[str, Any]] | None = None
+        self.prefix = ""
+        self.reasoning_to_content = True  # (until a reasoning parser is known to be there)
+        self.stream: ChatCompletionsStream | None = None
+        self.finished = False
+
+    def set_prompt(self, prompt_ids: Sequence[int] | None) -> None:
+        tail = prompt_tail(lambda ids: _decode(self.tokenizer, ids), prompt_ids)
+        if tail is not None and self.stream is None:
+            self.prefix = tail
+
+    def feed(self, text: str) -> DeltaMessage | None:
+        if self.stream is None:
+            self.stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools,
+                                                reasoning_field=_REASONING, strict=False)
+        return self.delta(self.stream.feed(text))
+
+    def finish(self) -> DeltaMessage | None:
+        if self.finished or self.stream is None:
+            return None
+        self.finished = True
+        return self.delta(self.stream.finish())
+
+    def delta(self, deltas: list[dict[str, Any]]) -> DeltaMessage | None:
+        """vLLM's DeltaMessage for the Chat Completions deltas of one step (None when they hold nothing)."""
+        reasoning: list[str] = []
+        content: list[str] = []
+        calls: list[DeltaToolCall] = []
+        for d in deltas:
+            if _REASONING in d:
+                (content if self.reasoning_to_content else reasoning).append(d[_REASONING])
+            if "content" in d:
+                content.append(d["content"])
+            for call in d.get("tool_calls", ()):
+                function = call.get("function", {})
+                calls.append(DeltaToolCall(index=call["index"], id=call.get("id"), type=call.get("type"),
+                                           function=DeltaFunctionCall(name=function.get("name"),
+                                                                      arguments=function.get("arguments"))))
+        if not (reasoning or content or calls):
+            return None
+        return DeltaMessage(reasoning="".join(reasoning) or None, content="".join(content) or None,
+                            tool_calls=calls)
+
+    def message(self, text: str) -> dict[str, Any]:
+        """The one-shot message of a whole output."""
+        return chat_message(text, self.grammar, prefix=self.prefix, tools=self.tools,
+                            reasoning_field=_REASONING, strict=False)[0]
+
+
+class GrammarReasoningParser(ReasoningParser):
+    """vLLM reasoning parser for one grammar (subclassed per parser name: ``parser_name``)."""
+
+    parser_name: str = GENERIC
+    engine_based_streaming = True
+
+    def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(tokenizer, *args, **kwargs)
+        self.joint = _Joint(grammar_for(self.parser_name, tokenizer), tokenizer)
+        self.joint.reasoning_to_content = False
+        _pending.parser = self
+
+    # the stream
+    def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
+        self.joint.set_prompt(prompt_token_ids)
+
+    def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
+        self.joint.set_prompt(prompt_token_ids)
+
+    def extract_reasoning_streaming(self, previous_text: str, current_text: str, delta_text: str,
+                                    previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
+                                    delta_token_ids: Sequence[int]) -> DeltaMessage | None:
+        return self.joint.feed(delta_text)
+
+    def has_engine_confirmed_reasoning_end(self) -> bool:
+        return False  # (the shared stream sends everything itself: see the module doc)
+
+    def finish_streaming(self) -> DeltaMessage | None:
+        """The last deltas, at the end of generation (vLLM calls it on engine-based parsers)."""
+        return self.joint.finish()
+
+    # one-shot
+    def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
+        if self.joint.tools is None:
+            self.joint.tools = tool_dicts(getattr(request, "tools", None))
+        message = self.joint.message(model_output)
+        if not message.get("content") and not message.get("tool_calls"):
+            return message.get(_REASONING), None
+        content = Parsed(message.get("content") or "")
+        content.message = message
+        return message.get(_REASONING), content
+
+    # where reasoning ends, for structured outputs
+    def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+        """Whether the text of ``input_ids`` leaves the grammar past its reasoning: a reasoning region was
+        closed, or content or a call has begun."""
+        text = prompt_tail(lambda ids: _decode(self.model_tokenizer, ids), input_ids) or ""
+        try:
+            parser = ResponseParser(self.joint.grammar, text, strict=False)
+        except Exception:  # (a prompt the grammar cannot start after: nothing is known)
+            return False
+        ended = False
+        for event in parser.initial_events:
+            if event["type"] == "region_close" and event["field"] == _field_of_reasoning(self.joint.grammar):
+                ended = True
+            elif event["type"] == "region_open" and event["field"] != _field_of_reasoning(self.joint.grammar):
+                ended = True
+        return ended
+
+    def extract_content_ids(self, input_ids: list[int]) -> list[int]:
+        return list(input_ids)  # (the content is the stream's to cut, not the token ids')
+
+    def adjust_request(self, request: Any) -> Any:
+        return _keep_special_tokens(request)
+
+
+def _field_of_reasoning(grammar: Grammar) -> str | None:
+    return next((f for f in ("reasoning_content", "reasoning", "thinking") if f in grammar.fields), None)
+
+
+class GrammarToolParser(ToolParser):
+    """vLLM tool parser for one grammar (subclassed per parser name: ``parser_name``)."""
+
+    parser_name: str = GENERIC
+    engine_based_streaming = True
+    supports_required_and_named = False  # (calls are read in the model's own format, whatever tool_choice)
+
+    def __init__(self, tokenizer: Any, tools: list[Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(tokenizer, tools)
+        partner = getattr(_pending, "parser", None)
+        _pending.parser = None
+        if (isinstance(partner, GrammarReasoningParser) and partner.parser_name == self.parser_name
+                and partner.model_tokenizer is tokenizer and partner.joint.stream is None):
+            self.joint = partner.joint
+        else:
+            self.joint = _Joint(grammar_for(self.parser_name, tokenizer), tokenizer)
+        self.joint.tools = tool_dicts(tools)
+
+    def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
+        if isinstance(model_output, Parsed):
+            message = model_output.message
+            content = message.get("content")
+        else:
+            message = self.joint.message(model_output)
+            texts = [message.get(_REASONING), message.get("content")]
+            content = "".join(t for t in texts if t) or None
+        calls = [ToolCall(id=call["id"], function=FunctionCall(name=call["function"]["name"],
+                                                               arguments=call["function"]["arguments"]))
+                 for call in message.get("tool_calls") or ()]
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls, content=content or None)
+
+    def extract_tool_calls_streaming(self, previous_text: str, current_text: str, delta_text: str,
+                                     previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
+                                     delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
+        return self.joint.feed(delta_text)
+
+    def finish_streaming(self) -> DeltaMessage | None:
+        """The last deltas, at the end of generation (vLLM calls it on engine-based parsers)."""
+        return self.joint.finish()
+
+    def adjust_request(self, request: Any) -> Any:
+        return _keep_special_tokens(super().adjust_request(request))
+
+
+def _register(name: str) -> None:
+    """Register the parser pair for one parser name with vLLM's managers."""
+    suffix = "".join(part.capitalize() for part in name.split("_"))
+    reasoning = type(f"{suffix}ReasoningParser", (GrammarReasoningParser,),
+                     {"parser_name": name, "__module__": __name__})
+    tool = type(f"{suffix}ToolParser", (GrammarToolParser,), {"parser_name": name, "__module__": __name__})
+    ReasoningParserManager.register_module(name, module=reasoning)
+    ToolParserManager.register_module(name, module=tool)
+
+
+def install(names: Iterable[str] | None = None) -> list[str]:
+    """Register the parsers (every name by default) with vLLM; idempotent. Returns the names."""
+    names = [GENERIC, *parser_names()] if names is None else list(names)
+    for name in names:
+        _register(name)
+    return names
+
+
+install()
+on_register(_register)
+
+__all__ = ["GrammarReasoningParser", "GrammarToolParser", "Parsed", "install"]
