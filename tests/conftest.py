@@ -17,11 +17,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_addoption(parser):
     parser.addoption("--oracle", action="store_true", help="run the differential tests against transformers")
+    parser.addoption("--engines", action="store_true", help="run the tests against the installed vLLM and SGLang")
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
 def pytest_ignore_collect(collection_path, config):
     # The differential tests need transformers (the `oracle` extra); they run only when asked for.
     if "differential" in collection_path.parts and not config.getoption("--oracle"):
+        return True
+    # The engine plugin tests need vLLM and SGLang (installed as the README's engine test group says).
+    if "engines" in collection_path.parts and not config.getoption("--engines"):
         return True
     return None

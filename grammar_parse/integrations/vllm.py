@@ -52,7 +52,7 @@ from vllm.tool_parsers import ToolParser, ToolParserManager
 
 from grammar_parse import Grammar, ResponseParser
 from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
-from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser_names, prompt_tail, tool_dicts
+from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser_names, prompt_tail, register, tool_dicts
 
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"
@@ -270,4 +270,4 @@ def install(names: Iterable[str] | None = None) -> list[str]:
 install()
 on_register(_register)
 
-__all__ = ["GrammarReasoningParser", "GrammarToolParser", "Parsed", "install"]
+__all__ = ["GrammarReasoningParser", "GrammarToolParser", "Parsed", "install", "register"]
