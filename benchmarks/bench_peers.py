@@ -463,7 +463,9 @@ class Ours:
 class VLLM:
     label = "vLLM"
 
-    def __init__(self, fam: Family, tokenizer_dir: str, prompt_ids: list[int]) -> None:
+    def __init__(self, fam: Family, tokenizer_dir: str, prompt_ids: list[int],
+                 names: tuple[str | None, str | None] | None = None, label: str = "vLLM") -> None:
+        """``names``: (--tool-call-parser, --reasoning-parser), the family's vLLM parsers by default."""
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
         from vllm.parser import ParserManager
@@ -471,16 +473,17 @@ class VLLM:
 
         self.fam = fam
         self.tokenizer = CachedHfTokenizer.from_pretrained(tokenizer_dir)  # as the server loads it (cached vocab)
-        tool, reasoning = fam.vllm
+        self.label = label
+        tool, reasoning = names or fam.vllm
         self.parser_cls = ParserManager.get_parser(
             tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=True,
-            model_name=fam.name, is_harmony=fam.vllm_harmony, tokenizer=self.tokenizer)
+            model_name=fam.name, is_harmony=fam.vllm_harmony and names is None, tokenizer=self.tokenizer)
         self.request = ChatCompletionRequest(
             model=fam.name, messages=[{"role": "user", "content": "What is the weather?"}], tools=TOOLS,
             tool_choice="auto", chat_template_kwargs=fam.chat_template_kwargs or None)
         self.processor_cls = ChatStreamProcessor
         self.prompt_ids = prompt_ids
-        if fam.vllm_harmony:  # the harmony parser needs openai_harmony's o200k vocabulary, fetched on first use
+        if fam.vllm_harmony and names is None:  # the harmony parser needs openai_harmony's o200k vocabulary, fetched on first use
             from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
             get_encoding()
 
@@ -524,7 +527,9 @@ class VLLM:
 class SGLang:
     label = "SGLang"
 
-    def __init__(self, fam: Family, tokenizer_dir: str) -> None:
+    def __init__(self, fam: Family, tokenizer_dir: str, names: tuple[str | None, str | None] | None = None,
+                 label: str = "SGLang") -> None:
+        """``names``: (--tool-call-parser, --reasoning-parser), the family's SGLang parsers by default."""
         from sglang.srt.entrypoints.openai.protocol import Tool
         from sglang.srt.function_call.function_call_parser import FunctionCallParser
         from sglang.srt.parser.reasoning_parser import ReasoningParser
@@ -534,7 +539,8 @@ class SGLang:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.tools = [Tool.model_validate(t) for t in TOOLS]
         self.fcp, self.rp = FunctionCallParser, ReasoningParser
-        self.tool_name, self.reasoning_name = fam.sglang
+        self.label = label
+        self.tool_name, self.reasoning_name = names or fam.sglang
 
     def _reasoning(self, stream: bool) -> Any:
         if self.reasoning_name is None:
