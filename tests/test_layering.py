@@ -25,6 +25,7 @@ PIPELINE = [
     "wire_stream", "chat_completions", "lmsp", "server",           # adapters and the reference server
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
+    "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
     "cli", "__main__",
 ]
 
@@ -34,6 +35,8 @@ PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library"
 
 
 def _module(path: Path) -> str:
+    if path.parent.name == "integrations":
+        return "integrations" if path.stem == "__init__" else f"integrations.{path.stem}"
     if path.parent.name == "compat":
         return "compat" if path.stem == "__init__" else f"compat.{path.stem}"
     return "grammar_parse" if path.stem == "__init__" else path.stem
@@ -41,7 +44,8 @@ def _module(path: Path) -> str:
 
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(imported project module, names imported from it, line) for every import in the file."""
-    package = "grammar_parse.compat" if path.parent.name == "compat" else "grammar_parse"
+    package = {"compat": "grammar_parse.compat", "integrations": "grammar_parse.integrations"}.get(
+        path.parent.name, "grammar_parse")
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
@@ -63,7 +67,8 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     return found
 
 
-FILES = sorted([*(ROOT / "grammar_parse").glob("*.py"), *(ROOT / "compat").glob("*.py")])
+FILES = sorted([*(ROOT / "grammar_parse").glob("*.py"), *(ROOT / "compat").glob("*.py"),
+                *(ROOT / "grammar_parse" / "integrations").glob("*.py")])
 
 
 def test_every_module_has_its_place_in_the_pipeline():
@@ -91,5 +96,5 @@ def test_the_readme_layout_names_every_module():
     assert layout is not None
     named = set(re.findall(r"`([\w.]+)/?`", layout.group(1)))
     missing = [m for m in PIPELINE if m not in ("grammar_parse", "__main__") and m not in named
-               and m.removeprefix("compat.") not in named]
+               and m.removeprefix("compat.").removeprefix("integrations.") not in named]
     assert not missing, f"README's Layout section does not name {missing}"
