@@ -63,6 +63,10 @@ class ChatCompletionsStream:
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
         self.kinds = TextKinds(self.calls.field)
+        # Fields whose regions the parser joins with a separator (functionary's content, "\n"): the deltas
+        # carry it between regions, so that they add up to the message.
+        self.joins = {r.field: (r.spec.join, bool(getattr(r.spec, "content_args", {}).get("strip", True)))
+                      for r in self.parser.grammar.regions.values() if r.parent is None and r.spec.join is not None}
         self.call_ids: dict[int, str] = {}
         self.wire_index: dict[int, int] = {}  # streamer call index -> index on the wire (calls with a name)
         self.finish_reason: str | None = None
@@ -100,7 +104,12 @@ class ChatCompletionsStream:
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for event in events:
-            if event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
+            if event["type"] == "region_open" and self.joins and (kind := self.kinds(event)) is not None \
+                    and (join := self.joins.get(event["field"])) is not None:
+                target = "content" if kind == "content" else self.reasoning_field
+                if target in self.texts:
+                    self.texts[target].restart(*join)
+            elif event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
                 target = "content" if kind == "content" else self.reasoning_field
                 stripped = self.texts.get(target)
                 if stripped is None:

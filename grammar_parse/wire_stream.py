@@ -95,6 +95,19 @@ class StrippedText:
             self.sent.append(out)
         return out
 
+    def restart(self, join: str, strip: bool = True) -> None:
+        """A further region of a field whose regions the parser joins with ``join``: the join goes before
+        the next text sent. Regions stripped one by one (``strip``) drop the trailing whitespace held
+        and the next one's leading whitespace; unstripped ones keep both. A field's first region needs
+        no call."""
+        if not self.started:
+            return
+        if strip:
+            self.started = False
+            self.held = join
+        else:
+            self.held += join
+
     @property
     def value(self) -> str:
         """All the text sent so far: the field's value as a client has it."""

@@ -302,3 +302,16 @@ def test_tool_schemas_are_checked_once_not_per_call(monkeypatch):
     got = [call.get("errors", []) for call in s.message["tool_calls"]]
     expected = [validate_call({"type": "function", "function": json.loads(c)}, offered) for c in calls]
     assert got == expected and got[-3] and got[-1] and not any(got[:40]) and not got[-2]
+
+
+@pytest.mark.parametrize("case", [g for g in __import__("goldens").all_goldens() if "error" not in g.expected],
+                         ids=lambda g: f"{g.grammar}/{g.name}")
+def test_chat_completions_text_is_the_parsers_text(case):
+    """The content and reasoning that Chat Completions deltas add up to are the parser's own, on every
+    golden sample: a field whose regions the parser joins (functionary's content, joined with a newline)
+    gets the join between its regions' deltas too."""
+    message, _ = chat_message(case.text, case.grammar, prefix=case.prefix, tools=case.tools, strict=False)
+    parsed = grammar_parse.parse_response(case.text, case.grammar, prefix=case.prefix, tools=case.tools, strict=False)
+    reasoning = next((parsed[f] for f in ("reasoning_content", "reasoning", "thinking") if parsed.get(f)), None)
+    assert (message.get("content") or None, message.get("reasoning_content") or None) == \
+        (parsed.get("content") or None, reasoning)
