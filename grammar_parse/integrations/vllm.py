@@ -27,7 +27,9 @@ carries the parsed message; the tool parser reads the calls from it instead of p
 (calls written inside the reasoning are kept). Without a companion reasoning parser
 (``--tool-call-parser`` alone), reasoning text goes to the content, as vLLM treats reasoning when no
 reasoning parser is set, with its markup removed. Parsing is lenient: model output never raises; a call
-whose arguments are broken is still a call, with the arguments text that was valid JSON.
+whose arguments are broken is still a call, with the arguments text that was valid JSON. What is wrong
+with a call (an unknown tool, arguments against its schema) is logged on the server by code and JSON
+path; the client gets the call as the model wrote it, as from vLLM's own parsers.
 
 The parsers ask vLLM to keep special tokens in the text (``skip_special_tokens=False``): most
 grammars' delimiters are special tokens.
@@ -47,6 +49,7 @@ from vllm.entrypoints.generate.base.protocol import (
     FunctionCall,
     ToolCall,
 )
+from vllm.logger import init_logger
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
@@ -60,6 +63,19 @@ from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"
 _pending = threading.local()  # the reasoning parser built last on this thread (see the module doc)
+_log = init_logger(__name__)
+
+
+def _report(calls: Iterable[Any]) -> None:
+    """Log what is wrong with each call (an unknown tool, arguments against the schema, broken JSON) the
+    way vLLM's own parsers log: on the server, by code and JSON path, never the model's text. The
+    client gets the call as the model wrote it, as vLLM's own parsers return it."""
+    for index, call in enumerate(calls):
+        problems = call.get("errors") if isinstance(call, dict) else None
+        for problem in problems or ():
+            name = (call_function(call) or {}).get("name")
+            _log.warning("grammar_parse: tool call %d (%s): %s at %s", index, name, problem.get("code"),
+                         problem.get("path"))
 
 
 class Parsed(str):
@@ -110,7 +126,9 @@ class _Joint:
         if self.finished or self.stream is None:
             return None
         self.finished = True
-        return self.delta(self.stream.finish())
+        last = self.delta(self.stream.finish())
+        _report(self.stream.message.get("tool_calls") or ())
+        return last
 
     def delta(self, deltas: list[dict[str, Any]]) -> DeltaMessage | None:
         """vLLM's DeltaMessage for the Chat Completions deltas of one step (None when they hold nothing)."""
@@ -139,6 +157,7 @@ class _Joint:
         arguments are the parsed value written out, where the stream sends the model's own text: the same
         JSON value, spaced as ``json.dumps`` spaces it."""
         parsed = parse_response(text, self.grammar, prefix=self.prefix, tools=self.tools, strict=False)
+        _report(parsed.get("tool_calls") or ())
         message: dict[str, Any] = {
             _REASONING: next((parsed[f] for f in REASONING_FIELDS if parsed.get(f)), None) or None,
             "content": parsed.get("content") or None,

@@ -252,3 +252,13 @@ def test_reasoning_end_for_structured_outputs():
     assert not reasoning.is_reasoning_end(tok.encode("<|im_start|>assistant\n<think>\nstill"))
     assert reasoning.is_reasoning_end(tok.encode("<|im_start|>assistant\n<think>\ndone</think>\n\nNow"))
     assert not reasoning.is_reasoning_end(tok.encode("<|im_start|>assistant\n"))
+
+
+def test_a_call_against_its_schema_is_returned_and_logged_by_code_not_text(caplog):
+    parser_cls, tok = composed("gp_qwen3", "gp_qwen3")
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"days": "soon-SECRET"}}\n</tool_call>'
+    with caplog.at_level("WARNING"):
+        message, _, _ = stream(parser_cls, tok, request(), tok.encode(text), [4], tok.encode("<|im_start|>assistant\n"))
+    assert calls_of(message) == [("get_weather", {"days": "soon-SECRET"})]
+    logged = [r.getMessage() for r in caplog.records if "grammar_parse" in r.getMessage()]
+    assert logged and all("$.function.arguments.days" in m and "SECRET" not in m for m in logged)
