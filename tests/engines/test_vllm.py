@@ -262,3 +262,67 @@ def test_a_call_against_its_schema_is_returned_and_logged_by_code_not_text(caplo
     assert calls_of(message) == [("get_weather", {"days": "soon-SECRET"})]
     logged = [r.getMessage() for r in caplog.records if "grammar_parse" in r.getMessage()]
     assert logged and all("$.function.arguments.days" in m and "SECRET" not in m for m in logged)
+
+
+# ---------------------------------------------------------------------------- real token streams
+class WithPrompt:
+    """A fixture's table decoder (real token ids and bytes of the output) that also decodes a prompt: the
+    fixtures hold the outputs' ids only, so the prompt's ids here are its characters, offset past any
+    vocabulary (PROMPT_BASE + code point)."""
+
+    PROMPT_BASE = 1 << 24
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+
+    def prompt_ids(self, text):
+        return [self.PROMPT_BASE + ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        ids = list(ids)
+        prompt = "".join(chr(i - self.PROMPT_BASE) for i in ids if i >= self.PROMPT_BASE)
+        return prompt + self.decoder.decode([i for i in ids if i < self.PROMPT_BASE], skip_special_tokens)
+
+    def get_vocab(self):
+        return {}
+
+
+def token_cases():
+    from token_streams import fixture_names, load_fixture
+
+    return [(name, output) for name in fixture_names() for output in load_fixture(name).outputs]
+
+
+@pytest.mark.parametrize("case", token_cases(), ids=lambda c: f"{c[0]}:{c[1].name}")
+def test_real_token_id_streams_through_vllm_give_the_one_shot_message(case):
+    """Token ids of real vocabularies (special tokens as their ids, characters split across tokens),
+    detokenized as vLLM does, in engine steps of 1, 2 and 5 tokens."""
+    from token_streams import IncrementalDetokenizer, chunked, load_fixture
+
+    fixture_name, output = case
+    tok = WithPrompt(load_fixture(fixture_name).decoder)
+    name = parser_name(output.grammar)
+    parser_cls, _ = composed(name, name, tok)
+    want = expected(output.text, output.grammar, output.prefix, TOOLS)
+    prompt_ids = tok.prompt_ids(output.prefix)
+    for size in (1, 2, 5):
+        parser = parser_cls(tok, TOOLS, chat_template_kwargs=None, model_config=None)
+        proc = ChatStreamProcessor(request(), parser, enable_auto_tools=True, parser_cls=parser_cls)
+        detok = IncrementalDetokenizer(tok.decoder)
+        steps = chunked(output.ids, size)
+        reasoning, content, calls = [], [], {}
+        for i, ids in enumerate(steps):
+            last = i == len(steps) - 1
+            text = detok.feed(ids) + (detok.flush() if last else "")
+            delta = proc.step(text, list(ids), "stop" if last else None, prompt_ids).delta
+            if delta is None:
+                continue
+            reasoning.append(delta.reasoning or "")
+            content.append(delta.content or "")
+            for tc in delta.tool_calls or ():
+                entry = calls.setdefault(tc.index, {"name": None, "arguments": ""})
+                entry["name"] = entry["name"] or (tc.function.name if tc.function else None)
+                entry["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        got = ("".join(reasoning) or None, "".join(content) or None,
+               [(c["name"], json.loads(c["arguments"])) for c in (calls[k] for k in sorted(calls))])
+        assert got == (want["reasoning"], want["content"], want["tool_calls"]), size
