@@ -34,6 +34,9 @@ import bench_peers as bp  # noqa: E402 - the families, workloads, engine drivers
 SIDES = ("vLLM", "vLLM+gp", "SGLang", "SGLang+gp")
 
 
+LOADED: set[str] = set()  # the engines our plugin loaded into ("vllm", "sglang")
+
+
 def engines_for(fam: bp.Family, tokenizer_dir: str, prompt_ids: list[int], problems: list[str]) -> list[Any]:
     """The four sides for one family (None where one cannot run here)."""
     ours = (f"gp_{fam.name}", f"gp_{fam.name}")
@@ -46,6 +49,9 @@ def engines_for(fam: bp.Family, tokenizer_dir: str, prompt_ids: list[int], probl
     out: list[Any] = []
     for label, make in makers:
         peer = label.split("+")[0]
+        if "+" in label and peer.lower() not in LOADED:
+            out.append(None)  # (said once, at the start)
+            continue
         if "+" not in label and peer in dict(fam.skip):
             problems.append(f"{fam.name}: {label} not run: {dict(fam.skip)[peer]}")
             out.append(None)
@@ -72,6 +78,7 @@ def main() -> None:
             with bp.quiet():
                 module = importlib.import_module(f"grammar_parse.integrations.{plugin}")
                 getattr(module, "install", lambda: None)()
+            LOADED.add(plugin)
         except ImportError as e:
             print(f"{plugin}: our plugin cannot be loaded here ({e}); its column stays empty", file=sys.stderr)
     gc.collect()

@@ -1,4 +1,4 @@
-"""grammar_parse inside the engines people serve with: vLLM (:mod:`.vllm`) and SGLang (:mod:`.sglang`).
+"""grammar_parse inside the engines people serve with: vLLM (:mod:`.vllm`).
 
 Each engine picks its parsers by name (``--tool-call-parser NAME --reasoning-parser NAME``). Every
 built-in grammar is registered under ``gp_`` plus its name and each alias (``gp_qwen3``, ``gp_qwen3_5``,
@@ -6,7 +6,7 @@ built-in grammar is registered under ``gp_`` plus its name and each alias (``gp_
 else its legacy ``response_schema``). :func:`register` adds a grammar of one's own (a ``.lark`` file, a
 template dict) under a name, from a plugin file the engine loads.
 
-What both engines share lives here: the names, the grammar each stands for, tools as the plain dicts
+What every engine plugin shares lives here: the names, the grammar each stands for, tools as the plain dicts
 grammar_parse reads (the engines pass pydantic models), and the prompt tail the parser starts after. The
 engine modules import their engine; this one imports neither, so the core install can import it.
 """
