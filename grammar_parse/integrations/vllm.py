@@ -41,6 +41,12 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+try:
+    import vllm  # noqa: F401
+except ImportError as e:  # (the plugin is an optional extra: say how to get the engine)
+    raise ImportError("grammar_parse.integrations.vllm runs inside vLLM, which is not installed: "
+                      "pip install 'grammar-parse[vllm]'") from e
+
 from vllm.entrypoints.generate.base.protocol import (
     DeltaFunctionCall,
     DeltaMessage,

@@ -1,0 +1,75 @@
+"""What the engine plugins share, without any engine installed: the parser names, the grammar each
+stands for, registering one's own, tools as plain dicts; and the plugin's refusal when its engine is
+missing (the engine tests, in tests/engines, run inside the engines)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import pytest
+
+import grammar_parse
+from grammar_parse import GrammarError, TemplateError
+from grammar_parse.integrations import grammar_for, parser_name, parser_names, register, tool_dicts
+
+
+def test_every_builtin_name_and_alias_is_a_parser_name():
+    names = parser_names()
+    for canonical, aliases in grammar_parse.list_grammars().items():
+        for spelled in [canonical, *aliases]:
+            assert names[parser_name(spelled)] == canonical
+    assert parser_name("Qwen3.5") == "gp_qwen3_5" and names["gp_qwen3_5"] == "qwen3_5"
+
+
+def test_grammar_for_a_name_and_for_the_tokenizers_template():
+    assert grammar_for("gp_qwen3").name == "qwen3"
+
+    class Bare:  # a tokenizer with no response_template or response_schema
+        init_kwargs: dict = {}
+
+    with pytest.raises(GrammarError, match="neither a response_template"):
+        grammar_for("gp", Bare())
+    with pytest.raises(GrammarError, match="no grammar is served"):
+        grammar_for("gp_no_such_family")
+    with pytest.raises(GrammarError, match="tokenizer"):
+        grammar_for("gp")
+
+
+def test_register_serves_a_grammar_and_tells_the_engine_modules(tmp_path):
+    from grammar_parse.integrations import on_register
+
+    seen = []
+    on_register(seen.append)
+    text = (grammar_parse.load_grammar("qwen3").lark_source or "")
+    assert text  # (the built-in's Lark text, written out as a user's own file)
+    path = tmp_path / "house.lark"
+    path.write_text(text, encoding="utf-8")
+    assert register("house", str(path)) == "gp_house" and seen[-1] == "gp_house"
+    assert parser_names()["gp_house"] == "gp_house"
+    message = grammar_parse.parse_response("<think>a</think>b", grammar_for("gp_house"), prefix="")
+    assert (message["reasoning_content"], message["content"]) == ("a", "b")
+
+
+def test_a_bad_template_fails_at_register_time():
+    with pytest.raises(TemplateError):
+        register("broken", {"fields": {"content": {"open": 5}}})
+
+
+def test_tools_become_plain_dicts():
+    class Model:
+        def model_dump(self, exclude_none=False):
+            return {"type": "function", "function": {"name": "f", "parameters": {}}}
+
+    responses_tool = {"type": "function", "name": "g", "parameters": {"type": "object"}}
+    assert tool_dicts([Model(), responses_tool, "junk"]) == [
+        {"type": "function", "function": {"name": "f", "parameters": {}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}},
+    ]
+    assert tool_dicts(None) is None and tool_dicts([]) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_the_vllm_plugin_says_how_to_install_vllm():
+    with pytest.raises(ImportError, match=r"grammar-parse\[vllm\]"):
+        importlib.import_module("grammar_parse.integrations.vllm")
