@@ -73,3 +73,9 @@ def test_tools_become_plain_dicts():
 def test_the_vllm_plugin_says_how_to_install_vllm():
     with pytest.raises(ImportError, match=r"grammar-parse\[vllm\]"):
         importlib.import_module("grammar_parse.integrations.vllm")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+def test_the_sglang_plugin_says_how_to_install_sglang():
+    with pytest.raises(ImportError, match=r"grammar-parse\[sglang\]"):
+        importlib.import_module("grammar_parse.integrations.sglang")

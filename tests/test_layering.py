@@ -25,7 +25,7 @@ PIPELINE = [
     "wire_stream", "chat_completions", "lmsp", "server",           # adapters and the reference server
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
-    "integrations", "integrations.vllm",                           # the engine plugins, above the adapters
+    "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
     "cli", "__main__",
 ]
 

@@ -1,4 +1,4 @@
-"""grammar_parse inside the engines people serve with: vLLM (:mod:`.vllm`).
+"""grammar_parse inside the engines people serve with: vLLM (:mod:`.vllm`) and SGLang (:mod:`.sglang`).
 
 Each engine picks its parsers by name (``--tool-call-parser NAME --reasoning-parser NAME``). Every
 built-in grammar is registered under ``gp_`` plus its name and each alias (``gp_qwen3``, ``gp_qwen3_5``,
