@@ -293,3 +293,28 @@ def test_the_generic_parser_reads_the_tokenizers_template():
     text = "Sure.<tool_call><function=set_alarm><parameter=hour>7</parameter></tool_call>"
     normal, calls = parser.parse_non_stream(text)
     assert normal == "Sure." and [(c.name, json.loads(c.parameters)) for c in calls] == [("set_alarm", {"hour": "7"})]
+
+
+def token_cases():
+    from token_streams import fixture_names, load_fixture
+
+    return [(name, output) for name in fixture_names() for output in load_fixture(name).outputs]
+
+
+@pytest.mark.parametrize("case", token_cases(), ids=lambda c: f"{c[0]}:{c[1].name}")
+def test_real_token_id_streams_give_the_one_shot_message(case):
+    """Token ids of real vocabularies (special tokens as their ids, characters split across tokens),
+    detokenized as SGLang's detokenizer manager does, in steps of 1, 2 and 5 tokens."""
+    from token_streams import chunked, load_fixture, text_deltas
+
+    fixture_name, output = case
+    decoder = load_fixture(fixture_name).decoder
+
+    class Case:  # (the shape streamed() and reference() read: a golden's)
+        grammar, text, prefix, tools = output.grammar, output.text, output.prefix, None
+
+    want = reference(Case)
+    for size in (1, 2, 5):
+        deltas = text_deltas(decoder, chunked(output.ids, size))
+        assert "".join(deltas) == output.text
+        assert streamed(parser_name(output.grammar), Case, deltas) == want, size
