@@ -537,15 +537,22 @@ class SGLang:
 
         self.fam = fam
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+
         self.tools = [Tool.model_validate(t) for t in TOOLS]
         self.fcp, self.rp = FunctionCallParser, ReasoningParser
+        # The request as serving_chat hands it to the parsers: the tools, and the rendered prompt's tail it
+        # records for the parsers that read it (its response_template parsers, and ours through our hooks).
+        self.request = ChatCompletionRequest(model=fam.name, messages=[{"role": "user", "content": "hi"}],
+                                             tools=TOOLS, chat_template_kwargs=fam.chat_template_kwargs or None)
+        self.request._response_parser_prefix = fam.prefix
         self.label = label
         self.tool_name, self.reasoning_name = names or fam.sglang
 
     def _reasoning(self, stream: bool) -> Any:
         if self.reasoning_name is None:
             return None
-        return self.rp(self.reasoning_name, stream, self.fam.force_reasoning, None, tokenizer=self.tokenizer,
+        return self.rp(self.reasoning_name, stream, self.fam.force_reasoning, self.request, tokenizer=self.tokenizer,
                        tool_call_parser_active=True)
 
     def _tools(self) -> Any:
@@ -563,13 +570,15 @@ class SGLang:
             end = i == last
             if rp is not None:
                 r, delta = rp.parse_stream_chunk(delta)
-                if end:
+                if end:  # (as serving_chat._process_reasoning_stream joins them: only what is there)
                     er, en = rp.parse_stream_end()
-                    r = (r or "") + (er or "")
-                    delta = (delta or "") + (en or "")
+                    if er:
+                        r = (r or "") + er
+                    if en:
+                        delta = (delta or "") + en
                 if r:
                     reasoning.append(r)
-            normal, items = fp.parse_stream_chunk(delta or "")
+            normal, items = fp.parse_stream_chunk(delta)
             if end:
                 end_text, end_items = fp.parse_stream_end()
                 normal = (normal or "") + end_text

@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar
+from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
+from grammar_parse.tools import call_function
+from grammar_parse.wire import WireArguments, dumps
+from grammar_parse.wire_stream import REASONING_FIELDS
 
 #: What every parser name of ours starts with (the engines' own names never do).
 PREFIX = "gp_"
@@ -100,6 +103,38 @@ def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
+def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[str, Any]] | None, *,
+                    reasoning_field: str = "reasoning_content") -> dict[str, Any]:
+    """A whole output's message as the engines return one: ``reasoning_field``, ``content`` and
+    ``tool_calls`` (``{"id", "type", "function": {"name", "arguments"}}``, arguments a strict JSON text),
+    plus ``parsed_calls``: the calls' parsed values, which say what is wrong with each (``errors``).
+
+    Parsed once (``parse_response``, lenient), not streamed through the Chat Completions adapter:
+    ``chat_message`` costs about 6 times as much (qwen3, 16 KB: 34 ms against 5.6 ms), since it runs the
+    tool-call streamer. The arguments are the parsed value written out (the stream sends the model's own
+    text): the same JSON value, spaced as ``json.dumps`` spaces it. A value that names no function is not
+    a call, as in the stream."""
+    parsed = parse_response(text, grammar, prefix=prefix, tools=tools, strict=False)
+    calls = []
+    for call in parsed.get("tool_calls") or ():
+        function = call_function(call)
+        if function is None or not isinstance(function.get("name"), str) or not function["name"]:
+            continue
+        raw = function.get("arguments", {})
+        wire = WireArguments()
+        arguments = wire.feed(raw if isinstance(raw, str) else dumps(raw)) + wire.finish()
+        calls.append({"id": call.get("id") if isinstance(call.get("id"), str) else None, "type": "function",
+                      "function": {"name": function["name"], "arguments": arguments}})
+    message: dict[str, Any] = {
+        reasoning_field: next((parsed[f] for f in REASONING_FIELDS if parsed.get(f)), None) or None,
+        "content": parsed.get("content") or None,
+        "parsed_calls": list(parsed.get("tool_calls") or ()),
+    }
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
 def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int] | None) -> str | None:
     """The decoded end of the prompt, which the parser starts after (None when the engine gave none)."""
     if prompt_ids is None:
@@ -107,5 +142,5 @@ def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int
     return decode(list(prompt_ids[-PROMPT_TAIL_TOKENS:]))
 
 
-__all__ = ["GENERIC", "PREFIX", "grammar_for", "on_register", "parser_name", "parser_names", "prompt_tail",
-           "register", "tool_dicts"]
+__all__ = ["GENERIC", "PREFIX", "grammar_for", "on_register", "oneshot_message", "parser_name", "parser_names",
+           "prompt_tail", "register", "tool_dicts"]

@@ -63,8 +63,8 @@ from sglang.srt.plugins import hook_registry
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from grammar_parse import Grammar
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
-from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser_names, tool_dicts
+from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.integrations import GENERIC, grammar_for, on_register, oneshot_message, parser_names, tool_dicts
 
 #: The reasoning field of grammar_parse's messages and deltas (SGLang's own name too).
 _REASONING = "reasoning_content"
@@ -146,7 +146,7 @@ class GrammarReasoningDetector(BaseReasoningFormatDetector):
 
     # one-shot
     def detect_and_parse(self, text: str) -> _ReasoningResult:
-        message = chat_message(text, self.grammar, prefix=self.prefix, tools=self.tools, strict=False)[0]
+        message = oneshot_message(text, self.grammar, self.prefix, self.tools)
         content = message.get("content") or ""
         reasoning = message.get(_REASONING) or ""
         return _ReasoningResult(_handoff(content, [], message) if self.hands_off else content, reasoning)
@@ -209,7 +209,7 @@ class GrammarToolDetector(BaseFormatDetector):
             return text.message
         if self._parsed is None or self._parsed[0] != text:
             tools = self.tools or tool_dicts(tools)
-            message = chat_message(text, self.grammar, prefix=self.prefix, tools=tools, strict=False)[0]
+            message = oneshot_message(text, self.grammar, self.prefix, tools)
             texts = [message.get(_REASONING), message.get("content")]  # (no reasoning parser: reasoning is content)
             message = {**message, "content": "".join(t for t in texts if t) or None}
             self._parsed = (text, message)

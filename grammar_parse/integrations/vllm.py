@@ -59,12 +59,20 @@ from vllm.logger import init_logger
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
-from grammar_parse import Grammar, ResponseParser, parse_response
+from grammar_parse import Grammar, ResponseParser
 from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.integrations import (
+    GENERIC,
+    grammar_for,
+    on_register,
+    oneshot_message,
+    parser_names,
+    prompt_tail,
+    register,
+    tool_dicts,
+)
 from grammar_parse.tools import call_function
-from grammar_parse.wire import WireArguments, dumps
 from grammar_parse.wire_stream import REASONING_FIELDS
-from grammar_parse.integrations import GENERIC, grammar_for, on_register, parser_names, prompt_tail, register, tool_dicts
 
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"
@@ -157,29 +165,9 @@ class _Joint:
                             tool_calls=calls)
 
     def message(self, text: str) -> dict[str, Any]:
-        """The one-shot message of a whole output: reasoning, content and calls with strict-JSON
-        ``arguments`` strings. Parsed once (``parse_response``), not streamed through the Chat Completions
-        adapter (``chat_message`` costs about 6 times as much: it runs the tool-call streamer). The
-        arguments are the parsed value written out, where the stream sends the model's own text: the same
-        JSON value, spaced as ``json.dumps`` spaces it."""
-        parsed = parse_response(text, self.grammar, prefix=self.prefix, tools=self.tools, strict=False)
-        _report(parsed.get("tool_calls") or ())
-        message: dict[str, Any] = {
-            _REASONING: next((parsed[f] for f in REASONING_FIELDS if parsed.get(f)), None) or None,
-            "content": parsed.get("content") or None,
-        }
-        calls = []
-        for call in parsed.get("tool_calls") or ():
-            function = call_function(call)
-            if function is None or not isinstance(function.get("name"), str) or not function["name"]:
-                continue  # (a value that names no function: the wire cannot carry it, as the stream does not)
-            raw = function.get("arguments", {})
-            wire = WireArguments()
-            arguments = wire.feed(raw if isinstance(raw, str) else dumps(raw)) + wire.finish()
-            call_id = call.get("id") if isinstance(call.get("id"), str) else None
-            calls.append({"id": call_id, "function": {"name": function["name"], "arguments": arguments}})
-        if calls:
-            message["tool_calls"] = calls
+        """The one-shot message of a whole output (see :func:`grammar_parse.integrations.oneshot_message`)."""
+        message = oneshot_message(text, self.grammar, self.prefix, self.tools, reasoning_field=_REASONING)
+        _report(message.pop("parsed_calls"))
         return message
 
 
