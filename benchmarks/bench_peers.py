@@ -609,8 +609,8 @@ class SGLang:
             reasoning, text = rp.parse_non_stream(w.text)
         fp = self._tools()
         calls: list[Any] = []
-        if fp.has_tool_call(text or ""):
-            text, calls = fp.parse_non_stream(text or "")
+        if fp.has_tool_call(text):  # (as serving_chat passes it: the reasoning parser's text, unchanged)
+            text, calls = fp.parse_non_stream(text)
         return Outcome(reasoning or "", text or "", norm_calls([(c.name, c.parameters) for c in calls]))
 
 
