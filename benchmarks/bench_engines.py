@@ -110,20 +110,10 @@ def main() -> None:
             for mode in ("stream", "oneshot"):
                 cells = bp.run_interleaved(engines, mode, w, repeats[w.label], budget, limit)
                 for eng, cell in zip(engines, cells):
-                    if eng is None or cell is None:
-                        continue
-                    key = f"{eng.label}_{mode}"
-                    where = f"{fam.name} {w.label}: {eng.label} {mode}"
-                    if cell.error:
-                        problems.append(f"{where} raised {cell.error}")
-                        row[key] = {"error": cell.error}
-                    elif cell.cut:
-                        row[key] = {"us_per_delta_at_least": cell.cut_seconds / cell.cut * 1e6}
-                    elif why := bp.describe_mismatch(w.calls, cell.outcome.calls if cell.outcome else []):
-                        problems.append(f"{where}: {why}")
-                        row[key] = {"mismatch": why}
-                    else:
-                        row[key] = {"cpu_s": cell.best, "us_per_delta": cell.best / len(w.chunks) * 1e6}
+                    if eng is not None and cell is not None:
+                        row[f"{eng.label}_{mode}"], problem = bp.judge(cell, mode, w)
+                        if problem:
+                            problems.append(f"{fam.name} {w.label}: {eng.label} {mode}{problem}")
             rows.append(row)
             print(f"  {fam.name} {w.label} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     print_table(rows, sizes)

@@ -696,6 +696,27 @@ def run_interleaved(engines: list[Any], mode: str, w: Workload, repeat: int, bud
     return cells
 
 
+def judge(cell: Cell, mode: str, w: Workload) -> tuple[dict[str, Any], str]:
+    """One cell's figures (for the table and the JSON) and the problem to report after its place (empty when
+    it was timed: right, or cut off). A cell whose calls are wrong is not timed."""
+    if cell.error:
+        return {"error": cell.error}, f" raised {cell.error}"
+    if cell.cut:
+        return {"cut_after_deltas": cell.cut, "cut_cpu_s": cell.cut_seconds,
+                "us_per_delta_at_least": cell.cut_seconds / cell.cut * 1e6}, ""
+    assert cell.outcome is not None
+    why = describe_mismatch(w.calls, cell.outcome.calls)
+    if why:
+        return {"mismatch": why}, f": {why}"
+    figures: dict[str, Any] = {"cpu_s": cell.best, "runs": cell.runs}
+    if mode == "stream":
+        figures["us_per_delta"] = cell.best / len(w.chunks) * 1e6
+    else:
+        mb = len(w.text.encode()) / 1e6
+        figures["mb_s"] = mb / cell.best if cell.best > 0 else float("inf")
+    return figures, ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 KB and 16 KB only, fewer repeats")
@@ -759,36 +780,18 @@ def main() -> None:
         for w in loads:
             row: dict[str, Any] = {"family": fam.name, "workload": w.label, "bytes": len(w.text.encode()),
                                    "deltas": len(w.chunks), "calls": len(w.calls)}
-            mb = len(w.text.encode()) / 1e6
             for mode in ("stream", "oneshot"):
                 cells = run_interleaved(engines, mode, w, repeats[w.label], budget, limit)
                 ours = cells[0].outcome if cells[0] else None
                 for eng, cell in zip(engines, cells):
                     if eng is None or cell is None:
                         continue
-                    key = f"{eng.label}_{mode}"
                     where = f"{fam.name} {w.label}: {eng.label} {'streamed' if mode == 'stream' else 'one-shot'}"
-                    if cell.error:
-                        problems.append(f"{where} raised {cell.error}")
-                        row[key] = {"error": cell.error}
-                        continue
-                    if cell.cut:
-                        row[key] = {"cut_after_deltas": cell.cut, "cut_cpu_s": cell.cut_seconds,
-                                    "us_per_delta_at_least": cell.cut_seconds / cell.cut * 1e6}
-                        continue
-                    assert cell.outcome is not None
-                    why = describe_mismatch(w.calls, cell.outcome.calls)
-                    if why:
-                        problems.append(f"{where}: {why}")
-                        row[key] = {"mismatch": why}
-                        continue
-                    if ours is not None and eng.label != "ours":
+                    row[f"{eng.label}_{mode}"], problem = judge(cell, mode, w)
+                    if problem:
+                        problems.append(where + problem)
+                    elif ours is not None and eng.label != "ours" and cell.outcome is not None and not cell.cut:
                         notes.extend(f"{where}: {n}" for n in text_notes(ours, cell.outcome))
-                    row[key] = {"cpu_s": cell.best, "runs": cell.runs}
-                    if mode == "stream":
-                        row[key]["us_per_delta"] = cell.best / len(w.chunks) * 1e6
-                    else:
-                        row[key]["mb_s"] = mb / cell.best if cell.best > 0 else float("inf")
             rows.append(row)
             print(f"  {fam.name} {w.label} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
