@@ -209,9 +209,8 @@ class GrammarToolDetector(BaseFormatDetector):
             return text.message
         if self._parsed is None or self._parsed[0] != text:
             tools = self.tools or tool_dicts(tools)
-            message = oneshot_message(text, self.grammar, self.prefix, tools)
-            texts = [message.get(_REASONING), message.get("content")]  # (no reasoning parser: reasoning is content)
-            message = {**message, "content": "".join(t for t in texts if t) or None}
+            # (no reasoning parser: the reasoning is content)
+            message = oneshot_message(text, self.grammar, self.prefix, tools, reasoning_as_content=True)
             self._parsed = (text, message)
         return self._parsed[1]
 

@@ -166,7 +166,8 @@ class _Joint:
 
     def message(self, text: str) -> dict[str, Any]:
         """The one-shot message of a whole output (see :func:`grammar_parse.integrations.oneshot_message`)."""
-        message = oneshot_message(text, self.grammar, self.prefix, self.tools, reasoning_field=_REASONING)
+        message = oneshot_message(text, self.grammar, self.prefix, self.tools, reasoning_field=_REASONING,
+                                  reasoning_as_content=self.reasoning_to_content)
         _report(message.pop("parsed_calls"))
         return message
 
@@ -222,23 +223,16 @@ class GrammarReasoningParser(ReasoningParser):
             parser = ResponseParser(self.joint.grammar, text, strict=False)
         except Exception:  # (a prompt the grammar cannot start after: nothing is known)
             return False
-        ended = False
-        for event in parser.initial_events:
-            if event["type"] == "region_close" and event["field"] == _field_of_reasoning(self.joint.grammar):
-                ended = True
-            elif event["type"] == "region_open" and event["field"] != _field_of_reasoning(self.joint.grammar):
-                ended = True
-        return ended
+        reasoning = next((f for f in REASONING_FIELDS if f in self.joint.grammar.fields), None)
+        return any((event["type"] == "region_close" and event["field"] == reasoning)
+                   or (event["type"] == "region_open" and event["field"] != reasoning)
+                   for event in parser.initial_events)
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
         return list(input_ids)  # (the content is the stream's to cut, not the token ids')
 
     def adjust_request(self, request: Any) -> Any:
         return _keep_special_tokens(request)
-
-
-def _field_of_reasoning(grammar: Grammar) -> str | None:
-    return next((f for f in REASONING_FIELDS if f in grammar.fields), None)
 
 
 class GrammarToolParser(ToolParser):
@@ -260,17 +254,12 @@ class GrammarToolParser(ToolParser):
         self.joint.tools = tool_dicts(tools)
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
-        if isinstance(model_output, Parsed):
-            message = model_output.message
-            content = message.get("content")
-        else:
-            message = self.joint.message(model_output)
-            texts = [message.get(_REASONING), message.get("content")]
-            content = "".join(t for t in texts if t) or None
+        message = model_output.message if isinstance(model_output, Parsed) else self.joint.message(model_output)
         calls = [ToolCall(**({"id": call["id"]} if call["id"] else {}),
                           function=FunctionCall(name=call["function"]["name"], arguments=call["function"]["arguments"]))
                  for call in message.get("tool_calls") or ()]
-        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls, content=content or None)
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls,
+                                            content=message.get("content") or None)
 
     def extract_tool_calls_streaming(self, previous_text: str, current_text: str, delta_text: str,
                                      previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
