@@ -29,6 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 from conformance import load  # noqa: E402
 from goldens import all_goldens  # noqa: E402
+from token_streams import chunked  # noqa: E402
 from grammar_parse.chat_completions import chat_message  # noqa: E402
 from grammar_parse.integrations import parser_name  # noqa: E402
 
@@ -91,12 +92,9 @@ def stream(parser_cls, tokenizer, req, ids, sizes, prompt_ids, finish="stop"):
     parser = parser_cls(tokenizer, req.tools, chat_template_kwargs=None, model_config=None)
     proc = ChatStreamProcessor(req, parser, enable_auto_tools=True, parser_cls=parser_cls)
     reasoning, content, calls = [], [], {}
-    pos, finish_reason, i = 0, None, 0
-    while pos < len(ids) or pos == 0:
-        chunk = ids[pos:pos + sizes[i % len(sizes)]]
-        pos += len(chunk)
-        i += 1
-        step = proc.step(tokenizer.decode(chunk), chunk, finish if pos >= len(ids) else None, prompt_ids)
+    steps = chunked(ids, sizes) or [[]]  # (an empty output is one last step)
+    for i, chunk in enumerate(steps):
+        step = proc.step(tokenizer.decode(chunk), chunk, finish if i == len(steps) - 1 else None, prompt_ids)
         finish_reason = step.finish_reason
         delta = step.delta
         if delta is not None:
@@ -108,8 +106,6 @@ def stream(parser_cls, tokenizer, req, ids, sizes, prompt_ids, finish="stop"):
                 if tc.function is not None:
                     entry["name"] = entry["name"] or tc.function.name
                     entry["arguments"] += tc.function.arguments or ""
-        if not ids:
-            break
     message = {"reasoning": "".join(reasoning) or None, "content": "".join(content) or None,
                "tool_calls": [calls[k] for k in sorted(calls)]}
     return message, finish_reason, parser
@@ -297,7 +293,7 @@ def token_cases():
 def test_real_token_id_streams_through_vllm_give_the_one_shot_message(case):
     """Token ids of real vocabularies (special tokens as their ids, characters split across tokens),
     detokenized as vLLM does, in engine steps of 1, 2 and 5 tokens."""
-    from token_streams import IncrementalDetokenizer, chunked, load_fixture
+    from token_streams import IncrementalDetokenizer, load_fixture
 
     fixture_name, output = case
     tok = WithPrompt(load_fixture(fixture_name).decoder)
