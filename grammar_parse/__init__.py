@@ -40,6 +40,7 @@ if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).p
 
 from .compiler import compile_template
 from .errors import (
+    AnchorWarning,
     ArgumentError,
     FinalizedError,
     GrammarError,
@@ -56,6 +57,7 @@ from .session import ResponseParser, parse_response
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnchorWarning",
     "ArgumentError",
     "Correction",
     "Event",

@@ -5,11 +5,14 @@
     GrammarParseError                      code, hint, str() says what to change
     ├── TemplateError      (ValueError)     bad response template; .path like "fields.tool_calls.open_pattern"
     ├── GrammarError       (ValueError)     bad .lark grammar; .line, .column
+    ├── ChatTemplateError  (ValueError)     a chat template that cannot be loaded or rendered; .origin, .line
     ├── ParseError         (ValueError)     model output that cannot be parsed; .field, .position, .message_so_far
     │   └── PlaceholderError (KeyError)     a transform names a placeholder that does not exist
     ├── SchemaTypeError    (TypeError)      a legacy response_schema node got a value of the wrong kind
     ├── ArgumentError      (ValueError)     a bad argument to the API (missing prefix, batch length mismatch)
     └── FinalizedError     (RuntimeError)   feed() or finalize() after finalize()
+
+    AnchorWarning          (UserWarning)    a prefix holds none of the grammar's start anchors
 
 Where transformers raises a built-in type for the same situation, ours is also that type, so code written
 against transformers keeps catching what it caught. ``ERROR_CODES`` lists every stable code with the
@@ -50,6 +53,21 @@ ERROR_CODES: dict[str, str] = {
     "grammar.encoding": "a grammar or template file is not UTF-8 text",
     "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
     "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
+    # chat templates (grammar_parse.chat_template)
+    "chat_template.missing": "a tokenizer config, chat_template.json or model directory holds no chat template",
+    "chat_template.name": "a named chat template is not among the model's templates (or none is the default)",
+    "chat_template.file": "a chat template file or model directory is missing, unreadable, not UTF-8 or not the "
+                          "JSON it should be",
+    "chat_template.syntax": "the chat template is not valid Jinja",
+    "chat_template.input": "messages, tools or documents are not of the shape a chat template takes (dicts), or "
+                           "continue_final_message cannot continue the last message",
+    "chat_template.raised": "the chat template called raise_exception (it refuses these messages)",
+    "chat_template.render": "the chat template failed while rendering (an undefined value used, a wrong type, ...)",
+    "chat_template.recursion": "the chat template recursed deeper than Python allows (a macro calling itself)",
+    "chat_template.security": "the chat template reached for something the sandbox forbids",
+    "chat_template.timeout": "rendering ran past its time limit (5 s by default)",
+    "chat_template.too_large": "the template's source, its output or a value it builds is above its size limit",
+    "chat_template.jinja": "jinja2 (the grammar-parse[chat-templates] extra) is not installed",
     # model output
     "parse.content": "a region's text does not parse with the field's content parser (int, float, ...)",
     "parse.json": "a json region does not hold valid JSON",
@@ -81,6 +99,8 @@ ERROR_CODES: dict[str, str] = {
     "usage.finalized": "the parser was used after finalize()",
     "usage.not_finished": "a stream's final result was asked for before finish()",
     "usage.no_trace": "spans were asked for from a parser created without trace=True",
+    "usage.anchor": "a prefix was given that holds none of the grammar's start anchors: it is not the prompt of "
+                    "this grammar's model, and is read as output (AnchorWarning)",
     "usage.schema": "lmsp.schema_validator was asked for a schema the package does not ship",
     # command line (exit status 2)
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
@@ -137,6 +157,23 @@ class GrammarError(GrammarParseError, ValueError):
         self.line = line
         self.column = column
         where = source if line is None else f"{source}:{line}:{column or 1}"
+        super().__init__(f"{where}: {message}", code=code, hint=hint)
+
+
+class ChatTemplateError(GrammarParseError, ValueError):
+    """A model's chat template cannot be loaded or refuses to render these messages.
+
+    ``origin`` names the template (a file, or "the chat template"); ``line`` is the template line at fault
+    where one is known (1-based).
+    """
+
+    code = "chat_template.render"
+
+    def __init__(self, message: str, *, code: str, origin: str = "the chat template", line: int | None = None,
+                 hint: str | None = None) -> None:
+        self.origin = origin
+        self.line = line
+        where = origin if line is None else f"{origin}, line {line}"
         super().__init__(f"{where}: {message}", code=code, hint=hint)
 
 
@@ -243,9 +280,21 @@ class FinalizedError(UsageError):
     code = "usage.finalized"
 
 
+class AnchorWarning(UserWarning):
+    """A prefix holds none of the grammar's start anchors (code ``usage.anchor``).
+
+    transformers then reads the whole prefix as model output, and so do we (the conformance corpus relies
+    on it), but a prompt rendered for another model family is almost always a wrong grammar or a prompt
+    with the assistant header cut off, so it is said, not silently parsed."""
+
+    code = "usage.anchor"
+
+
 __all__ = [
     "ERROR_CODES",
+    "AnchorWarning",
     "ArgumentError",
+    "ChatTemplateError",
     "FinalizedError",
     "GrammarError",
     "GrammarParseError",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .chat_template import REASONING_KEYS, ChatTemplate
+from .session import parse_response
 
 USER = "What is the weather in Paris?"
 REASONING = "The user wants the weather in Paris, so I call the weather tool."
@@ -85,6 +86,22 @@ class Rendering:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     arguments_as_text: bool = False
 
+    @property
+    def reasoning_rendered(self) -> bool:
+        """Whether the template wrote the probe's reasoning (many drop it from past turns)."""
+        return self.probe.reasoning is not None and self.probe.reasoning in self.output
+
+    @property
+    def calls_rendered(self) -> bool:
+        """Whether the template wrote every call (some render only the first, some none at all)."""
+        return bool(self.probe.calls) and all(
+            f"{name}" in self.output and _written(arguments, self.output) for name, arguments in self.probe.calls)
+
+    @property
+    def informative(self) -> bool:
+        """Whether the rendering shows what it probes: its calls, when it has calls."""
+        return not self.probe.calls or self.calls_rendered
+
 
 def render_probe(template: ChatTemplate, probe: Probe, **kwargs: Any) -> Rendering:
     """``probe`` rendered with ``template`` (template kwargs such as ``enable_thinking`` passed through).
@@ -95,24 +112,26 @@ def render_probe(template: ChatTemplate, probe: Probe, **kwargs: Any) -> Renderi
     tools = TOOLS  # always: a template may render its system prompt differently with tools
     generation = template.render([user], tools=tools, add_generation_prompt=True, **kwargs)
     attempts = (False, True) if probe.calls else (False,)
-    full = ""
-    as_text = False
+    chosen: tuple[str, bool] | None = None
     error: Exception | None = None
     for as_text in attempts:
         try:
             full = template.render([user, probe.message(arguments_as_text=as_text)], tools=tools,
                                    add_generation_prompt=False, **kwargs)
         except Exception as exc:  # a template's own raise_exception, or a type error on the arguments' form
-            error = exc
+            error = error or exc
             continue
-        if not probe.calls or all(_written(arguments, full) for _, arguments in probe.calls):
+        if chosen is None or all(_written(arguments, full) for _, arguments in probe.calls):
+            chosen = (full, as_text)
+        if all(_written(arguments, full) for _, arguments in probe.calls):
             break
-    else:
-        if error is not None and not full:
-            raise error
+    if chosen is None:
+        assert error is not None
+        raise error
+    full, as_text = chosen
     if full.startswith(generation):
         return Rendering(probe, generation, full[len(generation):], "", dict(kwargs), as_text)
-    common = _common_prefix(generation, full)
+    common = _split(generation, full)
     return Rendering(probe, full[:common], full[common:], generation[common:], dict(kwargs), as_text)
 
 
@@ -127,20 +146,40 @@ def render_probes(template: ChatTemplate, probes: tuple[Probe, ...] = PROBES, **
     return out
 
 
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
 def _written(arguments: Mapping[str, Any], text: str) -> bool:
-    """Whether every argument value shows in the rendering (as itself or as JSON)."""
+    """Whether the rendering writes the arguments in a form a parser can read back: every value shows (a
+    string as itself, a boolean as true or True), and no nested object or list is printed as a Python repr
+    (``{'units': 'celsius'}``, which some templates write with ``| string``)."""
     for value in arguments.values():
-        shown = value if isinstance(value, str) else json.dumps(value)
-        if shown not in text and str(value) not in text:
+        for leaf in _leaves(value):
+            shown = [leaf] if isinstance(leaf, str) else [json.dumps(leaf), str(leaf)]
+            if not any(s in text for s in shown):
+                return False
+        if isinstance(value, (Mapping, list)) and any(isinstance(leaf, str) for leaf in _leaves(value)) \
+                and repr(value) in text:
             return False
     return True
 
 
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
+def _split(generation: str, full: str) -> int:
+    """Where the generation prompt and the history rendering part: their common prefix, moved back to the
+    start of a marker it would cut (``<|START_RESPONSE|>`` and ``<|START_THINKING|>`` share ``<|START_``)."""
+    n = min(len(generation), len(full))
     i = 0
-    while i < n and a[i] == b[i]:
+    while i < n and generation[i] == full[i]:
         i += 1
+    for opener, closer in (("<", ">"), ("[", "]")):
+        head = generation[:i]
+        if head.rfind(opener) > head.rfind(closer):
+            i = head.rfind(opener)
     return i
 
 
@@ -148,15 +187,22 @@ def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered:
     """How a parsed message differs from the probe it should read back as ([] when it reads back exactly).
 
     Reasoning is compared under whichever reasoning key the grammar uses; text is compared without the
-    whitespace templates add around it; arguments are compared as values (``3`` and ``"3"`` differ)."""
+    whitespace templates add around it; arguments are compared as values (``3`` and ``"3"`` differ). When
+    the template does not render reasoning (``reasoning_rendered=False``), the split between reasoning and
+    content cannot be seen in its renderings: a grammar that reads unmarked text as reasoning cut short
+    (the model is expected to start thinking) is right there, so the two are compared joined."""
     out: list[str] = []
     reasoning = next((message[k] for k in REASONING_KEYS if message.get(k) is not None), None)
-    want_reasoning = probe.reasoning if reasoning_rendered else None
-    if (reasoning or "").strip() != (want_reasoning or ""):
-        out.append(f"reasoning: {reasoning!r} != {want_reasoning!r}")
     content = message.get("content")
-    if (content or "").strip() != (probe.content or ""):
-        out.append(f"content: {content!r} != {probe.content!r}")
+    if reasoning_rendered:
+        if (reasoning or "").strip() != (probe.reasoning or ""):
+            out.append(f"reasoning: {reasoning!r} != {probe.reasoning!r}")
+        if (content or "").strip() != (probe.content or ""):
+            out.append(f"content: {content!r} != {probe.content!r}")
+    else:
+        text = " ".join(part.strip() for part in (reasoning, content) if isinstance(part, str) and part.strip())
+        if text != (probe.content or ""):
+            out.append(f"content: {content!r} (reasoning {reasoning!r}) != {probe.content!r}")
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", call) if isinstance(call, Mapping) else {}
@@ -171,3 +217,21 @@ def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered:
     if calls != want:
         out.append(f"tool_calls: {calls!r} != {want!r}")
     return out
+
+
+def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning: bool = True) -> list[str]:
+    """How ``grammar`` reads ``rendering`` back: [] when exactly, else the differences (or the error).
+
+    The reasoning/content split is checked only where the rendering shows it: not when the template
+    dropped the probe's reasoning (or never renders reasoning), nor for a turn without reasoning after a
+    generation prompt that pre-fills a reasoning opener (a model never writes that turn)."""
+    probe = rendering.probe
+    if probe.reasoning is not None:
+        shown = rendering.reasoning_rendered
+    else:
+        shown = template_renders_reasoning and not rendering.prefilled.strip()
+    try:
+        message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=TOOLS, strict=False)
+    except Exception as exc:  # noqa: BLE001 - a grammar that cannot read the rendering at all
+        return [f"{type(exc).__name__}: {exc}"]
+    return differences(message, probe, reasoning_rendered=shown)

@@ -14,12 +14,14 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
-from .errors import ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
+from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .regions import Frame, RegionBuilder
@@ -388,6 +390,12 @@ class ResponseParser:
             last_end = anchor.last_end(prefix, None if anchor.literals is not None else START_ANCHOR_LIMIT)
             if last_end is not None:
                 truncated = prefix[last_end:]
+            else:
+                warnings.warn(AnchorWarning(
+                    f"the prefix holds no start anchor of grammar {self._grammar.name or '(anonymous)'} "
+                    f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
+                    "rendered with this model's chat template, or the right grammar for it (grammar_parse.detect), "
+                    'or prefix="" if the output is the whole message.'), stacklevel=_caller_level())
         if not truncated:
             return
         # The same prompt tail (a pre-filled "<think>\n") comes with every request: its replay is kept per
@@ -656,6 +664,15 @@ class ResponseParser:
             hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
         )
 
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside grammar_parse, so a warning names the caller's line
+    (Python 3.12's ``skip_file_prefixes``, for 3.10)."""
+    package = str(Path(__file__).resolve().parent)
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @overload

@@ -65,6 +65,12 @@ class Delimiter:
     def compile(self) -> regex.Pattern[str]:
         return regex.compile(self.regex_source, regex.DOTALL)
 
+    def describe(self) -> str:
+        """The delimiter as a reader would write it: its literals quoted, or ``/pattern/``."""
+        if self.literals is None:
+            return f"/{self.pattern}/"
+        return " or ".join(repr(s) for s in self.literals)
+
     @cached_property
     def bounded(self) -> BoundedRegex:
         """The delimiter as a regex that cannot run away on hostile text (the start anchor on a prompt)."""

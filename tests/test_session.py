@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import warnings
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,16 +41,25 @@ def test_prefix_is_truncated_after_the_last_anchor_and_replayed():
     assert message == {"role": "assistant", "thinking": "plan", "content": "Done."}
 
 
-def test_prefix_without_anchor_is_used_whole():
-    message = gp.parse_response("b</think>c", XML_TEMPLATE, prefix="<think>a ")
+def test_prefix_without_anchor_is_used_whole_and_said():
+    with pytest.warns(gp.AnchorWarning, match="no start anchor") as caught:
+        message = gp.parse_response("b</think>c", XML_TEMPLATE, prefix="<think>a ")
     assert message == {"role": "assistant", "thinking": "a b", "content": "c"}
+    assert caught[0].message.code == "usage.anchor" and caught[0].filename == __file__  # (the caller's line)
+
+
+def test_a_prefix_with_the_anchor_is_not_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gp.parse_response("c", XML_TEMPLATE, prefix="<|im_start|>assistant\n")["content"] == "c"
 
 
 def test_batches_take_one_prefix_or_one_per_text():
     texts = ["<think>x</think>one", "two"]
     assert gp.parse_response(texts, XML_TEMPLATE, prefix="") == [
         {"role": "assistant", "thinking": "x", "content": "one"}, {"role": "assistant", "content": "two"}]
-    got = gp.parse_response(texts, XML_TEMPLATE, prefix=["", "<think>"])
+    with pytest.warns(gp.AnchorWarning):
+        got = gp.parse_response(texts, XML_TEMPLATE, prefix=["", "<think>"])
     assert got[1] == {"role": "assistant", "thinking": "two"}
     with pytest.raises(gp.ArgumentError) as info:
         gp.parse_response(texts, XML_TEMPLATE, prefix=[""])
