@@ -1,0 +1,277 @@
+"""Pick the grammar from the model: the built-in grammar that reads the chat template's own renderings back.
+
+Every probe conversation (grammar_parse.probes) is rendered with the template and parsed by each built-in
+grammar after the rendered prompt; a grammar fits when it reads every informative rendering back exactly.
+Grammars that tie are told apart by the model's name (config ``model_type``, the directory or file name),
+then by the reasoning key the template reads, the tokenizer vocabulary (the grammar's markers that are
+single tokens), the grammar's number of aliases (the format's main grammar, which servers name most), the
+share of its markers the template writes, and last by name. A template
+no grammar reads back is reported with the closest grammar and what differs; :func:`load_model_grammar`
+then derives one (grammar_parse.derive) and never guesses silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chat_template import ChatTemplate
+from .errors import GrammarError
+from .grammar import Grammar
+from .library import list_grammars, load_grammar, normalise_name
+from .probes import PROBES, Rendering, read_back, render_probes
+from .session import START_ANCHOR_LIMIT
+
+#: Template kwargs whose generation prompts are compared, to say where reasoning opens.
+THINKING_SWITCHES: tuple[Mapping[str, Any], ...] = (
+    {}, {"enable_thinking": True}, {"enable_thinking": False}, {"thinking": True}, {"thinking": False},
+)
+_REASONING_READ = re.compile(r"""(?:\.|\[\s*['"]|\bget\(\s*['"])(reasoning_content|thinking|reasoning)\b""")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """How one grammar reads the probes back: ``differences`` maps a probe to what differs."""
+
+    name: str
+    read: int
+    of: int
+    differences: Mapping[str, list[str]]
+
+    @property
+    def exact(self) -> bool:
+        return self.of > 0 and self.read == self.of
+
+
+@dataclass(frozen=True)
+class ReasoningMode:
+    """Where the model's reasoning opens, as the template shows it.
+
+    ``rendered``: the template writes a turn's reasoning back (many drop it from past turns).
+    ``prefilled``: per template-kwargs switch (``"default"``, ``"enable_thinking=False"``, ...), what the
+    generation prompt writes after the assistant header: ``""`` when the model writes its own opener,
+    ``"<think>\\n"`` when the prompt opens reasoning for it, ``"<think>\\n\\n</think>\\n\\n"`` when it closes
+    an empty block (thinking off). ``keys``: the message keys the template reads reasoning from."""
+
+    rendered: bool
+    prefilled: Mapping[str, str]
+    keys: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line for a table: who writes the opener, under which kwargs."""
+        default = self.prefilled.get("default", "")
+        parts = ["pre-filled " + repr(default) if default.strip() else "written by the model"]
+        parts += [f"{label}: {tail!r}" for label, tail in self.prefilled.items() if label != "default" and tail != default]
+        if not self.rendered:
+            parts.append("not rendered in past turns")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What :func:`detect` found. ``grammar`` is the fitting built-in's name, or None when none fits;
+    ``candidates`` are ranked, closest first; ``alternatives`` are other grammars that fit as well."""
+
+    grammar: str | None
+    candidates: tuple[Candidate, ...]
+    alternatives: tuple[str, ...]
+    reasoning: ReasoningMode
+    renders_calls: bool
+    renderings: tuple[Rendering, ...] = field(repr=False)
+    template: ChatTemplate = field(repr=False)
+
+    @property
+    def closest(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def explain(self) -> str:
+        """A paragraph for an error or a log: what fits, or the closest grammar and what differs."""
+        if not self.renderings:
+            return "the chat template renders none of the probe conversations"
+        if self.grammar is not None:
+            more = f" (as do {', '.join(self.alternatives)})" if self.alternatives else ""
+            calls = "" if self.renders_calls else "; the template renders no tool calls, so only text was checked"
+            return f"{self.grammar} reads every probe rendering back{more}{calls}; reasoning {self.reasoning.describe()}"
+        closest = self.closest
+        assert closest is not None
+        lines = [f"no built-in grammar reads this template's renderings back; the closest is {closest.name} "
+                 f"({closest.read} of {closest.of} probes):"]
+        lines += [f"  {probe}: {'; '.join(d)[:300]}" for probe, d in closest.differences.items()]
+        return "\n".join(lines)
+
+
+def _anchor_misses(rendering: Rendering, grammar: Grammar) -> bool:
+    anchor = grammar.start_anchor
+    if anchor is None or not rendering.prompt:
+        return False
+    return anchor.last_end(rendering.prompt, None if anchor.literals is not None else START_ANCHOR_LIMIT) is None
+
+
+def score(grammar: Grammar, name: str, renderings: Iterable[Rendering]) -> Candidate:
+    """How ``grammar`` reads the informative ``renderings`` back."""
+    renderings = [r for r in renderings if r.informative]
+    template_renders_reasoning = any(r.reasoning_rendered for r in renderings)
+    differences: dict[str, list[str]] = {}
+    for rendering in renderings:
+        if _anchor_misses(rendering, grammar):
+            differences[rendering.probe.name] = ["the prompt holds none of the grammar's start anchors"]
+            continue
+        found = read_back(rendering, grammar, template_renders_reasoning=template_renders_reasoning)
+        if found:
+            differences[rendering.probe.name] = found
+    return Candidate(name, len(renderings) - len(differences), len(renderings), differences)
+
+
+def _hint_score(name: str, hints: Iterable[str]) -> int:
+    """The length of the grammar's longest name or alias found in the model's names (0: none)."""
+    spelled = [normalise_name(h) for h in hints if h]
+    aliases = [name, *list_grammars().get(name, [])]
+    return max((len(normalise_name(a)) for a in aliases for h in spelled if normalise_name(a) and normalise_name(a) in h),
+               default=0)
+
+
+def _vocab_score(grammar: Grammar, vocab: Collection[str] | None) -> int:
+    """How many of the grammar's literal markers are tokens of the vocabulary."""
+    if not vocab:
+        return 0
+    literals = {lit for terminal in grammar.terminals.values()
+                for lit in (getattr(terminal.matcher, "literals", None) or ())}
+    return sum(1 for lit in literals if lit in vocab)
+
+
+def _reasoning_key_score(grammar: Grammar, keys: Collection[str]) -> int:
+    """1 when the grammar's reasoning field is a key the template reads (``reasoning_content`` for Qwen,
+    ``thinking`` for gpt-oss), so the parsed message renders back through other renderers too."""
+    return int(any(region.field in keys for region in grammar.regions.values()))
+
+
+def _marker_share(grammar: Grammar, source: str) -> float:
+    """The share of the grammar's literal markers that the template's source writes: of two grammars that
+    read the probes equally, the one with fewer markers foreign to the template is the family's."""
+    literals = {lit for terminal in grammar.terminals.values()
+                for lit in (getattr(terminal.matcher, "literals", None) or ()) if len(lit.strip()) > 1}
+    if not literals:
+        return 0.0
+    return sum(1 for lit in literals if lit.strip() in source) / len(literals)
+
+
+def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: Iterable[Rendering]) -> ReasoningMode:
+    """Where reasoning opens under each thinking switch: what the generation prompt writes after the
+    grammar's start anchor (after the common prompt when there is no grammar)."""
+    from .probes import TOOLS, USER
+
+    prompts: dict[str, str] = {}
+    for switch in THINKING_SWITCHES:
+        label = ", ".join(f"{k}={v}" for k, v in switch.items()) or "default"
+        try:
+            prompts[label] = template.render([{"role": "user", "content": USER}], tools=TOOLS,
+                                             add_generation_prompt=True, **switch)
+        except Exception:  # noqa: BLE001 - a switch the template refuses is one it does not have
+            continue
+    prefilled: dict[str, str] = {}
+    anchor = grammar.start_anchor if grammar is not None else None
+    for label, prompt in prompts.items():
+        end = anchor.last_end(prompt, START_ANCHOR_LIMIT) if anchor is not None else None
+        prefilled[label] = prompt[end:] if end is not None else ""
+    return ReasoningMode(any(r.reasoning_rendered for r in renderings), prefilled, reasoning_keys(template))
+
+
+def reasoning_keys(template: ChatTemplate) -> tuple[str, ...]:
+    """The message keys the template reads reasoning from (``message.reasoning_content``, ...)."""
+    return tuple(sorted(set(_REASONING_READ.findall(template.source))))
+
+
+def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hints: Iterable[str] = (),
+           grammars: Iterable[str] | None = None) -> Detection:
+    """The built-in grammar that reads the model's chat template back.
+
+    ``config_or_template``: a :class:`ChatTemplate`, Jinja source, a ``tokenizer_config.json`` dict, or a
+    path (a model directory, tokenizer_config.json, chat_template.jinja or .json). ``vocab``: the
+    tokenizer's tokens, to tell apart grammars that read the probes equally (the one whose markers are
+    single tokens wins). ``hints``: model names (``model_type``, the repository name) for the same; read
+    from a model directory's config.json and its name when a path is given. ``grammars``: the built-in
+    names to try (all by default).
+
+    >>> detect("path/to/Qwen3-8B").grammar  # doctest: +SKIP
+    'qwen3'
+    """
+    template, found_hints = _load(config_or_template)
+    hints = [*hints, *found_hints]
+    renderings = tuple(render_probes(template, PROBES))
+    names = list(grammars) if grammars is not None else list(list_grammars())
+    keys = reasoning_keys(template)
+    ranked: list[tuple[tuple[float, ...], str, Candidate]] = []
+    for name in names:
+        grammar = load_grammar(name)
+        candidate = score(grammar, name, renderings)
+        rank = (-candidate.read, -_hint_score(name, hints), -_reasoning_key_score(grammar, keys),
+                -_vocab_score(grammar, vocab), -len(list_grammars().get(name, [])), -_marker_share(grammar, template.source))
+        ranked.append((rank, name, candidate))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    candidates = tuple(c for _, _, c in ranked)
+    best = candidates[0] if candidates else None
+    fits = best is not None and best.exact
+    alternatives = tuple(c.name for c in candidates[1:] if fits and c.exact)
+    chosen = best.name if fits and best is not None else None
+    mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings)
+    return Detection(chosen, candidates, alternatives, mode, any(r.calls_rendered for r in renderings),
+                     renderings, template)
+
+
+def _load(source: Any) -> tuple[ChatTemplate, list[str]]:
+    """The template and the model names a source carries (config.json's model_type, the directory name)."""
+    if isinstance(source, ChatTemplate):
+        return source, []
+    from .chat_template import load_chat_template
+
+    hints: list[str] = []
+    if isinstance(source, (str, os.PathLike)) and not _is_jinja(source):
+        path = Path(source)
+        hints.append(path.name if path.is_dir() else path.parent.name)
+        if not path.is_dir():
+            hints.append(path.stem)
+        config = (path if path.is_dir() else path.parent) / "config.json"
+        if config.is_file():
+            try:
+                data = json.loads(config.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = {}
+            if isinstance(data, dict):
+                hints += [str(data.get("model_type") or ""), *map(str, data.get("architectures") or [])]
+    elif isinstance(source, Mapping):
+        hints.append(str(source.get("name_or_path") or ""))
+    template: ChatTemplate = load_chat_template(source)
+    return template, hints
+
+
+def _is_jinja(source: str | os.PathLike[str]) -> bool:
+    return isinstance(source, str) and ("{%" in source or "{{" in source)
+
+
+def load_model_grammar(source: Any, *, vocab: Collection[str] | None = None) -> Grammar:
+    """The grammar for a model, from its chat template: the built-in that reads it back, else a grammar
+    derived from it and checked by the same round trip; a template neither fits raises GrammarError
+    ``detect.no_match`` naming the closest grammar and what differs."""
+    detection = detect(source, vocab=vocab)
+    if detection.grammar is not None:
+        return load_grammar(detection.grammar)
+    from .derive import derive_grammar
+
+    try:
+        derived = derive_grammar(detection.template, renderings=list(detection.renderings))
+    except GrammarError as exc:
+        raise GrammarError(
+            f"{detection.explain()}\nno grammar could be derived from it either: {exc}", code="detect.no_match",
+            source=detection.template.origin,
+            hint="Name a grammar explicitly (--grammar NAME, list_grammars()), or author one "
+                 "(docs/grammar-authoring.md).") from exc
+    grammar: Grammar = derived.grammar
+    return grammar
+
+
+__all__ = ["Candidate", "Detection", "ReasoningMode", "detect", "load_model_grammar", "reasoning_keys"]
