@@ -1,0 +1,1021 @@
+"""Derive a grammar from a model's chat template, for templates no built-in grammar reads.
+
+The probe conversations (:mod:`grammar_parse.probes`) are rendered with the template; since their reasoning,
+content and tool calls are known, everything else in a rendering is the template's markup. Differencing the
+renderings finds it: the assistant header the generation prompt ends with, the reasoning markers (and
+whether the generation prompt pre-fills the opener), content wrappers, the end-of-turn token, the tool-call
+section and per-call markers, the separator between calls, where the name goes and how the arguments are
+written (a JSON object, tagged key/value pairs, or a pythonic call). Boundaries snap to special tokens and
+tags, never to a common substring of the probe's own words.
+
+The result is a ``.lark`` grammar in the authoring format (docs/grammar-authoring.md), built and then
+checked by reading every probe rendering back (:func:`grammar_parse.probes.differences`); a grammar that
+does not read them back is never returned::
+
+    derived = derive_grammar(ChatTemplate(source, special_tokens={"eos_token": "</s>"}))
+    parse_response(output, derived.grammar, prefix=prompt)
+
+Errors are :class:`~grammar_parse.errors.GrammarError` with the codes ``derive.no_calls`` (the template
+writes no tool calls), ``derive.shape`` (no consistent markup was found) and ``derive.round_trip`` (the
+derived grammar misreads a probe; the message names the probe and what came back).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import regex
+
+from .chat_template import ChatTemplate
+from .errors import GrammarError, GrammarParseError
+from .grammar import Grammar, build_grammar
+from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, differences, render_probes
+from .session import parse_response
+
+__all__ = ["Derived", "DeriveReport", "derive_grammar"]
+
+_SOURCE = "<derived>"
+
+# A marker unit: a special token (<|im_end|>, <｜Assistant｜>, <|turn>, <channel|>, [TOOL_CALLS]), a tag
+# (<think>, </tool_call>, <parameter=city>), a word, a whitespace run, or one other character. Boundaries
+# between units are the only places a marker may start or end.
+_SPECIAL = (r"<\|[^<>|\n]{1,64}\|>|<｜[^<>｜\n]{1,64}｜>|<\|[^<>|\s]{1,64}>|<[^<>|\s]{1,64}\|>"
+            r"|\[/?[A-Z][A-Z0-9_ ]{0,40}\]|</?[A-Za-z_][^<>\n]{0,128}>")
+_SPECIAL_RE = regex.compile(_SPECIAL)
+_UNITS = regex.compile(rf"{_SPECIAL}|\w+|\s+|.", regex.DOTALL)
+_ID = regex.compile(r"call0000\d")
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class DeriveReport:
+    """What derivation found in the renderings (marker strings as the template writes them)."""
+
+    start_anchor: str
+    end_of_turn: tuple[str, ...] = ()
+    reasoning_open: str | None = None
+    reasoning_close: str | None = None
+    reasoning_prefilled: bool = False
+    reasoning_stray_close: bool = False
+    content_markers: tuple[str, ...] = ()
+    section_open: str | None = None
+    section_close: str | None = None
+    call_open: str | None = None
+    call_close: str | None = None
+    separator: str | None = None
+    name_encoding: str = ""
+    argument_encoding: str = ""
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """The report as ``key: value`` lines (the derived grammar's header comment)."""
+        out = []
+        for key, value in self.__dict__.items():
+            if key == "skipped" or value in (None, (), "", False):
+                continue
+            out.append(f"{key}: {value!r}" if not isinstance(value, tuple) else f"{key}: {list(value)!r}")
+        out += [f"not checked: {name} ({why})" for name, why in self.skipped.items()]
+        return out
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A derived grammar, its ``.lark`` text, what was found, and the round trip that checked it."""
+
+    grammar: Grammar
+    lark: str
+    report: DeriveReport
+    round_trip: Mapping[str, list[str]]
+
+
+def _error(code: str, message: str, hint: str | None = None) -> GrammarError:
+    return GrammarError(message, code=code, source=_SOURCE, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------- units
+
+
+def _bounds(text: str) -> set[int]:
+    return {m.start() for m in _UNITS.finditer(text)} | {len(text)}
+
+
+def _units(text: str) -> list[str]:
+    return [m.group() for m in _UNITS.finditer(text)]
+
+
+def _is_special(unit: str) -> bool:
+    return _SPECIAL_RE.fullmatch(unit) is not None
+
+
+def _prefix_len(a: str, b: str) -> int:
+    """The common prefix of ``a`` and ``b``, cut back to a unit boundary of both."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    ba, bb = _bounds(a), _bounds(b)
+    while n and (n not in ba or n not in bb):
+        n -= 1
+    return n
+
+
+def _suffix_len(a: str, b: str) -> int:
+    """The common suffix of ``a`` and ``b``, cut back to a unit boundary of both."""
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    ba, bb = _bounds(a), _bounds(b)
+    while n and (len(a) - n not in ba or len(b) - n not in bb):
+        n -= 1
+    return n
+
+
+def _common_prefix(texts: Sequence[str]) -> str:
+    out = texts[0]
+    for text in texts[1:]:
+        out = out[:_prefix_len(out, text)]
+    return out
+
+
+def _common_suffix(texts: Sequence[str]) -> str:
+    out = texts[0]
+    for text in texts[1:]:
+        n = _suffix_len(out, text)
+        out = out[len(out) - n:]
+    return out
+
+
+def _trailing_phrase(text: str) -> str:
+    """The last marker phrase of ``text`` (``<think>``, ``<|open|>think<|sep|>``): special tokens and the
+    words glued between them, back to a token that follows another token or whitespace."""
+    units = _units(text.rstrip())
+    taken: list[str] = []
+    while units:
+        unit = units.pop()
+        if unit.isspace():
+            break
+        taken.insert(0, unit)
+        if _is_special(unit) and (not units or units[-1].isspace() or _is_special(units[-1])):
+            break
+    phrase = "".join(taken)
+    return phrase if taken and _is_special(taken[0]) else ""
+
+
+def _first_phrase(text: str) -> str:
+    """The first marker phrase of ``text``: its leading special token and what is glued to it up to the next
+    special token that follows a token."""
+    units = _units(text.lstrip())
+    taken: list[str] = []
+    for unit in units:
+        if unit.isspace():
+            break
+        if taken and _is_special(unit) and _is_special(taken[-1]):
+            break
+        taken.append(unit)
+    return "".join(taken) if taken and _is_special(taken[0]) else ""
+
+
+def _has_special(text: str) -> bool:
+    return _SPECIAL_RE.search(text) is not None
+
+
+# ---------------------------------------------------------------------------------------------- regexes
+
+
+def _re_literal(text: str) -> str:
+    """``text`` as a regex, its inner whitespace runs loosened to ``\\s*``."""
+    parts = regex.split(r"(\s+)", text)
+    return "".join(r"\s*" if part.isspace() else regex.escape(part, special_only=True) for part in parts if part)
+
+
+def _re_instances(instances: Sequence[str]) -> str:
+    """A regex matching every instance of one connector (``:0<|arg|>`` and ``:1<|arg|>``; ``string="true">``
+    and ``string="false">``): the common head and tail, the middle generalised, digits generalised."""
+    stripped = [s for s in instances]
+    if len(set(stripped)) == 1:
+        return _digits(stripped[0])
+    head = _common_prefix(stripped)
+    tail = _common_suffix([s[len(head):] for s in stripped])
+    middles = [s[len(head):len(s) - len(tail)] for s in stripped]
+    if all(m.isdigit() for m in middles):
+        middle = r"\d+"
+    else:
+        stop = regex.escape(tail[:1], special_only=True) if tail and not tail[0].isalnum() else ""
+        middle = rf"[^<>\n{stop}]*?"
+    return _digits(head) + middle + _digits(tail)
+
+
+def _digits(text: str) -> str:
+    """``text`` as a regex with its numbers generalised (call indices: ``:0``, ``index="1"``)."""
+    parts = regex.split(r"(\d+)", text)
+    return "".join(r"\d+" if part.isdigit() else _re_literal(part) for part in parts if part)
+
+
+def _name_class(after: str, extra: str = "") -> str:
+    """A run of name characters that stops at what follows the name (and at markup)."""
+    stop = after.lstrip()[:1] if after.strip() else ""
+    chars = set("<>\"'[](){}|" + extra)
+    if stop and not stop.isalnum() and stop != "_":
+        chars.add(stop)
+    escaped = "".join(regex.escape(c) if c not in "-" else r"\-" for c in sorted(chars))
+    return rf"[^\s{escaped}]+"
+
+
+def _lark_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _lark_regex(pattern: str) -> str:
+    return "/" + pattern.replace("/", r"\/") + "/"
+
+
+def _terminal(text: str) -> str:
+    """A terminal definition for a marker: a string when it has no whitespace, else a loosened regex."""
+    if regex.search(r"\s", text):
+        return _lark_regex(_re_literal(text))
+    return _lark_string(text)
+
+
+# ---------------------------------------------------------------------------------------------- turns
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One probe as the history renders it, from the start of the assistant turn; ``rendering`` is the
+    original (the round trip parses it as given)."""
+
+    rendering: Rendering
+    text: str
+
+    @property
+    def probe(self) -> Probe:
+        return self.rendering.probe
+
+
+def _turns(template: ChatTemplate, renderings: Sequence[Rendering]) -> tuple[list[_Turn], str, str]:
+    """The turns, the generation prompt's tail (what follows the history before the model writes) and the
+    text before the turns (the conversation so far)."""
+    kwargs = dict(renderings[0].kwargs) if renderings else {}
+    user = [{"role": "user", "content": USER}]
+    fulls = [r.prompt + r.output for r in renderings]
+    try:
+        nogen = template.render(user, tools=TOOLS, add_generation_prompt=False, **kwargs)
+        gen = template.render(user, tools=TOOLS, add_generation_prompt=True, **kwargs)
+    except Exception:  # noqa: BLE001 - the renderings alone then give the split
+        nogen, gen = "", renderings[0].prompt + renderings[0].prefilled
+    if nogen and gen.startswith(nogen) and all(f.startswith(nogen) for f in fulls):
+        base = nogen
+    else:
+        base = _common_prefix([*fulls, gen])
+    return [_Turn(r, f[len(base):]) for r, f in zip(renderings, fulls)], gen[len(base):], base
+
+
+def _faithful(turn: _Turn) -> str | None:
+    """Why a probe's rendering cannot be read back as the probe (None: it can)."""
+    probe, text = turn.probe, turn.rendering.output
+    if probe.content and CONTENT not in text:
+        return "the content is not rendered"
+    for name, arguments in probe.calls:
+        if name not in text:
+            return f"the call {name} is not rendered"
+        for key, value in arguments.items():
+            if key not in text or (isinstance(value, str) and value not in text):
+                return f"the argument {key} of {name} is not rendered"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- shape
+
+
+@dataclass(frozen=True)
+class _Reasoning:
+    open: str
+    close: str
+    prefilled: bool
+    glue: str | None  # markup between the close and the content that repeats the header (harmony's <|start|>assistant)
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    """How one call is written: ``kind`` is json_object, json_list, json_name_keys, name_json, tagged or
+    pythonic; ``name_path`` / ``args_path`` locate the name and arguments inside a JSON call."""
+
+    kind: str
+    name_path: str = "name"
+    args_path: str = "arguments"
+    listed: bool = False  # one JSON / pythonic list holds every call of a turn
+
+
+@dataclass(frozen=True)
+class _Slot:
+    kind: str  # block (a whole call or list), name, args, id, key, value
+    start: int
+    end: int
+    call: int = 0
+
+
+@dataclass(frozen=True)
+class _Params:
+    open: str  # regex up to the key
+    key_class: str
+    connector: str  # regex between the key and the value
+    close: str  # literal
+    open_text: str  # the opener as written
+
+
+@dataclass
+class _Shape:
+    """Everything the grammar is written from."""
+
+    anchor: str
+    end: tuple[str, ...]
+    reasoning: _Reasoning | None
+    stray_close: bool
+    marks: tuple[str, ...]
+    encoding: _Encoding
+    section_open: str = ""
+    section_close: str = ""
+    call_open: str = ""  # regex ("" with a lookahead opener)
+    call_open_text: str = ""  # as the template writes it, for the report
+    call_close: str = ""  # literal ("" = where the JSON value ends)
+    separator: str = ""
+    params: _Params | None = None
+    value_parser: str = "text"
+    first_key: str = "name"
+    has_id: bool = False
+
+
+def _find_reasoning(by: Mapping[str, _Turn], header: str, gen_tail: str) -> tuple[_Reasoning | None, str]:
+    """The reasoning markers and the header without an opener it ends with (which is then replayed)."""
+    turn, plain = by.get("reasoning"), by.get("content")
+    if turn is None or plain is None or REASONING not in turn.text[len(header):]:
+        return None, header
+    at = turn.text.index(REASONING, len(header))
+    before, after = turn.text[len(header):at], turn.text[at + len(REASONING):]
+    content_at = after.find(CONTENT)
+    plain_at = plain.text.find(CONTENT, len(header))
+    pre = plain.text[len(header):plain_at] if plain_at >= 0 else ""
+    if content_at >= 0:
+        middle = after[:content_at]
+        shared = _suffix_len(middle, pre) if pre else 0
+        closer = middle[:len(middle) - shared].strip() or middle.strip()
+    else:
+        closer = _first_phrase(after)
+    glue = None
+    head = header.strip()
+    if head and closer.endswith(head) and len(closer) > len(head):
+        glue, closer = head, closer[:-len(head)].rstrip()
+    if not closer:
+        raise _error("derive.shape", "the reasoning probe's reasoning is not followed by a closing marker")
+    opener = before.strip()
+    kept = header
+    if not opener:
+        phrase = _trailing_phrase(header)
+        if phrase and pre.lstrip().startswith(closer):
+            opener = phrase
+            kept = header[:header.rstrip().rindex(phrase)]
+    if not opener:
+        raise _error("derive.shape", "the reasoning probe's reasoning has no opening marker in the turn or the "
+                                     "generation prompt", hint="A model that always reasons without an opener "
+                                     "needs a hand-written grammar.")
+    prefilled = gen_tail[len(kept):].lstrip().startswith(opener)
+    return _Reasoning(opener, closer, prefilled, glue), kept
+
+
+def _anchor(header: str, base: str) -> str:
+    """The start anchor: the assistant header, with the conversation's last special token in front when the
+    header has none of its own (Mistral's turn starts right after [/INST])."""
+    if _has_special(header) or len(header.strip()) >= 8:
+        return header
+    tokens = list(_SPECIAL_RE.finditer(base))
+    if not tokens:
+        return header
+    return base[tokens[-1].start():] + header
+
+
+def _end_markers(turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
+    """End-of-turn markers: the shortest marker phrase the turns all end with that appears nowhere before;
+    when they end differently (functionary's <|eot_id|> / <|eom_id|>), each turn's own last token."""
+    bodies = [t.text[len(header):] for t in turns]
+    tails = []
+    for t, body in zip(turns, bodies):
+        if t.probe.name == "content" and CONTENT in body:
+            tails.append(body[body.index(CONTENT) + len(CONTENT):])
+        else:
+            tails.append(body)
+    raw = _common_suffix(tails)
+    common = raw.strip()
+    if common:
+        skip = len(raw) - len(raw.lstrip())
+        units = _units(common)
+        for n in range(1, len(units) + 1):
+            literal = "".join(units[:n]).rstrip()
+            if not literal:
+                continue
+            if all(b.find(literal) == len(b) - len(raw) + skip for b in bodies):
+                return (literal,) if _has_special(literal) or n == len(units) else ()
+        return ()
+    found: list[str] = []
+    for body in bodies:
+        units = [u for u in _units(body.rstrip())]
+        if units and _is_special(units[-1]) and body.count(units[-1]) == 1 and units[-1] not in found:
+            found.append(units[-1])
+    return tuple(found)
+
+
+def _end_at(body: str, ends: Sequence[str]) -> int:
+    found = [body.rfind(e) for e in ends if e in body]
+    return min(found) if found else len(body)
+
+
+def _strip_lead(body: str, reasoning: _Reasoning | None, marks: Sequence[str], at: int = 0) -> int:
+    """Where the turn's own text starts: past whitespace, the reasoning block (or a bare close), and the
+    content markers written before it."""
+    changed = True
+    while changed:
+        changed = False
+        while at < len(body) and body[at].isspace():
+            at += 1
+        if reasoning is not None:
+            if body.startswith(reasoning.open, at):
+                close = body.find(reasoning.close, at + len(reasoning.open))
+                if close >= 0:
+                    at, changed = close + len(reasoning.close), True
+                    continue
+            if body.startswith(reasoning.close, at):
+                at, changed = at + len(reasoning.close), True
+                continue
+        for mark in marks:
+            if mark and body.startswith(mark, at):
+                at, changed = at + len(mark), True
+                break
+    return at
+
+
+def _content_marks(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | None,
+                   ends: Sequence[str], gen_tail: str) -> tuple[str, ...]:
+    """Markup around content (<|START_TEXT|> ... <|END_TEXT|>, <|channel|>final<|message|>), and what the
+    generation prompt leaves after the header (a pre-written <think></think>): dropped wherever it shows."""
+    marks: list[str] = []
+    if reasoning is not None and reasoning.glue:
+        marks.append(reasoning.glue)
+    plain = by.get("content")
+    if plain is not None and CONTENT in plain.text[len(header):]:
+        body = plain.text[len(header):]
+        at = body.index(CONTENT)
+        pre = body[_strip_lead(body[:at], reasoning, ()):at].strip()
+        tail = body[at + len(CONTENT):]
+        post = tail[:_end_at(tail, ends)].strip()
+        marks += [m for m in (pre, post) if m]
+    rest = gen_tail[len(header):]
+    if reasoning is not None:
+        rest = rest[_strip_lead(rest, reasoning, ()):]
+    for unit in _units(rest):
+        if not unit.isspace() and unit not in marks:
+            marks.append(unit)
+    taken = {reasoning.open, reasoning.close} if reasoning is not None else set()
+    return tuple(m for m in dict.fromkeys(marks) if m not in taken)
+
+
+# ---------------------------------------------------------------------------------------------- calls
+
+
+def _json_values(text: str) -> list[tuple[int, int, Any]]:
+    """Every outermost JSON object or array in ``text``: (start, end, value)."""
+    decoder = json.JSONDecoder()
+    out: list[tuple[int, int, Any]] = []
+    i = 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = decoder.raw_decode(text, i)
+            except ValueError:
+                i += 1
+                continue
+            out.append((i, end, value))
+            i = end
+            continue
+        i += 1
+    return out
+
+
+def _same_arguments(value: Any, arguments: Mapping[str, Any]) -> bool:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return False
+    return isinstance(value, dict) and value == dict(arguments)
+
+
+def _paths(value: Any, name: str, arguments: Mapping[str, Any], prefix: str = "") -> tuple[str, str] | None:
+    """Where a JSON call keeps its name and arguments (``name`` / ``parameters``, ``function.name`` ...)."""
+    if not isinstance(value, dict):
+        return None
+    name_key = next((k for k, v in value.items() if v == name), None)
+    args_key = next((k for k, v in value.items() if _same_arguments(v, arguments)), None)
+    if name_key is not None and args_key is not None:
+        return prefix + name_key, prefix + args_key
+    if not prefix:
+        for key, inner in value.items():
+            found = _paths(inner, name, arguments, key + ".")
+            if found is not None:
+                return found
+    return None
+
+
+def _detect(body: str, name: str, arguments: Mapping[str, Any]) -> _Encoding | None:
+    """How the one-call probe's call is written."""
+    for start, _end, value in _json_values(body):
+        listed = isinstance(value, list)
+        items = value if listed else [value]
+        if not items:
+            continue
+        paths = _paths(items[0], name, arguments)
+        if paths is not None:
+            return _Encoding("json_list" if listed else "json_object", paths[0], paths[1], listed)
+        if items[0] == {name: dict(arguments)}:
+            return _Encoding("json_name_keys", listed=True)
+        if not listed and value == dict(arguments) and name in body[:start]:
+            return _Encoding("name_json")
+    key = next(iter(arguments))
+    call = regex.search(rf"{regex.escape(name)}\(\s*{regex.escape(key)}\s*=", body)
+    if call is not None:
+        return _Encoding("pythonic", listed=body[:call.start()].rstrip().endswith("["))
+    at = body.find(name)
+    if at >= 0 and body.find(key, at) >= 0 and body.find(str(arguments[key]), body.find(key, at)) >= 0:
+        return _Encoding("tagged")
+    return None
+
+
+def _value_at(body: str, value: Any, start: int) -> tuple[int, int] | None:
+    """Where an argument value is written after ``start`` (as the text, JSON, or Python's repr)."""
+    if isinstance(value, str):
+        forms = [value]
+    else:
+        forms = [json.dumps(value), json.dumps(value, separators=(",", ":")), str(value), str(value).lower(),
+                 json.dumps(value, ensure_ascii=False)]
+    found = [(body.find(f, start), f) for f in forms]
+    hits = [(at, at + len(f)) for at, f in found if at >= 0]
+    return min(hits) if hits else None
+
+
+def _closing(body: str, start: int, pairs: str = "()[]{}") -> int:
+    """The index after the bracket matching the one at ``start`` (quotes respected); -1 if unclosed."""
+    opens, closes = pairs[0::2], pairs[1::2]
+    depth, quote, i = 0, "", start
+    while i < len(body):
+        ch = body[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in opens:
+            depth += 1
+        elif ch in closes:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One call (or one list of calls) in a turn, with its inner slots."""
+
+    start: int
+    end: int
+    calls: int
+    slots: tuple[_Slot, ...] = ()
+
+
+def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None:
+    """The probe's calls in ``body`` as blocks; None when they are not all where the encoding puts them."""
+    blocks: list[_Block] = []
+    pos = 0
+    calls = list(probe.calls)
+    index = 0
+    values = _json_values(body) if encoding.kind.startswith("json") or encoding.kind == "name_json" else []
+    while index < len(calls):
+        name, arguments = calls[index]
+        if encoding.kind in ("json_object", "json_list", "json_name_keys"):
+            hit = None
+            for start, end, value in values:
+                if start < pos:
+                    continue
+                items = value if isinstance(value, list) else [value]
+                want = calls[index:index + len(items)]
+                if encoding.kind == "json_name_keys":
+                    ok = [dict(i) if isinstance(i, dict) else None for i in items] == [{n: dict(a)} for n, a in want]
+                else:
+                    ok = len(want) == len(items) and all(_paths(i, n, a) == (encoding.name_path, encoding.args_path)
+                                                         for i, (n, a) in zip(items, want))
+                if ok:
+                    hit = _Block(start, end, len(items))
+                    break
+            if hit is None:
+                return None
+        elif encoding.kind == "name_json":
+            found = next(((s, e) for s, e, v in values if s >= pos and v == dict(arguments)), None)
+            if found is None:
+                return None
+            at = body.rfind(name, pos, found[0])
+            if at < 0:
+                return None
+            slots = [_Slot("name", at, at + len(name), index), _Slot("args", found[0], found[1], index)]
+            ident = _ID.search(body, pos, found[0])
+            if ident is not None:
+                slots.append(_Slot("id", ident.start(), ident.end(), index))
+            slots.sort(key=lambda s: s.start)
+            hit = _Block(slots[0].start, found[1], 1, tuple(slots))
+        elif encoding.kind == "pythonic":
+            at = body.find(name + "(", pos)
+            if at < 0:
+                return None
+            if encoding.listed:
+                start = body.rfind("[", pos, at)
+                end = _closing(body, start, "[]") if start >= 0 else -1
+                if end < 0:
+                    return None
+                count = len([n for n, _ in calls[index:] if body.find(n + "(", start, end) >= 0])
+                hit = _Block(start, end, max(count, 1))
+            else:
+                end = _closing(body, at + len(name))
+                if end < 0:
+                    return None
+                hit = _Block(at, end, 1)
+        else:  # tagged
+            at = body.find(name, pos)
+            keys = list(arguments)
+            if at < 0 or not keys:
+                return None
+            first = body.find(keys[0], at + len(name))
+            if first < 0:
+                return None
+            at = body.rfind(name, at, first)
+            slots = [_Slot("name", at, at + len(name), index)]
+            cur = at + len(name)
+            for key, value in arguments.items():
+                key_at = body.find(key, cur)
+                if key_at < 0:
+                    return None
+                where = _value_at(body, value, key_at + len(key))
+                if where is None:
+                    return None
+                slots += [_Slot("key", key_at, key_at + len(key), index), _Slot("value", where[0], where[1], index)]
+                cur = where[1]
+            hit = _Block(at, cur, 1, tuple(slots))
+        blocks.append(hit)
+        pos = hit.end
+        index += hit.calls
+    return blocks
+
+
+def _group(kind: str, after: str) -> str:
+    return f"(?P<{kind}>{_name_class(after)})"
+
+
+def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | None, marks: Sequence[str],
+                ends: Sequence[str]) -> dict[str, Any]:
+    """The tool-call markup: section and per-call markers, separator, and where the name and arguments go."""
+    one = by["one_call"]
+    name, arguments = one.probe.calls[0]
+    encoding = _detect(one.text[len(header):], name, arguments)
+    if encoding is None:
+        raise _error("derive.shape", f"the one-call probe's call ({name} with {dict(arguments)}) is written in no "
+                                     "known form (JSON, a name then JSON or tagged arguments, pythonic)")
+    located: dict[str, tuple[str, list[_Block]]] = {}
+    for probe_name in ("one_call", "two_calls", "typed_arguments", "reasoning_call"):
+        turn = by.get(probe_name)
+        if turn is None or _faithful(turn) is not None:
+            continue
+        body = turn.text[len(header):]
+        blocks = _locate(body, turn.probe, encoding)
+        if blocks is not None:
+            located[probe_name] = (body, blocks)
+    if "one_call" not in located:
+        raise _error("derive.shape", f"the one-call probe's call is not found as a {encoding.kind} call")
+    pick = "two_calls" if len(located.get("two_calls", ("", []))[1]) >= 2 else "one_call"
+    body, blocks = located[pick]
+    start = _strip_lead(body, reasoning, marks)
+    end = _end_at(body, ends)
+    lead, trail = body[start:blocks[0].start], body[blocks[-1].end:end]
+    section_open = section_close = separator = ""
+    if len(blocks) >= 2:
+        inter = body[blocks[0].end:blocks[1].start]
+        close_n = _prefix_len(trail, inter)
+        open_n = _suffix_len(lead, inter[close_n:])
+        call_open, call_close = lead[len(lead) - open_n:], trail[:close_n]
+        separator = inter[close_n:len(inter) - open_n]
+        section_open, section_close = lead[:len(lead) - open_n], trail[close_n:]
+    else:
+        call_open, call_close = lead, trail
+    out: dict[str, Any] = {"encoding": encoding, "section_open": section_open.strip(),
+                           "section_close": section_close.strip(), "separator": separator.strip(),
+                           "call_open_text": call_open.strip()}
+    call_open, call_close = call_open.strip(), call_close.strip()
+    if encoding.kind in ("json_object", "json_list", "json_name_keys", "pythonic"):
+        if encoding.kind == "json_object":
+            first = next(v for s, _, v in _json_values(body) if s == blocks[0].start)
+            out["first_key"] = next(iter(first))
+        out["call_open"] = _re_literal(call_open) if call_open else ""
+        out["call_close"] = call_close
+        return out
+    # The name (and a call id) are in the opener: its pattern runs from the open marker to the arguments.
+    params = _params(located) if encoding.kind == "tagged" else None
+    heads: list[list[tuple[str, str]]] = []  # per call: (slot kind, text before it) ..., ("", text before the payload)
+    for body_i, blocks_i in located.values():
+        for block in blocks_i:
+            payload = next(s for s in block.slots if s.kind in ("args", "key"))
+            head = [s for s in block.slots if s.start < payload.start]
+            seq = [(s.kind, body_i[head[k - 1].end:s.start] if k else "") for k, s in enumerate(head)]
+            final = body_i[head[-1].end:payload.start]
+            if params is not None:
+                cut = final.rfind(params.open_text)
+                final = final[:cut] if cut >= 0 else final
+            heads.append([*seq, ("", final)])
+    shapes = {tuple(kind for kind, _ in h) for h in heads}
+    if len(shapes) != 1:
+        raise _error("derive.shape", "the calls' names and ids are not written the same way in every probe")
+    pattern = _re_literal(call_open)
+    for k, (kind, _) in enumerate(heads[0]):
+        connector = _re_instances([h[k][1].strip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
+        pattern += connector
+        if kind:
+            pattern += _group(kind, heads[0][k + 1][1])
+    out["call_open"] = pattern
+    out["has_id"] = any(kind == "id" for kind, _ in heads[0])
+    out["call_open_text"] = call_open + "".join(
+        (text.strip() if not kind else text) + (f"{{{kind}}}" if kind else "") for kind, text in heads[0])
+    if params is not None:
+        out["params"] = params
+        if call_close.startswith(params.close):
+            call_close = call_close[len(params.close):].strip()
+        if not call_close:
+            raise _error("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
+    out["call_close"] = call_close
+    return out
+
+
+def _params(located: Mapping[str, tuple[str, list[_Block]]]) -> _Params:
+    """Tagged arguments: the key's opener, the key-to-value connector and the value's closer (from the probe
+    with the most arguments)."""
+    body, blocks = located.get("typed_arguments") or located["one_call"]
+    block = blocks[0]
+    name = block.slots[0]
+    pairs = [(block.slots[i], block.slots[i + 1]) for i in range(1, len(block.slots), 2)]
+    to_key = body[name.end:pairs[0][0].start]
+    rest = body[pairs[-1][1].end:]
+    between = [body[pairs[j][1].end:pairs[j + 1][0].start] for j in range(len(pairs) - 1)]
+    if between:
+        open_raw = _common_suffix([*between, to_key])
+        close_raw = _common_prefix([*between, rest])
+    else:
+        close_raw = _first_phrase(rest)
+        cut = max(to_key.rstrip().rfind("<"), to_key.rstrip().rfind("["))
+        open_raw = to_key[cut:] if cut >= 0 else ""
+    opener, closer = open_raw.strip(), close_raw.strip()
+    if not opener or not closer:
+        raise _error("derive.shape", "the tagged arguments have no opening or closing marker")
+    connectors = [b[k.end:v.start].rstrip() for b, bl in located.values() for blk in bl
+                  for k, v in zip(blk.slots[1::2], blk.slots[2::2])]
+    connector = _re_instances(connectors)
+    return _Params(_re_literal(opener), _name_class(connectors[0]), connector, closer, opener)
+
+
+# ---------------------------------------------------------------------------------------------- grammar
+
+
+def _alternatives(markers: Sequence[str]) -> str:
+    return " | ".join(_terminal(m) for m in markers)
+
+
+def _region_directives(shape: _Shape) -> list[str]:
+    enc = shape.encoding
+    call_id = {"id": "{id}"} if shape.has_id else {}
+    if enc.kind == "json_object":
+        spec: dict[str, Any] = {"content": "json", "repeats": True, "transform": {"type": "function", "function": {
+            "name": f"{{content.{enc.name_path}}}", "arguments": f"{{content.{enc.args_path}}}"}}}
+    elif enc.kind == "json_list":
+        spec = {"content": "json", "repeats": True, "transform": {"type": "function", "function": {
+            "name": f"{{{enc.name_path}}}", "arguments": f"{{{enc.args_path}}}"}}, "transform_each": True, "extend": True}
+    elif enc.kind in ("json_name_keys", "pythonic"):
+        spec = {"content": "json-name-keys" if enc.kind == "json_name_keys" else "pythonic", "repeats": True,
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}},
+                "transform_each": True, "extend": True}
+    elif enc.kind == "name_json":
+        spec = {"content": "json", "repeats": True,
+                "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}
+    else:
+        spec = {"repeats": True, "scope": {"arguments": {}},
+                "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}}
+    out = [f"//@ region tool_calls {json.dumps(spec, ensure_ascii=False)}"]
+    if shape.params is not None:
+        value: dict[str, Any] = {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
+        if shape.value_parser == "python":
+            value.update(content="json", content_args={"allow_non_json": True, "string_delims": [["'", "'"]]})
+        out.append(f"//@ region parameter {json.dumps(value, ensure_ascii=False)}")
+    return out
+
+
+def _lark_text(shape: _Shape, name: str, report: DeriveReport) -> str:
+    """The grammar, in the authoring format, for ``shape``."""
+    r = shape.reasoning
+    enc = shape.encoding
+    header = [f"// Derived from the chat template by probing it (grammar_parse.derive): {name}.",
+              "// Markers found in the template's renderings of the probe conversations:"]
+    header += [f"//   {line}" for line in report.lines()]
+    lines = [*header, "//@ grammar_parse 1", f"//@ name {json.dumps(name)}", '//@ defaults {"role": "assistant"}',
+             f"//@ start_anchor {json.dumps(shape.anchor, ensure_ascii=False)}"]
+    if r is not None:
+        lines.append('//@ region reasoning_content {"content": "text"}')
+    lines.append('//@ region content {"content": "text"}')
+    lines += _region_directives(shape)
+    lines.append("")
+    declared = ["CONTENT_TEXT", "TOOL_CALLS_TEXT", "UNCLAIMED"]
+    terminals: list[str] = []
+    end = " _end?" if shape.end else ""
+    bare = not shape.call_open and not shape.section_open
+    think = " _think?" if r is not None else ""
+    unclosed = ["     | LEADING_SPACE* reasoning_unclosed__ _end"] if r is not None and shape.end else []
+    if bare:
+        calls = "_calls (CALL_SEP? _calls)*" if shape.separator else "_calls+"
+        lines += [f"start: LEADING_SPACE*{think} (_all_calls content? | content)?{end}", *unclosed,
+                  f"_all_calls: {calls}",
+                  "content: (CONTENT_TEXT | MARK)+" if shape.marks else "content: CONTENT_TEXT+"]
+    else:
+        parts = ["CONTENT_TEXT", "_calls"] + (["MARK"] if shape.marks else [])
+        if shape.separator and not shape.section_open:
+            parts.append("CALL_SEP")
+        lines += [f"start: LEADING_SPACE*{think} content?{end}", *unclosed, f"content: ({' | '.join(parts)})+"]
+    if r is not None:
+        lines.append("_think: reasoning_content | STRAY_CLOSE" if shape.stray_close else "_think: reasoning_content")
+        lines += ["reasoning_content: _reasoning_body REASONING_CONTENT_CLOSE",
+                  "reasoning_unclosed__: _reasoning_body -> reasoning_content",
+                  "_reasoning_body: REASONING_CONTENT_OPEN REASONING_CONTENT_TEXT*"]
+        declared.insert(0, "REASONING_CONTENT_TEXT")
+        terminals += [f"REASONING_CONTENT_OPEN.1: {_terminal(r.open)}", f"REASONING_CONTENT_CLOSE: {_terminal(r.close)}"]
+        if shape.stray_close:
+            terminals.append(f"STRAY_CLOSE: {_terminal(r.close)}")
+    if shape.section_open:
+        close = " SECTION_CLOSE" if shape.section_close else ""
+        lines.append(f"_calls: SECTION_OPEN (tool_calls | UNCLAIMED)*{close}")
+        terminals.append(f"SECTION_OPEN.1: {_terminal(shape.section_open)}")
+        if shape.section_close:
+            terminals.append(f"SECTION_CLOSE: {_terminal(shape.section_close)}")
+    else:
+        lines.append("_calls: tool_calls")
+    body = "(TOOL_CALLS_TEXT | parameter)*" if shape.params is not None else "TOOL_CALLS_TEXT*"
+    close = " TOOL_CALLS_CLOSE" if shape.call_close else " TOOL_CALLS_CLOSE?"
+    lines.append(f"tool_calls: TOOL_CALLS_OPEN {body}{close}")
+    if shape.params is not None:
+        lines.append("parameter: PARAMETER_OPEN PARAMETER_TEXT* PARAMETER_CLOSE")
+        declared.append("PARAMETER_TEXT")
+        p = shape.params
+        terminals += [f"PARAMETER_OPEN.1: {_lark_regex(p.open + f'(?P<key>{p.key_class})' + p.connector)}",
+                      f"PARAMETER_CLOSE: {_terminal(p.close)}"]
+    if shape.end:
+        lines.append("_end: END_OF_TURN UNCLAIMED*")
+        terminals.append(f"END_OF_TURN: {_alternatives(shape.end)}")
+    lines.append("")
+    terminals.insert(0, "LEADING_SPACE: /\\s{1,64}/")
+    if shape.call_open:
+        terminals.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(shape.call_open)}")
+    else:
+        lookahead = {"json_object": rf'\{{\s*"{regex.escape(shape.first_key)}"\s*:', "json_list": r"\[\s*\{",
+                     "json_name_keys": r"\[\s*\{", "pythonic": r"\[\s*[A-Za-z_]"}.get(enc.kind, r"\{")
+        terminals.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(f'(?={lookahead})')}")
+    if shape.call_close:
+        terminals.append(f"TOOL_CALLS_CLOSE: {_terminal(shape.call_close)}")
+    else:
+        declared.append("TOOL_CALLS_CLOSE")
+    if shape.marks:
+        terminals.append(f"MARK: {_alternatives(shape.marks)}")
+    if shape.separator and (bare or not shape.section_open):
+        terminals.append(f"CALL_SEP: {_terminal(shape.separator)}")
+    lines += terminals
+    lines.append("%declare " + " ".join(declared))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- round trip
+
+
+def _round_trip(grammar: Grammar, turns: Sequence[_Turn], typed: bool) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each faithful probe rendering parsed back: probe name -> differences; and the probes left out."""
+    import warnings
+
+    checked: dict[str, list[str]] = {}
+    skipped: dict[str, str] = {}
+    for turn in turns:
+        why = _faithful(turn)
+        if why is not None:
+            skipped[turn.probe.name] = why
+            continue
+        r = turn.rendering
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                message = parse_response(r.output, grammar, prefix=r.prompt, strict=False,
+                                         tools=TOOLS if typed else None)
+            except Exception as exc:  # noqa: BLE001 - an anchor warning or a grammar failure is a difference
+                checked[turn.probe.name] = [f"parse failed: {exc}"]
+                continue
+        diffs = differences(message, turn.probe, reasoning_rendered=REASONING in r.output)
+        diffs += [f"parse error: {e.get('message', e)}" for e in message.get("parse_errors") or []]
+        checked[turn.probe.name] = diffs
+    return checked, skipped
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def derive_grammar(template: ChatTemplate, *, name: str | None = None,
+                   renderings: list[Rendering] | None = None) -> Derived:
+    """A grammar for ``template``'s output, derived from its probe renderings and checked by reading every
+    one back. Raises GrammarError (``derive.no_calls``, ``derive.shape``, ``derive.round_trip``)."""
+    name = name or "derived"
+    if renderings is None:
+        renderings = render_probes(template)
+    by_name = {r.probe.name: r for r in renderings}
+    one = by_name.get("one_call")
+    if one is None or not one.probe.calls or one.probe.calls[0][0] not in one.output \
+            or str(next(iter(one.probe.calls[0][1].values()))) not in one.output:
+        raise _error("derive.no_calls", f"{template.origin} writes no tool calls (the one-call probe's call is "
+                                        "not in its rendering)",
+                     hint="Derivation needs a template that renders an assistant message's tool_calls.")
+    turns, gen_tail, base = _turns(template, renderings)
+    by = {t.probe.name: t for t in turns}
+    header = _common_prefix([gen_tail, *[t.text for t in turns]])
+    reasoning, header = _find_reasoning(by, header, gen_tail)
+    anchor = _anchor(header, base)
+    if not anchor:
+        raise _error("derive.shape", "no assistant header was found before the turns")
+    ends = _end_markers(turns, header)
+    marks = _content_marks(by, header, reasoning, ends, gen_tail)
+    calls = _call_shape(by, header, reasoning, marks, ends)
+    bodies = [t.text[len(header):] for t in turns]
+    stray = reasoning is not None and (
+        any(b.lstrip().startswith(reasoning.close) for b in bodies)
+        or gen_tail[len(header):].strip().startswith(reasoning.close))
+    shape = _Shape(anchor=anchor, end=ends, reasoning=reasoning, stray_close=stray, marks=marks, **calls)
+    report = DeriveReport(
+        start_anchor=anchor, end_of_turn=ends,
+        reasoning_open=reasoning.open if reasoning else None, reasoning_close=reasoning.close if reasoning else None,
+        reasoning_prefilled=bool(reasoning and reasoning.prefilled), reasoning_stray_close=stray,
+        content_markers=marks, section_open=shape.section_open or None, section_close=shape.section_close or None,
+        call_open=shape.call_open_text or None, call_close=shape.call_close or None,
+        separator=shape.separator or None, name_encoding=_name_encoding(shape), argument_encoding=_argument_encoding(shape))
+    typed = shape.encoding.kind == "tagged"
+    failures: list[tuple[str, dict[str, list[str]]]] = []
+    for value_parser in (("text", "python") if typed else ("text",)):
+        candidate = replace(shape, value_parser=value_parser)
+        text = _lark_text(candidate, name, report)
+        try:
+            grammar = build_grammar(text, source_name=_SOURCE, name=name)
+        except GrammarParseError as exc:
+            raise _error("derive.shape", f"the derived grammar does not build: {exc}") from exc
+        checked, skipped = _round_trip(grammar, turns, typed)
+        if all(not d for d in checked.values()):
+            final = replace(report, skipped=skipped, argument_encoding=_argument_encoding(candidate))
+            text = _lark_text(candidate, name, final)
+            return Derived(build_grammar(text, source_name=_SOURCE, name=name), text, final, checked)
+        failures.append((text, checked))
+    text, checked = failures[0]
+    wrong = {k: v for k, v in checked.items() if v}
+    detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in wrong.items())
+    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})",
+                 hint="The template's format needs a hand-written grammar (docs/grammar-authoring.md).")
+
+
+def _name_encoding(shape: _Shape) -> str:
+    kind = shape.encoding.kind
+    if kind in ("json_object", "json_list"):
+        return f'JSON key "{shape.encoding.name_path}"'
+    if kind == "json_name_keys":
+        return "JSON object key"
+    if kind == "pythonic":
+        return "pythonic call"
+    return "in the call opener"
+
+
+def _argument_encoding(shape: _Shape) -> str:
+    kind = shape.encoding.kind
+    if kind in ("json_object", "json_list"):
+        return f'JSON object under "{shape.encoding.args_path}"' + (" (a JSON list of calls)" if kind == "json_list" else "")
+    if kind == "json_name_keys":
+        return "JSON object under the name (a JSON list of calls)"
+    if kind == "name_json":
+        return "JSON object after the name"
+    if kind == "pythonic":
+        return "pythonic keyword arguments" + (" (a list of calls)" if shape.encoding.listed else "")
+    parser = "text, typed by the tool's schema" if shape.value_parser == "text" else "JSON or Python literals"
+    return f"tagged key/value ({parser})"
