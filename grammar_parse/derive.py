@@ -42,8 +42,7 @@ _SOURCE = "<derived>"
 # A marker unit: a special token (<|im_end|>, <｜Assistant｜>, <|turn>, <channel|>, [TOOL_CALLS]), a tag
 # (<think>, </tool_call>, <parameter=city>), a word, a whitespace run, or one other character. Boundaries
 # between units are the only places a marker may start or end.
-_SPECIAL = (r"<\|[^<>|\n]{1,64}\|>|<｜[^<>｜\n]{1,64}｜>|<\|[^<>|\s]{1,64}>|<[^<>|\s]{1,64}\|>"
-            r"|\[/?[A-Z][A-Z0-9_ ]{0,40}\]|</?[A-Za-z_][^<>\n]{0,128}>")
+_SPECIAL = r"<[^<>\n]{1,128}>|\[/?[A-Z][A-Z0-9_ ]{0,40}\]"
 _SPECIAL_RE = regex.compile(_SPECIAL)
 _UNITS = regex.compile(rf"{_SPECIAL}|\w+|\s+|.", regex.DOTALL)
 _ID = regex.compile(r"call0000\d")
@@ -100,8 +99,17 @@ def _error(code: str, message: str, hint: str | None = None) -> GrammarError:
 # ---------------------------------------------------------------------------------------------- units
 
 
-def _bounds(text: str) -> set[int]:
-    return {m.start() for m in _UNITS.finditer(text)} | {len(text)}
+def _bounds(text: str, phrases: bool = True) -> set[int]:
+    """Where a marker may start or end in ``text``: between marker phrases (a special token and the words
+    glued to it: ``<|close|>think<|sep|>``), that is at whitespace and where one tag follows another; with
+    ``phrases=False`` between any two units (for the variable parts of a connector: ``string="true">``)."""
+    units = list(_UNITS.finditer(text))
+    out = {0, len(text)}
+    for prev, cur in zip(units, units[1:]):
+        a, b = prev.group(), cur.group()
+        if not phrases or a.isspace() or b.isspace() or (a[-1] in ">]" and b[0] in "<["):
+            out.add(cur.start())
+    return out
 
 
 def _units(text: str) -> list[str]:
@@ -112,39 +120,39 @@ def _is_special(unit: str) -> bool:
     return _SPECIAL_RE.fullmatch(unit) is not None
 
 
-def _prefix_len(a: str, b: str) -> int:
-    """The common prefix of ``a`` and ``b``, cut back to a unit boundary of both."""
+def _prefix_len(a: str, b: str, phrases: bool = True) -> int:
+    """The common prefix of ``a`` and ``b``, cut back to a boundary of both."""
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
-    ba, bb = _bounds(a), _bounds(b)
+    ba, bb = _bounds(a, phrases), _bounds(b, phrases)
     while n and (n not in ba or n not in bb):
         n -= 1
     return n
 
 
-def _suffix_len(a: str, b: str) -> int:
-    """The common suffix of ``a`` and ``b``, cut back to a unit boundary of both."""
+def _suffix_len(a: str, b: str, phrases: bool = True) -> int:
+    """The common suffix of ``a`` and ``b``, cut back to a boundary of both."""
     n = 0
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
-    ba, bb = _bounds(a), _bounds(b)
+    ba, bb = _bounds(a, phrases), _bounds(b, phrases)
     while n and (len(a) - n not in ba or len(b) - n not in bb):
         n -= 1
     return n
 
 
-def _common_prefix(texts: Sequence[str]) -> str:
+def _common_prefix(texts: Sequence[str], phrases: bool = True) -> str:
     out = texts[0]
     for text in texts[1:]:
-        out = out[:_prefix_len(out, text)]
+        out = out[:_prefix_len(out, text, phrases)]
     return out
 
 
-def _common_suffix(texts: Sequence[str]) -> str:
+def _common_suffix(texts: Sequence[str], phrases: bool = True) -> str:
     out = texts[0]
     for text in texts[1:]:
-        n = _suffix_len(out, text)
+        n = _suffix_len(out, text, phrases)
         out = out[len(out) - n:]
     return out
 
@@ -166,8 +174,8 @@ def _trailing_phrase(text: str) -> str:
 
 
 def _first_phrase(text: str) -> str:
-    """The first marker phrase of ``text``: its leading special token and what is glued to it up to the next
-    special token that follows a token."""
+    """The first marker phrase of ``text``: its leading special token and the words and tokens glued to it,
+    up to a token that follows another token, ending with a token (``<|close|>think<|sep|>``)."""
     units = _units(text.lstrip())
     taken: list[str] = []
     for unit in units:
@@ -176,7 +184,15 @@ def _first_phrase(text: str) -> str:
         if taken and _is_special(unit) and _is_special(taken[-1]):
             break
         taken.append(unit)
+    while taken and not _is_special(taken[-1]):
+        taken.pop()  # words glued after the last token are text (</think>It is ...)
     return "".join(taken) if taken and _is_special(taken[0]) else ""
+
+
+def _phrases(text: str) -> list[str]:
+    """``text`` cut at its phrase boundaries, without the whitespace."""
+    cuts = sorted(_bounds(text))
+    return [p for a, b in zip(cuts, cuts[1:]) if (p := text[a:b].strip())]
 
 
 def _has_special(text: str) -> bool:
@@ -198,8 +214,8 @@ def _re_instances(instances: Sequence[str]) -> str:
     stripped = [s for s in instances]
     if len(set(stripped)) == 1:
         return _digits(stripped[0])
-    head = _common_prefix(stripped)
-    tail = _common_suffix([s[len(head):] for s in stripped])
+    head = _common_prefix(stripped, phrases=False)
+    tail = _common_suffix([s[len(head):] for s in stripped], phrases=False)
     middles = [s[len(head):len(s) - len(tail)] for s in stripped]
     if all(m.isdigit() for m in middles):
         middle = r"\d+"
@@ -270,7 +286,7 @@ def _turns(template: ChatTemplate, renderings: Sequence[Rendering]) -> tuple[lis
     if nogen and gen.startswith(nogen) and all(f.startswith(nogen) for f in fulls):
         base = nogen
     else:
-        base = _common_prefix([*fulls, gen])
+        base = _common_prefix([*fulls, gen], phrases=False)
     return [_Turn(r, f[len(base):]) for r, f in zip(renderings, fulls)], gen[len(base):], base
 
 
@@ -350,36 +366,37 @@ class _Shape:
 
 
 def _find_reasoning(by: Mapping[str, _Turn], header: str, gen_tail: str) -> tuple[_Reasoning | None, str]:
-    """The reasoning markers and the header without an opener it ends with (which is then replayed)."""
-    turn, plain = by.get("reasoning"), by.get("content")
-    if turn is None or plain is None or REASONING not in turn.text[len(header):]:
+    """The reasoning markers and the header without an opener it ends with (which is then replayed).
+
+    Read from the reasoning probe, or from the reasoning-and-call probe when a template renders reasoning
+    only before tool calls; the probe without reasoning shows whether an opener in the header belongs to
+    an (empty) reasoning block."""
+    for source, plain_name in (("reasoning", "content"), ("reasoning_call", "one_call")):
+        turn, plain = by.get(source), by.get(plain_name)
+        if turn is not None and plain is not None and REASONING in turn.text[len(header):]:
+            break
+    else:
         return None, header
     at = turn.text.index(REASONING, len(header))
     before, after = turn.text[len(header):at], turn.text[at + len(REASONING):]
-    content_at = after.find(CONTENT)
-    plain_at = plain.text.find(CONTENT, len(header))
-    pre = plain.text[len(header):plain_at] if plain_at >= 0 else ""
-    if content_at >= 0:
-        middle = after[:content_at]
-        shared = _suffix_len(middle, pre) if pre else 0
-        closer = middle[:len(middle) - shared].strip() or middle.strip()
-    else:
-        closer = _first_phrase(after)
+    closer = _first_phrase(after)
+    if not closer:
+        raise _error("derive.shape", f"the {source} probe's reasoning is not followed by a closing marker")
     glue = None
     head = header.strip()
-    if head and closer.endswith(head) and len(closer) > len(head):
-        glue, closer = head, closer[:-len(head)].rstrip()
-    if not closer:
-        raise _error("derive.shape", "the reasoning probe's reasoning is not followed by a closing marker")
+    if source == "reasoning" and CONTENT in after:
+        rest = after[:after.index(CONTENT)].strip()[len(closer):].strip()
+        if head and rest.startswith(head):
+            glue = head
     opener = before.strip()
     kept = header
     if not opener:
         phrase = _trailing_phrase(header)
-        if phrase and pre.lstrip().startswith(closer):
+        if phrase and plain.text[len(header):].lstrip().startswith(closer):
             opener = phrase
             kept = header[:header.rstrip().rindex(phrase)]
     if not opener:
-        raise _error("derive.shape", "the reasoning probe's reasoning has no opening marker in the turn or the "
+        raise _error("derive.shape", f"the {source} probe's reasoning has no opening marker in the turn or the "
                                      "generation prompt", hint="A model that always reasons without an opener "
                                      "needs a hand-written grammar.")
     prefilled = gen_tail[len(kept):].lstrip().startswith(opener)
@@ -416,14 +433,17 @@ def _end_markers(turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
             literal = "".join(units[:n]).rstrip()
             if not literal:
                 continue
-            if all(b.find(literal) == len(b) - len(raw) + skip for b in bodies):
-                return (literal,) if _has_special(literal) or n == len(units) else ()
+            if (_has_special(literal) or n == len(units)) and all(
+                    b.find(literal) == len(b) - len(raw) + skip for b in bodies):
+                return (literal,)
         return ()
     found: list[str] = []
     for body in bodies:
-        units = [u for u in _units(body.rstrip())]
-        if units and _is_special(units[-1]) and body.count(units[-1]) == 1 and units[-1] not in found:
-            found.append(units[-1])
+        units = _units(body.rstrip())
+        last = units[-1] if units else ""
+        if _is_special(last) and last not in found and all(
+                b.count(last) == 1 and b.rstrip().endswith(last) for b in bodies if last in b):
+            found.append(last)
     return tuple(found)
 
 
@@ -471,12 +491,11 @@ def _content_marks(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning |
         tail = body[at + len(CONTENT):]
         post = tail[:_end_at(tail, ends)].strip()
         marks += [m for m in (pre, post) if m]
-    rest = gen_tail[len(header):]
+    rest = gen_tail[len(header):].strip()
     if reasoning is not None:
-        rest = rest[_strip_lead(rest, reasoning, ()):]
-    for unit in _units(rest):
-        if not unit.isspace() and unit not in marks:
-            marks.append(unit)
+        for marker in (reasoning.open, reasoning.close):
+            rest = rest[len(marker):].lstrip() if rest.startswith(marker) else rest
+    marks += _phrases(rest)
     taken = {reasoning.open, reasoning.close} if reasoning is not None else set()
     return tuple(m for m in dict.fromkeys(marks) if m not in taken)
 
@@ -954,7 +973,7 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
                      hint="Derivation needs a template that renders an assistant message's tool_calls.")
     turns, gen_tail, base = _turns(template, renderings)
     by = {t.probe.name: t for t in turns}
-    header = _common_prefix([gen_tail, *[t.text for t in turns]])
+    header = _common_prefix([gen_tail, *[t.text for t in turns]], phrases=False)
     reasoning, header = _find_reasoning(by, header, gen_tail)
     anchor = _anchor(header, base)
     if not anchor:
