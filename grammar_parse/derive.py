@@ -23,7 +23,7 @@ derived grammar misreads a probe; the message names the probe and what came back
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -414,41 +414,56 @@ def _anchor(header: str, base: str) -> str:
     return base[tokens[-1].start():] + header
 
 
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _payload_end(turn: _Turn, body: str) -> int:
+    """Where the last of the probe's own words ends in ``body`` (what the end-of-turn marker must follow)."""
+    probe = turn.probe
+    words = [w for w in (probe.content, probe.reasoning) if w]
+    words += [s for name, arguments in probe.calls for s in (name, *_strings(dict(arguments)))]
+    ends = [at + len(w) for w in words if (at := body.rfind(w)) >= 0]
+    return max(ends, default=0)
+
+
 def _end_markers(turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
-    """End-of-turn markers: the shortest marker phrase the turns all end with that appears nowhere before;
-    when they end differently (functionary's <|eot_id|> / <|eom_id|>), each turn's own last token."""
+    """End-of-turn markers: the first marker phrase of what every turn ends with, found nowhere before the
+    probe's own words end; when the turns end differently (functionary's <|eot_id|> / <|eom_id|>), each
+    turn's own last token."""
     bodies = [t.text[len(header):] for t in turns]
-    tails = []
-    for t, body in zip(turns, bodies):
-        if t.probe.name == "content" and CONTENT in body:
-            tails.append(body[body.index(CONTENT) + len(CONTENT):])
-        else:
-            tails.append(body)
-    raw = _common_suffix(tails)
-    common = raw.strip()
+    after = [_payload_end(t, b) for t, b in zip(turns, bodies)]
+    tails = [b[a:] for b, a in zip(bodies, after)]
+
+    def clean(literal: str) -> bool:
+        return all(b.find(literal) < 0 or b.find(literal) >= a for b, a in zip(bodies, after))
+
+    common = _common_suffix(tails).strip()
     if common:
-        skip = len(raw) - len(raw.lstrip())
         units = _units(common)
         for n in range(1, len(units) + 1):
             literal = "".join(units[:n]).rstrip()
-            if not literal:
-                continue
-            if (_has_special(literal) or n == len(units)) and all(
-                    b.find(literal) == len(b) - len(raw) + skip for b in bodies):
+            if literal and (_has_special(literal) or n == len(units)) and clean(literal):
                 return (literal,)
         return ()
     found: list[str] = []
     for body in bodies:
         units = _units(body.rstrip())
         last = units[-1] if units else ""
-        if _is_special(last) and last not in found and all(
-                b.count(last) == 1 and b.rstrip().endswith(last) for b in bodies if last in b):
+        if _is_special(last) and last not in found and clean(last) and all(
+                b.count(last) == 1 for b in bodies if last in b):
             found.append(last)
     return tuple(found)
 
 
 def _end_at(body: str, ends: Sequence[str]) -> int:
-    found = [body.rfind(e) for e in ends if e in body]
+    found = [body.find(e) for e in ends if e in body]
     return min(found) if found else len(body)
 
 
@@ -477,7 +492,7 @@ def _strip_lead(body: str, reasoning: _Reasoning | None, marks: Sequence[str], a
 
 
 def _content_marks(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | None,
-                   ends: Sequence[str], gen_tail: str) -> tuple[str, ...]:
+                   ends: Sequence[str], gen_tail: str, exclude: Sequence[str] = ()) -> tuple[str, ...]:
     """Markup around content (<|START_TEXT|> ... <|END_TEXT|>, <|channel|>final<|message|>), and what the
     generation prompt leaves after the header (a pre-written <think></think>): dropped wherever it shows."""
     marks: list[str] = []
@@ -496,7 +511,7 @@ def _content_marks(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning |
         for marker in (reasoning.open, reasoning.close):
             rest = rest[len(marker):].lstrip() if rest.startswith(marker) else rest
     marks += _phrases(rest)
-    taken = {reasoning.open, reasoning.close} if reasoning is not None else set()
+    taken = {reasoning.open, reasoning.close, *exclude} if reasoning is not None else set(exclude)
     return tuple(m for m in dict.fromkeys(marks) if m not in taken)
 
 
@@ -679,8 +694,11 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
             first = body.find(keys[0], at + len(name))
             if first < 0:
                 return None
-            at = body.rfind(name, at, first)
+            last = body.rfind(name, at, first)
             slots = [_Slot("name", at, at + len(name), index)]
+            if last != at:  # the name written twice (muse's " to=NAME<|message|>... invoke name="NAME""")
+                slots.append(_Slot("name_again", last, last + len(name), index))
+            at = last
             cur = at + len(name)
             for key, value in arguments.items():
                 key_at = body.find(key, cur)
@@ -691,7 +709,7 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
                     return None
                 slots += [_Slot("key", key_at, key_at + len(key), index), _Slot("value", where[0], where[1], index)]
                 cur = where[1]
-            hit = _Block(at, cur, 1, tuple(slots))
+            hit = _Block(slots[0].start, cur, 1, tuple(slots))
         blocks.append(hit)
         pos = hit.end
         index += hit.calls
@@ -699,7 +717,7 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
 
 
 def _group(kind: str, after: str) -> str:
-    return f"(?P<{kind}>{_name_class(after)})"
+    return "(?P=name)" if kind == "name_again" else f"(?P<{kind}>{_name_class(after)})"
 
 
 def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | None, marks: Sequence[str],
@@ -741,6 +759,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
                            "section_close": section_close.strip(), "separator": separator.strip(),
                            "call_open_text": call_open.strip()}
     call_open, call_close = call_open.strip(), call_close.strip()
+    out["open_literal"] = call_open
     if encoding.kind in ("json_object", "json_list", "json_name_keys", "pythonic"):
         if encoding.kind == "json_object":
             first = next(v for s, _, v in _json_values(body) if s == blocks[0].start)
@@ -766,10 +785,15 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         raise _error("derive.shape", "the calls' names and ids are not written the same way in every probe")
     pattern = _re_literal(call_open)
     for k, (kind, _) in enumerate(heads[0]):
-        connector = _re_instances([h[k][1].strip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
+        connector = _re_instances([h[k][1].rstrip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
         pattern += connector
         if kind:
             pattern += _group(kind, heads[0][k + 1][1])
+    for mark in marks:
+        if mark.startswith(call_open) and len(mark) > len(call_open) and regex.match(pattern, mark):
+            # A content marker the opener would read as a call (functionary's ">>>all" before text).
+            pattern = _re_literal(call_open) + f"(?!{regex.escape(mark[len(call_open):])}\\b)" + \
+                pattern[len(_re_literal(call_open)):]
     out["call_open"] = pattern
     out["has_id"] = any(kind == "id" for kind, _ in heads[0])
     out["call_open_text"] = call_open + "".join(
@@ -784,13 +808,18 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
     return out
 
 
+def _pairs(block: _Block) -> Iterator[tuple[_Slot, _Slot]]:
+    kv = [s for s in block.slots if s.kind in ("key", "value")]
+    return zip(kv[0::2], kv[1::2])
+
+
 def _params(located: Mapping[str, tuple[str, list[_Block]]]) -> _Params:
     """Tagged arguments: the key's opener, the key-to-value connector and the value's closer (from the probe
     with the most arguments)."""
     body, blocks = located.get("typed_arguments") or located["one_call"]
     block = blocks[0]
-    name = block.slots[0]
-    pairs = [(block.slots[i], block.slots[i + 1]) for i in range(1, len(block.slots), 2)]
+    name = [s for s in block.slots if s.kind in ("name", "name_again")][-1]
+    pairs = list(_pairs(block))
     to_key = body[name.end:pairs[0][0].start]
     rest = body[pairs[-1][1].end:]
     between = [body[pairs[j][1].end:pairs[j + 1][0].start] for j in range(len(pairs) - 1)]
@@ -804,8 +833,7 @@ def _params(located: Mapping[str, tuple[str, list[_Block]]]) -> _Params:
     opener, closer = open_raw.strip(), close_raw.strip()
     if not opener or not closer:
         raise _error("derive.shape", "the tagged arguments have no opening or closing marker")
-    connectors = [b[k.end:v.start].rstrip() for b, bl in located.values() for blk in bl
-                  for k, v in zip(blk.slots[1::2], blk.slots[2::2])]
+    connectors = [b[k.end:v.start].rstrip() for b, bl in located.values() for blk in bl for k, v in _pairs(blk)]
     connector = _re_instances(connectors)
     return _Params(_re_literal(opener), _name_class(connectors[0]), connector, closer, opener)
 
@@ -981,6 +1009,16 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
     ends = _end_markers(turns, header)
     marks = _content_marks(by, header, reasoning, ends, gen_tail)
     calls = _call_shape(by, header, reasoning, marks, ends)
+    sep = calls["separator"]
+    if not calls.pop("open_literal") and sep and header.rstrip().endswith(sep):
+        # The generation prompt writes the first call's opener (functionary's ">>>"): it opens every call,
+        # and the header stops before it so that it is replayed.
+        header = header[:header.rstrip().rindex(sep)]
+        anchor = _anchor(header, base)
+        ends = _end_markers(turns, header)
+        marks = _content_marks(by, header, reasoning, ends, gen_tail, exclude=(sep,))
+        calls = _call_shape(by, header, reasoning, marks, ends)
+        calls.pop("open_literal")
     bodies = [t.text[len(header):] for t in turns]
     stray = reasoning is not None and (
         any(b.lstrip().startswith(reasoning.close) for b in bodies)
