@@ -23,6 +23,7 @@ derived grammar misreads a probe; the message names the probe and what came back
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +33,7 @@ import regex
 from .chat_template import ChatTemplate
 from .errors import GrammarError, GrammarParseError
 from .grammar import Grammar, build_grammar
-from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, differences, render_probes
+from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
 from .session import parse_response
 
 __all__ = ["Derived", "DeriveReport", "derive_grammar"]
@@ -288,20 +289,6 @@ def _turns(template: ChatTemplate, renderings: Sequence[Rendering]) -> tuple[lis
     else:
         base = _common_prefix([*fulls, gen], phrases=False)
     return [_Turn(r, f[len(base):]) for r, f in zip(renderings, fulls)], gen[len(base):], base
-
-
-def _faithful(turn: _Turn) -> str | None:
-    """Why a probe's rendering cannot be read back as the probe (None: it can)."""
-    probe, text = turn.probe, turn.rendering.output
-    if probe.content and CONTENT not in text:
-        return "the content is not rendered"
-    for name, arguments in probe.calls:
-        if name not in text:
-            return f"the call {name} is not rendered"
-        for key, value in arguments.items():
-            if key not in text or (isinstance(value, str) and value not in text):
-                return f"the argument {key} of {name} is not rendered"
-    return None
 
 
 # ---------------------------------------------------------------------------------------------- shape
@@ -732,7 +719,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
     located: dict[str, tuple[str, list[_Block]]] = {}
     for probe_name in ("one_call", "two_calls", "typed_arguments", "reasoning_call"):
         turn = by.get(probe_name)
-        if turn is None or _faithful(turn) is not None:
+        if turn is None or not turn.rendering.informative:
             continue
         body = turn.text[len(header):]
         blocks = _locate(body, turn.probe, encoding)
@@ -956,29 +943,31 @@ def _lark_text(shape: _Shape, name: str, report: DeriveReport) -> str:
 # ---------------------------------------------------------------------------------------------- round trip
 
 
-def _round_trip(grammar: Grammar, turns: Sequence[_Turn], typed: bool) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Each faithful probe rendering parsed back: probe name -> differences; and the probes left out."""
-    import warnings
+def _read_back(rendering: Rendering, grammar: Grammar, renders_reasoning: bool) -> list[str]:
+    """:func:`grammar_parse.probes.read_back` (the round trip detect uses too), and stricter: a parse error or
+    a missing start anchor is a difference as well."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        diffs = read_back(rendering, grammar, template_renders_reasoning=renders_reasoning)
+        try:
+            message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=TOOLS, strict=False)
+        except GrammarParseError:
+            message = {}  # (read_back has said so)
+    diffs += [f"parse error: {e.get('message', e)}" for e in message.get("parse_errors") or []]
+    return diffs + [str(w.message) for w in caught]
 
+
+def _round_trip(grammar: Grammar, renderings: Sequence[Rendering],
+                renders_reasoning: bool) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each probe rendering that shows what it probes, read back: probe name -> differences; and the probes
+    left out, with the reason."""
     checked: dict[str, list[str]] = {}
     skipped: dict[str, str] = {}
-    for turn in turns:
-        why = _faithful(turn)
-        if why is not None:
-            skipped[turn.probe.name] = why
+    for rendering in renderings:
+        if not rendering.informative:
+            skipped[rendering.probe.name] = "the template does not render all its calls"
             continue
-        r = turn.rendering
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            try:
-                message = parse_response(r.output, grammar, prefix=r.prompt, strict=False,
-                                         tools=TOOLS if typed else None)
-            except Exception as exc:  # noqa: BLE001 - an anchor warning or a grammar failure is a difference
-                checked[turn.probe.name] = [f"parse failed: {exc}"]
-                continue
-        diffs = differences(message, turn.probe, reasoning_rendered=REASONING in r.output)
-        diffs += [f"parse error: {e.get('message', e)}" for e in message.get("parse_errors") or []]
-        checked[turn.probe.name] = diffs
+        checked[rendering.probe.name] = _read_back(rendering, grammar, renders_reasoning)
     return checked, skipped
 
 
@@ -992,10 +981,8 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
     name = name or "derived"
     if renderings is None:
         renderings = render_probes(template)
-    by_name = {r.probe.name: r for r in renderings}
-    one = by_name.get("one_call")
-    if one is None or not one.probe.calls or one.probe.calls[0][0] not in one.output \
-            or str(next(iter(one.probe.calls[0][1].values()))) not in one.output:
+    one = next((r for r in renderings if r.probe.name == "one_call"), None)
+    if one is None or not one.calls_rendered:
         raise _error("derive.no_calls", f"{template.origin} writes no tool calls (the one-call probe's call is "
                                         "not in its rendering)",
                      hint="Derivation needs a template that renders an assistant message's tool_calls.")
@@ -1040,7 +1027,7 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
             grammar = build_grammar(text, source_name=_SOURCE, name=name)
         except GrammarParseError as exc:
             raise _error("derive.shape", f"the derived grammar does not build: {exc}") from exc
-        checked, skipped = _round_trip(grammar, turns, typed)
+        checked, skipped = _round_trip(grammar, renderings, reasoning is not None)
         if all(not d for d in checked.values()):
             final = replace(report, skipped=skipped, argument_encoding=_argument_encoding(candidate))
             text = _lark_text(candidate, name, final)

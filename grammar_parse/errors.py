@@ -68,6 +68,10 @@ ERROR_CODES: dict[str, str] = {
     "chat_template.timeout": "rendering ran past its time limit (5 s by default)",
     "chat_template.too_large": "the template's source, its output or a value it builds is above its size limit",
     "chat_template.jinja": "jinja2 (the grammar-parse[chat-templates] extra) is not installed",
+    # derived grammars (grammar_parse.derive)
+    "derive.no_calls": "a chat template renders no tool calls, so no grammar can be derived from it",
+    "derive.shape": "a chat template's renderings show no consistent markup for reasoning or tool calls",
+    "derive.round_trip": "a grammar derived from a chat template does not read its probe renderings back",
     # model output
     "parse.content": "a region's text does not parse with the field's content parser (int, float, ...)",
     "parse.json": "a json region does not hold valid JSON",
