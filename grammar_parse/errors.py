@@ -58,6 +58,7 @@ ERROR_CODES: dict[str, str] = {
     "chat_template.name": "a named chat template is not among the model's templates (or none is the default)",
     "chat_template.file": "a chat template file or model directory is missing, unreadable, not UTF-8 or not the "
                           "JSON it should be",
+    "chat_template.config": "a \"chat_template\" entry is neither Jinja text nor a list of {name, template} entries",
     "chat_template.syntax": "the chat template is not valid Jinja",
     "chat_template.input": "messages, tools or documents are not of the shape a chat template takes (dicts), or "
                            "continue_final_message cannot continue the last message",
