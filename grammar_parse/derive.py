@@ -93,7 +93,10 @@ class Derived:
     round_trip: Mapping[str, list[str]]
 
 
-def _error(code: str, message: str, hint: str | None = None) -> GrammarError:
+_HINT = "This template's format needs a hand-written grammar (docs/grammar-authoring.md)."
+
+
+def _error(code: str, message: str, hint: str = _HINT) -> GrammarError:
     return GrammarError(message, code=code, source=_SOURCE, hint=hint)
 
 
@@ -396,7 +399,7 @@ def _anchor(header: str, base: str) -> str:
     if _has_special(header) or len(header.strip()) >= 8:
         return header
     tokens = list(_SPECIAL_RE.finditer(base))
-    if not tokens:
+    if not tokens or base[tokens[-1].end():].strip():
         return header
     return base[tokens[-1].start():] + header
 
@@ -1036,8 +1039,7 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
     text, checked = failures[0]
     wrong = {k: v for k, v in checked.items() if v}
     detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in wrong.items())
-    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})",
-                 hint="The template's format needs a hand-written grammar (docs/grammar-authoring.md).")
+    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
 
 
 def _name_encoding(shape: _Shape) -> str:
