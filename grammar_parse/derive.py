@@ -35,6 +35,7 @@ from .errors import GrammarError, GrammarParseError
 from .grammar import Grammar, build_grammar
 from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
 from .session import parse_response
+from .values import parse_content
 
 __all__ = ["Derived", "DeriveReport", "derive_grammar"]
 
@@ -314,6 +315,7 @@ class _Encoding:
     name_path: str = "name"
     args_path: str = "arguments"
     listed: bool = False  # one JSON / pythonic list holds every call of a turn
+    dialect: str = ""  # the string quote of a JSON dialect with bare keys (Gemma's {city:<|"|>Paris<|"|>})
 
 
 @dataclass(frozen=True)
@@ -567,6 +569,9 @@ def _detect(body: str, name: str, arguments: Mapping[str, Any]) -> _Encoding | N
         if not listed and value == dict(arguments) and name in body[:start]:
             return _Encoding("name_json")
     key = next(iter(arguments))
+    quote = _dialect_quote(body, name, key, arguments[key])
+    if quote and any(v == dict(arguments) for _, _, v in _dialect_values(body, quote)):
+        return _Encoding("name_json", dialect=quote)
     call = regex.search(rf"{regex.escape(name)}\(\s*{regex.escape(key)}\s*=", body)
     if call is not None:
         return _Encoding("pythonic", listed=body[:call.start()].rstrip().endswith("["))
@@ -574,6 +579,35 @@ def _detect(body: str, name: str, arguments: Mapping[str, Any]) -> _Encoding | N
     if at >= 0 and body.find(key, at) >= 0 and body.find(str(arguments[key]), body.find(key, at)) >= 0:
         return _Encoding("tagged")
     return None
+
+
+def _dialect_quote(body: str, name: str, key: str, value: Any) -> str:
+    """The string quote of arguments written ``{key:QUOTEvalueQUOTE}`` after the name ("" if not so)."""
+    match = regex.search(rf"{regex.escape(name)}\W{{0,8}}\{{{regex.escape(key)}:(\S{{1,8}}?){regex.escape(str(value))}"
+                         r"\1[,}]", body)
+    return match.group(1) if match is not None and not match.group(1).isalnum() else ""
+
+
+def _dialect_values(body: str, quote: str) -> list[tuple[int, int, Any]]:
+    """Every ``{...}`` of ``body`` that parses in the bare-key dialect with ``quote`` for strings."""
+    out: list[tuple[int, int, Any]] = []
+    at = body.find("{")
+    while at >= 0:
+        end = _closing(body.replace(quote, "\x00" * len(quote)), at, "{}[]")
+        if end > at:
+            try:
+                out.append((at, end, parse_content(body[at:end], "json", _dialect_args(quote))))
+            except GrammarParseError:
+                pass
+            else:
+                at = body.find("{", end)
+                continue
+        at = body.find("{", at + 1)
+    return out
+
+
+def _dialect_args(quote: str) -> dict[str, Any]:
+    return {"unquoted_keys": True, "string_delims": [[quote, quote]]}
 
 
 def _value_at(body: str, value: Any, start: int) -> tuple[int, int] | None:
@@ -621,13 +655,20 @@ class _Block:
     slots: tuple[_Slot, ...] = ()
 
 
+def _key_at(body: str, key: str, start: int) -> int:
+    """Where an argument's key is next written as a whole word (len(body) when it is not)."""
+    match = regex.compile(rf"(?<!\w){regex.escape(key)}(?!\w)").search(body, start)
+    return match.start() if match is not None else len(body)
+
+
 def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None:
     """The probe's calls in ``body`` as blocks; None when they are not all where the encoding puts them."""
     blocks: list[_Block] = []
     pos = 0
     calls = list(probe.calls)
     index = 0
-    values = _json_values(body) if encoding.kind.startswith("json") or encoding.kind == "name_json" else []
+    values = _dialect_values(body, encoding.dialect) if encoding.dialect else \
+        _json_values(body) if encoding.kind.startswith("json") or encoding.kind == "name_json" else []
     while index < len(calls):
         name, arguments = calls[index]
         if encoding.kind in ("json_object", "json_list", "json_name_keys"):
@@ -690,11 +731,10 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
                 slots.append(_Slot("name_again", last, last + len(name), index))
             at = last
             cur = at + len(name)
-            for key, value in arguments.items():
-                key_at = body.find(key, cur)
-                if key_at < 0:
-                    return None
-                where = _value_at(body, value, key_at + len(key))
+            written = sorted(arguments.items(), key=lambda kv: _key_at(body, kv[0], cur))  # (some templates sort)
+            for key, value in written:
+                key_at = _key_at(body, key, cur)
+                where = _value_at(body, value, key_at + len(key)) if key_at < len(body) else None
                 if where is None:
                     return None
                 slots += [_Slot("key", key_at, key_at + len(key), index), _Slot("value", where[0], where[1], index)]
@@ -851,6 +891,8 @@ def _region_directives(shape: _Shape) -> list[str]:
     elif enc.kind == "name_json":
         spec = {"content": "json", "repeats": True,
                 "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}
+        if enc.dialect:
+            spec["content_args"] = _dialect_args(enc.dialect)
     else:
         spec = {"repeats": True, "scope": {"arguments": {}},
                 "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}}
@@ -960,27 +1002,14 @@ def _read_back(rendering: Rendering, grammar: Grammar, renders_reasoning: bool) 
     return diffs + [str(w.message) for w in caught]
 
 
-def _round_trip(grammar: Grammar, renderings: Sequence[Rendering],
-                renders_reasoning: bool) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Each probe rendering that shows what it probes, read back: probe name -> differences; and the probes
-    left out, with the reason."""
-    checked: dict[str, list[str]] = {}
-    skipped: dict[str, str] = {}
-    for rendering in renderings:
-        if not rendering.informative:
-            skipped[rendering.probe.name] = "the template does not render all its calls"
-            continue
-        checked[rendering.probe.name] = _read_back(rendering, grammar, renders_reasoning)
-    return checked, skipped
-
-
 # ---------------------------------------------------------------------------------------------- entry
 
 
 def derive_grammar(template: ChatTemplate, *, name: str | None = None,
                    renderings: list[Rendering] | None = None) -> Derived:
-    """A grammar for ``template``'s output, derived from its probe renderings and checked by reading every
-    one back. Raises GrammarError (``derive.no_calls``, ``derive.shape``, ``derive.round_trip``)."""
+    """A grammar for ``template``'s output, derived from its probe renderings (rendered here when not given)
+    and checked by reading every one back; raises GrammarError ``derive.no_calls``, ``derive.shape`` or
+    ``derive.round_trip`` instead of returning a grammar that misreads them."""
     name = name or "derived"
     if renderings is None:
         renderings = render_probes(template)
@@ -989,13 +1018,35 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
         raise _error("derive.no_calls", f"{template.origin} writes no tool calls (the one-call probe's call is "
                                         "not in its rendering)",
                      hint="Derivation needs a template that renders an assistant message's tool_calls.")
+    shape = _derive_shape(template, renderings)
+    skipped = {r.probe.name: "the template does not render all its calls" for r in renderings if not r.informative}
+    checked_renderings = [r for r in renderings if r.informative]
+    # Tagged argument values are text typed by the tool's schema; a template that writes Python literals
+    # (True, {'units': 'celsius'}) gets a JSON reading with single quotes as the second try.
+    value_parsers = ("text", "python") if shape.params is not None else ("text",)
+    first_failure: dict[str, list[str]] = {}
+    for value_parser in value_parsers:
+        candidate = replace(shape, value_parser=value_parser)
+        report = replace(_report(candidate), skipped=skipped)
+        text = _lark_text(candidate, name, report)
+        try:
+            grammar = build_grammar(text, source_name=_SOURCE, name=name)
+        except GrammarParseError as exc:
+            raise _error("derive.shape", f"the derived grammar does not build: {exc}") from exc
+        checked = {r.probe.name: _read_back(r, grammar, shape.reasoning is not None) for r in checked_renderings}
+        if all(not diffs for diffs in checked.values()):
+            return Derived(grammar, text, report, checked)
+        first_failure = first_failure or checked
+    detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in first_failure.items() if v)
+    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
+
+
+def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _Shape:
+    """The markup of ``template``'s turns, from the probe renderings."""
     turns, gen_tail, base = _turns(template, renderings)
     by = {t.probe.name: t for t in turns}
     header = _common_prefix([gen_tail, *[t.text for t in turns]], phrases=False)
     reasoning, header = _find_reasoning(by, header, gen_tail)
-    anchor = _anchor(header, base)
-    if not anchor:
-        raise _error("derive.shape", "no assistant header was found before the turns")
     ends = _end_markers(turns, header)
     marks = _content_marks(by, header, reasoning, ends, gen_tail)
     calls = _call_shape(by, header, reasoning, marks, ends)
@@ -1004,42 +1055,29 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
         # The generation prompt writes the first call's opener (functionary's ">>>"): it opens every call,
         # and the header stops before it so that it is replayed.
         header = header[:header.rstrip().rindex(sep)]
-        anchor = _anchor(header, base)
         ends = _end_markers(turns, header)
         marks = _content_marks(by, header, reasoning, ends, gen_tail, exclude=(sep,))
         calls = _call_shape(by, header, reasoning, marks, ends)
         calls.pop("open_literal")
-    bodies = [t.text[len(header):] for t in turns]
+    anchor = _anchor(header, base)
+    if not anchor.strip():
+        raise _error("derive.shape", "no assistant header was found before the turns")
+    rest = gen_tail[len(header):].strip()
     stray = reasoning is not None and (
-        any(b.lstrip().startswith(reasoning.close) for b in bodies)
-        or gen_tail[len(header):].strip().startswith(reasoning.close))
-    shape = _Shape(anchor=anchor, end=ends, reasoning=reasoning, stray_close=stray, marks=marks, **calls)
-    report = DeriveReport(
-        start_anchor=anchor, end_of_turn=ends,
-        reasoning_open=reasoning.open if reasoning else None, reasoning_close=reasoning.close if reasoning else None,
-        reasoning_prefilled=bool(reasoning and reasoning.prefilled), reasoning_stray_close=stray,
-        content_markers=marks, section_open=shape.section_open or None, section_close=shape.section_close or None,
+        any(t.text[len(header):].lstrip().startswith(reasoning.close) for t in turns) or rest.startswith(reasoning.close))
+    return _Shape(anchor=anchor, end=ends, reasoning=reasoning, stray_close=stray, marks=marks, **calls)
+
+
+def _report(shape: _Shape) -> DeriveReport:
+    r = shape.reasoning
+    return DeriveReport(
+        start_anchor=shape.anchor, end_of_turn=shape.end, reasoning_open=r.open if r else None,
+        reasoning_close=r.close if r else None, reasoning_prefilled=bool(r and r.prefilled),
+        reasoning_stray_close=shape.stray_close, content_markers=shape.marks,
+        section_open=shape.section_open or None, section_close=shape.section_close or None,
         call_open=shape.call_open_text or None, call_close=shape.call_close or None,
-        separator=shape.separator or None, name_encoding=_name_encoding(shape), argument_encoding=_argument_encoding(shape))
-    typed = shape.encoding.kind == "tagged"
-    failures: list[tuple[str, dict[str, list[str]]]] = []
-    for value_parser in (("text", "python") if typed else ("text",)):
-        candidate = replace(shape, value_parser=value_parser)
-        text = _lark_text(candidate, name, report)
-        try:
-            grammar = build_grammar(text, source_name=_SOURCE, name=name)
-        except GrammarParseError as exc:
-            raise _error("derive.shape", f"the derived grammar does not build: {exc}") from exc
-        checked, skipped = _round_trip(grammar, renderings, reasoning is not None)
-        if all(not d for d in checked.values()):
-            final = replace(report, skipped=skipped, argument_encoding=_argument_encoding(candidate))
-            text = _lark_text(candidate, name, final)
-            return Derived(build_grammar(text, source_name=_SOURCE, name=name), text, final, checked)
-        failures.append((text, checked))
-    text, checked = failures[0]
-    wrong = {k: v for k, v in checked.items() if v}
-    detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in wrong.items())
-    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
+        separator=shape.separator or None, name_encoding=_name_encoding(shape),
+        argument_encoding=_argument_encoding(shape))
 
 
 def _name_encoding(shape: _Shape) -> str:

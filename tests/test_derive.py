@@ -50,10 +50,6 @@ NOT_DERIVED = {
     "Apriel-1.6-15b-Thinker-fixed": "derive.shape",
     # Typed arguments are nested XML (<hours><item>9</item>...</hours>), not text or JSON.
     "MiniMax-M3": "derive.shape",
-    # Gemma 4 writes arguments in its own dialect (call:NAME{key:<|"|>value<|"|>}), and the typed probe
-    # renders only as {{...}} text; derivation reads neither (the built-in gemma4 grammar does).
-    "google-gemma-4-31B-it": "derive.shape",
-    "google-gemma-4-31B-it-interleaved": "derive.shape",
 }
 
 
@@ -185,6 +181,11 @@ REALISTIC = [
      'Oslo</parameter>\n<parameter name="metric">true</parameter>\n</invoke>\n</minimax:tool_call>[e~[\n',
      "The user asks about Oslo.", None, [call("get_weather", {"city": "Oslo", "metric": True})]),
     ("Qwen-Qwen3-0.6B", "<think>\nShort.\n</think>\n\nHello there!<|im_end|>\n<|im_start|>user", "Short.", "Hello there!", []),
+    ("google-gemma-4-31B-it",
+     'Checking.<|tool_call>call:get_weather{city:<|"|>Los Angeles<|"|>,days:2}<tool_call|>'
+     '<|tool_call>call:get_time{timezone:<|"|>America/Los_Angeles<|"|>}<tool_call|><|tool_response>',
+     None, "Checking.", [call("get_weather", {"city": "Los Angeles", "days": 2}),
+                         call("get_time", {"timezone": "America/Los_Angeles"})]),
 ]
 
 
