@@ -746,8 +746,11 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
     return blocks
 
 
-def _group(kind: str, after: str) -> str:
-    return "(?P=name)" if kind == "name_again" else f"(?P<{kind}>{_name_class(after)})"
+def _group(kind: str, after: str, head: str) -> str:
+    """A name or id group; its run also stops at a character of the opener's head (``=`` of ``to=functions.``),
+    so that a flood of heads is searched in linear time."""
+    stop = next((c for c in head if not c.isalnum() and c not in "_.-: "), "")
+    return "(?P=name)" if kind == "name_again" else f"(?P<{kind}>{_name_class(after, stop)})"
 
 
 def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | None, marks: Sequence[str],
@@ -818,7 +821,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         connector = _re_instances([h[k][1].rstrip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
         pattern += connector
         if kind:
-            pattern += _group(kind, heads[0][k + 1][1])
+            pattern += _group(kind, heads[0][k + 1][1], call_open)
     for mark in marks:
         if mark.startswith(call_open) and len(mark) > len(call_open) and regex.match(pattern, mark):
             # A content marker the opener would read as a call (functionary's ">>>all" before text).

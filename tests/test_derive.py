@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import regex
+from test_linear_patterns import problems
 
 import grammar_parse as gp
 from grammar_parse.chat_template import ChatTemplate
+from grammar_parse.delimiters import RegexMatcher
 from grammar_parse.derive import Derived, derive_grammar
 from grammar_parse.errors import ERROR_CODES, GrammarError
 from grammar_parse.probes import CONTENT, PROBES, REASONING, TOOLS, USER, Rendering, render_probes
@@ -121,6 +124,18 @@ def test_markers_are_markup(name: str) -> None:
     for marker in filter(None, markers):
         for word in PROBE_WORDS:
             assert word not in marker, (marker, word)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in NO_CALLS and n not in NOT_DERIVED])
+def test_delimiters_search_in_linear_time(name: str) -> None:
+    """The rule the built-in grammars are held to (tests/test_linear_patterns.py), on the derived ones."""
+    result = derived(name)
+    assert isinstance(result, Derived)
+    for terminal in result.grammar.terminals.values():
+        matcher = terminal.matcher
+        if isinstance(matcher, RegexMatcher) and matcher.lowered is None:
+            pattern = regex.sub(r"\(\?P=\w+\)", "x", matcher.pattern)  # (a back-reference: a name written twice)
+            assert problems(pattern, matcher.flags) == [], (terminal.name, matcher.pattern)
 
 
 def call(name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
