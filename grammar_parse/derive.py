@@ -47,7 +47,6 @@ _SOURCE = "<derived>"
 _SPECIAL = r"<[^<>\n]{1,128}>|\[/?[A-Z][A-Z0-9_ ]{0,40}\]"
 _SPECIAL_RE = regex.compile(_SPECIAL)
 _UNITS = regex.compile(rf"{_SPECIAL}|\w+|\s+|.", regex.DOTALL)
-_ID = regex.compile(r"call0000\d")
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -216,7 +215,7 @@ def _re_literal(text: str) -> str:
 def _re_instances(instances: Sequence[str]) -> str:
     """A regex matching every instance of one connector (``:0<|arg|>`` and ``:1<|arg|>``; ``string="true">``
     and ``string="false">``): the common head and tail, the middle generalised, digits generalised."""
-    stripped = [s for s in instances]
+    stripped = list(instances)
     if len(set(stripped)) == 1:
         return _digits(stripped[0])
     head = _common_prefix(stripped, phrases=False)
@@ -320,10 +319,12 @@ class _Encoding:
 
 @dataclass(frozen=True)
 class _Slot:
-    kind: str  # block (a whole call or list), name, args, id, key, value
+    """Where one of a call's parts is written: its name (name_again when written twice), id, args (a JSON
+    value), or an argument's key and value."""
+
+    kind: str
     start: int
     end: int
-    call: int = 0
 
 
 @dataclass(frozen=True)
@@ -459,9 +460,10 @@ def _end_at(body: str, ends: Sequence[str]) -> int:
     return min(found) if found else len(body)
 
 
-def _strip_lead(body: str, reasoning: _Reasoning | None, marks: Sequence[str], at: int = 0) -> int:
+def _strip_lead(body: str, reasoning: _Reasoning | None, marks: Sequence[str]) -> int:
     """Where the turn's own text starts: past whitespace, the reasoning block (or a bare close), and the
     content markers written before it."""
+    at = 0
     changed = True
     while changed:
         changed = False
@@ -666,6 +668,7 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
     blocks: list[_Block] = []
     pos = 0
     calls = list(probe.calls)
+    ids = [c["id"] for c in probe.message().get("tool_calls", [])]
     index = 0
     values = _dialect_values(body, encoding.dialect) if encoding.dialect else \
         _json_values(body) if encoding.kind.startswith("json") or encoding.kind == "name_json" else []
@@ -695,10 +698,11 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
             at = body.rfind(name, pos, found[0])
             if at < 0:
                 return None
-            slots = [_Slot("name", at, at + len(name), index), _Slot("args", found[0], found[1], index)]
-            ident = _ID.search(body, pos, found[0])
-            if ident is not None:
-                slots.append(_Slot("id", ident.start(), ident.end(), index))
+            slots = [_Slot("name", at, at + len(name)), _Slot("args", found[0], found[1])]
+            ident = ids[index] if index < len(ids) else ""
+            ident_at = body.find(ident, pos, found[0]) if ident else -1
+            if ident_at >= 0:  # the call id the template writes (Mistral's [CALL_ID], Solar's <|tool_call:begin|>)
+                slots.append(_Slot("id", ident_at, ident_at + len(ident)))
             slots.sort(key=lambda s: s.start)
             hit = _Block(slots[0].start, found[1], 1, tuple(slots))
         elif encoding.kind == "pythonic":
@@ -722,13 +726,13 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
             keys = list(arguments)
             if at < 0 or not keys:
                 return None
-            first = body.find(keys[0], at + len(name))
-            if first < 0:
+            first = min(_key_at(body, key, at + len(name)) for key in keys)
+            if first >= len(body):
                 return None
             last = body.rfind(name, at, first)
-            slots = [_Slot("name", at, at + len(name), index)]
+            slots = [_Slot("name", at, at + len(name))]
             if last != at:  # the name written twice (muse's " to=NAME<|message|>... invoke name="NAME""")
-                slots.append(_Slot("name_again", last, last + len(name), index))
+                slots.append(_Slot("name_again", last, last + len(name)))
             at = last
             cur = at + len(name)
             written = sorted(arguments.items(), key=lambda kv: _key_at(body, kv[0], cur))  # (some templates sort)
@@ -737,7 +741,7 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
                 where = _value_at(body, value, key_at + len(key)) if key_at < len(body) else None
                 if where is None:
                     return None
-                slots += [_Slot("key", key_at, key_at + len(key), index), _Slot("value", where[0], where[1], index)]
+                slots += [_Slot("key", key_at, key_at + len(key)), _Slot("value", where[0], where[1])]
                 cur = where[1]
             hit = _Block(slots[0].start, cur, 1, tuple(slots))
         blocks.append(hit)
