@@ -101,7 +101,8 @@ class ChatTemplate:
 
         ``add_generation_prompt`` is True unless ``continue_final_message`` is set (then False: the two
         exclude each other). ``kwargs`` reach the template as variables (``enable_thinking=False``, ...)
-        and override the special tokens. Raises :class:`ChatTemplateError`.
+        and override the special tokens; ``now``, ``max_output_chars`` and ``time_limit`` override the
+        template's own for this render (they are not template variables). Raises :class:`ChatTemplateError`.
         """
         if not messages:
             raise _input_error("the conversation is empty", self.origin, "Pass at least one message.")
@@ -126,7 +127,7 @@ class ChatTemplate:
         for message in chat:
             if not isinstance(message, dict):
                 raise _input_error(f"chat messages should be dicts, dataclasses or pydantic models, but got "
-                                   f"{message!r}", origin, "Pass each message as a dict with a role.")
+                                   f"{repr(message)[:80]}", origin, "Pass each message as a dict with a role.")
         chat = [_aliased(message) for message in chat]
         final = _mark_final(chat, continue_final_message, source, origin) if continue_final_message else None
         context = {"messages": chat, "tools": plain_tools, "documents": plain_documents,
@@ -421,7 +422,8 @@ class _Timeout(Exception):
 
 
 class _Raised(Exception):
-    """The template's own raise_exception (replaced by a jinja2 TemplateError subclass at compile time)."""
+    """The template's own raise_exception: raised as a subclass that is also the jinja2 TemplateError
+    transformers raises."""
 
 
 def _limit() -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from grammar_parse.chat_template import MAX_SOURCE_CHARS, REASONING_KEYS, ChatTemplate, load_chat_template, render_prompt
+from grammar_parse.chat_template import (MAX_SOURCE_CHARS, REASONING_KEYS, ChatTemplate, load_chat_template,
+                                         render_prompt)
 from grammar_parse.errors import ERROR_CODES, ChatTemplateError
 
 DATA = Path(__file__).resolve().parent / "data" / "chat_templates"
@@ -73,7 +74,7 @@ def test_renders_exactly_as_transformers(template, case):
 
 # --- what a template sees: transformers' environment and inputs -------------------------------------------
 
-class Colour(enum.Enum):
+class Colour(str, enum.Enum):
     RED = "red"
 
 
@@ -112,7 +113,7 @@ ENVIRONMENT = [
     ("reasoning-content-wins", "{{ messages[0].thinking }}",
      [{"role": "assistant", "reasoning_content": "A", "thinking": "B"}], {}, "B"),
     ("plain-data", "{{ messages[0].c }} {{ messages[0].l }} {{ messages[0].p.x }} {{ messages[0].o }}",
-     [{"role": "user", "c": Colour.RED.value, "l": Level.HIGH, "p": Point(1, 2), "o": object()}], {}, "red 3 1 <object>"),
+     [{"role": "user", "c": Colour.RED, "l": Level.HIGH, "p": Point(1, 2), "o": object()}], {}, "red 3 1 <object>"),
     ("dataclass-message", "{{ messages[0].x }}", [Point(5, 6)], {}, "5"),
     ("tuple-stays-tuple", "{{ messages[0].t is sequence }}{{ messages[0].t[1] }}", [{"role": "u", "t": (1, 2)}], {},
      "True2"),
@@ -137,7 +138,8 @@ def test_the_environment_is_transformers(source, messages, kwargs, expected):
 
 
 def test_tools_tool_use_template_and_reasoning_keys():
-    config = {"chat_template": [{"name": "default", "template": "plain"}, {"name": "tool_use", "template": "{{ tools|length }} tools"}]}
+    config = {"chat_template": [{"name": "default", "template": "plain"},
+                                {"name": "tool_use", "template": "{{ tools|length }} tools"}]}
     template = load_chat_template(config)
     assert template.render(USER) == "plain"
     assert template.render(USER, tools=[TOOL]) == "1 tools"
@@ -190,8 +192,8 @@ MODEL_DIRECTORIES = [
     # (id, files, name, expected rendering)
     ("jinja-first", {"chat_template.jinja": "jinja", "chat_template.json": {"chat_template": "json"},
                      "tokenizer_config.json": {"chat_template": "config"}}, None, "jinja"),
-    ("json-next", {"chat_template.json": {"chat_template": "json"}, "tokenizer_config.json": {"chat_template": "config"}},
-     None, "json"),
+    ("json-next", {"chat_template.json": {"chat_template": "json"},
+                   "tokenizer_config.json": {"chat_template": "config"}}, None, "json"),
     ("config-last", {"tokenizer_config.json": {"chat_template": "config", "bos_token": "<s>"}}, None, "config"),
     ("additional-templates", {"chat_template.jinja": "jinja", "additional_chat_templates/rag.jinja": "rag"}, "rag",
      "rag"),

@@ -104,7 +104,8 @@ def main() -> None:
     # one template per line: a rebuild's diff shows which templates changed
     lines = [f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}" for key, value in document.items()
              if key != "renders"]
-    body = ",\n".join(f"    {json.dumps(name)}: {json.dumps(cases, ensure_ascii=False)}" for name, cases in renders.items())
+    body = ",\n".join(f"    {json.dumps(name)}: {json.dumps(cases, ensure_ascii=False)}"
+                       for name, cases in renders.items())
     (HERE / "expected.json").write_text("{\n" + ",\n".join(lines) + ",\n  \"renders\": {\n" + body + "\n  }\n}\n",
                                         encoding="utf-8")
     errors = sum(isinstance(v, dict) and "error" in v for cases in renders.values() for v in cases.values())
