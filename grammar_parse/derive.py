@@ -39,7 +39,7 @@ from .values import parse_content
 
 __all__ = ["Derived", "DeriveReport", "derive_grammar"]
 
-_SOURCE = "<derived>"
+_SOURCE = "<derived>"  # the derived grammar's source name in its own errors
 
 # A marker unit: a special token (<|im_end|>, <｜Assistant｜>, <|turn>, <channel|>, [TOOL_CALLS]), a tag
 # (<think>, </tool_call>, <parameter=city>), a word, a whitespace run, or one other character. Boundaries
@@ -96,8 +96,12 @@ class Derived:
 _HINT = "This template's format needs a hand-written grammar (docs/grammar-authoring.md)."
 
 
-def _error(code: str, message: str, hint: str = _HINT) -> GrammarError:
-    return GrammarError(message, code=code, source=_SOURCE, hint=hint)
+class _Refusal(Exception):
+    """Why no grammar is derived; :func:`derive_grammar` raises it as a GrammarError naming the template."""
+
+    def __init__(self, code: str, message: str, hint: str = _HINT) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
 
 
 # ---------------------------------------------------------------------------------------------- units
@@ -374,7 +378,7 @@ def _find_reasoning(by: Mapping[str, _Turn], header: str, gen_tail: str) -> tupl
     before, after = turn.text[len(header):at], turn.text[at + len(REASONING):]
     closer = _first_phrase(after)
     if not closer:
-        raise _error("derive.shape", f"the {source} probe's reasoning is not followed by a closing marker")
+        raise _Refusal("derive.shape", f"the {source} probe's reasoning is not followed by a closing marker")
     glue = None
     head = header.strip()
     if source == "reasoning" and CONTENT in after:
@@ -389,7 +393,7 @@ def _find_reasoning(by: Mapping[str, _Turn], header: str, gen_tail: str) -> tupl
             opener = phrase
             kept = header[:header.rstrip().rindex(phrase)]
     if not opener:
-        raise _error("derive.shape", f"the {source} probe's reasoning has no opening marker in the turn or the "
+        raise _Refusal("derive.shape", f"the {source} probe's reasoning has no opening marker in the turn or the "
                                      "generation prompt", hint="A model that always reasons without an opener "
                                      "needs a hand-written grammar.")
     prefilled = gen_tail[len(kept):].lstrip().startswith(opener)
@@ -426,10 +430,10 @@ def _payload_end(turn: _Turn, body: str) -> int:
     return max(ends, default=0)
 
 
-def _end_markers(turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
+def _end_markers(template: ChatTemplate, turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
     """End-of-turn markers: the first marker phrase of what every turn ends with, found nowhere before the
     probe's own words end; when the turns end differently (functionary's <|eot_id|> / <|eom_id|>), each
-    turn's own last token."""
+    turn's own last token, and what the template writes when another message follows."""
     bodies = [t.text[len(header):] for t in turns]
     after = [_payload_end(t, b) for t, b in zip(turns, bodies)]
     tails = [b[a:] for b, a in zip(bodies, after)]
@@ -452,6 +456,38 @@ def _end_markers(turns: Sequence[_Turn], header: str) -> tuple[str, ...]:
         if _is_special(last) and last not in found and clean(last) and all(
                 b.count(last) == 1 for b in bodies if last in b):
             found.append(last)
+    return tuple(dict.fromkeys([*found, *_next_turn_ends(template, turns, header, found)]))
+
+
+def _next_turn_ends(template: ChatTemplate, turns: Sequence[_Turn], header: str,
+                    known: Sequence[str]) -> tuple[str, ...]:
+    """For turns that end with no marker: the token a template writes only when another message follows
+    (Apertus's <|assistant_end|>), or the next message's first token, which is where the model stops (GLM's
+    <|user|>, and <|observation|> after tool calls)."""
+    follow = {"content": {"role": "user", "content": "Thanks."},
+              "one_call": {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "Sunny."}}
+    found: list[str] = []
+    bodies = [(t, t.text[len(header):]) for t in turns]
+    for turn in turns:
+        body = turn.text[len(header):]
+        if turn.probe.name not in follow or any(body.find(e, _payload_end(turn, body)) >= 0 for e in known):
+            continue
+        r = turn.rendering
+        message = turn.probe.message(arguments_as_text=r.arguments_as_text)
+        try:
+            longer = template.render([{"role": "user", "content": USER}, message, follow[turn.probe.name]],
+                                     tools=TOOLS, add_generation_prompt=False, **r.kwargs)
+        except Exception:  # noqa: BLE001 - a template may refuse the longer conversation: nothing learnt
+            continue
+        alone = r.prompt + r.output
+        n = 0
+        while n < min(len(alone), len(longer)) and alone[n] == longer[n]:
+            n += 1
+        units = _units(longer[n:].lstrip())
+        marker = units[0] if units and _is_special(units[0]) else ""
+        if marker and marker not in found and all(
+                b.find(marker) < 0 or b.find(marker) >= _payload_end(t, b) for t, b in bodies):
+            found.append(marker)
     return tuple(found)
 
 
@@ -764,7 +800,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
     name, arguments = one.probe.calls[0]
     encoding = _detect(one.text[len(header):], name, arguments)
     if encoding is None:
-        raise _error("derive.shape", f"the one-call probe's call ({name} with {dict(arguments)}) is written in no "
+        raise _Refusal("derive.shape", f"the one-call probe's call ({name} with {dict(arguments)}) is written in no "
                                      "known form (JSON, a name then JSON or tagged arguments, pythonic)")
     located: dict[str, tuple[str, list[_Block]]] = {}
     for probe_name in ("one_call", "two_calls", "typed_arguments", "reasoning_call"):
@@ -776,7 +812,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         if blocks is not None:
             located[probe_name] = (body, blocks)
     if "one_call" not in located:
-        raise _error("derive.shape", f"the one-call probe's call is not found as a {encoding.kind} call")
+        raise _Refusal("derive.shape", f"the one-call probe's call is not found as a {encoding.kind} call")
     pick = "two_calls" if len(located.get("two_calls", ("", []))[1]) >= 2 else "one_call"
     body, blocks = located[pick]
     start = _strip_lead(body, reasoning, marks)
@@ -819,7 +855,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
             heads.append([*seq, ("", final)])
     shapes = {tuple(kind for kind, _ in h) for h in heads}
     if len(shapes) != 1:
-        raise _error("derive.shape", "the calls' names and ids are not written the same way in every probe")
+        raise _Refusal("derive.shape", "the calls' names and ids are not written the same way in every probe")
     pattern = _re_literal(call_open)
     for k, (kind, _) in enumerate(heads[0]):
         connector = _re_instances([h[k][1].rstrip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
@@ -840,7 +876,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         if call_close.startswith(params.close):
             call_close = call_close[len(params.close):].strip()
         if not call_close:
-            raise _error("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
+            raise _Refusal("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
     out["call_close"] = call_close
     return out
 
@@ -869,7 +905,7 @@ def _params(located: Mapping[str, tuple[str, list[_Block]]]) -> _Params:
         open_raw = to_key[cut:] if cut >= 0 else ""
     opener, closer = open_raw.strip(), close_raw.strip()
     if not opener or not closer:
-        raise _error("derive.shape", "the tagged arguments have no opening or closing marker")
+        raise _Refusal("derive.shape", "the tagged arguments have no opening or closing marker")
     connectors = [b[k.end:v.start].rstrip() for b, bl in located.values() for blk in bl for k, v in _pairs(blk)]
     connector = _re_instances(connectors)
     return _Params(_re_literal(opener), _name_class(connectors[0]), connector, closer, opener)
@@ -912,84 +948,94 @@ def _region_directives(shape: _Shape) -> list[str]:
     return out
 
 
-def _lark_text(shape: _Shape, name: str, report: DeriveReport) -> str:
-    """The grammar, in the authoring format, for ``shape``."""
-    r = shape.reasoning
-    enc = shape.encoding
-    header = [f"// Derived from the chat template by probing it (grammar_parse.derive): {name}.",
-              "// Markers found in the template's renderings of the probe conversations:"]
-    header += [f"//   {line}" for line in report.lines()]
-    lines = [*header, "//@ grammar_parse 1", f"//@ name {json.dumps(name)}", '//@ defaults {"role": "assistant"}',
-             f"//@ start_anchor {json.dumps(shape.anchor, ensure_ascii=False)}"]
-    if r is not None:
-        lines.append('//@ region reasoning_content {"content": "text"}')
-    lines.append('//@ region content {"content": "text"}')
-    lines += _region_directives(shape)
-    lines.append("")
-    declared = ["CONTENT_TEXT", "TOOL_CALLS_TEXT", "UNCLAIMED"]
-    terminals: list[str] = []
-    end = " _end?" if shape.end else ""
-    bare = not shape.call_open and not shape.section_open
-    think = " _think?" if r is not None else ""
-    unclosed = ["     | LEADING_SPACE* reasoning_unclosed__ _end"] if r is not None and shape.end else []
-    if bare:
-        calls = "_calls (CALL_SEP? _calls)*" if shape.separator else "_calls+"
-        lines += [f"start: LEADING_SPACE*{think} (_all_calls content? | content)?{end}", *unclosed,
-                  f"_all_calls: {calls}",
-                  "content: (CONTENT_TEXT | MARK)+" if shape.marks else "content: CONTENT_TEXT+"]
-    else:
-        parts = ["CONTENT_TEXT", "_calls"] + (["MARK"] if shape.marks else [])
-        if shape.separator and not shape.section_open:
-            parts.append("CALL_SEP")
-        lines += [f"start: LEADING_SPACE*{think} content?{end}", *unclosed, f"content: ({' | '.join(parts)})+"]
-    if r is not None:
-        lines.append("_think: reasoning_content | STRAY_CLOSE" if shape.stray_close else "_think: reasoning_content")
-        lines += ["reasoning_content: _reasoning_body REASONING_CONTENT_CLOSE",
-                  "reasoning_unclosed__: _reasoning_body -> reasoning_content",
-                  "_reasoning_body: REASONING_CONTENT_OPEN REASONING_CONTENT_TEXT*"]
+def _lark_text(shape: _Shape, name: str, origin: str, report: DeriveReport) -> str:
+    """The grammar for ``shape`` in the authoring format: a header naming where it came from and what was
+    found, the directives, the rules, the terminals."""
+    header = [f"// Derived from {origin} by rendering the probe conversations with it (grammar_parse.derive);",
+              "// checked by reading every rendering back. Markers found:",
+              *[f"//   {line}" for line in report.lines()]]
+    directives = ["//@ grammar_parse 1", f"//@ name {json.dumps(name)}", '//@ defaults {"role": "assistant"}',
+                  f"//@ start_anchor {json.dumps(shape.anchor, ensure_ascii=False)}"]
+    if shape.reasoning is not None:
+        directives.append('//@ region reasoning_content {"content": "text"}')
+    directives += ['//@ region content {"content": "text"}', *_region_directives(shape)]
+    rules, terminals, declared = _rules(shape), _terminals(shape), ["CONTENT_TEXT", "TOOL_CALLS_TEXT", "UNCLAIMED"]
+    if shape.reasoning is not None:
         declared.insert(0, "REASONING_CONTENT_TEXT")
-        terminals += [f"REASONING_CONTENT_OPEN.1: {_terminal(r.open)}", f"REASONING_CONTENT_CLOSE: {_terminal(r.close)}"]
-        if shape.stray_close:
-            terminals.append(f"STRAY_CLOSE: {_terminal(r.close)}")
+    if shape.params is not None:
+        declared.append("PARAMETER_TEXT")
+    if not shape.call_close:
+        declared.append("TOOL_CALLS_CLOSE")  # the call ends where its JSON value does
+    return "\n".join([*header, *directives, "", *rules, "", *terminals, "%declare " + " ".join(declared)]) + "\n"
+
+
+def _rules(shape: _Shape) -> list[str]:
+    think = " _think?" if shape.reasoning is not None else ""
+    end = " _end?" if shape.end else ""
+    marks = " | MARK" if shape.marks else ""
+    if not shape.call_open and not shape.section_open:
+        # Calls with no markup of their own (a bare JSON object) only where the turn starts, as vLLM and
+        # llama.cpp read them: a JSON object later in the text stays content.
+        calls = "_calls (CALL_SEP? _calls)*" if shape.separator else "_calls+"
+        out = [f"start: LEADING_SPACE*{think} (_all_calls content? | content)?{end}", f"_all_calls: {calls}",
+               f"content: (CONTENT_TEXT{marks})+"]
+    else:
+        sep = " | CALL_SEP" if shape.separator and not shape.section_open else ""
+        out = [f"start: LEADING_SPACE*{think} content?{end}", f"content: (CONTENT_TEXT | _calls{marks}{sep})+"]
+    if shape.reasoning is not None:
+        if shape.end:  # a turn that ends inside its reasoning
+            out.insert(1, "     | LEADING_SPACE* reasoning_unclosed__ _end")
+            out.append("reasoning_unclosed__: _reasoning_body -> reasoning_content")
+        # A close with no opener before it: the history's form of a turn whose pre-filled opener the model
+        # did not reason after (GLM-4.7's "</think>text").
+        out += ["_think: reasoning_content | STRAY_CLOSE" if shape.stray_close else "_think: reasoning_content",
+                "reasoning_content: _reasoning_body REASONING_CONTENT_CLOSE",
+                "_reasoning_body: REASONING_CONTENT_OPEN REASONING_CONTENT_TEXT*"]
     if shape.section_open:
         close = " SECTION_CLOSE" if shape.section_close else ""
-        lines.append(f"_calls: SECTION_OPEN (tool_calls | UNCLAIMED)*{close}")
-        terminals.append(f"SECTION_OPEN.1: {_terminal(shape.section_open)}")
-        if shape.section_close:
-            terminals.append(f"SECTION_CLOSE: {_terminal(shape.section_close)}")
+        out.append(f"_calls: SECTION_OPEN (tool_calls | UNCLAIMED)*{close}")
     else:
-        lines.append("_calls: tool_calls")
+        out.append("_calls: tool_calls")
     body = "(TOOL_CALLS_TEXT | parameter)*" if shape.params is not None else "TOOL_CALLS_TEXT*"
-    close = " TOOL_CALLS_CLOSE" if shape.call_close else " TOOL_CALLS_CLOSE?"
-    lines.append(f"tool_calls: TOOL_CALLS_OPEN {body}{close}")
+    out.append(f"tool_calls: TOOL_CALLS_OPEN {body} TOOL_CALLS_CLOSE{'' if shape.call_close else '?'}")
     if shape.params is not None:
-        lines.append("parameter: PARAMETER_OPEN PARAMETER_TEXT* PARAMETER_CLOSE")
-        declared.append("PARAMETER_TEXT")
-        p = shape.params
-        terminals += [f"PARAMETER_OPEN.1: {_lark_regex(p.open + f'(?P<key>{p.key_class})' + p.connector)}",
-                      f"PARAMETER_CLOSE: {_terminal(p.close)}"]
+        out.append("parameter: PARAMETER_OPEN PARAMETER_TEXT* PARAMETER_CLOSE")
     if shape.end:
-        lines.append("_end: END_OF_TURN UNCLAIMED*")
-        terminals.append(f"END_OF_TURN: {_alternatives(shape.end)}")
-    lines.append("")
-    terminals.insert(0, "LEADING_SPACE: /\\s{1,64}/")
+        out.append("_end: END_OF_TURN UNCLAIMED*")
+    return out
+
+
+def _terminals(shape: _Shape) -> list[str]:
+    r = shape.reasoning
+    out = ["LEADING_SPACE: /\\s{1,64}/"]
+    if r is not None:
+        out += [f"REASONING_CONTENT_OPEN.1: {_terminal(r.open)}", f"REASONING_CONTENT_CLOSE: {_terminal(r.close)}"]
+        if shape.stray_close:
+            out.append(f"STRAY_CLOSE: {_terminal(r.close)}")
+    if shape.section_open:
+        out.append(f"SECTION_OPEN.1: {_terminal(shape.section_open)}")
+        if shape.section_close:
+            out.append(f"SECTION_CLOSE: {_terminal(shape.section_close)}")
     if shape.call_open:
-        terminals.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(shape.call_open)}")
+        out.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(shape.call_open)}")
     else:
+        # A zero-width opener: the payload's own first characters stay in the region.
         lookahead = {"json_object": rf'\{{\s*"{regex.escape(shape.first_key)}"\s*:', "json_list": r"\[\s*\{",
-                     "json_name_keys": r"\[\s*\{", "pythonic": r"\[\s*[A-Za-z_]"}.get(enc.kind, r"\{")
-        terminals.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(f'(?={lookahead})')}")
+                     "json_name_keys": r"\[\s*\{", "pythonic": r"\[\s*[A-Za-z_]"}.get(shape.encoding.kind, r"\{")
+        out.append(f"TOOL_CALLS_OPEN.1: {_lark_regex(f'(?={lookahead})')}")
     if shape.call_close:
-        terminals.append(f"TOOL_CALLS_CLOSE: {_terminal(shape.call_close)}")
-    else:
-        declared.append("TOOL_CALLS_CLOSE")
-    if shape.marks:
-        terminals.append(f"MARK: {_alternatives(shape.marks)}")
-    if shape.separator and (bare or not shape.section_open):
-        terminals.append(f"CALL_SEP: {_terminal(shape.separator)}")
-    lines += terminals
-    lines.append("%declare " + " ".join(declared))
-    return "\n".join(lines) + "\n"
+        out.append(f"TOOL_CALLS_CLOSE: {_terminal(shape.call_close)}")
+    if shape.params is not None:
+        p = shape.params
+        out += [f"PARAMETER_OPEN.1: {_lark_regex(p.open + f'(?P<key>{p.key_class})' + p.connector)}",
+                f"PARAMETER_CLOSE: {_terminal(p.close)}"]
+    if shape.end:
+        out.append(f"END_OF_TURN: {_alternatives(shape.end)}")
+    if shape.marks:  # content wrappers and pre-written markup, dropped
+        out.append(f"MARK: {_alternatives(shape.marks)}")
+    if shape.separator and not shape.section_open:
+        out.append(f"CALL_SEP: {_terminal(shape.separator)}")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- round trip
@@ -1017,13 +1063,19 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
     """A grammar for ``template``'s output, derived from its probe renderings (rendered here when not given)
     and checked by reading every one back; raises GrammarError ``derive.no_calls``, ``derive.shape`` or
     ``derive.round_trip`` instead of returning a grammar that misreads them."""
-    name = name or "derived"
+    try:
+        return _derive(template, name or "derived", renderings)
+    except _Refusal as refusal:
+        raise GrammarError(refusal.message, code=refusal.code, source=template.origin, hint=refusal.hint) from None
+
+
+def _derive(template: ChatTemplate, name: str, renderings: list[Rendering] | None) -> Derived:
     if renderings is None:
         renderings = render_probes(template)
     one = next((r for r in renderings if r.probe.name == "one_call"), None)
     if one is None or not one.calls_rendered:
-        raise _error("derive.no_calls", f"{template.origin} writes no tool calls (the one-call probe's call is "
-                                        "not in its rendering)",
+        raise _Refusal("derive.no_calls", "the template writes no tool calls (the one-call probe's call is not "
+                                          "in its rendering)",
                      hint="Derivation needs a template that renders an assistant message's tool_calls.")
     shape = _derive_shape(template, renderings)
     skipped = {r.probe.name: "the template does not render all its calls" for r in renderings if not r.informative}
@@ -1035,17 +1087,17 @@ def derive_grammar(template: ChatTemplate, *, name: str | None = None,
     for value_parser in value_parsers:
         candidate = replace(shape, value_parser=value_parser)
         report = replace(_report(candidate), skipped=skipped)
-        text = _lark_text(candidate, name, report)
+        text = _lark_text(candidate, name, template.origin, report)
         try:
             grammar = build_grammar(text, source_name=_SOURCE, name=name)
         except GrammarParseError as exc:
-            raise _error("derive.shape", f"the derived grammar does not build: {exc}") from exc
+            raise _Refusal("derive.shape", f"the derived grammar does not build: {exc}") from None
         checked = {r.probe.name: _read_back(r, grammar, shape.reasoning is not None) for r in checked_renderings}
         if all(not diffs for diffs in checked.values()):
             return Derived(grammar, text, report, checked)
         first_failure = first_failure or checked
     detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in first_failure.items() if v)
-    raise _error("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
+    raise _Refusal("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
 
 
 def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _Shape:
@@ -1054,7 +1106,7 @@ def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _S
     by = {t.probe.name: t for t in turns}
     header = _common_prefix([gen_tail, *[t.text for t in turns]], phrases=False)
     reasoning, header = _find_reasoning(by, header, gen_tail)
-    ends = _end_markers(turns, header)
+    ends = _end_markers(template, turns, header)
     marks = _content_marks(by, header, reasoning, ends, gen_tail)
     calls = _call_shape(by, header, reasoning, marks, ends)
     sep = calls["separator"]
@@ -1062,13 +1114,13 @@ def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _S
         # The generation prompt writes the first call's opener (functionary's ">>>"): it opens every call,
         # and the header stops before it so that it is replayed.
         header = header[:header.rstrip().rindex(sep)]
-        ends = _end_markers(turns, header)
+        ends = _end_markers(template, turns, header)
         marks = _content_marks(by, header, reasoning, ends, gen_tail, exclude=(sep,))
         calls = _call_shape(by, header, reasoning, marks, ends)
         calls.pop("open_literal")
     anchor = _anchor(header, base)
     if not anchor.strip():
-        raise _error("derive.shape", "no assistant header was found before the turns")
+        raise _Refusal("derive.shape", "no assistant header was found before the turns")
     rest = gen_tail[len(header):].strip()
     stray = reasoning is not None and (
         any(t.text[len(header):].lstrip().startswith(reasoning.close) for t in turns) or rest.startswith(reasoning.close))

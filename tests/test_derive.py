@@ -196,6 +196,10 @@ REALISTIC = [
      'Oslo</parameter>\n<parameter name="metric">true</parameter>\n</invoke>\n</minimax:tool_call>[e~[\n',
      "The user asks about Oslo.", None, [call("get_weather", {"city": "Oslo", "metric": True})]),
     ("Qwen-Qwen3-0.6B", "<think>\nShort.\n</think>\n\nHello there!<|im_end|>\n<|im_start|>user", "Short.", "Hello there!", []),
+    # Turns the history renders with no end token: the end is what the template writes once a message follows.
+    ("GLM-4.6", "\n<think>Need it.</think>\n<tool_call>get_time\n<arg_key>timezone</arg_key>\n<arg_value>UTC"
+     "</arg_value>\n</tool_call><|observation|>\n<tool_response>", "Need it.", None, [call("get_time", {"timezone": "UTC"})]),
+    ("Apertus-8B-Instruct", "Hello!<|assistant_end|><|user_start|>more", None, "Hello!", []),
     ("google-gemma-4-31B-it",
      'Checking.<|tool_call>call:get_weather{city:<|"|>Los Angeles<|"|>,days:2}<tool_call|>'
      '<|tool_call>call:get_time{timezone:<|"|>America/Los_Angeles<|"|>}<tool_call|><|tool_response>',
