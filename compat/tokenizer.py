@@ -7,7 +7,8 @@ Drop-in for transformers' tokenizer-level API::
 
 Any object with ``decode(ids, skip_special_tokens=...)`` works (a transformers tokenizer, or a
 ``tokenizers.Tokenizer``); the grammar comes from its ``response_template`` (transformers >= 5.15),
-else its legacy ``response_schema``, else the ones in its ``init_kwargs`` (its tokenizer_config.json).
+else its legacy ``response_schema``, else the ones in its ``init_kwargs`` (its tokenizer_config.json), else
+the grammar its ``chat_template`` reads back.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, overload
 
-from grammar_parse import ArgumentError, Grammar, GrammarError, ResponseParser, compile_template
+from grammar_parse import (ArgumentError, ChatTemplate, Grammar, GrammarError, ResponseParser, compile_template,
+                           load_model_grammar)
 from grammar_parse.events import Event, Message
 
 from .legacy import is_legacy_schema
 
 
 def grammar_for(tokenizer: Any) -> Grammar:
-    """The grammar a tokenizer carries: response_template, else legacy response_schema."""
+    """The grammar a tokenizer carries: response_template, else legacy response_schema, else the grammar
+    its chat template reads back (or one derived from it; grammar_parse.detect), with the tokenizer's
+    vocabulary and name to tell apart grammars that read it equally."""
     from . import legacy_grammar
 
     sources = [tokenizer, getattr(tokenizer, "init_kwargs", None) or {}]
@@ -32,8 +36,18 @@ def grammar_for(tokenizer: Any) -> Grammar:
             if value:
                 return legacy_grammar(value) if key == "response_schema" or is_legacy_schema(value) \
                     else compile_template(value)
+    chat_template = getattr(tokenizer, "chat_template", None)
+    if isinstance(chat_template, dict):  # named templates: the default one (tool_use when it has tools)
+        chat_template = chat_template.get("tool_use") or chat_template.get("default")
+    if isinstance(chat_template, str) and chat_template:
+        special = {key: str(getattr(tokenizer, key)) for key in ("bos_token", "eos_token", "unk_token", "pad_token")
+                   if isinstance(getattr(tokenizer, key, None), str)}
+        get_vocab = getattr(tokenizer, "get_vocab", None)
+        vocab = set(get_vocab()) if callable(get_vocab) else None
+        return load_model_grammar(ChatTemplate(chat_template, special_tokens=special, origin="the tokenizer's chat template"),
+                                  vocab=vocab, hints=[str(getattr(tokenizer, "name_or_path", "") or "")])
     raise GrammarError(
-        "the tokenizer carries neither a response_template nor a response_schema",
+        "the tokenizer carries no response_template, response_schema or chat_template",
         code="grammar.not_found", source=type(tokenizer).__name__,
         hint="Pass a template or a built-in grammar name (grammar-parse list) with template=...",
     )

@@ -38,10 +38,13 @@ _checkout = _Path(__file__).resolve().parent.parent
 if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).parent / "grammars").exists():
     _sys.meta_path.append(_CheckoutFinder(_checkout))  # (after the others: an editable install's finder wins)
 
+from .chat_template import ChatTemplate, load_chat_template, render_prompt
 from .compiler import compile_template
+from .detect import Detection, detect, load_model_grammar
 from .errors import (
     AnchorWarning,
     ArgumentError,
+    ChatTemplateError,
     FinalizedError,
     GrammarError,
     GrammarParseError,
@@ -59,7 +62,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AnchorWarning",
     "ArgumentError",
+    "ChatTemplate",
+    "ChatTemplateError",
     "Correction",
+    "Detection",
     "Event",
     "FinalizedError",
     "Grammar",
@@ -75,7 +81,11 @@ __all__ = [
     "ResponseParser",
     "TemplateError",
     "compile_template",
+    "detect",
     "list_grammars",
+    "load_chat_template",
     "load_grammar",
+    "load_model_grammar",
     "parse_response",
+    "render_prompt",
 ]

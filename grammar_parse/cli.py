@@ -1,4 +1,5 @@
-"""The ``grammar-parse`` command line: parse, stream, compile, check and list grammars.
+"""The ``grammar-parse`` command line: parse, stream, compile, check and list grammars; detect a model's
+grammar from its chat template and render prompts with it.
 
 Every error a user can cause ends as one line on stderr, ``grammar-parse: error [CODE]: what, and what to
 do``, and an exit status that tells a script which kind it was (see ``EXIT_STATUS``); no traceback.
@@ -15,10 +16,13 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from . import __version__
-from .errors import GrammarParseError, ParseError
+from .chat_template import load_chat_template, render_prompt
+from .detect import detect
+from .errors import GrammarError, GrammarParseError, ParseError
 from .grammar import Grammar
 from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from .session import ResponseParser
@@ -113,13 +117,71 @@ def _grammar(spec: str) -> Grammar:
         return load_grammar(spec)
 
 
-def _parser(args: argparse.Namespace) -> ResponseParser:
-    prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
+def _tools(args: argparse.Namespace) -> list[Any] | None:
     tools = _read_json(args.tools_file, "tools file") if args.tools_file else None
     if tools is not None and not isinstance(tools, list):
         raise CommandLineError(f"the tools file {args.tools_file} holds a JSON {type(tools).__name__}, not a list.",
                                code="usage.json", hint="Give a JSON list of tool schemas, as the OpenAI API takes.")
-    grammar = _grammar(args.grammar)
+    return tools
+
+
+def _model(args: argparse.Namespace) -> str | None:
+    """The model's chat template source named on the command line: --chat-template, else --model-dir."""
+    source: str | None = getattr(args, "chat_template", None) or getattr(args, "model_dir", None)
+    return source
+
+
+def _model_grammar(args: argparse.Namespace) -> Grammar:
+    """--grammar when given, else the grammar the model's chat template reads back (or one derived from it)."""
+    if args.grammar:
+        return _grammar(args.grammar)
+    source = _model(args)
+    if source is None:
+        raise CommandLineError("no grammar: give --grammar NAME, or the model (--model-dir or --chat-template) to "
+                               "detect it from.", code="usage.grammar", hint="See `grammar-parse list` for the names.")
+    with _loading():
+        return load_grammar(Path(source))
+
+
+def _template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if not getattr(args, "template_kwargs", None):
+        return {}
+    try:
+        kwargs = json.loads(args.template_kwargs)
+    except json.JSONDecodeError as e:
+        raise CommandLineError(f"--template-kwargs is not valid JSON: {e.msg}.", code="usage.json",
+                               hint='Give a JSON object, e.g. \'{"enable_thinking": false}\'.') from None
+    if not isinstance(kwargs, dict):
+        raise CommandLineError("--template-kwargs is not a JSON object.", code="usage.json",
+                               hint='Give a JSON object, e.g. \'{"enable_thinking": false}\'.')
+    return kwargs
+
+
+def _rendered(args: argparse.Namespace, messages_file: str, tools: list[Any] | None, *,
+              add_generation_prompt: bool = True) -> str:
+    """The prompt the model's chat template renders for the messages in ``messages_file``."""
+    source = _model(args)
+    if source is None:
+        raise CommandLineError("--messages-file needs the model's chat template to render them with.",
+                               code="usage.grammar", hint="Add --model-dir DIR or --chat-template FILE.")
+    messages = _read_json(messages_file, "messages file")
+    if not isinstance(messages, list):
+        raise CommandLineError(f"the messages file {messages_file} holds a JSON {type(messages).__name__}, not a list.",
+                               code="usage.json", hint='Give a JSON list of messages: [{"role": "user", "content": "..."}].')
+    with _loading():
+        return render_prompt(messages, load_chat_template(Path(source)), tools=tools,
+                             add_generation_prompt=add_generation_prompt, **_template_kwargs(args))
+
+
+def _parser(args: argparse.Namespace) -> ResponseParser:
+    tools = _tools(args)
+    if args.prefix_file:
+        prefix = _read_text(args.prefix_file, "prefix file")
+    elif args.messages_file:
+        prefix = _rendered(args, args.messages_file, tools)
+    else:
+        prefix = ""
+    grammar = _model_grammar(args)
     with _loading():
         return ResponseParser(grammar, prefix, tools=tools, strict=not args.lenient)
 
@@ -131,8 +193,8 @@ def _dump(obj: Any, out: TextIO, compact: bool = False) -> None:
 
 
 def _cmd_parse(args: argparse.Namespace, out: TextIO) -> int:
+    parser = _parser(args)  # (first: a bad grammar is said before stdin is read)
     text = _read_text(args.input or "-", "model output file")
-    parser = _parser(args)
     parser.feed(text)
     message, _ = parser.finalize()
     _dump(message, out, args.compact)
@@ -211,6 +273,36 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _cmd_detect(args: argparse.Namespace, out: TextIO) -> int:
+    with _loading():
+        detection = detect(Path(args.model))
+    if detection.grammar is not None and not args.derive:
+        out.write(detection.explain() + "\n")
+        return EXIT_OK
+    from .derive import derive_grammar
+
+    try:
+        derived = derive_grammar(detection.template, renderings=list(detection.renderings))
+    except GrammarParseError as e:  # the verdict (status 1): nothing fits and nothing could be derived
+        raise GrammarError(f"{detection.explain()}\nno grammar could be derived from it either: {e.detail}",
+                           code="detect.no_match", source=args.model,
+                           hint="Name a grammar with --grammar, or author one (docs/grammar-authoring.md).") from e
+    if args.output:
+        out.write(detection.explain() + "\n")
+        Path(args.output).write_text(derived.lark, encoding="utf-8")
+        out.write(f"derived grammar written to {args.output}\n")
+    else:
+        out.write("".join(f"// {line}\n" for line in detection.explain().splitlines()))
+        out.write(derived.lark)
+    return EXIT_OK
+
+
+def _cmd_render(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(_rendered(args, args.messages_file, _tools(args), add_generation_prompt=not args.no_generation_prompt))
+    out.flush()
+    return EXIT_OK
+
+
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     for name, aliases in list_grammars().items():
         grammar = load_grammar(name)
@@ -222,7 +314,11 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server
     from .server import LMSPApp, serve
 
-    app = LMSPApp(grammar=_grammar(args.grammar), model=args.model, token=args.token)
+    source = _model(args)
+    with _loading():
+        template = load_chat_template(Path(source)) if source else None
+    grammar = _model_grammar(args) if args.grammar or source else _grammar("qwen3")
+    app = LMSPApp(grammar=grammar, model=args.model, token=args.token, chat_template=template)
     out.write(f"LMSP endpoint for model {args.model!r} at http://{args.host}:{args.port}/lmsp/v1/responses\n")
     out.flush()
     serve(app, args.host, args.port)
@@ -243,10 +339,21 @@ def build_argparser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=EXIT_STATUS,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
+    def model_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model-dir", help="the model's directory (tokenizer_config.json or chat_template.jinja): "
+                                           "its chat template renders prompts and, without --grammar, picks the grammar")
+        p.add_argument("--chat-template", help="the model's chat template (a .jinja, chat_template.json or "
+                                               "tokenizer_config.json), as --model-dir")
+        p.add_argument("--template-kwargs", help='JSON object of chat-template kwargs, e.g. \'{"enable_thinking": false}\'')
+
     def grammar_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
-        p.add_argument("-g", "--grammar", required=True, help=GRAMMAR_HELP)
+        p.add_argument("-g", "--grammar", help=GRAMMAR_HELP + "; without it, the grammar the model's chat template "
+                                                              "reads back (--model-dir, --chat-template)")
+        model_options(p)
         p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
+        p.add_argument("--messages-file", help="JSON list of the chat messages the model answered: the prefix is "
+                                               "rendered from them with the model's chat template")
         p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
         p.add_argument("--lenient", action="store_true",
                        help="never fail on model output: keep unparseable text and report it under parse_errors")
@@ -268,8 +375,22 @@ def build_argparser() -> argparse.ArgumentParser:
     p = command("check", "validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
     p.add_argument("template", metavar="grammar", help=GRAMMAR_HELP)
     p.set_defaults(run=_cmd_check)
+    p = command("detect", "name the built-in grammar that reads a model's chat template back, or explain why none "
+                          "does (exit 1); --derive prints a grammar derived from the template")
+    p.add_argument("model", help="a model directory, chat_template.jinja, chat_template.json or tokenizer_config.json")
+    p.add_argument("--derive", action="store_true", help="derive a grammar from the template even if a built-in fits")
+    p.add_argument("-o", "--output", help="write the derived grammar to this .lark file")
+    p.set_defaults(run=_cmd_detect)
+    p = command("render", "print the prompt a model's chat template renders for a list of messages")
+    model_options(p)
+    p.add_argument("--messages-file", required=True, help="JSON list of chat messages")
+    p.add_argument("--tools-file", help="JSON list of tool schemas")
+    p.add_argument("--no-generation-prompt", action="store_true", help="do not open the assistant's turn")
+    p.set_defaults(run=_cmd_render)
     p = command("serve", "run the reference LMSP endpoint (replays recorded outputs; needs the serve extra)")
-    p.add_argument("-g", "--grammar", default="qwen3", help="grammar of the model's output (default qwen3)")
+    p.add_argument("-g", "--grammar", help="grammar of the model's output (default: the model's, from --model-dir "
+                                           "or --chat-template, else qwen3)")
+    model_options(p)
     p.add_argument("--model", default="qwen3", help="model id clients ask for (default qwen3)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)

@@ -253,11 +253,11 @@ def _is_jinja(source: str | os.PathLike[str]) -> bool:
     return isinstance(source, str) and ("{%" in source or "{{" in source)
 
 
-def load_model_grammar(source: Any, *, vocab: Collection[str] | None = None) -> Grammar:
-    """The grammar for a model, from its chat template: the built-in that reads it back, else a grammar
-    derived from it and checked by the same round trip; a template neither fits raises GrammarError
-    ``detect.no_match`` naming the closest grammar and what differs."""
-    detection = detect(source, vocab=vocab)
+def load_model_grammar(source: Any, *, vocab: Collection[str] | None = None, hints: Iterable[str] = ()) -> Grammar:
+    """The grammar for a model, from its chat template (any source :func:`detect` takes): the built-in that
+    reads it back, else a grammar derived from it and checked by the same round trip; a template neither
+    fits raises GrammarError ``detect.no_match`` naming the closest grammar and what differs."""
+    detection = detect(source, vocab=vocab, hints=hints)
     if detection.grammar is not None:
         return load_grammar(detection.grammar)
     from .derive import derive_grammar

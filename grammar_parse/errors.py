@@ -51,6 +51,7 @@ ERROR_CODES: dict[str, str] = {
     "grammar.region": "a region's rules or terminals are missing or inconsistent",
     "grammar.not_found": "no built-in grammar or file has that name",
     "grammar.encoding": "a grammar or template file is not UTF-8 text",
+    "detect.no_match": "no built-in grammar reads a model's chat template back and none could be derived from it",
     "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
     "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
     # chat templates (grammar_parse.chat_template)
@@ -111,6 +112,7 @@ ERROR_CODES: dict[str, str] = {
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
     "usage.json": "a JSON file named on the command line is not valid JSON, or not of the shape the option needs",
     "usage.not_legacy": "convert was given a document that is not a legacy response_schema",
+    "usage.grammar": "a command needs a grammar or a chat template and was given neither",
 }
 
 

@@ -26,7 +26,7 @@ TOKENIZER_CONFIG_KEYS = frozenset({
     "tokenizer_class", "chat_template", "added_tokens_decoder", "model_max_length", "eos_token", "bos_token",
     "pad_token", "clean_up_tokenization_spaces",
 })
-_GRAMMAR_SUFFIXES = (".lark", ".json")
+_GRAMMAR_SUFFIXES = (".lark", ".json", ".jinja")
 
 
 class _Library(NamedTuple):
@@ -91,6 +91,8 @@ def grammar_from_json(data: Any, *, name: str | None = None, source: str = "the 
         if "response_template" in data or "response_schema" in data:
             grammar: Grammar = from_tokenizer_config(data)
             return grammar
+        if data.get("chat_template") and not is_legacy_schema(data):
+            return _from_chat_template(data)
         if TOKENIZER_CONFIG_KEYS & set(data) and not is_legacy_schema(data):
             # Without this, the config's own keys would be reported as unknown template keys.
             raise TemplateError(
@@ -113,8 +115,31 @@ def grammar_from_dict(data: Any, *, name: str | None = None) -> Grammar:
     return compile_template(data, name=name)
 
 
+def _from_chat_template(source: Any) -> Grammar:
+    """The grammar a model's chat template reads back (grammar_parse.detect, loaded on demand: it renders
+    probe conversations through the whole parser, a stage above this one)."""
+    from .detect import load_model_grammar
+
+    grammar: Grammar = load_model_grammar(source)
+    return grammar
+
+
+def _model_dir(path: Path) -> Grammar:
+    """A model directory's grammar: its tokenizer_config.json's response_template or response_schema when
+    it has one (the model's authors wrote it), else the one its chat template reads back."""
+    config = path / "tokenizer_config.json"
+    if config.is_file():
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and ("response_template" in data or "response_schema" in data):
+            return grammar_from_json(data, name=path.name, source=str(config))
+    return _from_chat_template(path)
+
+
 def looks_like_path(argument: str) -> bool:
-    """Whether a grammar argument names a file: it holds a path separator or ends in .lark / .json."""
+    """Whether a grammar argument names a file: it holds a path separator or ends in .lark, .json or .jinja."""
     separators = [s for s in ("/", os.sep, os.altsep) if s]
     return any(s in argument for s in separators) or argument.lower().endswith(_GRAMMAR_SUFFIXES)
 
@@ -180,15 +205,23 @@ def _read_file(path: Path) -> Grammar:
 
 def load_grammar(name_or_path: str | Path) -> Grammar:
     """A built-in grammar by name or alias (``"qwen3"``, ``"Qwen3.5"``, a vLLM/SGLang parser name such as
-    ``"hermes"``), or a grammar file: ``.lark`` (an authored grammar) or ``.json`` (a response_template, a
-    legacy response_schema, or a tokenizer_config.json that carries one).
+    ``"hermes"``), a grammar file: ``.lark`` (an authored grammar) or ``.json`` (a response_template, a
+    legacy response_schema, or a tokenizer_config.json that carries one), or a model: a model directory, a
+    ``chat_template.jinja``, or a tokenizer_config.json with only a chat template. A model's grammar is its
+    response_template when it has one, else the built-in its chat template reads back, else one derived
+    from that template (grammar_parse.detect; GrammarError ``detect.no_match`` when neither works).
 
     A ``Path`` is always a file; a string is a file when it holds a path separator or ends in ``.lark`` or
     ``.json``, and a built-in name otherwise. An unknown name raises GrammarError ``grammar.not_found``
     whose hint suggests the closest names.
     """
     if isinstance(name_or_path, Path) or looks_like_path(name_or_path):
-        return _read_file(Path(name_or_path))
+        path = Path(name_or_path)
+        if path.is_dir() and path.suffix.lower() not in (".lark", ".json"):
+            return _model_dir(path)
+        if path.suffix.lower() == ".jinja":
+            return _from_chat_template(path)
+        return _read_file(path)
     found = _library().names.get(normalise_name(name_or_path))
     if found is None:
         raise _not_found(name_or_path)

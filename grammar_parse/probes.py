@@ -29,7 +29,8 @@ TOOLS: list[dict[str, Any]] = [
             "days": {"type": "integer", "description": "How many days to forecast."},
             "metric": {"type": "boolean", "description": "Metric units."},
             "hours": {"type": "array", "items": {"type": "integer"}, "description": "Hours of the day."},
-            "options": {"type": "object", "description": "Extra options."},
+            # (additionalProperties: Command R+'s template prints an object's value type from it)
+            "options": {"type": "object", "description": "Extra options.", "additionalProperties": {"type": "string"}},
         }, "required": ["city"]}}},
     {"type": "function", "function": {
         "name": "get_time", "description": "Get the local time in a time zone.",
@@ -132,7 +133,13 @@ def render_probe(template: ChatTemplate, probe: Probe, **kwargs: Any) -> Renderi
     if full.startswith(generation):
         return Rendering(probe, generation, full[len(generation):], "", dict(kwargs), as_text)
     common = _split(generation, full)
-    return Rendering(probe, full[:common], full[common:], generation[common:], dict(kwargs), as_text)
+    rest = full[common:]
+    for k in range(min(len(generation), len(rest)), 2, -1):
+        # The generation prompt adds a turn before the assistant header the history also writes (Command R+'s
+        # tool instructions): the model continues the generation prompt, after the header.
+        if rest[:k].strip() and generation.endswith(rest[:k]):
+            return Rendering(probe, generation, rest[k:], "", dict(kwargs), as_text)
+    return Rendering(probe, full[:common], rest, generation[common:], dict(kwargs), as_text)
 
 
 def render_probes(template: ChatTemplate, probes: tuple[Probe, ...] = PROBES, **kwargs: Any) -> list[Rendering]:
@@ -219,8 +226,10 @@ def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered:
     return out
 
 
-def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning: bool = True) -> list[str]:
-    """How ``grammar`` reads ``rendering`` back: [] when exactly, else the differences (or the error).
+def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning: bool = True,
+              tools: Any = TOOLS) -> list[str]:
+    """How ``grammar`` reads ``rendering`` back: [] when exactly, else the differences (or the error);
+    ``tools`` type the arguments (the probes' own by default).
 
     The reasoning/content split is checked only where the rendering shows it: not when the template
     dropped the probe's reasoning (or never renders reasoning), nor for a turn without reasoning after a
@@ -231,7 +240,7 @@ def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning:
     else:
         shown = template_renders_reasoning and not rendering.prefilled.strip()
     try:
-        message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=TOOLS, strict=False)
+        message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=tools, strict=False)
     except Exception as exc:  # noqa: BLE001 - a grammar that cannot read the rendering at all
         return [f"{type(exc).__name__}: {exc}"]
     return differences(message, probe, reasoning_rendered=shown)

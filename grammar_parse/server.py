@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -25,12 +26,15 @@ from typing import Any
 
 import regex
 
+from .chat_template import ChatTemplate
+from .errors import ChatTemplateError
 from .grammar import Grammar
 from .lmsp import ResponseStream, problem, schema_validator, sse
 from .session import resolve_grammar
 from .toolstream import call_regions
 from .wire import wire_json
 
+_log = logging.getLogger("grammar_parse.server")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TOKENISH = regex.compile(r"\s*[^\s]{1,4}|\s+")
 
@@ -89,8 +93,43 @@ class ReplayBackend:
             yield piece
 
 
-def chatml_prompt(items: list[dict[str, Any]]) -> str:
-    """A ChatML rendering of the input items ending with an open assistant turn (the parser's prefix)."""
+def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LMSP input items as the chat messages a chat template renders: a message item is a message, the
+    function calls in a row are one assistant message's ``tool_calls``, a call's output is a ``tool`` message."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item["content"]
+            text = content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+            messages.append({"role": item["role"], "content": text})
+        elif kind == "function_call":
+            try:
+                arguments: Any = json.loads(item["arguments"])
+            except ValueError:
+                arguments = item["arguments"]
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+    return messages
+
+
+def template_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LMSP function tools in the form chat templates read (the OpenAI Chat Completions ``tools``)."""
+    return [{"type": "function", "function": {key: tool[key] for key in ("name", "description", "parameters")
+                                              if key in tool}} for tool in tools]
+
+
+def chatml_prompt(items: list[dict[str, Any]], anchor: str = "<|im_start|>assistant\n") -> str:
+    """A ChatML rendering of the input items ending with ``anchor``, an open assistant turn (the parser's
+    prefix): the prompt when the model's chat template is not given. The grammar's own start anchor keeps
+    the parser from reading the prompt as output whatever the grammar (gpt-oss's ``<|start|>assistant``)."""
     out = []
     for item in items:
         kind = item.get("type", "message")
@@ -103,7 +142,7 @@ def chatml_prompt(items: list[dict[str, Any]]) -> str:
                        f'"arguments": {item["arguments"]}}}\n</tool_call><|im_end|>\n')
         elif kind == "function_call_output":
             out.append(f"<|im_start|>user\n<tool_response>\n{item['output']}\n</tool_response><|im_end|>\n")
-    return "".join(out) + "<|im_start|>assistant\n"
+    return "".join(out) + anchor
 
 
 class HTTPProblem(Exception):
@@ -115,11 +154,14 @@ class HTTPProblem(Exception):
 
 @dataclass
 class LMSPApp:
-    """The ASGI application. ``model`` is the id clients ask for; ``grammar`` parses its output."""
+    """The ASGI application. ``model`` is the id clients ask for; ``grammar`` parses its output;
+    ``chat_template`` (the model's) renders each request's prompt, or ChatML ending in the grammar's
+    start anchor without one."""
 
     grammar: Any = "qwen3"
     model: str = "qwen3"
     token: str | None = None
+    chat_template: ChatTemplate | None = None
     backend: Any = field(default_factory=ReplayBackend)
     ids: Callable[[str], str] = random_ids
     clock: Callable[[], float] = time.time
@@ -129,6 +171,15 @@ class LMSPApp:
         self.compiled: Grammar = resolve_grammar(self.grammar)
         self.request_schema = schema_validator("request")
         self.has_tools = bool(call_regions(self.compiled))
+        anchor = self.compiled.start_anchor
+        self.anchor = anchor.literals[0] if anchor is not None and anchor.literals else "<|im_start|>assistant\n"
+
+    def prompt(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        """The prompt the model continues: the items (and tools) rendered with the model's chat template."""
+        if self.chat_template is None:
+            return chatml_prompt(items, self.anchor)
+        return self.chat_template.render(chat_messages(items), tools=template_tools(tools) or None,
+                                         add_generation_prompt=True)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] == "lifespan":
@@ -202,8 +253,20 @@ class LMSPApp:
             if previous not in self.store:
                 raise HTTPProblem(404, "response_not_found", "previous_response_id is not a stored response")
             items = self.store[previous].get("_input", []) + self.store[previous]["output"] + items
-        prompt = chatml_prompt(items)
-        tools = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in request.get("tools") or []]
+        request_tools = list(request.get("tools") or [])
+        try:
+            prompt = self.prompt(items, request_tools)
+        except ChatTemplateError as e:
+            # The template's own refusal (roles must alternate, ...) is the client's to fix; anything else is
+            # the server's template, logged in full here and never sent (it names the template's internals).
+            _log.warning("chat template: %s", e)
+            if e.code == "chat_template.raised":
+                said = e.detail.partition("the template raised: ")[2] or "it raised an error"
+                raise HTTPProblem(400, "invalid_request", f"the model's chat template refuses this conversation: {said}"
+                                  ) from None
+            raise HTTPProblem(500, "internal_error", "the model's chat template could not render this request",
+                              "The response could not be produced") from None
+        tools = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in request_tools]
         stream = ResponseStream(self.compiled, prompt, tools=tools or None, ids=self.ids)
         created_at = int(self.clock())
         generation = self.backend.start(request, prompt)
@@ -282,4 +345,5 @@ def serve(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000) -> None:  # p
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-__all__ = ["Generation", "LMSPApp", "ReplayBackend", "chatml_prompt", "random_ids", "serve", "tokens"]
+__all__ = ["Generation", "LMSPApp", "ReplayBackend", "chat_messages", "chatml_prompt", "random_ids", "serve",
+           "template_tools", "tokens"]

@@ -159,8 +159,8 @@ def test_the_real_command_exits_without_a_traceback(args, stdin, status, expecte
 
 
 def test_argparse_usage_errors_keep_status_2(capsys):
-    assert main(["parse", "input.txt"]) == 2  # no --grammar
-    assert "the following arguments are required: -g/--grammar" in capsys.readouterr().err
+    assert main(["parse", "input.txt"]) == 2  # no --grammar, and no model to detect it from
+    assert "error [usage.grammar]: no grammar: give --grammar NAME, or the model" in capsys.readouterr().err
     assert main(["frobnicate"]) == 2
     assert run_module("parse").returncode == 2
 
@@ -328,8 +328,9 @@ def test_a_directory_in_the_working_directory_does_not_shadow_a_builtin(tmp_path
     assert gp.load_grammar("qwen3.5").name == "qwen3_5"
     rc, out = run_cli("parse", "-g", "qwen3", "--compact", "out.txt")
     assert rc == 0 and json.loads(out) == {"role": "assistant", "reasoning_content": "a", "content": "b"}
-    rc, _ = run_cli("parse", "-g", "./qwen3", "out.txt")  # a path: the directory
-    assert rc == 2 and "Is a directory" in capsys.readouterr().err
+    rc, _ = run_cli("parse", "-g", "./qwen3", "out.txt")  # a path: the directory, read as a model directory
+    assert rc == 2 and "[chat_template.missing]: qwen3: the model directory holds no chat template" in \
+        capsys.readouterr().err
 
 
 def test_paths_need_a_separator_or_a_grammar_suffix(tmp_path, monkeypatch):

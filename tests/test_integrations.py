@@ -28,7 +28,7 @@ def test_grammar_for_a_name_and_for_the_tokenizers_template():
     class Bare:  # a tokenizer with no response_template or response_schema
         init_kwargs: dict = {}
 
-    with pytest.raises(GrammarError, match="neither a response_template"):
+    with pytest.raises(GrammarError, match="no response_template, response_schema or chat_template"):
         grammar_for("gp", Bare())
     with pytest.raises(GrammarError, match="no grammar is served"):
         grammar_for("gp_no_such_family")

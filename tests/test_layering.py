@@ -22,6 +22,7 @@ PIPELINE = [
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "session",                 # the parser
+    "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
     "wire_stream", "chat_completions", "lmsp", "server",           # adapters and the reference server
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
@@ -31,7 +32,9 @@ PIPELINE = [
 
 #: Deferred imports against the pipeline, each a plug-in entry point: the engine loads the compat plug-in
 #: only for the grammars and documents that use it (a legacy schema's directives, a legacy JSON document).
-PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library", "compat.legacy")}
+PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library", "compat.legacy"),
+                 # a model directory or chat template is read by probing it through the whole parser
+                 ("library", "detect")}
 
 
 def _module(path: Path) -> str:

@@ -68,7 +68,7 @@ def test_grammar_comes_from_the_tokenizer(tok):
     assert grammar_for(tok) is grammar_parse.compile_template(TEMPLATE)
     legacy = Tokenizer(response_schema=SCHEMA)
     assert grammar_for(legacy).legacy_schema == SCHEMA
-    with pytest.raises(grammar_parse.GrammarError, match="neither"):
+    with pytest.raises(grammar_parse.GrammarError, match="no response_template, response_schema or chat_template"):
         grammar_for(Tokenizer())
 
 
