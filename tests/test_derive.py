@@ -96,7 +96,7 @@ def test_derive(name: str) -> None:
         assert {"content", "one_call"} <= set(result.round_trip)
         assert all(diffs == [] for diffs in result.round_trip.values()), result.round_trip
         assert result.grammar.lark_source == result.lark
-        assert result.lark.startswith("// Derived from the chat template")
+        assert result.lark.startswith(f"// Derived from {name} ")
     if isinstance(result, GrammarError):
         assert result.code in ERROR_CODES and result.hint
 
