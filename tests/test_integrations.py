@@ -5,7 +5,7 @@ missing (the engine tests, in tests/engines, run inside the engines)."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +32,13 @@ def test_grammar_for_a_name_and_for_the_tokenizers_template():
         grammar_for("gp", Bare())
     with pytest.raises(GrammarError, match="no grammar is served"):
         grammar_for("gp_no_such_family")
+
+    class WithChatTemplate:  # only a chat template: gp serves the grammar it reads back
+        init_kwargs: dict = {}
+        chat_template = (Path(__file__).parent / "data" / "chat_templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+        name_or_path = "Qwen/Qwen3.5-4B"
+
+    assert grammar_for("gp", WithChatTemplate()).name == "qwen3_5"  # (jinja2: in the test extra)
     with pytest.raises(GrammarError, match="tokenizer"):
         grammar_for("gp")
 

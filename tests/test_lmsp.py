@@ -313,3 +313,79 @@ def test_a_streamed_response_keeps_the_whole_conversation(served):
         return third["usage"]["input_tokens"]
 
     assert chain(stream_second=True) == chain(stream_second=False)
+
+
+# ---------------------------------------------------------------------------- prompts from the chat template
+class RecordingBackend(ReplayBackend):
+    """The replay backend, keeping the prompts it was asked to continue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    def start(self, request: dict[str, Any], prompt: str) -> Any:
+        self.prompts.append(prompt)
+        return super().start(request, prompt)
+
+
+CHAT_TEMPLATES = Path(__file__).resolve().parent / "data" / "chat_templates"
+
+
+def test_prompts_are_rendered_with_the_model_s_chat_template():
+    pytest.importorskip("jinja2")
+    from grammar_parse import load_chat_template, render_prompt
+
+    template = load_chat_template(CHAT_TEMPLATES / "Qwen-Qwen3-0.6B.jinja")
+    backend = RecordingBackend()
+    app = LMSPApp(grammar="qwen3", model="qwen3", backend=backend, ids=counter(), chat_template=template)
+    with Server(app) as url:
+        first = post(url, {"model": "qwen3", "input": [user("Weather in Hangzhou?")], "tools": TOOLS}, token=None).json()
+        call = next(item for item in first["output"] if item["type"] == "function_call")
+        follow = [user("Weather in Hangzhou?"), {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+                  {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 17}'}]
+        second = post(url, {"model": "qwen3", "tools": TOOLS, "input": follow}, token=None)
+        assert second.status_code == 200, second.text
+    tools = [{"type": "function", "function": {k: TOOLS[0][k] for k in ("name", "description", "parameters")}}]
+    assert backend.prompts[0] == render_prompt([{"role": "user", "content": "Weather in Hangzhou?"}], template, tools=tools)
+    assert backend.prompts[1] == render_prompt([
+        {"role": "user", "content": "Weather in Hangzhou?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": call["call_id"], "type": "function", "function": {
+            "name": "get_weather", "arguments": {"city": "Hangzhou"}}}]},
+        {"role": "tool", "tool_call_id": call["call_id"], "content": '{"temperature_c": 17}'}], template, tools=tools)
+    assert "<tool_response>\n{\"temperature_c\": 17}\n</tool_response>" in backend.prompts[1]
+
+
+def test_without_a_chat_template_the_prompt_ends_in_the_grammar_s_anchor():
+    """gpt-oss's anchor is <|start|>assistant: a ChatML prompt ending in <|im_start|>assistant would be read
+    as output (the user's question coming back as the answer)."""
+    import warnings
+
+    backend = RecordingBackend()
+    backend.samples["answer"] = "<|channel|>final<|message|>Hello.<|return|>"
+    app = LMSPApp(grammar="gpt_oss", model="gpt-oss", backend=backend, ids=counter())
+    with Server(app) as url, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reply = post(url, {"model": "gpt-oss", "input": [user("Say hello")]}, token=None).json()
+    assert backend.prompts[0].endswith("<|start|>assistant")
+    text = next(item for item in reply["output"] if item["type"] == "message")["content"][0]["text"]
+    assert text == "Hello."
+
+
+def test_a_template_s_refusal_is_the_client_s_error_and_nothing_else_leaks():
+    pytest.importorskip("jinja2")
+    from grammar_parse import ChatTemplate
+
+    refusing = ChatTemplate("{% if messages|length > 1 %}{{ raise_exception('Only one message, please.') }}{% endif %}"
+                            "{{ messages[0].content }}<|im_start|>assistant\n", origin="/srv/models/x/chat_template.jinja")
+    broken = ChatTemplate("{{ messages[0].content.nope.deeper }}<|im_start|>assistant\n", origin="/srv/models/x/t.jinja")
+    for template, status in ((refusing, 400), (broken, 500)):
+        app = LMSPApp(grammar="qwen3", model="qwen3", ids=counter(), chat_template=template)
+        with Server(app) as url:
+            reply = post(url, {"model": "qwen3", "input": [user("a"), user("b")]}, token=None)
+        assert reply.status_code == status and reply.headers["content-type"] == "application/problem+json"
+        body = reply.json()
+        assert "/srv/models" not in reply.text and "jinja" not in reply.text
+        if status == 400:
+            assert body["code"] == "invalid_request" and body["detail"].endswith("Only one message, please.")
+        else:
+            assert body["code"] == "internal_error"
