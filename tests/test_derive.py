@@ -121,7 +121,8 @@ def test_markers_are_markup(name: str) -> None:
     r = result.report
     markers = [r.start_anchor, *r.end_of_turn, r.reasoning_open, r.reasoning_close, *r.content_markers,
                r.section_open, r.section_close, r.call_open, r.call_close, r.separator]
-    for marker in filter(None, markers):
+    grammar = [line for line in result.lark.splitlines() if not line.startswith("// ")]  # (not the header)
+    for marker in [*filter(None, markers), *grammar]:
         for word in PROBE_WORDS:
             assert word not in marker, (marker, word)
 
@@ -219,6 +220,11 @@ def test_realistic_output(name: str, output: str, reasoning: str | None, content
     assert (message.get("reasoning_content") or "").strip() == (reasoning or "")
     assert (message.get("content") or "").strip() == (content or "")
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []] == calls
+    # Streamed three characters at a time, the derived grammar gives the same message.
+    parser = gp.ResponseParser(result.grammar, prompt, tools=TOOLS)
+    for at in range(0, len(output), 3):
+        parser.feed(output[at:at + 3])
+    assert parser.finalize()[0] == message
 
 
 NO_TOOLS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
