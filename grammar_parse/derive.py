@@ -357,7 +357,6 @@ class _Shape:
     call_close: str = ""  # literal ("" = where the JSON value ends)
     separator: str = ""
     params: _Params | None = None
-    value_parser: str = "text"
     first_key: str = "name"
     has_id: bool = False
 
@@ -942,8 +941,6 @@ def _region_directives(shape: _Shape) -> list[str]:
     out = [f"//@ region tool_calls {json.dumps(spec, ensure_ascii=False)}"]
     if shape.params is not None:
         value: dict[str, Any] = {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
-        if shape.value_parser == "python":
-            value.update(content="json", content_args={"allow_non_json": True, "string_delims": [["'", "'"]]})
         out.append(f"//@ region parameter {json.dumps(value, ensure_ascii=False)}")
     return out
 
@@ -1079,25 +1076,17 @@ def _derive(template: ChatTemplate, name: str, renderings: list[Rendering] | Non
                      hint="Derivation needs a template that renders an assistant message's tool_calls.")
     shape = _derive_shape(template, renderings)
     skipped = {r.probe.name: "the template does not render all its calls" for r in renderings if not r.informative}
-    checked_renderings = [r for r in renderings if r.informative]
-    # Tagged argument values are text typed by the tool's schema; a template that writes Python literals
-    # (True, {'units': 'celsius'}) gets a JSON reading with single quotes as the second try.
-    value_parsers = ("text", "python") if shape.params is not None else ("text",)
-    first_failure: dict[str, list[str]] = {}
-    for value_parser in value_parsers:
-        candidate = replace(shape, value_parser=value_parser)
-        report = replace(_report(candidate), skipped=skipped)
-        text = _lark_text(candidate, name, template.origin, report)
-        try:
-            grammar = build_grammar(text, source_name=_SOURCE, name=name)
-        except GrammarParseError as exc:
-            raise _Refusal("derive.shape", f"the derived grammar does not build: {exc}") from None
-        checked = {r.probe.name: _read_back(r, grammar, shape.reasoning is not None) for r in checked_renderings}
-        if all(not diffs for diffs in checked.values()):
-            return Derived(grammar, text, report, checked)
-        first_failure = first_failure or checked
-    detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in first_failure.items() if v)
-    raise _Refusal("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
+    report = replace(_report(shape), skipped=skipped)
+    text = _lark_text(shape, name, template.origin, report)
+    try:
+        grammar = build_grammar(text, source_name=_SOURCE, name=name)
+    except GrammarParseError as exc:
+        raise _Refusal("derive.shape", f"the derived grammar does not build: {exc}") from None
+    checked = {r.probe.name: _read_back(r, grammar, shape.reasoning is not None) for r in renderings if r.informative}
+    if any(checked.values()):
+        detail = "; ".join(f"{k}: {' / '.join(v)}" for k, v in checked.items() if v)
+        raise _Refusal("derive.round_trip", f"the derived grammar does not read the probes back ({detail})")
+    return Derived(grammar, text, report, checked)
 
 
 def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _Shape:
@@ -1160,5 +1149,4 @@ def _argument_encoding(shape: _Shape) -> str:
         return "JSON object after the name"
     if kind == "pythonic":
         return "pythonic keyword arguments" + (" (a list of calls)" if shape.encoding.listed else "")
-    parser = "text, typed by the tool's schema" if shape.value_parser == "text" else "JSON or Python literals"
-    return f"tagged key/value ({parser})"
+    return "tagged key/value (text, typed by the tool's schema)"

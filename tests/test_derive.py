@@ -233,9 +233,14 @@ NO_TOOLS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% end
 PROSE_CALLS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
                "CALL {{ c.function.name }} WITH{% for k, v in c.function.arguments.items() %} {{ k }} = {{ v }}"
                "{% endfor %}. {% endfor %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+# Content rewritten (upper-cased) in past turns: the markup is found, but the probes do not read back.
+REWRITTEN = ("{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' %}{{ (m.content or '') | upper }}"
+             "{% for c in m.tool_calls or [] %}<tool>{{ c.function | tojson }}</tool>{% endfor %}{% else %}"
+             "{{ m.content }}{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 ERRORS = [
     ("no tool support", NO_TOOLS, "derive.no_calls"),
     ("calls in prose", PROSE_CALLS, "derive.shape"),
+    ("content rewritten", REWRITTEN, "derive.round_trip"),
 ]
 
 
