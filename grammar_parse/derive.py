@@ -8,16 +8,19 @@ section and per-call markers, the separator between calls, where the name goes a
 written (a JSON object, tagged key/value pairs, or a pythonic call). Boundaries snap to special tokens and
 tags, never to a common substring of the probe's own words.
 
-The result is a ``.lark`` grammar in the authoring format (docs/grammar-authoring.md), built and then
-checked by reading every probe rendering back (:func:`grammar_parse.probes.differences`); a grammar that
-does not read them back is never returned::
+The result is a ``.lark`` grammar in the authoring format (docs/grammar-authoring.md), headed by what was
+found, built, and checked by reading every probe rendering back as detect does
+(:func:`grammar_parse.probes.read_back`, and stricter: no parse errors, the start anchor in the prompt); a
+grammar that does not read them back is never returned::
 
     derived = derive_grammar(ChatTemplate(source, special_tokens={"eos_token": "</s>"}))
-    parse_response(output, derived.grammar, prefix=prompt)
+    parse_response(output, derived.grammar, prefix=prompt)   # prompt: the rendered generation prompt
+    derived.report.call_open                                  # '<tool_call>' for a Qwen template
 
-Errors are :class:`~grammar_parse.errors.GrammarError` with the codes ``derive.no_calls`` (the template
-writes no tool calls), ``derive.shape`` (no consistent markup was found) and ``derive.round_trip`` (the
-derived grammar misreads a probe; the message names the probe and what came back).
+Errors are :class:`~grammar_parse.errors.GrammarError` naming the template, with the codes
+``derive.no_calls`` (the template writes no tool calls), ``derive.shape`` (no consistent markup was
+found) and ``derive.round_trip`` (the derived grammar misreads a probe; the message names the probe and
+what came back).
 """
 
 from __future__ import annotations
@@ -925,7 +928,8 @@ def _region_directives(shape: _Shape) -> list[str]:
             "name": f"{{content.{enc.name_path}}}", "arguments": f"{{content.{enc.args_path}}}"}}}
     elif enc.kind == "json_list":
         spec = {"content": "json", "repeats": True, "transform": {"type": "function", "function": {
-            "name": f"{{{enc.name_path}}}", "arguments": f"{{{enc.args_path}}}"}}, "transform_each": True, "extend": True}
+            "name": f"{{{enc.name_path}}}", "arguments": f"{{{enc.args_path}}}"}},
+            "transform_each": True, "extend": True}
     elif enc.kind in ("json_name_keys", "pythonic"):
         spec = {"content": "json-name-keys" if enc.kind == "json_name_keys" else "pythonic", "repeats": True,
                 "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}},
@@ -937,7 +941,8 @@ def _region_directives(shape: _Shape) -> list[str]:
             spec["content_args"] = _dialect_args(enc.dialect)
     else:
         spec = {"repeats": True, "scope": {"arguments": {}},
-                "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}}
+                "transform": {**call_id, "type": "function",
+                              "function": {"name": "{name}", "arguments": "{arguments}"}}}
     out = [f"//@ region tool_calls {json.dumps(spec, ensure_ascii=False)}"]
     if shape.params is not None:
         value: dict[str, Any] = {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
@@ -1110,9 +1115,8 @@ def _derive_shape(template: ChatTemplate, renderings: Sequence[Rendering]) -> _S
     anchor = _anchor(header, base)
     if not anchor.strip():
         raise _Refusal("derive.shape", "no assistant header was found before the turns")
-    rest = gen_tail[len(header):].strip()
-    stray = reasoning is not None and (
-        any(t.text[len(header):].lstrip().startswith(reasoning.close) for t in turns) or rest.startswith(reasoning.close))
+    starts = [gen_tail[len(header):], *[t.text[len(header):] for t in turns]]
+    stray = reasoning is not None and any(s.lstrip().startswith(reasoning.close) for s in starts)
     return _Shape(anchor=anchor, end=ends, reasoning=reasoning, stray_close=stray, marks=marks, **calls)
 
 
@@ -1142,7 +1146,8 @@ def _name_encoding(shape: _Shape) -> str:
 def _argument_encoding(shape: _Shape) -> str:
     kind = shape.encoding.kind
     if kind in ("json_object", "json_list"):
-        return f'JSON object under "{shape.encoding.args_path}"' + (" (a JSON list of calls)" if kind == "json_list" else "")
+        listed = " (a JSON list of calls)" if kind == "json_list" else ""
+        return f'JSON object under "{shape.encoding.args_path}"{listed}'
     if kind == "json_name_keys":
         return "JSON object under the name (a JSON list of calls)"
     if kind == "name_json":
