@@ -197,6 +197,10 @@ REALISTIC = [
      'Oslo</parameter>\n<parameter name="metric">true</parameter>\n</invoke>\n</minimax:tool_call>[e~[\n',
      "The user asks about Oslo.", None, [call("get_weather", {"city": "Oslo", "metric": True})]),
     ("Qwen-Qwen3-0.6B", "<think>\nShort.\n</think>\n\nHello there!<|im_end|>\n<|im_start|>user", "Short.", "Hello there!", []),
+    # The generation prompt ends with the first call's opener (">>>"), or content's (">>>all").
+    ("meetkai-functionary-medium-v3.2", "all\nSure.<|eot_id|>", None, "Sure.", []),
+    ("meetkai-functionary-medium-v3.2", 'get_time\n{"timezone": "UTC"}>>>get_weather\n{"city": "Rome"}<|eot_id|>',
+     None, None, [call("get_time", {"timezone": "UTC"}), call("get_weather", {"city": "Rome"})]),
     # Turns the history renders with no end token: the end is what the template writes once a message follows.
     ("GLM-4.6", "\n<think>Need it.</think>\n<tool_call>get_time\n<arg_key>timezone</arg_key>\n<arg_value>UTC"
      "</arg_value>\n</tool_call><|observation|>\n<tool_response>", "Need it.", None, [call("get_time", {"timezone": "UTC"})]),
