@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .chat_template import ChatTemplate
-from .errors import GrammarError
+from .errors import ChatTemplateError, GrammarError
 from .grammar import Grammar
 from .library import list_grammars, load_grammar, normalise_name
-from .probes import PROBES, Rendering, read_back, render_probes
+from .probes import HOSTILE, PROBES, Rendering, read_back, render_probes
 from .session import START_ANCHOR_LIMIT
 
 #: Template kwargs whose generation prompts are compared, to say where reasoning opens.
@@ -171,7 +171,9 @@ def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: 
         try:
             prompts[label] = template.render([{"role": "user", "content": USER}], tools=TOOLS,
                                              add_generation_prompt=True, **switch)
-        except Exception:  # noqa: BLE001 - a switch the template refuses is one it does not have
+        except ChatTemplateError as exc:  # a switch the template refuses is one it does not have
+            if exc.code in HOSTILE:
+                raise
             continue
     prefilled: dict[str, str] = {}
     anchor = grammar.start_anchor if grammar is not None else None

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .chat_template import REASONING_KEYS, ChatTemplate
+from .errors import ChatTemplateError
 from .session import parse_response
+
+#: Template failures that end probing: running out of time or size (a template that always does would cost
+#: that once per probe), or no template at all. A sandbox refusal stays a refusal of one probe's shape (Kimi
+#: K2's template reaches for list.append only when it writes calls).
+HOSTILE = frozenset({"chat_template.timeout", "chat_template.too_large", "chat_template.recursion",
+                     "chat_template.syntax", "chat_template.jinja"})
 
 USER = "What is the weather in Paris?"
 REASONING = "The user wants the weather in Paris, so I call the weather tool."
@@ -119,7 +126,9 @@ def render_probe(template: ChatTemplate, probe: Probe, **kwargs: Any) -> Renderi
         try:
             full = template.render([user, probe.message(arguments_as_text=as_text)], tools=tools,
                                    add_generation_prompt=False, **kwargs)
-        except Exception as exc:  # a template's own raise_exception, or a type error on the arguments' form
+        except ChatTemplateError as exc:  # a template's own raise_exception, or a type error on the arguments' form
+            if exc.code in HOSTILE:
+                raise
             error = error or exc
             continue
         if chosen is None or all(_written(arguments, full) for _, arguments in probe.calls):
@@ -148,7 +157,9 @@ def render_probes(template: ChatTemplate, probes: tuple[Probe, ...] = PROBES, **
     for probe in probes:
         try:
             out.append(render_probe(template, probe, **kwargs))
-        except Exception:  # noqa: BLE001 - a template may refuse a probe shape (no tools support, say)
+        except ChatTemplateError as exc:  # a template may refuse a probe shape (no tools support, say)
+            if exc.code in HOSTILE:
+                raise
             continue
     return out
 

@@ -222,3 +222,19 @@ def test_the_command_line_reports_a_template_nothing_reads(tmp_path, capsys):
     assert main(["detect", str(bare)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("grammar-parse: error [detect.no_match]: ") and "the closest is" in err
+
+
+def test_a_hostile_template_stops_detection_at_its_first_probe():
+    """A template that runs out its time on every render is not tried once per probe and switch: the
+    first timeout ends detection (with the template's own error)."""
+    renders = []
+
+    class Counting(gp.ChatTemplate):
+        def render(self, *args, **kwargs):  # (counts the renders detect asks for)
+            renders.append(1)
+            return super().render(*args, **kwargs)
+
+    loops = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+    with pytest.raises(gp.ChatTemplateError) as info:
+        gp.detect(Counting(loops, time_limit=0.1))
+    assert info.value.code == "chat_template.timeout" and len(renders) == 1
