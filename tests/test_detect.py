@@ -30,6 +30,7 @@ TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
 FAMILY = {
     "Apertus-8B-Instruct": "apertus", "Apriel-1.6-15b-Thinker-fixed": "apriel", "unsloth-Apriel-1.5": "apriel",
     "ByteDance-Seed-OSS": "seed_oss", "Cohere2MoE": "cohere2", "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "cohere2",
+    "CohereForAI-c4ai-command-r-plus-tool_use": "command_r_plus",
     "GLM-4.6": "glm45", "GLM-4.7-Flash": "glm47",
     "GigaChat3-10B-A1.8B": "gigachat3", "GigaChat3.1-10B-A1.8B": "gigachat3",
     "HuggingFaceTB-SmolLM3-3B": "smollm3",
@@ -58,7 +59,6 @@ FAMILY = {
 
 #: Templates whose family has a grammar that does not read them back: the closest grammar, and why.
 MISSES = {
-    "CohereForAI-c4ai-command-r-plus-tool_use": ("command_r_plus", "content"),  # no end of turn after a call turn
     "MiniMax-M3": ("minimax_m3", "typed_arguments"),  # nested <item>/<key> elements flattened into arguments
     "fireworks-ai-llama-3-firefunction-v2": ("firefunction_v2", "renders none"),  # needs a `functions` kwarg
     "llama-cpp-deepseek-r1": ("deepseek_r1", "renders none"),  # tojson on a generator: transformers raises too
