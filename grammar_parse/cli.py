@@ -275,7 +275,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_detect(args: argparse.Namespace, out: TextIO) -> int:
     with _loading():
-        detection = detect(Path(args.model))
+        detection = detect(Path(args.model), template_kwargs=_template_kwargs(args))
     if detection.grammar is not None and not args.derive:
         out.write(detection.explain() + "\n")
         return EXIT_OK
@@ -379,6 +379,7 @@ def build_argparser() -> argparse.ArgumentParser:
                           "does (exit 1); --derive prints a grammar derived from the template")
     p.add_argument("model", help="a model directory, chat_template.jinja, chat_template.json or tokenizer_config.json")
     p.add_argument("--derive", action="store_true", help="derive a grammar from the template even if a built-in fits")
+    p.add_argument("--template-kwargs", help="JSON object of variables the template needs beyond messages and tools")
     p.add_argument("-o", "--output", help="write the derived grammar to this .lark file")
     p.set_defaults(run=_cmd_detect)
     p = command("render", "print the prompt a model's chat template renders for a list of messages")

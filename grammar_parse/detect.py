@@ -24,7 +24,7 @@ from .chat_template import ChatTemplate
 from .errors import ChatTemplateError, GrammarError
 from .grammar import Grammar
 from .library import list_grammars, load_grammar, normalise_name
-from .probes import HOSTILE, PROBES, Rendering, read_back, render_probes
+from .probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
 from .session import START_ANCHOR_LIMIT
 
 #: Template kwargs whose generation prompts are compared, to say where reasoning opens.
@@ -84,6 +84,8 @@ class Detection:
     renders_calls: bool
     renderings: tuple[Rendering, ...] = field(repr=False)
     template: ChatTemplate = field(repr=False)
+    #: Why the template rendered no probe at all (the first probe's error), when it did not.
+    failure: str | None = None
 
     @property
     def closest(self) -> Candidate | None:
@@ -92,7 +94,7 @@ class Detection:
     def explain(self) -> str:
         """A paragraph for an error or a log: what fits, or the closest grammar and what differs."""
         if not self.renderings:
-            return "the chat template renders none of the probe conversations"
+            return f"the chat template renders none of the probe conversations ({self.failure})"
         if self.grammar is not None:
             more = f" (as do {', '.join(self.alternatives)})" if self.alternatives else ""
             calls = "" if self.renders_calls else "; the template renders no tool calls, so only text was checked"
@@ -160,7 +162,8 @@ def _marker_share(grammar: Grammar, source: str) -> float:
     return sum(1 for lit in literals if lit.strip() in source) / len(literals)
 
 
-def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: Iterable[Rendering]) -> ReasoningMode:
+def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: Iterable[Rendering],
+                   template_kwargs: Mapping[str, Any] | None = None) -> ReasoningMode:
     """Where reasoning opens under each thinking switch: what the generation prompt writes after the
     grammar's start anchor (after the common prompt when there is no grammar)."""
     from .probes import TOOLS, USER
@@ -170,7 +173,7 @@ def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: 
         label = ", ".join(f"{k}={v}" for k, v in switch.items()) or "default"
         try:
             prompts[label] = template.render([{"role": "user", "content": USER}], tools=TOOLS,
-                                             add_generation_prompt=True, **switch)
+                                             add_generation_prompt=True, **{**(template_kwargs or {}), **switch})
         except ChatTemplateError as exc:  # a switch the template refuses is one it does not have
             if exc.code in HOSTILE:
                 raise
@@ -189,7 +192,7 @@ def reasoning_keys(template: ChatTemplate) -> tuple[str, ...]:
 
 
 def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hints: Iterable[str] = (),
-           grammars: Iterable[str] | None = None) -> Detection:
+           grammars: Iterable[str] | None = None, template_kwargs: Mapping[str, Any] | None = None) -> Detection:
     """The built-in grammar that reads the model's chat template back.
 
     ``config_or_template``: a :class:`ChatTemplate`, Jinja source, a ``tokenizer_config.json`` dict, or a
@@ -197,14 +200,15 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
     tokenizer's tokens, to tell apart grammars that read the probes equally (the one whose markers are
     single tokens wins). ``hints``: model names (``model_type``, the repository name) for the same; read
     from a model directory's config.json and its name when a path is given. ``grammars``: the built-in
-    names to try (all by default).
+    names to try (all by default). ``template_kwargs``: variables a template needs beyond the standard ones
+    (firefunction-v2's reads its tools as a ``functions`` string, and a ``datetime``).
 
     >>> detect("path/to/Qwen3-8B").grammar  # doctest: +SKIP
     'qwen3'
     """
     template, found_hints = _load(config_or_template)
     hints = [*hints, *found_hints]
-    renderings = tuple(render_probes(template, PROBES))
+    renderings = tuple(render_probes(template, PROBES, **(template_kwargs or {})))
     names = list(grammars) if grammars is not None else list(list_grammars())
     keys = reasoning_keys(template)
     ranked: list[tuple[tuple[float, ...], str, Candidate]] = []
@@ -220,9 +224,15 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
     fits = best is not None and best.exact
     alternatives = tuple(c.name for c in candidates[1:] if fits and c.exact)
     chosen = best.name if fits and best is not None else None
-    mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings)
+    mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings, template_kwargs)
+    failure = None
+    if not renderings:
+        try:
+            render_probe(template, PROBES[0], **(template_kwargs or {}))
+        except ChatTemplateError as exc:
+            failure = exc.detail
     return Detection(chosen, candidates, alternatives, mode, any(r.calls_rendered for r in renderings),
-                     renderings, template)
+                     renderings, template, failure)
 
 
 def _load(source: Any) -> tuple[ChatTemplate, list[str]]:

@@ -18,6 +18,7 @@ import pytest
 import grammar_parse as gp
 from grammar_parse.cli import main
 from grammar_parse.compat.tokenizer import grammar_for
+from grammar_parse.probes import TOOLS
 
 pytest.importorskip("jinja2")
 
@@ -50,6 +51,7 @@ FAMILY = {
     "google-gemma-4-31B-it-interleaved": "gemma4", "google-gemma-4-31B-it": "gemma4",
     "ibm-granite-granite-3.3-2B-Instruct": "granite", "ibm-granite-granite-4.0": "granite4",
     "ibm-granite-granite-4.1": "granite4", "inclusionai-ling-3.0-flash": "ling3",
+    "fireworks-ai-llama-3-firefunction-v2": "firefunction_v2",
     "meetkai-functionary-medium-v3.1": "functionary_v31", "meetkai-functionary-medium-v3.2": "functionary_v32",
     "meta-llama-Llama-3.1-8B-Instruct": "llama3_json", "meta-llama-Llama-3.2-3B-Instruct": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct": "llama3_json", "muse-glimmer": "muse_glimmer",
@@ -60,7 +62,6 @@ FAMILY = {
 #: Templates whose family has a grammar that does not read them back: the closest grammar, and why.
 MISSES = {
     "MiniMax-M3": ("minimax_m3", "typed_arguments"),  # nested <item>/<key> elements flattened into arguments
-    "fireworks-ai-llama-3-firefunction-v2": ("firefunction_v2", "renders none"),  # needs a `functions` kwarg
     "llama-cpp-deepseek-r1": ("deepseek_r1", "renders none"),  # tojson on a generator: transformers raises too
 }
 
@@ -74,6 +75,13 @@ NO_FAMILY = {
 }
 
 
+#: Variables a template needs beyond the standard ones (firefunction-v2 reads its tools as a JSON string).
+TEMPLATE_KWARGS = {
+    "fireworks-ai-llama-3-firefunction-v2": {"functions": json.dumps([t["function"] for t in TOOLS]),
+                                             "datetime": "2026-12-02"},
+}
+
+
 def template(name: str) -> gp.ChatTemplate:
     return gp.ChatTemplate((TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"), special_tokens=TOKENS,
                            origin=f"{name}.jinja")
@@ -84,7 +92,7 @@ _detections: dict[str, gp.Detection] = {}
 
 def detection(name: str) -> gp.Detection:
     if name not in _detections:
-        _detections[name] = gp.detect(template(name), hints=[name])
+        _detections[name] = gp.detect(template(name), hints=[name], template_kwargs=TEMPLATE_KWARGS.get(name))
     return _detections[name]
 
 

@@ -16,7 +16,7 @@ import pytest
 import grammar_parse as gp
 from goldens import goldens
 from grammar_parse.probes import Probe, read_back, render_probe
-from test_detect import FAMILY, detection, template
+from test_detect import FAMILY, TEMPLATE_KWARGS, detection, template
 
 pytest.importorskip("jinja2")
 
@@ -85,7 +85,7 @@ def test_a_parsed_golden_message_renders_back_and_parses_again(grammar, name, go
     probe = Probe(golden.name, reasoning=reasoning.strip() if reasoning else None,
                   content=(message.get("content") or "").strip() or None, calls=calls)
     try:
-        rendering = render_probe(template(name), probe)
+        rendering = render_probe(template(name), probe, **TEMPLATE_KWARGS.get(name, {}))
     except gp.ChatTemplateError as refused:
         assert refused.code == "chat_template.raised" and REFUSALS.get(grammar, "\0") in str(refused)
         return
