@@ -23,7 +23,7 @@ PIPELINE = [
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "session",                 # the parser
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
-    "wire_stream", "chat_completions", "lmsp", "server",           # adapters and the reference server
+    "wire_stream", "chat_completions", "lmsp", "backends", "server",  # adapters and the reference server
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
     "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
