@@ -2,18 +2,36 @@
 
 A backend's ``start(request, prompt)`` returns a :class:`Generation`: an async iterator of text pieces,
 plus what the backend says about the generation (token counts, whether it was cut off), read once the
-pieces are exhausted. :class:`ReplayBackend` replays recorded outputs, so the server runs anywhere.
+pieces are exhausted. Three backends:
+
+* :class:`ReplayBackend` replays recorded outputs, so the server runs anywhere;
+* :class:`UpstreamBackend` streams raw text from any OpenAI-compatible completions endpoint (vLLM,
+  SGLang, llama.cpp's server, ...), so the server is a gateway that turns a raw-completion model into
+  parsed LMSP responses. It needs httpx (the ``serve`` extra), imported on first use;
+* :class:`CallableBackend` wraps a Python function, for a model embedded in the same process.
+
+An upstream that fails (refuses the connection, drops it, answers an HTTP error, sends what is not an
+event stream, stalls past the read timeout) raises :class:`UpstreamError` from the pieces iterator, with
+a stable ``code``; its message never holds the model's output.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import regex
+
+from .errors import GrammarParseError
+from .lmsp import problem
+
+if TYPE_CHECKING:
+    import httpx
 
 _TOKENISH = regex.compile(r"\s*[^\s]{1,4}|\s+")
 
@@ -67,4 +85,271 @@ class ReplayBackend:
             yield piece
 
 
-__all__ = ["Generation", "ReplayBackend", "tokens"]
+class UpstreamError(GrammarParseError):
+    """The model server behind an :class:`UpstreamBackend` failed; ``code`` says how (``upstream.*``).
+
+    ``status`` is the HTTP status the upstream answered, where it answered one. The message names the
+    failure and, for an HTTP error, the start of the upstream's error body; never the model's output.
+    """
+
+    code = "upstream.protocol"
+
+    def __init__(self, message: str, *, code: str, status: int | None = None, hint: str | None = None) -> None:
+        self.status = status
+        super().__init__(message, code=code, hint=hint)
+
+    def problem(self) -> dict[str, Any]:
+        """The LMSP problem object a gateway answers with: 504 ``upstream_timeout`` for a stall, else 502
+        ``upstream_failed`` (the client's request was fine; the service behind the gateway was not)."""
+        if self.code == "upstream.timeout":
+            return problem("upstream_timeout", self.detail, 504, "The model server did not answer in time")
+        return problem("upstream_failed", self.detail, 502, "The model server failed")
+
+
+# An upstream's error body is quoted up to this many characters: enough for its reason, not a dump.
+_BODY_QUOTE = 300
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError:
+        raise UpstreamError("UpstreamBackend needs httpx", code="upstream.httpx",
+                            hint="pip install 'grammar-parse[serve]'") from None
+    return httpx
+
+
+class UpstreamBackend:
+    """Streams raw text from an OpenAI-compatible completions endpoint: ``POST {url}/completions``.
+
+    ``url`` is the API root, like ``http://127.0.0.1:8080/v1``; ``model`` the upstream's model name (the
+    request's ``model`` without one); ``api_key`` is sent as a bearer token. ``max_output_tokens`` and
+    ``temperature`` go upstream as ``max_tokens`` and ``temperature``, a ``"length"`` finish reason makes
+    the response incomplete, and the upstream's usage counts are the response's (pieces counted without
+    them). ``extra_body`` is merged into every request body: vLLM, for instance, strips special tokens
+    from the text unless given ``{"skip_special_tokens": False}``, and some grammars need them.
+
+    One httpx client per backend, reused across requests and closed by :meth:`aclose`; ``client`` gives
+    one configured otherwise (proxies, TLS, connection limits), which the caller then closes. Closing a
+    generation's pieces early (the client went away) closes its upstream connection, so the model server
+    stops generating too.
+    """
+
+    def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None,
+                 connect_timeout: float = 10.0, read_timeout: float = 60.0, client: httpx.AsyncClient | None = None,
+                 extra_body: Mapping[str, Any] | None = None) -> None:
+        httpx = _httpx()
+        self.url = url.rstrip("/")
+        self.model = model
+        self.extra_body = dict(extra_body or {})
+        self.headers = {"Accept": "text/event-stream"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+        # read_timeout bounds each wait for the next bytes, so a slow stream is fine and a stalled one is not.
+        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._client = client
+        self._owns_client = client is None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The httpx client requests go through (made on first use, in the loop that serves them)."""
+        if self._client is None:
+            httpx = _httpx()
+            # No connection cap: the model server queues and batches requests, so the gateway should not
+            # hold them back (httpx's default of 100 would make the 101st concurrent stream wait).
+            self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=64))
+        return self._client
+
+    def body(self, request: dict[str, Any], prompt: str) -> dict[str, Any]:
+        """The completions request for an LMSP request and its rendered prompt."""
+        body: dict[str, Any] = {"model": self.model or request["model"], "prompt": prompt, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if request.get("max_output_tokens") is not None:
+            body["max_tokens"] = request["max_output_tokens"]
+        if request.get("temperature") is not None:
+            body["temperature"] = request["temperature"]
+        return body | self.extra_body
+
+    def start(self, request: dict[str, Any], prompt: str) -> Generation:
+        generation = Generation(pieces=_no_pieces())
+        generation.pieces = self._stream(generation, self.body(request, prompt), prompt)
+        return generation
+
+    async def aclose(self) -> None:
+        """Close the client this backend made (and its connections); a given client is the caller's."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _stream(self, generation: Generation, body: dict[str, Any], prompt: str) -> AsyncIterator[str]:
+        httpx = _httpx()
+        where = f"{self.url}/completions"
+        pieces, finish, usage, done = 0, None, None, False
+        try:
+            async with self.client.stream("POST", where, json=body, headers=self.headers,
+                                          timeout=self.timeout) as response:
+                if response.status_code >= 400:
+                    raise _status_error(response.status_code, await response.aread(), where)
+                number = 0
+                async with aclosing(_sse_data(response.aiter_lines())) as events:
+                    async for data in events:
+                        # After [DONE] the body is read to its end, as the openai client does, so the
+                        # connection goes back to the pool instead of being closed half-read.
+                        done = done or data == "[DONE]"
+                        if done:
+                            continue
+                        number += 1
+                        text, reason, counts = _chunk(data, number)
+                        finish = reason or finish
+                        usage = counts or usage
+                        if text:
+                            pieces += 1
+                            yield text
+        except httpx.ConnectTimeout:
+            raise UpstreamError(f"could not connect to {where} within {self.timeout.connect} s",
+                                code="upstream.unreachable", hint="Is the model server running there?") from None
+        except httpx.TimeoutException:
+            raise UpstreamError(f"{where} sent nothing for {self.timeout.read} s (after {pieces} pieces)",
+                                code="upstream.timeout", hint="Raise read_timeout if the model is slow to start."
+                                ) from None
+        except httpx.ConnectError as e:
+            raise UpstreamError(f"could not connect to {where} ({type(e).__name__})", code="upstream.unreachable",
+                                hint="Is the model server running there?") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            # (the transport's own message can quote bytes of the body: only its type is said)
+            raise UpstreamError(f"{where} dropped the connection after {pieces} pieces ({type(e).__name__})",
+                                code="upstream.reset") from None
+        except httpx.HTTPError as e:
+            raise UpstreamError(f"the request to {where} failed ({type(e).__name__})", code="upstream.reset") from None
+        if not done and finish is None:  # a body that ends cleanly but early (no chunked framing to break)
+            raise UpstreamError(f"{where} ended its stream after {pieces} pieces without a finish_reason or [DONE]",
+                                code="upstream.reset")
+        generation.truncated = finish == "length"
+        generation.input_tokens = usage[0] if usage else len(tokens(prompt))
+        generation.output_tokens = usage[1] if usage else pieces
+
+
+async def _no_pieces() -> AsyncIterator[str]:
+    return
+    yield  # (an async generator that yields nothing)
+
+
+def _status_error(status: int, body: bytes, where: str) -> UpstreamError:
+    text = " ".join(body.decode("utf-8", "replace").split())
+    quoted = text[:_BODY_QUOTE] + ("..." if len(text) > _BODY_QUOTE else "")
+    hint = {401: "Check the api_key.", 403: "Check the api_key.",
+            404: "Check the url (the API root, e.g. http://host:port/v1) and the model name."}.get(status)
+    return UpstreamError(f"{where} answered HTTP {status}: {quoted or '(no body)'}", code="upstream.status",
+                         status=status, hint=hint)
+
+
+async def _sse_data(lines: AsyncIterable[str]) -> AsyncGenerator[str, None]:
+    """The data of each server-sent event (its ``data:`` lines joined); comments and other fields skipped."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:  # a last event without its blank line (the stream is over either way)
+        yield "\n".join(data)
+
+
+def _chunk(data: str, number: int) -> tuple[str, str | None, tuple[int, int] | None]:
+    """(text, finish_reason, (prompt_tokens, completion_tokens) or None) of one completions chunk."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as e:  # (its message gives a position, not the text)
+        raise UpstreamError(f"event {number} of the stream is not JSON ({e.msg} at character {e.pos})",
+                            code="upstream.protocol") from None
+    except RecursionError:
+        raise UpstreamError(f"event {number} of the stream nests too deep to read", code="upstream.protocol") from None
+    if not isinstance(chunk, dict):
+        raise UpstreamError(f"event {number} of the stream is a JSON {type(chunk).__name__}, not an object",
+                            code="upstream.protocol")
+    if chunk.get("error") is not None:  # (vLLM and others report a failure mid-stream this way)
+        error = chunk["error"]
+        said = str(error.get("message") if isinstance(error, dict) else error)[:_BODY_QUOTE]
+        status = error.get("code") if isinstance(error, dict) else None
+        raise UpstreamError(f"the model server reported an error mid-stream: {said}", code="upstream.status",
+                            status=status if isinstance(status, int) else None)
+    choices = chunk.get("choices") or []
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    text = choice.get("text") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or not isinstance(choices, list) or not isinstance(text, (str, type(None))):
+        raise UpstreamError(f"event {number} of the stream is not a completions chunk (choices[0].text)",
+                            code="upstream.protocol")
+    reason = choice.get("finish_reason")
+    counts = chunk.get("usage")
+    usage = None
+    if isinstance(counts, dict) and isinstance(counts.get("prompt_tokens"), int) \
+            and isinstance(counts.get("completion_tokens"), int):
+        usage = (counts["prompt_tokens"], counts["completion_tokens"])
+    return text or "", reason if isinstance(reason, str) else None, usage
+
+
+#: What a :class:`CallableBackend` function may return.
+Produced = Union[str, Iterable[str], AsyncIterable[str], Awaitable[str]]
+_END = object()
+
+
+class CallableBackend:
+    """Text from a Python function ``fn(prompt, request)``: a model embedded in the server's process.
+
+    ``fn`` returns the whole output (a str, cut into token-sized pieces), the pieces as an iterable or
+    an async iterable, or an awaitable of the whole output. An iterator that is not a sequence (a
+    generator) is stepped in a worker thread, so a model computing its next piece does not hold up the
+    server's other streams; closing the pieces early closes it. ``fn`` reads ``max_output_tokens`` from
+    the request itself (the backend cannot tell a cut-off output from a finished one); the token counts
+    are estimates (:func:`tokens` of the prompt, the pieces handed out).
+    """
+
+    def __init__(self, fn: Callable[[str, dict[str, Any]], Produced]) -> None:
+        self.fn = fn
+
+    def start(self, request: dict[str, Any], prompt: str) -> Generation:
+        generation = Generation(pieces=_no_pieces(), input_tokens=len(tokens(prompt)))
+        generation.pieces = self._emit(generation, request, prompt)
+        return generation
+
+    async def _emit(self, generation: Generation, request: dict[str, Any], prompt: str) -> AsyncIterator[str]:
+        produced: Any = self.fn(prompt, request)
+        if isinstance(produced, Awaitable):
+            produced = await produced
+        if isinstance(produced, str):
+            produced = tokens(produced)
+        if isinstance(produced, AsyncIterable):
+            try:
+                async for piece in produced:
+                    generation.output_tokens += 1
+                    yield _text(piece)
+            finally:  # (an async for left early does not close what it iterates)
+                if isinstance(produced, AsyncGenerator):
+                    await produced.aclose()
+        elif isinstance(produced, Sequence):
+            for piece in produced:
+                generation.output_tokens += 1
+                yield _text(piece)
+        elif isinstance(produced, Iterable):
+            iterator = iter(produced)
+            while (piece := await asyncio.to_thread(next, iterator, _END)) is not _END:
+                generation.output_tokens += 1
+                try:
+                    yield _text(piece)
+                except GeneratorExit:
+                    getattr(iterator, "close", lambda: None)()
+                    raise
+        else:
+            raise TypeError(f"the backend function returned {type(produced).__name__}, not text or pieces of text")
+
+
+def _text(piece: object) -> str:
+    if not isinstance(piece, str):
+        raise TypeError(f"the backend function produced a {type(piece).__name__}, not a str")
+    return piece
+
+
+__all__ = ["CallableBackend", "Generation", "ReplayBackend", "UpstreamBackend", "UpstreamError", "tokens"]

@@ -99,6 +99,13 @@ ERROR_CODES: dict[str, str] = {
     "legacy.required": "an object node's required properties are missing",
     "legacy.transform": "a jmespath transform is invalid",
     "legacy.timeout": "a schema regex ran past the time limit (catastrophic backtracking on this output)",
+    # the server's upstream model server (grammar_parse.backends.UpstreamBackend)
+    "upstream.unreachable": "the model server could not be connected to (refused, unknown host, connect timeout)",
+    "upstream.reset": "the model server dropped the connection before its stream finished",
+    "upstream.status": "the model server answered an HTTP error status, or sent an error object in its stream",
+    "upstream.timeout": "the model server sent nothing for longer than the read timeout",
+    "upstream.protocol": "the model server's stream is not the OpenAI completions event stream (bad JSON or shape)",
+    "upstream.httpx": "httpx (the grammar-parse[serve] extra) is not installed",
     # API use
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type",
