@@ -1,0 +1,79 @@
+"""Parsing many outputs (grammar_parse.batch): one row per record in order, every bad row an error in its
+row (never an exception), the same rows from worker processes as from one, and the goldens' messages."""
+
+from __future__ import annotations
+
+import grammar_parse as gp
+from goldens import all_goldens
+from grammar_parse.batch import Columns, parse_many, result_row
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+
+
+def test_rows_in_order_with_their_fields():
+    rows = list(parse_many([
+        "<think>hm</think>Hello.",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        "<tool_call>{broken</tool_call>",
+    ], "qwen3"))
+    assert rows == [
+        {"id": None, "reasoning": "hm", "content": "Hello.", "tool_calls": None, "parse_errors": None, "error": None},
+        {"id": None, "reasoning": None, "content": None, "tool_calls": [{"name": "get_weather",
+         "arguments": {"city": "Paris"}}], "parse_errors": None, "error": None},
+        {"id": None, "reasoning": None, "content": "<tool_call>{broken</tool_call>", "tool_calls": None,
+         "parse_errors": ["parse.json"], "error": None},
+    ]
+
+
+def test_records_carry_their_prompt_tools_and_id():
+    columns = Columns(text="out", prompt="prompt", tools="tools", id="key")
+    records = [
+        {"key": "a", "out": "x</think>y", "prompt": "<|im_start|>assistant\n<think>\n"},  # pre-filled <think>
+        {"key": "b", "out": "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                            "</tool_call>", "tools": TOOLS},
+        {"key": "c", "out": "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                            "</tool_call>"},
+    ]
+    a, b, c = parse_many(records, "qwen3_coder", columns=columns)
+    assert (a["id"], a["reasoning"], a["content"]) == ("a", "x", "y")
+    assert b["tool_calls"] == [{"name": "get_weather", "arguments": {"days": 3}}]  # typed by the row's tools
+    assert c["tool_calls"] == [{"name": "get_weather", "arguments": {"days": "3"}}]  # no tools: as written
+
+
+def test_a_bad_row_is_an_error_in_its_row():
+    columns = Columns(id="id")
+    rows = list(parse_many([7, {"id": 1}, {"id": 2, "completion": ["a"]}, {"id": 3, "completion": "ok",
+                            "tools": None}, "<tool_call>{bad}</tool_call>"], "qwen3", columns=columns))
+    assert [r["error"] for r in rows[:3]] == ["usage.batch: a row is a int, not text or a record",
+                                              "usage.batch: the row's 'completion' is not text",
+                                              "usage.batch: the row's 'completion' is not text"]
+    assert [r["id"] for r in rows[:4]] == [None, 1, 2, 3] and rows[3]["content"] == "ok"
+    strict = list(parse_many(["<tool_call>{bad}</tool_call>"], "qwen3", strict=True))
+    assert strict[0]["error"].startswith("parse.json: ") and strict[0]["content"] is None
+
+
+def test_every_golden_parses_in_a_batch_as_it_does_alone():
+    goldens = [g for g in all_goldens() if "error" not in g.expected and g.grammar in gp.list_grammars()]
+    by_grammar: dict[str, list] = {}
+    for golden in goldens:
+        by_grammar.setdefault(golden.grammar, []).append(golden)
+    checked = 0
+    for grammar, cases in by_grammar.items():
+        records = [{"completion": g.text, "prompt": g.prefix, "tools": g.tools} for g in cases]
+        rows = list(parse_many(records, grammar, columns=Columns(prompt="prompt", tools="tools")))
+        for golden, row in zip(cases, rows, strict=True):
+            assert row == result_row(golden.expected), (grammar, golden.name)
+            checked += 1
+    assert checked > 500
+
+
+def test_worker_processes_give_the_same_rows_and_progress_counts_them():
+    records = [{"id": i, "completion": f"<think>r{i}</think>answer {i}" if i % 7 else "<tool_call>{bad"}
+               for i in range(3000)]
+    done: list[int] = []
+    alone = list(parse_many(records, "qwen3", columns=Columns(id="id"), chunk_rows=500))
+    spread = list(parse_many(records, gp.load_grammar("qwen3"), columns=Columns(id="id"), workers=2,
+                             chunk_rows=500, progress=done.append))
+    assert spread == alone and [r["id"] for r in spread] == list(range(3000))
+    assert sum(done) == 3000 and len(done) == 6
