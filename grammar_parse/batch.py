@@ -13,10 +13,15 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, TextIO
+
+import jmespath
 
 from .errors import GrammarParseError
 from .grammar import Grammar, build_grammar
@@ -26,16 +31,37 @@ from .wire_stream import REASONING_FIELDS
 #: Rows handed to a worker at a time: large enough that the inter-process cost is small against the
 #: parse (about 50 µs a short row), small enough that progress stays current.
 CHUNK_ROWS = 512
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class _BadLine:
+    """A JSONL line that is not JSON: it still becomes its row (with the error), so rows stay aligned."""
+
+    line: int
+    reason: str
 
 
 @dataclass(frozen=True)
 class Columns:
-    """Where a record keeps its output, prompt, tools and id (None: the record has none)."""
+    """Where a record keeps its output, prompt, tools and id (None: the record has none): a key, or a
+    JMESPath expression for nested records (``response.choices[0].text``)."""
 
     text: str = "completion"
     prompt: str | None = None
     tools: str | None = None
     id: str | None = None
+
+    def getters(self) -> tuple[Callable[[Mapping[str, Any]], Any], ...]:
+        """One reader per column, compiled once: a plain key is a dict lookup, anything else JMESPath."""
+        def reader(expression: str | None) -> Callable[[Mapping[str, Any]], Any]:
+            if expression is None:
+                return lambda record: None
+            if _PLAIN_KEY.fullmatch(expression):
+                return lambda record: record.get(expression)
+            compiled = jmespath.compile(expression)
+            return lambda record: compiled.search(record)
+        return tuple(reader(e) for e in (self.text, self.prompt, self.tools, self.id))
 
 
 def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None) -> dict[str, Any]:
@@ -75,18 +101,19 @@ class _Parser:
             grammar = build_grammar(grammar.text, source_name=grammar.name or "<grammar>", name=grammar.name)
         self.grammar: Grammar = resolve_grammar(grammar)
         self.prefix, self.tools, self.strict, self.columns = prefix, tools, strict, columns
+        self.getters = columns.getters()
 
     def row(self, record: Any) -> dict[str, Any]:
         columns = self.columns
         if isinstance(record, str):
             text, prefix, tools, row_id = record, self.prefix, self.tools, None
+        elif isinstance(record, _BadLine):
+            return result_row(None, error=f"usage.json: line {record.line} is not JSON: {record.reason}")
         elif isinstance(record, Mapping):
-            text = record.get(columns.text)
-            prefix = record.get(columns.prompt) if columns.prompt else None
+            get_text, get_prompt, get_tools, get_id = self.getters
+            text, prefix, tools, row_id = get_text(record), get_prompt(record), get_tools(record), get_id(record)
             prefix = self.prefix if prefix is None else prefix
-            tools = record.get(columns.tools) if columns.tools else None
             tools = self.tools if tools is None else tools
-            row_id = record.get(columns.id) if columns.id else None
         else:
             return result_row(None, error=f"usage.batch: a row is a {type(record).__name__}, not text or a record")
         if not isinstance(text, str):
@@ -157,4 +184,104 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
                 progress(len(rows))
 
 
-__all__ = ["CHUNK_ROWS", "Columns", "parse_many", "result_row"]
+def read_jsonl(lines: Iterable[str], *, skip: int = 0) -> Iterator[Any]:
+    """The records of a JSONL stream (blank lines skipped, a line that is not JSON a :class:`_BadLine`),
+    after the first ``skip`` records (``--resume``)."""
+    seen = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        seen += 1
+        if seen <= skip:
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as e:
+            yield _BadLine(number, str(e))
+        except RecursionError:
+            yield _BadLine(number, "nested too deeply")
+
+
+@dataclass
+class Summary:
+    """What a batch run did: rows, calls, and the rows with problems by code."""
+
+    rows: int = 0
+    calls: int = 0
+    rows_with_errors: int = 0
+    codes: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.rows += 1
+        self.calls += len(row["tool_calls"] or [])
+        codes = list(row["parse_errors"] or [])
+        codes += [c for call in row["tool_calls"] or [] for c in call.get("errors", [])]
+        if row["error"]:
+            codes.append(row["error"].split(":", 1)[0])
+        if codes:
+            self.rows_with_errors += 1
+            self.codes.update(set(codes))
+
+    def text(self) -> str:
+        rate = f", {self.rows / self.seconds:,.0f} rows/s" if self.seconds > 0 else ""
+        lines = [f"{self.rows:,} rows, {self.calls:,} tool calls, {self.rows_with_errors:,} rows with errors"
+                 f" ({self.seconds:.1f} s{rate})"]
+        lines += [f"  {code}: {count:,} rows" for code, count in self.codes.most_common()]
+        return "\n".join(lines)
+
+
+class Progress:
+    """A one-line progress display on a terminal (rows, rows/s, ETA when the total is known)."""
+
+    def __init__(self, out: TextIO, total: int | None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out, self.total, self.clock = out, total, clock
+        self.done, self.start, self.shown = 0, clock(), 0.0
+
+    def __call__(self, rows: int) -> None:
+        self.done += rows
+        now = self.clock()
+        if now - self.shown < 0.2 and (self.total is None or self.done < self.total):
+            return  # (a few updates a second)
+        self.shown = now
+        rate = self.done / max(now - self.start, 1e-9)
+        line = f"{self.done:,} rows, {rate:,.0f} rows/s"
+        if self.total:
+            left = max(self.total - self.done, 0) / rate if rate else 0.0
+            line = f"{self.done:,}/{self.total:,} rows ({100 * self.done / self.total:.0f}%), {rate:,.0f} rows/s, " \
+                   f"ETA {left:.0f} s"
+        self.out.write("\r" + line.ljust(72))
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def run_jsonl(source: TextIO, sink: TextIO, grammar: Any, *, columns: Columns | None = None, prefix: str = "",
+              tools: Any = None, strict: bool = False, workers: int = 1, skip: int = 0,
+              progress: Callable[[int], None] | None = None) -> Summary:
+    """Parse a JSONL stream of records (or of JSON strings) into a JSONL stream of result rows, one line
+    per input line, flushed as they come (so an interrupted run resumes with ``skip``)."""
+    summary = Summary()
+    started = time.monotonic()
+    for row in parse_many(read_jsonl(source, skip=skip), grammar, prefix=prefix, tools=tools, strict=strict,
+                          columns=columns, workers=workers, progress=progress):
+        sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+        summary.add(row)
+    sink.flush()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def default_workers() -> int:
+    """All the cores this process may use."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # (not on Linux)
+        return os.cpu_count() or 1
+
+
+__all__ = ["CHUNK_ROWS", "Columns", "Progress", "Summary", "default_workers", "parse_many", "read_jsonl",
+           "result_row", "run_jsonl"]

@@ -77,3 +77,43 @@ def test_worker_processes_give_the_same_rows_and_progress_counts_them():
                              chunk_rows=500, progress=done.append))
     assert spread == alone and [r["id"] for r in spread] == list(range(3000))
     assert sum(done) == 3000 and len(done) == 6
+
+
+def test_jsonl_in_and_out_with_a_summary_and_resume():
+    import io
+    import json
+
+    from grammar_parse.batch import run_jsonl
+
+    lines = [json.dumps({"id": 1, "r": {"text": "<think>a</think>b"}}), "", "{not json",
+             json.dumps({"id": 3, "r": {"text": '<tool_call>{"name": "f", "arguments": {}}</tool_call>'}}),
+             json.dumps({"id": 4, "r": {"text": "<tool_call>{bad</tool_call>"}})]
+    columns = Columns(text="r.text", id="id")  # (a JMESPath into nested records)
+    out = io.StringIO()
+    summary = run_jsonl(io.StringIO("\n".join(lines) + "\n"), out, "qwen3", columns=columns)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["id"] for r in rows] == [1, None, 3, 4]
+    assert rows[1]["error"].startswith("usage.json: line 3 is not JSON: ")
+    assert (summary.rows, summary.calls, summary.rows_with_errors) == (4, 1, 2)
+    assert dict(summary.codes) == {"usage.json": 1, "parse.json": 1}
+    assert summary.text().startswith("4 rows, 1 tool calls, 2 rows with errors (")
+    resumed = io.StringIO()
+    again = run_jsonl(io.StringIO("\n".join(lines) + "\n"), resumed, "qwen3", columns=columns, skip=2)
+    assert again.rows == 2 and resumed.getvalue().splitlines() == out.getvalue().splitlines()[2:]
+
+
+def test_progress_shows_rate_and_eta_a_few_times_a_second():
+    import io
+
+    from grammar_parse.batch import Progress
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress(out, 1000, clock=lambda: now[0])
+    for step in range(10):
+        now[0] = 0.1 * (step + 1)
+        progress(100)
+    progress.close()
+    shown = [part.strip() for part in out.getvalue().split("\r") if part.strip()]
+    assert shown[-1] == "1,000/1,000 rows (100%), 1,000 rows/s, ETA 0 s"
+    assert len(shown) == 5  # every 0.2 s, and the last
