@@ -303,6 +303,51 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
+    from .batch import Columns, Progress, default_workers, run_jsonl
+
+    grammar = _model_grammar(args)
+    prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
+    columns = Columns(text=args.text, prompt=args.prompt, tools=args.tools, id=args.id)
+    workers = args.jobs or default_workers()
+    skip = 0
+    if args.resume:
+        if args.output in (None, "-"):
+            raise CommandLineError("--resume needs an output file (-o FILE) to resume.", code="usage.file",
+                                   hint="Write the rows to a file with -o.")
+        try:
+            with open(args.output, encoding="utf-8") as written:
+                skip = sum(1 for line in written if line.strip())
+        except FileNotFoundError:
+            skip = 0
+    source = sys.stdin if args.input in (None, "-") else None
+    try:
+        inputs = source or open(args.input, encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise CommandLineError(f"cannot read the input file {args.input}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
+    total = None
+    if source is None and not args.quiet and sys.stderr.isatty():
+        total = sum(1 for line in inputs if line.strip()) - skip
+        inputs.seek(0)
+    progress = Progress(sys.stderr, total) if not args.quiet and sys.stderr.isatty() else None
+    sink = out if args.output in (None, "-") else open(args.output, "a" if args.resume else "w", encoding="utf-8")
+    try:
+        with _loading():
+            summary = run_jsonl(inputs, sink, grammar, columns=columns, prefix=prefix, tools=_tools(args),
+                                strict=False, workers=workers, skip=skip, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+        if source is None:
+            inputs.close()
+        if sink is not out:
+            sink.close()
+    if not args.quiet:
+        sys.stderr.write(summary.text() + "\n")
+    return EXIT_PARSE if args.fail_on_error and summary.rows_with_errors else EXIT_OK
+
+
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     for name, aliases in list_grammars().items():
         grammar = load_grammar(name)
@@ -397,6 +442,23 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--token", help="require this bearer token")
     p.set_defaults(run=_cmd_serve)
+    p = command("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, "
+                         "parse errors, id), lenient, with worker processes and a summary")
+    p.add_argument("input", nargs="?", help="JSONL input: records, or JSON strings (default, or -: stdin)")
+    p.add_argument("-o", "--output", help="JSONL output file (default, or -: stdout)")
+    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
+    model_options(p)
+    p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")
+    p.add_argument("--prompt", help="the record's prompt (the prefix): a key or JMESPath")
+    p.add_argument("--tools", help="the record's tool schemas: a key or JMESPath")
+    p.add_argument("--id", help="the record's id, kept in its row: a key or JMESPath")
+    p.add_argument("--prefix-file", help="the prompt of every row without one of its own")
+    p.add_argument("--tools-file", help="JSON list of tool schemas for every row without its own")
+    p.add_argument("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--resume", action="store_true", help="append to -o, skipping the rows it already holds")
+    p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    p.set_defaults(run=_cmd_batch)
     p = command("list", "list the built-in grammars and their aliases")
     p.set_defaults(run=_cmd_list)
     return ap

@@ -117,3 +117,26 @@ def test_progress_shows_rate_and_eta_a_few_times_a_second():
     shown = [part.strip() for part in out.getvalue().split("\r") if part.strip()]
     assert shown[-1] == "1,000/1,000 rows (100%), 1,000 rows/s, ETA 0 s"
     assert len(shown) == 5  # every 0.2 s, and the last
+
+
+def test_the_batch_command(tmp_path, capsys):
+    import json
+
+    from grammar_parse.cli import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "completion": "<think>t</think>a" if i % 3 else "<tool_call>{bad"})
+                              + "\n" for i in range(30)), encoding="utf-8")
+    target = tmp_path / "out.jsonl"
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--id", "id", "-j", "2"]) == 0
+    rows = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == list(range(30)) and rows[1]["reasoning"] == "t"
+    err = capsys.readouterr().err  # (not a terminal: no progress line, only the summary)
+    assert err.startswith("30 rows, 0 tool calls, 10 rows with errors (") and err.endswith("\n  parse.json: 10 rows\n")
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--fail-on-error", "--quiet"]) == 1
+    lines = target.read_text(encoding="utf-8").splitlines()
+    target.write_text("\n".join(lines[:12]) + "\n", encoding="utf-8")  # an interrupted run
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--resume", "--quiet"]) == 0
+    assert target.read_text(encoding="utf-8").splitlines() == lines
+    assert main(["batch", str(source), "-g", "qwen3", "--resume"]) == 2
+    assert "[usage.file]: --resume needs an output file" in capsys.readouterr().err
