@@ -348,6 +348,21 @@ def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_PARSE if args.fail_on_error and summary.rows_with_errors else EXIT_OK
 
 
+def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
+    from .view import to_html
+
+    grammar = _model_grammar(args)
+    text = _read_text(args.input or "-", "model output file")
+    prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
+    with _loading():
+        page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title)
+    if args.output:
+        Path(args.output).write_text(page, encoding="utf-8")
+    else:
+        out.write(page)
+    return EXIT_OK
+
+
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     for name, aliases in list_grammars().items():
         grammar = load_grammar(name)
@@ -459,6 +474,16 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     p.set_defaults(run=_cmd_batch)
+    p = command("view", "write one self-contained HTML page showing how an output parses: each region by field, "
+                        "delimiters, discarded text and errors, and the message")
+    p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
+    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
+    model_options(p)
+    p.add_argument("--prefix-file", help="the prompt the model continued")
+    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
+    p.add_argument("--title", help="the page's title")
+    p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
+    p.set_defaults(run=_cmd_view)
     p = command("list", "list the built-in grammars and their aliases")
     p.set_defaults(run=_cmd_list)
     return ap

@@ -24,7 +24,7 @@ PIPELINE = [
     "toolstream", "salvage", "regions", "session",                 # the parser
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
     "wire_stream", "chat_completions", "lmsp", "backends", "server",  # adapters and the reference server
-    "batch",                                                       # many outputs at once
+    "batch", "view",                                               # many outputs at once; a picture of one
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
     "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
