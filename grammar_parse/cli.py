@@ -371,17 +371,75 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server
-    from .server import LMSPApp, serve
+#: The environment variable a bearer token can come from (`--token` shows in `ps`; a file or this do not).
+TOKEN_ENV = "GRAMMAR_PARSE_TOKEN"
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _serve_token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token, else --token-file (its first line), else $GRAMMAR_PARSE_TOKEN."""
+    if args.token:
+        return str(args.token)
+    if args.token_file:
+        token = _read_text(args.token_file, "token file").strip()
+        if not token:
+            raise CommandLineError(f"the token file {args.token_file} is empty.", code="usage.file",
+                                   hint="Write the token on its first line.")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _serve_backend(args: argparse.Namespace) -> Any:
+    """The replay backend, or an upstream completions server with --upstream."""
+    from .backends import ReplayBackend
+
+    if not args.upstream:
+        return ReplayBackend()
+    key = None
+    if args.upstream_key_env:
+        key = os.environ.get(args.upstream_key_env)
+        if not key:
+            raise CommandLineError(f"--upstream-key-env names {args.upstream_key_env}, which is not set.",
+                                   code="usage.file", hint="Export the upstream's API key under that name.")
+    from .backends import UpstreamBackend
+
+    return UpstreamBackend(args.upstream, model=args.upstream_model, api_key=key)
+
+
+def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server (tests/test_server.py runs it)
+    import logging
+
+    from .server import Limits, LMSPApp, ResponseStore, serve
 
     source = _model(args)
+    if args.grammar == "auto" and source is None:
+        raise CommandLineError("--grammar auto detects the grammar from the model's chat template.",
+                               code="usage.grammar", hint="Add --model-dir DIR or --chat-template FILE.")
     with _loading():
         template = load_chat_template(Path(source)) if source else None
-    grammar = _model_grammar(args) if args.grammar or source else _grammar("qwen3")
-    app = LMSPApp(grammar=grammar, model=args.model, token=args.token, chat_template=template)
-    out.write(f"LMSP endpoint for model {args.model!r} at http://{args.host}:{args.port}/lmsp/v1/responses\n")
-    out.flush()
-    serve(app, args.host, args.port)
+    if args.grammar and args.grammar != "auto":
+        grammar = _grammar(args.grammar)
+    elif source:
+        with _loading():
+            grammar = load_grammar(Path(source))
+    else:
+        grammar = _grammar("qwen3")
+    token = _serve_token(args)
+    model = args.model or args.upstream_model or "qwen3"
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = LMSPApp(grammar=grammar, model=model, token=token, chat_template=template, backend=_serve_backend(args),
+                  limits=Limits(max_body=args.max_body, body_timeout=args.body_timeout),
+                  store=ResponseStore(args.store_size, args.store_ttl), template_kwargs=_template_kwargs(args))
+    if args.host not in _LOOPBACK and token is None:
+        sys.stderr.write(f"grammar-parse: warning: serving {args.host} without a bearer token: anyone who can reach "
+                         f"the port can use the model (set {TOKEN_ENV} or --token-file).\n")
+
+    def ready(url: str) -> None:  # (called once the port is bound, so the address is one that answers)
+        out.write(f"serving model {model!r} at {url}: LMSP at {url}/lmsp/v1/responses, OpenAI-compatible at {url}/v1\n")
+        out.flush()
+
+    serve(app, args.host, args.port, log_level=args.log_level, on_ready=ready)
     return EXIT_OK
 
 
@@ -448,42 +506,33 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--tools-file", help="JSON list of tool schemas")
     p.add_argument("--no-generation-prompt", action="store_true", help="do not open the assistant's turn")
     p.set_defaults(run=_cmd_render)
-    p = command("serve", "run the reference LMSP endpoint (replays recorded outputs; needs the serve extra)")
-    p.add_argument("-g", "--grammar", help="grammar of the model's output (default: the model's, from --model-dir "
-                                           "or --chat-template, else qwen3)")
+    p = command("serve", "run the reference gateway: LMSP Responses and OpenAI-compatible Chat Completions over "
+                         "recorded outputs or an upstream completions server (needs the serve extra)")
+    p.add_argument("-g", "--grammar", help="grammar of the model's output, or auto (default): the model's, from "
+                                           "--model-dir or --chat-template, else qwen3")
     model_options(p)
-    p.add_argument("--model", default="qwen3", help="model id clients ask for (default qwen3)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--token", help="require this bearer token")
+    p.add_argument("--model", help="model id clients ask for (default: --upstream-model, else qwen3)")
+    p.add_argument("--upstream", metavar="URL", help="an OpenAI-compatible completions API root to generate with, "
+                                                     "e.g. http://127.0.0.1:8080/v1 (default: replay recorded outputs)")
+    p.add_argument("--upstream-model", help="the model name the upstream is asked for (default: --model)")
+    p.add_argument("--upstream-key-env", metavar="VAR", help="environment variable holding the upstream's API key")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only; "
+                                                       "0.0.0.0 serves the network: set a token)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--token", help=f"require this bearer token (visible to other users in `ps`: prefer "
+                                   f"--token-file or ${TOKEN_ENV})")
+    p.add_argument("--token-file", help=f"require the bearer token on this file's first line (else ${TOKEN_ENV})")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="server log level (default info: one line per request, never bodies)")
+    p.add_argument("--max-body", type=int, default=4 * 1024 * 1024, metavar="BYTES",
+                   help="largest request body accepted (default 4 MiB)")
+    p.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="time a request body may take to arrive (default 10)")
+    p.add_argument("--store-size", type=int, default=1000, metavar="N",
+                   help="stored responses kept for previous_response_id, oldest evicted first (default 1000)")
+    p.add_argument("--store-ttl", type=float, default=3600.0, metavar="SECONDS",
+                   help="how long a stored response is kept (default 3600)")
     p.set_defaults(run=_cmd_serve)
-    p = command("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, "
-                         "parse errors, id), lenient, with worker processes and a summary")
-    p.add_argument("input", nargs="?", help="JSONL input: records, or JSON strings (default, or -: stdin)")
-    p.add_argument("-o", "--output", help="JSONL output file (default, or -: stdout)")
-    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
-    model_options(p)
-    p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")
-    p.add_argument("--prompt", help="the record's prompt (the prefix): a key or JMESPath")
-    p.add_argument("--tools", help="the record's tool schemas: a key or JMESPath")
-    p.add_argument("--id", help="the record's id, kept in its row: a key or JMESPath")
-    p.add_argument("--prefix-file", help="the prompt of every row without one of its own")
-    p.add_argument("--tools-file", help="JSON list of tool schemas for every row without its own")
-    p.add_argument("-j", "--jobs", type=int, help="worker processes (default: all cores)")
-    p.add_argument("--resume", action="store_true", help="append to -o, skipping the rows it already holds")
-    p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
-    p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
-    p.set_defaults(run=_cmd_batch)
-    p = command("view", "write one self-contained HTML page showing how an output parses: each region by field, "
-                        "delimiters, discarded text and errors, and the message")
-    p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
-    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
-    model_options(p)
-    p.add_argument("--prefix-file", help="the prompt the model continued")
-    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
-    p.add_argument("--title", help="the page's title")
-    p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
-    p.set_defaults(run=_cmd_view)
     p = command("list", "list the built-in grammars and their aliases")
     p.set_defaults(run=_cmd_list)
     return ap

@@ -745,7 +745,8 @@ class LMSPApp:
     """The ASGI application. ``model`` is the id clients ask for; ``grammar`` parses its output;
     ``chat_template`` (the model's) renders each request's prompt, or ChatML ending in the grammar's
     start anchor without one. ``token`` (when set) is the bearer token every endpoint but ``/health``
-    needs; ``limits`` bound requests; ``store`` keeps ``store: true`` responses."""
+    needs; ``limits`` bound requests; ``store`` keeps ``store: true`` responses; ``template_kwargs`` are
+    variables for the chat template (``{"enable_thinking": False}``)."""
 
     grammar: Any = "qwen3"
     model: str = "qwen3"
@@ -756,6 +757,7 @@ class LMSPApp:
     clock: Callable[[], float] = time.time
     store: ResponseStore = field(default_factory=ResponseStore)
     limits: Limits = field(default_factory=Limits)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # variables for the chat template
 
     def __post_init__(self) -> None:
         self.compiled: Grammar = resolve_grammar(self.grammar)
@@ -777,7 +779,8 @@ class LMSPApp:
         """The prompt for chat messages and LMSP-shaped tools (ChatML without the model's template)."""
         if self.chat_template is None:
             return chatml_messages(messages, self.anchor)
-        return self.chat_template.render(messages, tools=template_tools(tools) or None, add_generation_prompt=True)
+        return self.chat_template.render(messages, tools=template_tools(tools) or None, add_generation_prompt=True,
+                                         **self.template_kwargs)
 
     async def _render(self, ctx: _Request, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         try:
