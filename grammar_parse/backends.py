@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import aclosing
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping,
+                             Sequence)
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Union
@@ -209,7 +210,7 @@ class UpstreamBackend:
                                 code="upstream.unreachable", hint="Is the model server running there?") from None
         except httpx.TimeoutException:
             raise UpstreamError(f"{where} sent nothing for {self.timeout.read} s (after {pieces} pieces)",
-                                code="upstream.timeout", hint="Raise read_timeout if the model is slow to start."
+                                code="upstream.timeout", hint="Raise read_timeout if the model can be this slow."
                                 ) from None
         except httpx.ConnectError as e:
             raise UpstreamError(f"could not connect to {where} ({type(e).__name__})", code="upstream.unreachable",
@@ -263,7 +264,7 @@ def _chunk(data: str, number: int) -> tuple[str, str | None, tuple[int, int] | N
     try:
         chunk = json.loads(data)
     except json.JSONDecodeError as e:  # (its message gives a position, not the text)
-        raise UpstreamError(f"event {number} of the stream is not JSON ({e.msg} at character {e.pos})",
+        raise UpstreamError(f"event {number} of the stream is not JSON ({e.msg}, character {e.pos})",
                             code="upstream.protocol") from None
     except RecursionError:
         raise UpstreamError(f"event {number} of the stream nests too deep to read", code="upstream.protocol") from None

@@ -1,0 +1,433 @@
+"""A loopback model server for the gateway tests: recorded raw outputs served as an OpenAI completions stream.
+
+    python tests/upstream_server.py --port 0 --samples samples.json [--api-key KEY] [--lifetime 300]
+
+prints its port on the first stdout line and serves ``POST /v1/completions`` (``stream: true``) on
+127.0.0.1 only. Standard library only (asyncio streams), so it controls every byte and can break a
+stream the way real servers do. The prompt picks what happens, through markers a test writes in its
+user message (they reach the upstream in the rendered prompt):
+
+* ``[[sample:NAME]]``: the recorded output to replay (the samples file maps names to raw outputs; the
+  ``default`` entry, else the first, without a marker). It is sent in token-sized chunks, at most
+  ``max_tokens`` of them (then ``finish_reason`` is ``"length"``), then a usage chunk when
+  ``stream_options.include_usage`` (counts in words, unlike the gateway's own estimate), then ``[DONE]``;
+* ``[[id:NAME]]``: keep a record of the request under NAME (``GET /_log/NAME``): its body, its
+  authorization header, the chunks sent, whether it finished or the client disconnected, and when;
+* ``[[slow:SECONDS]]``: wait that long before each chunk; ``[[timed]]``: record each chunk's send time
+  (``time.monotonic()``, one clock for every process on the machine) and the text offset it ends at;
+* ``[[nousage]]``: send no usage chunk;
+* ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status;
+  ``reset`` aborts the connection (TCP RST); ``stall`` sends nothing more, holding the connection open;
+  ``malformed`` sends an event that is not JSON (the rest of the output in a string left open, so an
+  error that quoted it would show); ``error`` sends an error object in the stream, as vLLM does;
+  ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``.
+
+``GET /_stats`` counts requests, streams in progress, open connections and client disconnects. The
+process exits after ``--lifetime`` seconds, or when its parent goes away, whatever happens to the test.
+:class:`Upstream` runs it as a subprocess for tests and benchmarks, and :class:`Gateway` serves an LMSP app
+in front of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MARKER = re.compile(r"\[\[(sample|id|slow|fault|nousage|timed)(?::([^\]]*))?\]\]")
+CHUNKS = re.compile(r"\s*\S{1,4}|\s+")  # token-sized, like a model's pieces
+
+
+@dataclass
+class Plan:
+    """What one request asks the upstream to do (read from the markers in its prompt)."""
+
+    sample: str | None = None
+    record: str | None = None
+    slow: float = 0.0
+    usage: bool = True
+    timed: bool = False
+    fault: str | None = None
+    fault_at: int = 0
+    status: int = 500
+
+    @classmethod
+    def read(cls, prompt: str) -> Plan:
+        plan = cls()
+        for name, value in MARKER.findall(prompt):
+            if name == "sample":
+                plan.sample = value
+            elif name == "id":
+                plan.record = value
+            elif name == "slow":
+                plan.slow = float(value)
+            elif name == "nousage":
+                plan.usage = False
+            elif name == "timed":
+                plan.timed = True
+            elif name == "fault":
+                kind, _, at = value.partition("@")
+                kind, _, code = kind.partition("=")
+                plan.fault, plan.fault_at = kind, int(at or 0)
+                plan.status = int(code or 500)
+        return plan
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    active: int = 0
+    connections: int = 0
+    disconnects: int = 0
+    completed: int = 0
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class Connection:
+    """One client connection: a byte buffer filled from the socket, so a watcher and the request reader
+    share it (the watcher's read is what notices the client going away mid-stream)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.buffer = bytearray()
+        self.eof = False
+        self.eof_at: float | None = None  # when the client's end of the connection was seen
+
+    async def fill(self) -> None:
+        try:
+            data = await self.reader.read(65536)
+        except OSError:
+            data = b""
+        if data:
+            self.buffer += data
+        else:
+            self.eof, self.eof_at = True, time.monotonic()
+
+    async def request(self) -> tuple[str, str, dict[str, str], bytes] | None:
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            if self.eof:
+                return None
+            await self.fill()
+        head = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+        del self.buffer[:end + 4]
+        method, path, _ = head[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:])}
+        length = int(headers.get("content-length", "0"))
+        while len(self.buffer) < length and not self.eof:
+            await self.fill()
+        body = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        return method, path, headers, body
+
+    async def watch(self, gone: asyncio.Event) -> None:
+        while not self.eof:
+            await self.fill()
+        gone.set()
+
+    async def write(self, data: bytes) -> bool:
+        try:
+            self.writer.write(data)
+            await self.writer.drain()
+        except OSError:
+            return False
+        return True
+
+
+class UpstreamServer:
+    def __init__(self, samples: dict[str, str], api_key: str | None = None) -> None:
+        self.samples = samples
+        self.api_key = api_key
+        self.stats = Stats()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer)
+        self.stats.connections += 1
+        try:
+            while (request := await conn.request()) is not None:
+                if not await self.answer(conn, *request):
+                    break
+        finally:
+            self.stats.connections -= 1
+            writer.close()
+
+    async def answer(self, conn: Connection, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
+        """Answer one request; False when the connection is done with."""
+        if method == "GET" and path == "/_stats":
+            stats = {k: v for k, v in vars(self.stats).items() if k != "records"}
+            return await self.json(conn, 200, stats)
+        if method == "GET" and path.startswith("/_log/"):
+            kept = self.stats.records.get(path.removeprefix("/_log/"))
+            return await self.json(conn, 200 if kept else 404, kept or {"error": "no such record"})
+        if method != "POST" or not path.endswith("/completions"):
+            return await self.json(conn, 404, {"error": {"message": f"no route {method} {path}"}})
+        self.stats.requests += 1
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            return await self.json(conn, 401, {"error": {"message": "invalid api key", "type": "auth"}})
+        try:
+            request = json.loads(body)
+            prompt = request["prompt"]
+        except (ValueError, KeyError, TypeError):
+            return await self.json(conn, 400, {"error": {"message": "the body needs a JSON prompt"}})
+        plan = Plan.read(prompt)
+        record: dict[str, Any] = {"body": request, "authorization": headers.get("authorization"), "sent": 0,
+                                  "chars": 0, "times": [], "finished": False, "disconnected": False,
+                                  "disconnected_at": None, "ended": False, "usage": None}
+        if plan.record:
+            self.stats.records[plan.record] = record
+        if plan.fault == "status":
+            record["ended"] = True
+            return await self.json(conn, plan.status, {"error": {"message": "injected failure", "code": plan.status}})
+        if not request.get("stream"):
+            record["ended"] = True
+            return await self.json(conn, 400, {"error": {"message": "this upstream only streams"}})
+        self.stats.active += 1
+        try:
+            return await self.stream(conn, request, prompt, plan, record)
+        finally:
+            self.stats.active -= 1
+            record["ended"] = True
+
+    async def stream(self, conn: Connection, request: dict[str, Any], prompt: str, plan: Plan,
+                     record: dict[str, Any]) -> bool:
+        name = plan.sample or ("default" if "default" in self.samples else next(iter(self.samples)))
+        chunks = CHUNKS.findall(self.samples[name])
+        limit = request.get("max_tokens")
+        finish = "length" if limit is not None and limit < len(chunks) else "stop"
+        chunks = chunks[:limit] if finish == "length" else chunks
+        framed = plan.fault != "eof"  # a close-delimited body can end cleanly at any point
+        head = ("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+                + ("transfer-encoding: chunked\r\n" if framed else "connection: close\r\n") + "\r\n")
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(conn.watch(gone))
+
+        async def send(data: bytes) -> bool:
+            if gone.is_set():
+                return False
+            frame = b"%x\r\n%s\r\n" % (len(data), data) if framed else data
+            return await conn.write(frame)
+
+        def event(payload: Any) -> bytes:
+            return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+
+        def chunk(text: str, reason: str | None) -> dict[str, Any]:
+            return {"id": "cmpl-loopback", "object": "text_completion", "created": int(time.time()),
+                    "model": request.get("model"), "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                                "finish_reason": reason}]}
+
+        try:
+            if not await conn.write(head.encode()):
+                return self.lost(conn, record)
+            for number, text in enumerate(chunks):
+                if plan.fault is not None and number == plan.fault_at:
+                    return await self.fault(conn, plan, gone, send, event, record, "".join(chunks[number:]))
+                if plan.slow:
+                    try:
+                        await asyncio.wait_for(gone.wait(), plan.slow)
+                    except asyncio.TimeoutError:
+                        pass
+                if not await send(event(chunk(text, None))):
+                    return self.lost(conn, record)
+                record["sent"] += 1
+                record["chars"] += len(text)
+                if plan.timed:
+                    record["times"].append((record["chars"], time.monotonic()))
+            if plan.fault is not None:  # (a fault after the last chunk: before the finish)
+                return await self.fault(conn, plan, gone, send, event, record, "")
+            tail = [event(chunk("", finish))]
+            if plan.usage and (request.get("stream_options") or {}).get("include_usage"):
+                record["usage"] = {"prompt_tokens": len(prompt.split()),
+                                   "completion_tokens": len("".join(chunks).split())}
+                record["usage"]["total_tokens"] = sum(record["usage"].values())
+                tail.append(event({"id": "cmpl-loopback", "object": "text_completion", "choices": [],
+                                   "usage": record["usage"]}))
+            tail.append(event(b"[DONE]"))
+            # [DONE] and the body's end in one write, as servers flush them: the client reads both at once
+            if not await send(b"".join(tail)) or not await conn.write(b"0\r\n\r\n"):
+                return self.lost(conn, record)
+            record["finished"] = True
+            self.stats.completed += 1
+            return True
+        finally:
+            watcher.cancel()
+
+    async def fault(self, conn: Connection, plan: Plan, gone: asyncio.Event, send: Any, event: Any,
+                    record: dict[str, Any], rest: str) -> bool:
+        if plan.fault == "reset":
+            sock = conn.writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.writer.transport.abort()
+            return False
+        if plan.fault == "stall":
+            await gone.wait()  # until the client gives up
+            return self.lost(conn, record)
+        if plan.fault == "malformed":  # (the next chunk's text in a string left open: the output is in it)
+            await send(event(b'{"choices": [{"text": ' + json.dumps(rest)[:-1].encode()))
+        elif plan.fault == "error":
+            await send(event({"error": {"message": "injected mid-stream failure", "type": "InternalError",
+                                        "code": 500}}))
+        # (malformed, error: the stream is left open, as a confused server would; eof: the body just ends)
+        if plan.fault != "eof":
+            await gone.wait()
+            return self.lost(conn, record)
+        return False
+
+    def lost(self, conn: Connection, record: dict[str, Any]) -> bool:
+        record["disconnected"], record["disconnected_at"] = True, conn.eof_at or time.monotonic()
+        self.stats.disconnects += 1
+        return False
+
+    async def json(self, conn: Connection, status: int, body: Any) -> bool:
+        data = json.dumps(body).encode()
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+        return await conn.write(head.encode() + data)
+
+
+async def serve(samples: dict[str, str], port: int, api_key: str | None, lifetime: float) -> None:
+    app = UpstreamServer(samples, api_key)
+    server = await asyncio.start_server(app.handle, "127.0.0.1", port, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    parent = os.getppid()
+    deadline = time.monotonic() + lifetime
+    async with server:
+        while time.monotonic() < deadline and os.getppid() == parent:
+            await asyncio.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--samples", required=True, help="JSON file: sample name -> raw model output")
+    parser.add_argument("--api-key")
+    parser.add_argument("--lifetime", type=float, default=300.0, help="seconds before the process exits")
+    args = parser.parse_args()
+    samples = json.loads(Path(args.samples).read_text(encoding="utf-8"))
+    asyncio.run(serve(samples, args.port, args.api_key, args.lifetime))
+
+
+class Upstream:
+    """The loopback upstream as a subprocess, for a ``with`` block: ``url`` is its API root (``.../v1``)."""
+
+    def __init__(self, samples: dict[str, str], *, api_key: str | None = None, lifetime: float = 300.0) -> None:
+        self.samples, self.api_key, self.lifetime = samples, api_key, lifetime
+
+    def __enter__(self) -> Upstream:
+        import httpx
+
+        handle, self.samples_file = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(self.samples, f)
+        command = [sys.executable, __file__, "--port", "0", "--samples", self.samples_file,
+                   "--lifetime", str(self.lifetime), *(["--api-key", self.api_key] if self.api_key else [])]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 20)
+        line = self.process.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            self.__exit__()
+            raise RuntimeError("the loopback upstream did not start")
+        self.port = int(line)
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.root}/v1"
+        self.control = httpx.Client(base_url=self.root, timeout=10, trust_env=False)
+        return self
+
+    def stats(self) -> dict[str, Any]:
+        """The upstream's counters (requests, active streams, open connections, disconnects, completed)."""
+        result: dict[str, Any] = self.control.get("/_stats").json()
+        return result
+
+    def log(self, name: str, *, wait: float = 10.0) -> dict[str, Any]:
+        """The record of request ``name`` once its stream has ended (polled for up to ``wait`` seconds)."""
+        deadline = time.monotonic() + wait
+        while True:
+            answer = self.control.get(f"/_log/{name}")
+            if answer.status_code == 200 and answer.json()["ended"]:
+                record: dict[str, Any] = answer.json()
+                return record
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"request {name!r} did not end at the upstream")
+            time.sleep(0.01)
+
+    def __exit__(self, *exc: Any) -> None:
+        if getattr(self, "control", None) is not None:
+            self.control.close()
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        os.unlink(self.samples_file)
+
+
+class Gateway:
+    """An LMSP app served by uvicorn on 127.0.0.1 in a thread (``with Gateway(app) as url``); at shutdown
+    the backend's ``aclose()`` runs in the serving loop, as a gateway's lifespan should do it."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.app = app
+        self.loop: asyncio.AbstractEventLoop | None = None
+        config = uvicorn.Config(self.serve, host="127.0.0.1", port=0, log_level="critical", lifespan="on",
+                                interface="asgi3", http="h11", backlog=1024)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            if message["type"] == "lifespan.startup":
+                self.loop = asyncio.get_running_loop()
+                await send({"type": "lifespan.startup.complete"})
+        closer = getattr(self.app.backend, "aclose", None)
+        if closer is not None:
+            await closer()
+        await send({"type": "lifespan.shutdown.complete"})
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def tasks(self) -> int:
+        """Tasks alive in the gateway's loop (besides the one counting them)."""
+        async def count() -> int:
+            return len(asyncio.all_tasks()) - 1
+
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(10)
+
+    def connections(self) -> int:
+        """Client connections the gateway holds open."""
+        return len(self.server.server_state.connections)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+if __name__ == "__main__":
+    main()
