@@ -51,6 +51,8 @@ class Columns:
     prompt: str | None = None
     tools: str | None = None
     id: str | None = None
+    #: the row's grammar name (a log of several models): built once per name and worker
+    grammar: str | None = None
 
     def getters(self) -> tuple[Callable[[Mapping[str, Any]], Any], ...]:
         """One reader per column, compiled once: a plain key is a dict lookup, anything else JMESPath."""
@@ -61,7 +63,7 @@ class Columns:
                 return lambda record: record.get(expression)
             compiled = jmespath.compile(expression)
             return lambda record: compiled.search(record)
-        return tuple(reader(e) for e in (self.text, self.prompt, self.tools, self.id))
+        return tuple(reader(e) for e in (self.text, self.prompt, self.tools, self.id, self.grammar))
 
 
 def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None) -> dict[str, Any]:
@@ -99,21 +101,29 @@ class _Parser:
     def __init__(self, grammar: Any, prefix: str, tools: Any, strict: bool, columns: Columns) -> None:
         if isinstance(grammar, _LarkText):
             grammar = build_grammar(grammar.text, source_name=grammar.name or "<grammar>", name=grammar.name)
-        self.grammar: Grammar = resolve_grammar(grammar)
+        self.grammar: Grammar | None = resolve_grammar(grammar) if grammar is not None else None
         self.prefix, self.tools, self.strict, self.columns = prefix, tools, strict, columns
         self.getters = columns.getters()
+        self.named: dict[str, Grammar] = {}
 
     def row(self, record: Any) -> dict[str, Any]:
         columns = self.columns
+        grammar = self.grammar
         if isinstance(record, str):
             text, prefix, tools, row_id = record, self.prefix, self.tools, None
         elif isinstance(record, _BadLine):
             return result_row(None, error=f"usage.json: line {record.line} is not JSON: {record.reason}")
         elif isinstance(record, Mapping):
-            get_text, get_prompt, get_tools, get_id = self.getters
+            get_text, get_prompt, get_tools, get_id, get_grammar = self.getters
             text, prefix, tools, row_id = get_text(record), get_prompt(record), get_tools(record), get_id(record)
             prefix = self.prefix if prefix is None else prefix
             tools = self.tools if tools is None else tools
+            name = get_grammar(record)
+            if isinstance(name, str):
+                try:
+                    grammar = self.named.get(name) or self.named.setdefault(name, resolve_grammar(name))
+                except GrammarParseError as e:
+                    return result_row(None, row_id=row_id, error=f"{e.code}: {e.detail}")
         else:
             return result_row(None, error=f"usage.batch: a row is a {type(record).__name__}, not text or a record")
         if not isinstance(text, str):
@@ -125,8 +135,10 @@ class _Parser:
                 tools = json.loads(tools)
             except ValueError:
                 return result_row(None, row_id=row_id, error="usage.json: the row's tools are not JSON")
+        if grammar is None:
+            return result_row(None, row_id=row_id, error="usage.grammar: the row names no grammar, and none was given")
         try:
-            message = parse_response(text, self.grammar, prefix=prefix, tools=tools, strict=self.strict)
+            message = parse_response(text, grammar, prefix=prefix, tools=tools, strict=self.strict)
         except GrammarParseError as e:
             return result_row(None, row_id=row_id, error=f"{e.code}: {e.detail}")
         return result_row(message, row_id=row_id)
@@ -161,8 +173,9 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
 
     ``records`` are output strings, or mappings holding the output under ``columns.text`` (and the prompt,
     tools and id under the other ``columns``; a row without them uses ``prefix`` and ``tools``). ``grammar``
-    is anything ``load_grammar`` takes, or a Grammar; with ``workers > 1`` it is passed to each worker
-    process as its name or its Lark text and built there once. ``progress`` is called with the number of
+    is anything ``load_grammar`` takes, or a Grammar (None when every row names its own, ``columns.grammar``);
+    with ``workers > 1`` it is passed to each worker process as its name or its Lark text and built there
+    once. ``progress`` is called with the number of
     rows done after each chunk. Lenient by default (``strict=False``): problems are in ``parse_errors``.
     """
     columns = columns or Columns()

@@ -306,9 +306,9 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
     from .batch import Columns, Progress, default_workers, run_jsonl
 
-    grammar = _model_grammar(args)
+    grammar = _model_grammar(args) if args.grammar or _model(args) or not args.grammar_column else None
     prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
-    columns = Columns(text=args.text, prompt=args.prompt, tools=args.tools, id=args.id)
+    columns = Columns(text=args.text, prompt=args.prompt, tools=args.tools, id=args.id, grammar=args.grammar_column)
     workers = args.jobs or default_workers()
     skip = 0
     if args.resume:
@@ -533,6 +533,34 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--store-ttl", type=float, default=3600.0, metavar="SECONDS",
                    help="how long a stored response is kept (default 3600)")
     p.set_defaults(run=_cmd_serve)
+    p = command("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, "
+                         "parse errors, id), lenient, with worker processes and a summary")
+    p.add_argument("input", nargs="?", help="JSONL input: records, or JSON strings (default, or -: stdin)")
+    p.add_argument("-o", "--output", help="JSONL output file (default, or -: stdout)")
+    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
+    model_options(p)
+    p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")
+    p.add_argument("--prompt", help="the record's prompt (the prefix): a key or JMESPath")
+    p.add_argument("--tools", help="the record's tool schemas: a key or JMESPath")
+    p.add_argument("--id", help="the record's id, kept in its row: a key or JMESPath")
+    p.add_argument("--grammar-column", help="the record's grammar name (a log of several models): a key or JMESPath")
+    p.add_argument("--prefix-file", help="the prompt of every row without one of its own")
+    p.add_argument("--tools-file", help="JSON list of tool schemas for every row without its own")
+    p.add_argument("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--resume", action="store_true", help="append to -o, skipping the rows it already holds")
+    p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    p.set_defaults(run=_cmd_batch)
+    p = command("view", "write one self-contained HTML page showing how an output parses: each region by field, "
+                        "delimiters, discarded text and errors, and the message")
+    p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
+    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
+    model_options(p)
+    p.add_argument("--prefix-file", help="the prompt the model continued")
+    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
+    p.add_argument("--title", help="the page's title")
+    p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
+    p.set_defaults(run=_cmd_view)
     p = command("list", "list the built-in grammars and their aliases")
     p.set_defaults(run=_cmd_list)
     return ap
