@@ -140,3 +140,16 @@ def test_the_batch_command(tmp_path, capsys):
     assert target.read_text(encoding="utf-8").splitlines() == lines
     assert main(["batch", str(source), "-g", "qwen3", "--resume"]) == 2
     assert "[usage.file]: --resume needs an output file" in capsys.readouterr().err
+
+
+def test_rows_may_name_their_grammar():
+    records = [{"model": "qwen3", "completion": "<think>a</think>b"},
+               {"model": "gpt_oss", "completion": "<|channel|>analysis<|message|>a<|end|><|start|>assistant"
+                                                  "<|channel|>final<|message|>b<|return|>"},
+               {"model": "no_such_grammar", "completion": "x"}, {"completion": "y"}]
+    columns = Columns(grammar="model")
+    for workers in (1, 2):
+        rows = list(parse_many(records, None, columns=columns, workers=workers))
+        assert [(r["reasoning"], r["content"]) for r in rows[:2]] == [("a", "b"), ("a", "b")]
+        assert rows[2]["error"].startswith("grammar.not_found: ")
+        assert rows[3]["error"] == "usage.grammar: the row names no grammar, and none was given"
