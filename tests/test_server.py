@@ -7,7 +7,6 @@ server here listens on 127.0.0.1 only and stops with its test."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -84,11 +83,17 @@ _SHARED: list[tuple[str, LMSPApp]] = []
 def shared_server() -> Iterator[None]:
     """One server for the module (starting and stopping one costs more than most tests): each test sets
     the parts of the app it needs through gateway(), which puts the defaults back after it."""
+    global HTTP
+    HTTP = httpx.Client(timeout=20)  # (made again if xdist runs this module's tests in two turns)
     app = app_with()
     with Served(app) as address:
         _SHARED.append((address, app))
         yield
         _SHARED.clear()
+    for made in _CLIENTS.values():  # (their connections, before the interpreter exits)
+        made.close()
+    _CLIENTS.clear()
+    HTTP.close()
 
 
 @contextlib.contextmanager
@@ -116,9 +121,14 @@ def url() -> Iterator[str]:
         yield address
 
 
-@functools.lru_cache(maxsize=None)
+_CLIENTS: dict[tuple[str, str], openai.OpenAI] = {}
+
+
 def client(address: str, token: str = TOKEN) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{address}/v1", api_key=token, max_retries=0, timeout=20)
+    """An openai client for the server (one per address and token: making one costs more than a request)."""
+    if (address, token) not in _CLIENTS:
+        _CLIENTS[address, token] = openai.OpenAI(base_url=f"{address}/v1", api_key=token, max_retries=0, timeout=20)
+    return _CLIENTS[address, token]
 
 
 def user(text: str) -> dict[str, Any]:
@@ -901,17 +911,20 @@ def test_the_serve_command_is_a_gateway_to_an_upstream(tmp_path):
                "--grammar", "auto", "--token-file", str(tmp_path / "token"), "--log-level", "warning"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "GRAMMAR_PARSE_TOKEN": "env-token"})
+    stack = contextlib.ExitStack()
     try:
         line = process.stdout.readline()  # printed once the port is bound: the address answers at once
         address = re.search(r"at (http://127\.0\.0\.1:\d+):", line).group(1)
         assert HTTP.get(f"{address}/health").json() == {"status": "ok"}
-        api = openai.OpenAI(base_url=f"{address}/v1", api_key="file-token", max_retries=0, timeout=20)
+        api = stack.enter_context(openai.OpenAI(base_url=f"{address}/v1", api_key="file-token", max_retries=0,
+                                                timeout=20))
         assert [m.id for m in api.models.list().data] == ["qwen3"]
         first = api.chat.completions.create(model="qwen3", messages=[{"role": "user", "content": "Weather?"}],
                                             tools=CHAT_TOOLS, max_tokens=200)
         answer = lmsp(address, {"model": "qwen3", "input": [user("Hi")]}, token="file-token")
         refused = lmsp(address, {"model": "qwen3", "input": [user("Hi")]}, token="env-token")
     finally:
+        stack.close()
         process.terminate()
         process.communicate(timeout=20)
         upstream.should_exit = True
