@@ -18,6 +18,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_addoption(parser):
     parser.addoption("--oracle", action="store_true", help="run the differential tests against transformers")
     parser.addoption("--engines", action="store_true", help="run the tests against the installed vLLM and SGLang")
+    parser.addoption("--load", action="store_true", help="run the gateway's load and fault tests (tests/load)")
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
@@ -27,5 +28,8 @@ def pytest_ignore_collect(collection_path, config):
         return True
     # The engine plugin tests need vLLM and SGLang (installed as the README's engine test group says).
     if "engines" in collection_path.parts and not config.getoption("--engines"):
+        return True
+    # The gateway's load and fault tests (hundreds of streams, 10,000 requests: minutes) run only when asked for.
+    if "load" in collection_path.parts and not config.getoption("--load"):
         return True
     return None

@@ -21,7 +21,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 from upstream_server import Gateway, Upstream  # noqa: E402
 
-SAMPLES = {**ReplayBackend().samples,
+SAMPLES = {**ReplayBackend().samples, "short": "Hi there.<|im_end|>",
            "default": "<think>\nSECRET-REASONING é 漢字\n</think>\n\nSECRET-ANSWER, in a few words.<|im_end|>"}
 SECRETS = ("SECRET", "漢字")  # what no error message may say
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather now",

@@ -22,10 +22,12 @@ user message (they reach the upstream in the rendered prompt):
   error that quoted it would show); ``error`` sends an error object in the stream, as vLLM does;
   ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``.
 
-``GET /_stats`` counts requests, streams in progress, open connections and client disconnects. The
-process exits after ``--lifetime`` seconds, or when its parent goes away, whatever happens to the test.
-:class:`Upstream` runs it as a subprocess for tests and benchmarks, and :class:`Gateway` serves an LMSP app
-in front of it.
+``GET /_stats`` counts requests, streams in progress, open connections and client disconnects, and gives
+the process's CPU time. The process exits after ``--lifetime`` seconds, or when its parent goes away,
+whatever happens to the test.
+:class:`Upstream` runs it as a subprocess for tests and benchmarks. In front of it, :class:`Gateway` serves
+an LMSP app in a thread of the test's process, and :class:`GatewayProcess` in a process of its own
+(``--gateway URL``), for load: a client in the same interpreter would share its lock and distort the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import select
@@ -166,7 +169,7 @@ class UpstreamServer:
     async def answer(self, conn: Connection, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         """Answer one request; False when the connection is done with."""
         if method == "GET" and path == "/_stats":
-            stats = {k: v for k, v in vars(self.stats).items() if k != "records"}
+            stats = {k: v for k, v in vars(self.stats).items() if k != "records"} | {"cpu": time.process_time()}
             return await self.json(conn, 200, stats)
         if method == "GET" and path.startswith("/_log/"):
             kept = self.stats.records.get(path.removeprefix("/_log/"))
@@ -262,6 +265,7 @@ class UpstreamServer:
             return True
         finally:
             watcher.cancel()
+            await asyncio.wait([watcher])  # (its read must be over before the next request is read)
 
     async def fault(self, conn: Connection, plan: Plan, gone: asyncio.Event, send: Any, event: Any,
                     record: dict[str, Any], rest: str) -> bool:
@@ -299,53 +303,143 @@ async def serve(samples: dict[str, str], port: int, api_key: str | None, lifetim
     app = UpstreamServer(samples, api_key)
     server = await asyncio.start_server(app.handle, "127.0.0.1", port, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await outlive(lifetime)
+
+
+async def outlive(lifetime: float) -> None:
+    """Return after ``lifetime`` seconds, or as soon as the parent process has gone."""
     parent = os.getppid()
     deadline = time.monotonic() + lifetime
-    async with server:
-        while time.monotonic() < deadline and os.getppid() == parent:
-            await asyncio.sleep(0.5)
+    while time.monotonic() < deadline and os.getppid() == parent:
+        await asyncio.sleep(0.5)
+
+
+async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime: float) -> None:
+    """An LMSP app with an UpstreamBackend on ``upstream``, served by uvicorn (h11) on 127.0.0.1, with
+    ``GET /_gateway`` answering what the tests count: tasks, connections, stored responses, RSS, CPU."""
+    import uvicorn
+
+    from grammar_parse.backends import UpstreamBackend
+    from grammar_parse.server import LMSPApp
+
+    app = LMSPApp(grammar="qwen3", backend=UpstreamBackend(upstream, read_timeout=read_timeout))
+    logging.getLogger("grammar_parse.server").setLevel(logging.ERROR)  # (the tests' upstream faults are expected)
+    server: Any = None
+
+    async def control(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/_gateway":
+            await app(scope, receive, send)
+            return
+        figures = {"tasks": len(asyncio.all_tasks()) - 1, "connections": len(server.server_state.connections),
+                   "stored": len(app.store), "store_bound": getattr(app.store, "max_entries", None),
+                   "rss_mib": rss_mib(), "cpu": time.process_time(), "cpu_user": os.times().user,
+                   "cpu_system": os.times().system}
+        data = json.dumps(figures).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": data})
+
+    # (IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say it, and without it each response's
+    # body waits out the client's delayed ACK behind its headers: 40 ms a request)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", port))
+    print(sock.getsockname()[1], flush=True)
+    server = uvicorn.Server(uvicorn.Config(control, log_level="critical", lifespan="on", interface="asgi3",
+                                           http="h11", backlog=1024))
+
+    async def watchdog() -> None:
+        await outlive(lifetime)
+        server.should_exit = True
+
+    guard = asyncio.create_task(watchdog())
+    await server.serve(sockets=[sock])
+    guard.cancel()
+
+
+def rss_mib() -> float:
+    """This process's resident memory now (Linux), else its peak."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--samples", required=True, help="JSON file: sample name -> raw model output")
+    parser.add_argument("--samples", help="JSON file: sample name -> raw model output")
     parser.add_argument("--api-key")
+    parser.add_argument("--gateway", metavar="URL", help="serve the LMSP gateway in front of this upstream instead")
+    parser.add_argument("--read-timeout", type=float, default=10.0, help="the gateway's upstream read timeout")
     parser.add_argument("--lifetime", type=float, default=300.0, help="seconds before the process exits")
     args = parser.parse_args()
+    if args.gateway:
+        asyncio.run(serve_gateway(args.gateway, args.port, args.read_timeout, args.lifetime))
+        return
+    if not args.samples:
+        parser.error("--samples is needed (or --gateway)")
     samples = json.loads(Path(args.samples).read_text(encoding="utf-8"))
     asyncio.run(serve(samples, args.port, args.api_key, args.lifetime))
 
 
-class Upstream:
-    """The loopback upstream as a subprocess, for a ``with`` block: ``url`` is its API root (``.../v1``)."""
+class Loopback:
+    """This script run as a subprocess on 127.0.0.1 (``arguments`` after the script), for a ``with``
+    block: started, its port read from its first line, killed on exit."""
 
-    def __init__(self, samples: dict[str, str], *, api_key: str | None = None, lifetime: float = 300.0) -> None:
-        self.samples, self.api_key, self.lifetime = samples, api_key, lifetime
+    def __init__(self, arguments: list[str]) -> None:
+        self.arguments = arguments
 
-    def __enter__(self) -> Upstream:
+    def __enter__(self) -> Any:
         import httpx
 
-        handle, self.samples_file = tempfile.mkstemp(suffix=".json")
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump(self.samples, f)
-        command = [sys.executable, __file__, "--port", "0", "--samples", self.samples_file,
-                   "--lifetime", str(self.lifetime), *(["--api-key", self.api_key] if self.api_key else [])]
+        command = [sys.executable, __file__, "--port", "0", *self.arguments]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], 20)
+        ready, _, _ = select.select([self.process.stdout], [], [], 30)
         line = self.process.stdout.readline() if ready else ""
         if not line.strip().isdigit():
             self.__exit__()
-            raise RuntimeError("the loopback upstream did not start")
+            raise RuntimeError(f"{Path(__file__).name} {' '.join(self.arguments[:1])} did not start")
         self.port = int(line)
         self.root = f"http://127.0.0.1:{self.port}"
-        self.url = f"{self.root}/v1"
         self.control = httpx.Client(base_url=self.root, timeout=10, trust_env=False)
         return self
 
+    def __exit__(self, *exc: Any) -> None:
+        if getattr(self, "control", None) is not None:
+            self.control.close()
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+class Upstream(Loopback):
+    """The loopback upstream as a subprocess: ``url`` is its API root (``.../v1``)."""
+
+    def __init__(self, samples: dict[str, str], *, api_key: str | None = None, lifetime: float = 300.0) -> None:
+        handle, self.samples_file = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(samples, f)
+        super().__init__(["--samples", self.samples_file, "--lifetime", str(lifetime),
+                          *(["--api-key", api_key] if api_key else [])])
+
+    def __enter__(self) -> Upstream:
+        super().__enter__()
+        self.url = f"{self.root}/v1"
+        return self
+
     def stats(self) -> dict[str, Any]:
-        """The upstream's counters (requests, active streams, open connections, disconnects, completed)."""
+        """The upstream's counters (requests, active streams, open connections, disconnects, completed) and
+        its CPU time (``cpu``)."""
         result: dict[str, Any] = self.control.get("/_stats").json()
         return result
 
@@ -362,17 +456,27 @@ class Upstream:
             time.sleep(0.01)
 
     def __exit__(self, *exc: Any) -> None:
-        if getattr(self, "control", None) is not None:
-            self.control.close()
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        super().__exit__()
         os.unlink(self.samples_file)
+
+
+class GatewayProcess(Loopback):
+    """The LMSP gateway in front of an upstream, as its own process (its own interpreter: load on it is
+    not slowed by the test's client, nor its CPU mixed with the client's); ``url`` is its root."""
+
+    def __init__(self, upstream: str, *, read_timeout: float = 10.0, lifetime: float = 300.0) -> None:
+        super().__init__(["--gateway", upstream, "--read-timeout", str(read_timeout), "--lifetime", str(lifetime)])
+
+    def __enter__(self) -> GatewayProcess:
+        super().__enter__()
+        self.url = self.root
+        return self
+
+    def figures(self) -> dict[str, Any]:
+        """Tasks in its loop, open client connections, stored responses (and the store's bound), RSS, CPU
+        (``cpu`` its process time; ``cpu_user`` and ``cpu_system`` the two parts of it)."""
+        result: dict[str, Any] = self.control.get("/_gateway").json()
+        return result
 
 
 class Gateway:

@@ -1,0 +1,178 @@
+"""Benchmark: what the LMSP gateway adds in front of a raw-completion model server, per event.
+
+    python benchmarks/bench_gateway.py                         # 200 concurrent streams at four paces
+    python benchmarks/bench_gateway.py --streams 50 --pace 0.05
+
+Everything runs on 127.0.0.1, in three processes: the loopback model server (tests/upstream_server.py:
+recorded output in the OpenAI completions stream shape, one token-sized chunk every ``pace`` seconds,
+each chunk's send time recorded), the gateway (``LMSPApp`` with an ``UpstreamBackend``, served by uvicorn)
+and this client (httpx, every stream at once). At each pace, two runs of the same streams:
+
+* **direct**: the client reads the upstream's completions stream itself;
+* **gateway**: the client reads the LMSP stream the gateway makes of it.
+
+An event's latency is its arrival at the client minus the upstream's send time of the chunk that
+completes the text it carries (both ``time.monotonic()``, one clock for the machine's processes). The
+recording is plain content, so each text delta maps to a place in the raw output; the other events
+(``created``, item added and done, the final one) are counted but not timed. The gateway's added latency
+is the gateway run's percentile minus the direct run's: the client's own reading cost and the loopback
+hops are in both. The gateway's CPU per event is its process CPU time over the run divided by the events
+it sent (every event, timed or not); the upstream's CPU per chunk, over the direct run, is the floor a
+minimal asyncio server pays on the same machine to write one chunk to a socket.
+
+Where the offered chunks per second need more CPU than the machine has, latency is queueing: the pace
+at which the added latency starts to grow says how many streams a core sustains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import httpx  # noqa: E402
+
+from grammar_parse.lmsp import parse_sse  # noqa: E402
+from upstream_server import CHUNKS, GatewayProcess, Upstream  # noqa: E402
+
+# Plain content (no reasoning, no call): every text delta is a stretch of the raw output.
+PROSE = ("A local model service is a resident layer between applications and the models on the user's own "
+         "device: it finds them, loads them and answers every request in one protocol.")
+SAMPLES = {"default": PROSE + "<|im_end|>"}
+DELTAS = ("response.output_text.delta", "response.reasoning_summary_text.delta",
+          "response.function_call_arguments.delta")
+
+
+@dataclass
+class Run:
+    """One run's figures: each timed event's latency (s), and how many events came in all."""
+
+    latencies: list[float] = field(default_factory=list)
+    events: int = 0
+    seconds: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def sent_at(times: list[list[float]], offset: int) -> float:
+    """The send time of the chunk that completes the text up to ``offset`` (times: [end offset, time])."""
+    for end, moment in times:
+        if end >= offset:
+            return moment
+    return times[-1][1]
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=120, trust_env=False)
+
+
+async def direct(upstream: Upstream, streams: int, pace: float) -> tuple[Run, list[list[tuple[int, float]]]]:
+    """Every stream straight from the upstream: (the run, each stream's (text offset, arrival) list)."""
+    async def one(http: httpx.AsyncClient, i: int) -> list[tuple[int, float]]:
+        body = {"model": "m", "prompt": f"[[timed]][[slow:{pace}]][[id:direct-{i}]]", "stream": True}
+        arrivals, offset = [], 0
+        async with http.stream("POST", f"{upstream.url}/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    now = time.monotonic()
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    offset += len(choices[0].get("text") or "")
+                    arrivals.append((offset, now))
+        return arrivals
+
+    async with client() as http:
+        start = time.monotonic()
+        results = await asyncio.gather(*(one(http, i) for i in range(streams)))
+        return Run(seconds=time.monotonic() - start), results
+
+
+async def through(gateway: GatewayProcess, streams: int, pace: float) -> tuple[Run, list[list[tuple[int, float]]]]:
+    """Every stream through the gateway: (the run, each stream's (text offset, arrival) list of deltas)."""
+    async def one(http: httpx.AsyncClient, i: int) -> tuple[int, list[tuple[int, float]]]:
+        text = f"[[timed]][[slow:{pace}]][[id:gateway-{i}]]"
+        body = {"model": "qwen3", "stream": True,
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}
+        arrivals, offset, count, frame = [], 0, 0, []
+        async with http.stream("POST", f"{gateway.url}/lmsp/v1/responses", json=body) as response:
+            async for line in response.aiter_lines():
+                frame.append(line)
+                if line:
+                    continue
+                now = time.monotonic()
+                for event in parse_sse("\n".join(frame) + "\n"):
+                    count += 1
+                    if event["event"] in DELTAS:
+                        offset += len(event["data"]["delta"])
+                        arrivals.append((offset, now))
+                    elif event["event"] in ("response.failed", "error"):
+                        raise RuntimeError(f"stream {i} failed: {event['data']}")
+                frame = []
+        return count, arrivals
+
+    async with client() as http:
+        start = time.monotonic()
+        results = await asyncio.gather(*(one(http, i) for i in range(streams)))
+        return Run(events=sum(n for n, _ in results), seconds=time.monotonic() - start), [a for _, a in results]
+
+
+def timed(run: Run, upstream: Upstream, prefix: str, arrivals: list[list[tuple[int, float]]]) -> Run:
+    for i, stream in enumerate(arrivals):
+        times = upstream.log(f"{prefix}-{i}")["times"]
+        run.latencies += [moment - sent_at(times, offset) for offset, moment in stream]
+    if not run.events:
+        run.events = sum(len(stream) for stream in arrivals)
+    return run
+
+
+def measure(upstream: Upstream, gateway: GatewayProcess, streams: int, pace: float) -> dict[str, Any]:
+    """Both runs at one pace: latencies, events, and the CPU each server spent."""
+    up = upstream.stats()["cpu"]
+    raw, arrivals = asyncio.run(direct(upstream, streams, pace))
+    upstream_cpu = upstream.stats()["cpu"] - up
+    raw = timed(raw, upstream, "direct", arrivals)
+    before = gateway.figures()
+    gated, arrivals = asyncio.run(through(gateway, streams, pace))
+    after = gateway.figures()
+    gated = timed(gated, upstream, "gateway", arrivals)
+    return {"direct": raw, "gateway": gated, "gateway_cpu": after["cpu"] - before["cpu"],
+            "upstream_cpu": upstream_cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=200, help="concurrent streaming requests (default 200)")
+    parser.add_argument("--pace", type=float, action="append",
+                        help="seconds between the upstream's chunks (repeatable; default 0.2, 0.1, 0.05, 0.02)")
+    args = parser.parse_args()
+    paces = args.pace or [0.2, 0.1, 0.05, 0.02]
+    chunks = len(CHUNKS.findall(SAMPLES["default"]))
+    print(f"{args.streams} concurrent streams of {chunks} chunks; latency per event = its arrival at the client "
+          "minus the upstream's send of its chunk (ms)\n")
+    print("| chunk every | chunks/s offered | direct p50 | direct p99 | gateway p50 | gateway p99 | **added p50** | "
+          "**added p99** | gateway CPU µs/event | upstream CPU µs/chunk |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    with Upstream(SAMPLES, lifetime=1800) as upstream, GatewayProcess(upstream.url, lifetime=1800) as gateway:
+        asyncio.run(through(gateway, 4, 0.0))  # (warm: the grammar's first parse, the client pools)
+        for pace in paces:
+            got = measure(upstream, gateway, args.streams, pace)
+            raw, gated = got["direct"], got["gateway"]
+            ms = [run.percentile(q) * 1000 for run in (raw, gated) for q in (0.5, 0.99)]
+            print(f"| {pace * 1000:g} ms | {args.streams / pace:,.0f} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
+                  f"{ms[3]:.1f} | **{ms[2] - ms[0]:.1f}** | **{ms[3] - ms[1]:.1f}** | "
+                  f"{got['gateway_cpu'] / gated.events * 1e6:.0f} | {got['upstream_cpu'] / raw.events * 1e6:.0f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
