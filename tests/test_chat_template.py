@@ -366,8 +366,9 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("source", "code"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
 def test_hostile_templates_stop_with_their_code(source, code):
+    # (a short clock only where the clock is what must stop it: on a busy machine it would beat a size guard)
     with pytest.raises(ChatTemplateError) as raised:
-        ChatTemplate(source).render(USER, time_limit=0.2)
+        ChatTemplate(source).render(USER, time_limit=0.2 if code == "chat_template.timeout" else 30.0)
     assert raised.value.code == code, raised.value
 
 
