@@ -6,7 +6,8 @@
 Everything runs on 127.0.0.1, in three processes: the loopback model server (tests/upstream_server.py:
 recorded output in the OpenAI completions stream shape, one token-sized chunk every ``pace`` seconds,
 each chunk's send time recorded), the gateway (``LMSPApp`` with an ``UpstreamBackend``, served by uvicorn)
-and this client (httpx, every stream at once). At each pace, two runs of the same streams:
+and this client (httpx; the streams start over ``--ramp`` seconds, then run side by side: a burst of
+simultaneous starts is its own workload, ``--ramp 0``). At each pace, two runs of the same streams:
 
 * **direct**: the client reads the upstream's completions stream itself;
 * **gateway**: the client reads the LMSP stream the gateway makes of it.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -73,13 +75,29 @@ def sent_at(times: list[list[float]], offset: int) -> float:
     return times[-1][1]
 
 
-def client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=120, trust_env=False)
+def clients(n: int) -> list[httpx.AsyncClient]:
+    """One client per stream, sharing one TLS context: httpcore 1.0's pool does work quadratic in its
+    connections on every request and response (encode/httpx#3215), which would make the client, not the
+    servers, the slow part with 200 connections in one pool."""
+    context = ssl.create_default_context()
+    return [httpx.AsyncClient(timeout=120, trust_env=False, verify=context) for _ in range(n)]
 
 
-async def direct(upstream: Upstream, streams: int, pace: float) -> tuple[Run, list[list[tuple[int, float]]]]:
+async def each(streams: int, one: Any) -> list[Any]:
+    """``one(client, i)`` for every stream at once, each on its own client."""
+    opened = clients(streams)
+    try:
+        return await asyncio.gather(*(one(http, i) for i, http in enumerate(opened)))
+    finally:
+        for http in opened:
+            await http.aclose()
+
+
+async def direct(upstream: Upstream, streams: int, pace: float, ramp: float
+                 ) -> tuple[Run, list[list[tuple[int, float]]]]:
     """Every stream straight from the upstream: (the run, each stream's (text offset, arrival) list)."""
     async def one(http: httpx.AsyncClient, i: int) -> list[tuple[int, float]]:
+        await asyncio.sleep(ramp * i / streams)
         body = {"model": "m", "prompt": f"[[timed]][[slow:{pace}]][[id:direct-{i}]]", "stream": True}
         arrivals, offset = [], 0
         async with http.stream("POST", f"{upstream.url}/completions", json=body) as response:
@@ -91,15 +109,16 @@ async def direct(upstream: Upstream, streams: int, pace: float) -> tuple[Run, li
                     arrivals.append((offset, now))
         return arrivals
 
-    async with client() as http:
-        start = time.monotonic()
-        results = await asyncio.gather(*(one(http, i) for i in range(streams)))
-        return Run(seconds=time.monotonic() - start), results
+    start = time.monotonic()
+    results = await each(streams, one)
+    return Run(seconds=time.monotonic() - start), results
 
 
-async def through(gateway: GatewayProcess, streams: int, pace: float) -> tuple[Run, list[list[tuple[int, float]]]]:
+async def through(gateway: GatewayProcess, streams: int, pace: float, ramp: float = 0.0
+                  ) -> tuple[Run, list[list[tuple[int, float]]]]:
     """Every stream through the gateway: (the run, each stream's (text offset, arrival) list of deltas)."""
     async def one(http: httpx.AsyncClient, i: int) -> tuple[int, list[tuple[int, float]]]:
+        await asyncio.sleep(ramp * i / streams)
         text = f"[[timed]][[slow:{pace}]][[id:gateway-{i}]]"
         body = {"model": "qwen3", "stream": True,
                 "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}
@@ -120,10 +139,9 @@ async def through(gateway: GatewayProcess, streams: int, pace: float) -> tuple[R
                 frame = []
         return count, arrivals
 
-    async with client() as http:
-        start = time.monotonic()
-        results = await asyncio.gather(*(one(http, i) for i in range(streams)))
-        return Run(events=sum(n for n, _ in results), seconds=time.monotonic() - start), [a for _, a in results]
+    start = time.monotonic()
+    results = await each(streams, one)
+    return Run(events=sum(n for n, _ in results), seconds=time.monotonic() - start), [a for _, a in results]
 
 
 def timed(run: Run, upstream: Upstream, prefix: str, arrivals: list[list[tuple[int, float]]]) -> Run:
@@ -135,14 +153,14 @@ def timed(run: Run, upstream: Upstream, prefix: str, arrivals: list[list[tuple[i
     return run
 
 
-def measure(upstream: Upstream, gateway: GatewayProcess, streams: int, pace: float) -> dict[str, Any]:
+def measure(upstream: Upstream, gateway: GatewayProcess, streams: int, pace: float, ramp: float) -> dict[str, Any]:
     """Both runs at one pace: latencies, events, and the CPU each server spent."""
     up = upstream.stats()["cpu"]
-    raw, arrivals = asyncio.run(direct(upstream, streams, pace))
+    raw, arrivals = asyncio.run(direct(upstream, streams, pace, ramp))
     upstream_cpu = upstream.stats()["cpu"] - up
     raw = timed(raw, upstream, "direct", arrivals)
     before = gateway.figures()
-    gated, arrivals = asyncio.run(through(gateway, streams, pace))
+    gated, arrivals = asyncio.run(through(gateway, streams, pace, ramp))
     after = gateway.figures()
     gated = timed(gated, upstream, "gateway", arrivals)
     return {"direct": raw, "gateway": gated, "gateway_cpu": after["cpu"] - before["cpu"],
@@ -154,18 +172,20 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200, help="concurrent streaming requests (default 200)")
     parser.add_argument("--pace", type=float, action="append",
                         help="seconds between the upstream's chunks (repeatable; default 0.2, 0.1, 0.05, 0.02)")
+    parser.add_argument("--ramp", type=float, default=2.0,
+                        help="seconds over which the streams start (0: all in one instant; default 2)")
     args = parser.parse_args()
     paces = args.pace or [0.2, 0.1, 0.05, 0.02]
     chunks = len(CHUNKS.findall(SAMPLES["default"]))
-    print(f"{args.streams} concurrent streams of {chunks} chunks; latency per event = its arrival at the client "
-          "minus the upstream's send of its chunk (ms)\n")
+    print(f"{args.streams} concurrent streams of {chunks} chunks, started over {args.ramp:g} s; latency per event = "
+          "its arrival at the client minus the upstream's send of its chunk (ms)\n")
     print("| chunk every | chunks/s offered | direct p50 | direct p99 | gateway p50 | gateway p99 | **added p50** | "
           "**added p99** | gateway CPU µs/event | upstream CPU µs/chunk |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with Upstream(SAMPLES, lifetime=1800) as upstream, GatewayProcess(upstream.url, lifetime=1800) as gateway:
         asyncio.run(through(gateway, 4, 0.0))  # (warm: the grammar's first parse, the client pools)
         for pace in paces:
-            got = measure(upstream, gateway, args.streams, pace)
+            got = measure(upstream, gateway, args.streams, pace, args.ramp)
             raw, gated = got["direct"], got["gateway"]
             ms = [run.percentile(q) * 1000 for run in (raw, gated) for q in (0.5, 0.99)]
             print(f"| {pace * 1000:g} ms | {args.streams / pace:,.0f} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "

@@ -63,6 +63,13 @@ def test_the_text_is_the_recording(upstream, name):
     assert len(pieces) == upstream.log(f"text-{name}")["sent"] and generation.truncated is False
 
 
+@pytest.mark.parametrize("ends", ["lf", "crlf", "cr"])
+def test_the_text_is_the_recording_whatever_the_streams_line_ends(upstream, ends):
+    pieces, generation = run(generate(upstream.url, f"[[lines:{ends}]][[sample:tool_call]][[id:ends-{ends}]]"))
+    assert "".join(pieces) == SAMPLES["tool_call"]  # (and the usage event after the text was read too)
+    assert generation.output_tokens == upstream.log(f"ends-{ends}")["usage"]["completion_tokens"] != len(pieces)
+
+
 def test_the_request_carries_the_prompt_the_limits_and_the_extra_body(upstream):
     prompt = "[[id:body]] Hi"
     run(generate(upstream.url, prompt, {"max_output_tokens": 500, "temperature": 0.25},
@@ -140,6 +147,8 @@ FAULTS = [  # marker, code, upstream status
     ("[[fault:eof@3]]", "upstream.reset", None),
     ("[[fault:stall@2]]", "upstream.timeout", None),
     ("[[fault:malformed@2]]", "upstream.protocol", None),
+    ("[[fault:binary@2]]", "upstream.protocol", None),
+    ("[[fault:longline@2]]", "upstream.protocol", None),
     ("[[fault:error@2]]", "upstream.status", 500),
 ]
 

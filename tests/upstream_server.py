@@ -15,11 +15,12 @@ user message (they reach the upstream in the rendered prompt):
   authorization header, the chunks sent, whether it finished or the client disconnected, and when;
 * ``[[slow:SECONDS]]``: wait that long before each chunk; ``[[timed]]``: record each chunk's send time
   (``time.monotonic()``, one clock for every process on the machine) and the text offset it ends at;
-* ``[[nousage]]``: send no usage chunk;
+* ``[[nousage]]``: send no usage chunk; ``[[lines:crlf]]``, ``[[lines:cr]]``: end the stream's lines so;
 * ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status;
   ``reset`` aborts the connection (TCP RST); ``stall`` sends nothing more, holding the connection open;
   ``malformed`` sends an event that is not JSON (the rest of the output in a string left open, so an
-  error that quoted it would show); ``error`` sends an error object in the stream, as vLLM does;
+  error that quoted it would show); ``binary`` an event that is not UTF-8; ``longline`` an event line
+  that never ends (17 MiB); ``error`` sends an error object in the stream, as vLLM does;
   ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``.
 
 ``GET /_stats`` counts requests, streams in progress, open connections and client disconnects, and gives
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MARKER = re.compile(r"\[\[(sample|id|slow|fault|nousage|timed)(?::([^\]]*))?\]\]")
+MARKER = re.compile(r"\[\[(sample|id|slow|fault|nousage|timed|lines)(?::([^\]]*))?\]\]")
 CHUNKS = re.compile(r"\s*\S{1,4}|\s+")  # token-sized, like a model's pieces
 
 
@@ -66,6 +67,7 @@ class Plan:
     fault: str | None = None
     fault_at: int = 0
     status: int = 500
+    line_end: bytes = b"\n"
 
     @classmethod
     def read(cls, prompt: str) -> Plan:
@@ -81,6 +83,8 @@ class Plan:
                 plan.usage = False
             elif name == "timed":
                 plan.timed = True
+            elif name == "lines":
+                plan.line_end = {"crlf": b"\r\n", "cr": b"\r"}.get(value, b"\n")
             elif name == "fault":
                 kind, _, at = value.partition("@")
                 kind, _, code = kind.partition("=")
@@ -223,7 +227,8 @@ class UpstreamServer:
             return await conn.write(frame)
 
         def event(payload: Any) -> bytes:
-            return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            return b"data: " + data + plan.line_end * 2
 
         def chunk(text: str, reason: str | None) -> dict[str, Any]:
             return {"id": "cmpl-loopback", "object": "text_completion", "created": int(time.time()),
@@ -279,6 +284,13 @@ class UpstreamServer:
             return self.lost(conn, record)
         if plan.fault == "malformed":  # (the next chunk's text in a string left open: the output is in it)
             await send(event(b'{"choices": [{"text": ' + json.dumps(rest)[:-1].encode()))
+        elif plan.fault == "binary":  # (the rest of the output, and a byte that is not UTF-8)
+            await send(event(b'{"choices": [{"text": "' + rest.encode()[:20] + b'\xff"}]}'))
+        elif plan.fault == "longline":  # (an event that never ends: 17 MiB and counting, no line end)
+            await send(b"data: " + rest.encode())
+            for _ in range(17):
+                if not await send(b"x" * 2**20):
+                    break
         elif plan.fault == "error":
             await send(event({"error": {"message": "injected mid-stream failure", "type": "InternalError",
                                         "code": 500}}))
