@@ -6,8 +6,9 @@
 Everything runs on 127.0.0.1, in three processes: the loopback model server (tests/upstream_server.py:
 recorded output in the OpenAI completions stream shape, one token-sized chunk every ``pace`` seconds,
 each chunk's send time recorded), the gateway (``LMSPApp`` with an ``UpstreamBackend``, served by uvicorn)
-and this client (httpx; the streams start over ``--ramp`` seconds, then run side by side: a burst of
-simultaneous starts is its own workload, ``--ramp 0``). At each pace, two runs of the same streams:
+and this client (httpx; the streams start over the first quarter of a stream's length, ``--ramp``, then
+run side by side: a burst of simultaneous starts is its own workload, ``--ramp 0``). At each pace, two
+runs of the same streams:
 
 * **direct**: the client reads the upstream's completions stream itself;
 * **gateway**: the client reads the LMSP stream the gateway makes of it.
@@ -17,9 +18,12 @@ completes the text it carries (both ``time.monotonic()``, one clock for the mach
 recording is plain content, so each text delta maps to a place in the raw output; the other events
 (``created``, item added and done, the final one) are counted but not timed. The gateway's added latency
 is the gateway run's percentile minus the direct run's: the client's own reading cost and the loopback
-hops are in both. The gateway's CPU per event is its process CPU time over the run divided by the events
-it sent (every event, timed or not); the upstream's CPU per chunk, over the direct run, is the floor a
-minimal asyncio server pays on the same machine to write one chunk to a socket.
+hops are in both. "Steady" counts only the events that came while every stream was open (after the ramp,
+before the first stream ended): the ramp's request starts cost the gateway CPU of their own. The
+gateway's CPU per event is its process CPU time over the run divided by the events it sent (every event,
+timed or not); the upstream's CPU per chunk, over the direct run, is the floor a minimal asyncio server
+pays on the same machine to write one chunk to a socket. Run it on an otherwise idle machine: the three
+processes share its cores, and anything else running shows as latency.
 
 Where the offered chunks per second need more CPU than the machine has, latency is queueing: the pace
 at which the added latency starts to grow says how many streams a core sustains.
@@ -59,12 +63,13 @@ class Run:
     """One run's figures: each timed event's latency (s), and how many events came in all."""
 
     latencies: list[float] = field(default_factory=list)
+    steady: list[float] = field(default_factory=list)  # the events that came while every stream was open
     events: int = 0
     seconds: float = 0.0
 
-    def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    def percentile(self, q: float, *, steady: bool = False) -> float:
+        ordered = sorted(self.steady if steady else self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def sent_at(times: list[list[float]], offset: int) -> float:
@@ -145,9 +150,14 @@ async def through(gateway: GatewayProcess, streams: int, pace: float, ramp: floa
 
 
 def timed(run: Run, upstream: Upstream, prefix: str, arrivals: list[list[tuple[int, float]]]) -> Run:
+    opened = max(stream[0][1] for stream in arrivals)  # (the last stream's first event)
+    closing = min(stream[-1][1] for stream in arrivals)  # (the first stream's last one)
     for i, stream in enumerate(arrivals):
         times = upstream.log(f"{prefix}-{i}")["times"]
-        run.latencies += [moment - sent_at(times, offset) for offset, moment in stream]
+        for offset, moment in stream:
+            run.latencies.append(moment - sent_at(times, offset))
+            if opened <= moment <= closing:
+                run.steady.append(run.latencies[-1])
     if not run.events:
         run.events = sum(len(stream) for stream in arrivals)
     return run
@@ -172,24 +182,26 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200, help="concurrent streaming requests (default 200)")
     parser.add_argument("--pace", type=float, action="append",
                         help="seconds between the upstream's chunks (repeatable; default 0.2, 0.1, 0.05, 0.02)")
-    parser.add_argument("--ramp", type=float, default=2.0,
-                        help="seconds over which the streams start (0: all in one instant; default 2)")
+    parser.add_argument("--ramp", type=float, default=0.25,
+                        help="the streams start over this share of one stream's length (0: all at once; default 0.25)")
     args = parser.parse_args()
     paces = args.pace or [0.2, 0.1, 0.05, 0.02]
     chunks = len(CHUNKS.findall(SAMPLES["default"]))
-    print(f"{args.streams} concurrent streams of {chunks} chunks, started over {args.ramp:g} s; latency per event = "
-          "its arrival at the client minus the upstream's send of its chunk (ms)\n")
+    print(f"{args.streams} concurrent streams of {chunks} chunks, started over the first {args.ramp:.0%} of a stream; "
+          "latency per event = its arrival at the client minus the upstream's send of its chunk (ms)\n")
     print("| chunk every | chunks/s offered | direct p50 | direct p99 | gateway p50 | gateway p99 | **added p50** | "
-          "**added p99** | gateway CPU µs/event | upstream CPU µs/chunk |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "**added p99** | steady: added p50 | steady: added p99 | gateway CPU µs/event | upstream CPU µs/chunk |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with Upstream(SAMPLES, lifetime=1800) as upstream, GatewayProcess(upstream.url, lifetime=1800) as gateway:
         asyncio.run(through(gateway, 4, 0.0))  # (warm: the grammar's first parse, the client pools)
         for pace in paces:
-            got = measure(upstream, gateway, args.streams, pace, args.ramp)
+            got = measure(upstream, gateway, args.streams, pace, args.ramp * chunks * pace)
             raw, gated = got["direct"], got["gateway"]
             ms = [run.percentile(q) * 1000 for run in (raw, gated) for q in (0.5, 0.99)]
+            st = [run.percentile(q, steady=True) * 1000 for run in (raw, gated) for q in (0.5, 0.99)]
             print(f"| {pace * 1000:g} ms | {args.streams / pace:,.0f} | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
-                  f"{ms[3]:.1f} | **{ms[2] - ms[0]:.1f}** | **{ms[3] - ms[1]:.1f}** | "
+                  f"{ms[3]:.1f} | **{ms[2] - ms[0]:.1f}** | **{ms[3] - ms[1]:.1f}** | {st[2] - st[0]:.1f} | "
+                  f"{st[3] - st[1]:.1f} | "
                   f"{got['gateway_cpu'] / gated.events * 1e6:.0f} | {got['upstream_cpu'] / raw.events * 1e6:.0f} |",
                   flush=True)
 

@@ -153,7 +153,8 @@ class UpstreamBackend:
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """The httpx client requests go through (made on first use, in the loop that serves them)."""
+        """The httpx client requests go through (made on first use, in the event loop that serves them: a
+        backend serves one loop)."""
         if self._client is None:
             httpx = _httpx()
             # No connection cap: the model server queues and batches requests, so the gateway should not
@@ -186,13 +187,12 @@ class UpstreamBackend:
     async def _stream(self, generation: Generation, body: dict[str, Any], prompt: str) -> AsyncIterator[str]:
         httpx = _httpx()
         where = f"{self.url}/completions"
-        pieces, finish, usage, done = 0, None, None, False
+        pieces, finish, usage, done, number = 0, None, None, False, 0
         try:
             async with self.client.stream("POST", where, json=body, headers=self.headers,
                                           timeout=self.timeout) as response:
                 if response.status_code >= 400:
-                    raise _status_error(response.status_code, await response.aread(), where)
-                number = 0
+                    raise _status_error(response.status_code, await _start_of(response), where)
                 async with aclosing(_sse_data(response.aiter_bytes())) as events:
                     async for data in events:
                         # After [DONE] the body is read to its end, as the openai client does, so the
@@ -223,6 +223,10 @@ class UpstreamBackend:
                                 code="upstream.reset") from None
         except httpx.HTTPError as e:
             raise UpstreamError(f"the request to {where} failed ({type(e).__name__})", code="upstream.reset") from None
+        if not done and finish is None and not number:
+            kind = response.headers.get("content-type", "no content-type")
+            raise UpstreamError(f"{where} answered with no events ({kind}), not an event stream",
+                                code="upstream.protocol", hint="Is the url an OpenAI-compatible API root?")
         if not done and finish is None:  # a body that ends cleanly but early (no chunked framing to break)
             raise UpstreamError(f"{where} ended its stream after {pieces} pieces without a finish_reason or [DONE]",
                                 code="upstream.reset")
@@ -234,6 +238,16 @@ class UpstreamBackend:
 async def _no_pieces() -> AsyncIterator[str]:
     return
     yield  # (an async generator that yields nothing)
+
+
+async def _start_of(response: httpx.Response, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of a body (an error page can be any length; its start says why)."""
+    got = b""
+    async for chunk in response.aiter_bytes():
+        got += chunk
+        if len(got) >= size:
+            break
+    return got[:size]
 
 
 def _status_error(status: int, body: bytes, where: str) -> UpstreamError:

@@ -16,7 +16,8 @@ user message (they reach the upstream in the rendered prompt):
 * ``[[slow:SECONDS]]``: wait that long before each chunk; ``[[timed]]``: record each chunk's send time
   (``time.monotonic()``, one clock for every process on the machine) and the text offset it ends at;
 * ``[[nousage]]``: send no usage chunk; ``[[lines:crlf]]``, ``[[lines:cr]]``: end the stream's lines so;
-* ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status;
+* ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status
+  (with a megabyte of error body); ``json`` answers a whole completion as JSON, not a stream;
   ``reset`` aborts the connection (TCP RST); ``stall`` sends nothing more, holding the connection open;
   ``malformed`` sends an event that is not JSON (the rest of the output in a string left open, so an
   error that quoted it would show); ``binary`` an event that is not UTF-8; ``longline`` an event line
@@ -194,9 +195,14 @@ class UpstreamServer:
                                   "disconnected_at": None, "ended": False, "usage": None}
         if plan.record:
             self.stats.records[plan.record] = record
-        if plan.fault == "status":
+        if plan.fault == "status":  # (an error page of a megabyte: the client must not quote, or hold, all of it)
             record["ended"] = True
-            return await self.json(conn, plan.status, {"error": {"message": "injected failure", "code": plan.status}})
+            return await self.json(conn, plan.status, {"error": {"message": "injected failure", "code": plan.status,
+                                                                 "trace": "at frame\n" * 100_000}})
+        if plan.fault == "json":  # (a server that ignores "stream": a whole completion as one JSON body)
+            record["ended"] = True
+            return await self.json(conn, 200, {"object": "text_completion", "choices": [
+                {"index": 0, "text": self.samples.get(plan.sample or "default", ""), "finish_reason": "stop"}]})
         if not request.get("stream"):
             record["ended"] = True
             return await self.json(conn, 400, {"error": {"message": "this upstream only streams"}})
