@@ -20,11 +20,26 @@ from test_detect import FAMILY, TEMPLATE_KWARGS, detection, template
 
 pytest.importorskip("jinja2")
 
-#: One template per family grammar: the first vendored one that writes tool calls (else the first).
-TEMPLATE_OF: dict[str, str] = {}
-for _name, _grammar in sorted(FAMILY.items()):
-    if _grammar not in TEMPLATE_OF or (detection(_name).renders_calls and not detection(TEMPLATE_OF[_grammar]).renders_calls):
-        TEMPLATE_OF[_grammar] = _name
+#: One template per family grammar: the first vendored one (by name) that writes tool calls, else the first
+#: (test_the_template_of_each_family_is_its_family_s checks the choice against detect).
+TEMPLATE_OF = {
+    "apertus": "Apertus-8B-Instruct", "apriel": "Apriel-1.6-15b-Thinker-fixed", "cohere2": "Cohere2MoE",
+    "command_r_plus": "CohereForAI-c4ai-command-r-plus-tool_use",
+    "deepseek_r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek_v31": "deepseek-ai-DeepSeek-V3.1",
+    "deepseek_v32": "deepseek-ai-DeepSeek-V3.2", "deepseek_v4": "deepseek-ai-DeepSeek-V4",
+    "firefunction_v2": "fireworks-ai-llama-3-firefunction-v2",
+    "functionary_v31": "meetkai-functionary-medium-v3.1", "functionary_v32": "meetkai-functionary-medium-v3.2",
+    "gemma4": "google-gemma-4-31B-it", "gigachat3": "GigaChat3-10B-A1.8B", "glm45": "GLM-4.6",
+    "glm47": "GLM-4.7-Flash", "gpt_oss": "openai-gpt-oss-120b", "granite": "ibm-granite-granite-3.3-2B-Instruct",
+    "granite4": "ibm-granite-granite-4.0", "hunyuan_v3": "tencent-Hy3", "kimi_k2": "moonshotai-Kimi-K2",
+    "kimi_k3": "Kimi-K3", "lfm2": "LFM2.5-8B-A1B", "ling3": "inclusionai-ling-3.0-flash",
+    "llama3_json": "meta-llama-Llama-3.1-8B-Instruct", "minicpm5": "openbmb-MiniCPM5-1B",
+    "minimax_m1": "MiniMax-M1", "minimax_m2": "MiniMax-M2", "mistral": "mistralai-Mistral-Nemo-Instruct-2407",
+    "mistral_v11": "Mistral-Small-3.2-24B-Instruct-2506", "muse_glimmer": "muse-glimmer",
+    "nemotron_nano_v2": "NVIDIA-Nemotron-Nano-v2", "poolside_v1": "poolside-Laguna-S-2.1", "qwen3": "MiMo-VL",
+    "qwen3_5": "Qwen3.5-4B", "qwen3_coder": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "seed_oss": "ByteDance-Seed-OSS", "smollm3": "HuggingFaceTB-SmolLM3-3B",
+}
 
 #: Messages a family's template refuses to render, by what its raise_exception says.
 REFUSALS = {
@@ -72,6 +87,13 @@ def _cases() -> list[Any]:
                 continue
             cases.append(pytest.param(grammar, name, golden, calls, id=f"{grammar}/{golden.name}"))
     return cases
+
+
+def test_the_template_of_each_family_is_its_family_s():
+    for grammar, name in TEMPLATE_OF.items():
+        assert FAMILY[name] == grammar
+        better = [t for t, g in sorted(FAMILY.items()) if g == grammar and detection(t).renders_calls]
+        assert name == (better or [name])[0]
 
 
 @pytest.mark.parametrize(("grammar", "name", "golden", "calls"), _cases())
