@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl
 import sys
 import time
@@ -181,11 +182,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=int, default=200, help="concurrent streaming requests (default 200)")
     parser.add_argument("--pace", type=float, action="append",
-                        help="seconds between the upstream's chunks (repeatable; default 0.2, 0.1, 0.05, 0.02)")
+                        help="seconds between the upstream's chunks (repeatable; default 0.5, 0.2, 0.1, 0.05)")
     parser.add_argument("--ramp", type=float, default=0.25,
                         help="the streams start over this share of one stream's length (0: all at once; default 0.25)")
     args = parser.parse_args()
-    paces = args.pace or [0.2, 0.1, 0.05, 0.02]
+    paces = args.pace or [0.5, 0.2, 0.1, 0.05]
     chunks = len(CHUNKS.findall(SAMPLES["default"]))
     print(f"{args.streams} concurrent streams of {chunks} chunks, started over the first {args.ramp:.0%} of a stream; "
           "latency per event = its arrival at the client minus the upstream's send of its chunk (ms)\n")
@@ -194,6 +195,7 @@ def main() -> None:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with Upstream(SAMPLES, lifetime=1800) as upstream, GatewayProcess(upstream.url, lifetime=1800) as gateway:
         asyncio.run(through(gateway, 4, 0.0))  # (warm: the grammar's first parse, the client pools)
+        load = os.getloadavg()[0]
         for pace in paces:
             got = measure(upstream, gateway, args.streams, pace, args.ramp * chunks * pace)
             raw, gated = got["direct"], got["gateway"]
@@ -204,6 +206,8 @@ def main() -> None:
                   f"{st[3] - st[1]:.1f} | "
                   f"{got['gateway_cpu'] / gated.events * 1e6:.0f} | {got['upstream_cpu'] / raw.events * 1e6:.0f} |",
                   flush=True)
+    print(f"\n{os.cpu_count()} CPUs; load average {load:.2f} before the runs, {os.getloadavg()[0]:.2f} after "
+          "(the three processes share the CPUs: other work shows as latency)")
 
 
 if __name__ == "__main__":

@@ -123,8 +123,8 @@ def test_10000_stored_responses_stay_bounded(gateway, upstream):
             queue = iter(range(count))
 
             async def worker() -> None:
-                for _ in queue:  # (a short answer: what is measured is what the store keeps)
-                    body = {"model": "qwen3", "input": [user("[[sample:short]]")], "store": True}
+                for i in queue:  # (the three recordings in turn: reasoning and an answer, an answer, a call)
+                    body = {**request(i), "store": True}
                     answer = await http.post(f"{url}/lmsp/v1/responses", json=body)
                     assert answer.status_code == 200 and answer.json()["status"] == "completed"
 
