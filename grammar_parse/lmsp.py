@@ -136,18 +136,21 @@ class ResponseStream:
         return [*out, self.final]
 
     def fail(self, error: dict[str, Any]) -> list[dict[str, Any]]:
-        """End with ``response.failed`` carrying a problem object."""
+        """End with ``response.failed`` carrying a problem object (after the events not yet sent: a stream
+        that fails before its first piece still starts with ``response.created``)."""
         if self.final is not None:
             return []
+        out, self.pending = self.pending, []
         self.final = self._event("response.failed", {"status": "failed", "error": error})
-        return [self.final]
+        return [*out, self.final]
 
     def cancel(self) -> list[dict[str, Any]]:
-        """End with ``response.cancelled`` (the client went away)."""
+        """End with ``response.cancelled`` (the client went away), after the events not yet sent."""
         if self.final is not None:
             return []
+        out, self.pending = self.pending, []
         self.final = self._event("response.cancelled", {"status": "cancelled"})
-        return [self.final]
+        return [*out, self.final]
 
     @property
     def status(self) -> str:

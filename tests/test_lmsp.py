@@ -114,6 +114,13 @@ def test_truncation_closes_regions_and_keeps_them():
     valid(RESPONSE, response)
 
 
+@pytest.mark.parametrize(("end", "final"), [("fail", "response.failed"), ("cancel", "response.cancelled")])
+def test_a_stream_ended_before_its_first_piece_still_starts_with_created(end, final):
+    stream = ResponseStream("qwen3", "", ids=counter())
+    events = stream.fail({"code": "upstream_failed"}) if end == "fail" else stream.cancel()
+    assert [(e["id"], e["event"]) for e in events] == [(1, "response.created"), (2, final)]
+
+
 def test_parse_failure_ends_the_stream_with_a_problem():
     stream = ResponseStream("qwen3", "", ids=counter())
     events = stream.feed("<tool_call>{not json</tool_call>") + stream.complete()
