@@ -129,21 +129,21 @@ def score(grammar: Grammar, name: str, renderings: Iterable[Rendering]) -> Candi
     return Candidate(name, len(renderings) - len(differences), len(renderings), differences)
 
 
-def _hint_score(name: str, hints: Iterable[str]) -> int:
+def _hint_score(aliases: Iterable[str], hints: Iterable[str]) -> int:
     """The length of the grammar's longest name or alias found in the model's names (0: none)."""
     spelled = [normalise_name(h) for h in hints if h]
-    aliases = [name, *list_grammars().get(name, [])]
-    return max((len(normalise_name(a)) for a in aliases for h in spelled if normalise_name(a) and normalise_name(a) in h),
-               default=0)
+    names = [n for n in map(normalise_name, aliases) if n]
+    return max((len(n) for n in names for h in spelled if n in h), default=0)
 
 
-def _vocab_score(grammar: Grammar, vocab: Collection[str] | None) -> int:
+def _literals(grammar: Grammar) -> set[str]:
+    """The grammar's literal markers (the delimiters written as fixed strings)."""
+    return {lit for terminal in grammar.terminals.values() for lit in (getattr(terminal.matcher, "literals", None) or ())}
+
+
+def _vocab_score(literals: set[str], vocab: Collection[str] | None) -> int:
     """How many of the grammar's literal markers are tokens of the vocabulary."""
-    if not vocab:
-        return 0
-    literals = {lit for terminal in grammar.terminals.values()
-                for lit in (getattr(terminal.matcher, "literals", None) or ())}
-    return sum(1 for lit in literals if lit in vocab)
+    return sum(1 for lit in literals if lit in vocab) if vocab else 0
 
 
 def _reasoning_key_score(grammar: Grammar, keys: Collection[str]) -> int:
@@ -152,14 +152,11 @@ def _reasoning_key_score(grammar: Grammar, keys: Collection[str]) -> int:
     return int(any(region.field in keys for region in grammar.regions.values()))
 
 
-def _marker_share(grammar: Grammar, source: str) -> float:
+def _marker_share(literals: set[str], source: str) -> float:
     """The share of the grammar's literal markers that the template's source writes: of two grammars that
     read the probes equally, the one with fewer markers foreign to the template is the family's."""
-    literals = {lit for terminal in grammar.terminals.values()
-                for lit in (getattr(terminal.matcher, "literals", None) or ()) if len(lit.strip()) > 1}
-    if not literals:
-        return 0.0
-    return sum(1 for lit in literals if lit.strip() in source) / len(literals)
+    markers = [lit.strip() for lit in literals if len(lit.strip()) > 1]
+    return sum(1 for m in markers if m in source) / len(markers) if markers else 0.0
 
 
 def reasoning_mode(template: ChatTemplate, grammar: Grammar | None, renderings: Iterable[Rendering],
@@ -209,14 +206,16 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
     template, found_hints = _load(config_or_template)
     hints = [*hints, *found_hints]
     renderings = tuple(render_probes(template, PROBES, **(template_kwargs or {})))
-    names = list(grammars) if grammars is not None else list(list_grammars())
+    library = list_grammars()  # (once: it copies the library's table)
+    names = list(grammars) if grammars is not None else list(library)
     keys = reasoning_keys(template)
     ranked: list[tuple[tuple[float, ...], str, Candidate]] = []
     for name in names:
         grammar = load_grammar(name)
         candidate = score(grammar, name, renderings)
-        rank = (-candidate.read, -_hint_score(name, hints), -_reasoning_key_score(grammar, keys),
-                -_vocab_score(grammar, vocab), -len(list_grammars().get(name, [])), -_marker_share(grammar, template.source))
+        aliases, literals = library.get(name, []), _literals(grammar)
+        rank = (-candidate.read, -_hint_score([name, *aliases], hints), -_reasoning_key_score(grammar, keys),
+                -_vocab_score(literals, vocab), -len(aliases), -_marker_share(literals, template.source))
         ranked.append((rank, name, candidate))
     ranked.sort(key=lambda item: (item[0], item[1]))
     candidates = tuple(c for _, _, c in ranked)

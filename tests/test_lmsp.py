@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from grammar_parse.lmsp import ResponseStream, parse_sse, respond, schema_validator, sse
-from grammar_parse.server import LMSPApp, ReplayBackend, tokens
+from grammar_parse.server import LMSPApp, ReplayBackend, tokens, uvicorn_config
 
 uvicorn = pytest.importorskip("uvicorn")  # in the test extra
 httpx = pytest.importorskip("httpx")
@@ -168,14 +168,15 @@ def test_tools_given_as_any_iterable_type_the_streamed_arguments():
 
 # ---------------------------------------------------------------------------- the endpoint on loopback
 class Server:
-    def __init__(self, app: LMSPApp) -> None:
-        self.config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
-        self.server = uvicorn.Server(self.config)
+    """The app under uvicorn with the configuration serve() runs, on 127.0.0.1 and a free port."""
+
+    def __init__(self, app: LMSPApp, *, log_level: str = "error") -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level=log_level))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:
         self.thread.start()
-        for _ in range(500):
+        for _ in range(1000):
             if self.server.started:
                 break
             time.sleep(0.01)
@@ -184,7 +185,7 @@ class Server:
 
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
-        self.thread.join(5)
+        self.thread.join(10)
 
 
 @pytest.fixture()

@@ -31,8 +31,8 @@ from grammar_parse.backends import Generation, ReplayBackend, UpstreamError, tok
 from grammar_parse.cli import build_argparser
 from grammar_parse.errors import ERROR_CODES
 from grammar_parse.lmsp import parse_sse, schema_validator
-from grammar_parse.server import PROBLEM_CODES, Limits, LMSPApp, ResponseStore, random_ids, uvicorn_config
-from test_lmsp import check_stream, rebuild, valid
+from grammar_parse.server import PROBLEM_CODES, Limits, LMSPApp, ResponseStore, random_ids
+from test_lmsp import Server, check_stream, rebuild, valid
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ReplayBackend().samples
@@ -51,27 +51,6 @@ HTTP = httpx.Client(timeout=20)  # (one client for the module: making one costs 
 
 
 # ---------------------------------------------------------------------------- harness
-class Served:
-    """The app under uvicorn with the configuration serve() runs, on 127.0.0.1 and a free port."""
-
-    def __init__(self, app: LMSPApp) -> None:
-        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        for _ in range(1000):
-            if self.server.started:
-                break
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 def app_with(**kwargs: Any) -> LMSPApp:
     return LMSPApp(**{"grammar": "qwen3", "model": "qwen3", "token": TOKEN, "clock": lambda: 1794200000, **kwargs})
 
@@ -86,7 +65,7 @@ def shared_server() -> Iterator[None]:
     global HTTP
     HTTP = httpx.Client(timeout=20)  # (made again if xdist runs this module's tests in two turns)
     app = app_with()
-    with Served(app) as address:
+    with Server(app, log_level="warning") as address:
         _SHARED.append((address, app))
         yield
         _SHARED.clear()
