@@ -26,6 +26,7 @@ what came back).
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -133,9 +134,7 @@ def _is_special(unit: str) -> bool:
 
 def _prefix_len(a: str, b: str, phrases: bool = True) -> int:
     """The common prefix of ``a`` and ``b``, cut back to a boundary of both."""
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
+    n = len(os.path.commonprefix([a, b]))
     ba, bb = _bounds(a, phrases), _bounds(b, phrases)
     while n and (n not in ba or n not in bb):
         n -= 1
@@ -482,9 +481,7 @@ def _next_turn_ends(template: ChatTemplate, turns: Sequence[_Turn], header: str,
         except Exception:  # noqa: BLE001 - a template may refuse the longer conversation: nothing learnt
             continue
         alone = r.prompt + r.output
-        n = 0
-        while n < min(len(alone), len(longer)) and alone[n] == longer[n]:
-            n += 1
+        n = len(os.path.commonprefix([alone, longer]))
         units = _units(longer[n:].lstrip())
         marker = units[0] if units and _is_special(units[0]) else ""
         if marker and marker not in found and all(

@@ -10,6 +10,7 @@ template drops from past turns, say), the split is at the common prefix and ``pr
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,10 +191,7 @@ def _written(arguments: Mapping[str, Any], text: str) -> bool:
 def _split(generation: str, full: str) -> int:
     """Where the generation prompt and the history rendering part: their common prefix, moved back to the
     start of a marker it would cut (``<|START_RESPONSE|>`` and ``<|START_THINKING|>`` share ``<|START_``)."""
-    n = min(len(generation), len(full))
-    i = 0
-    while i < n and generation[i] == full[i]:
-        i += 1
+    i = len(os.path.commonprefix([generation, full]))
     for opener, closer in (("<", ">"), ("[", "]")):
         head = generation[:i]
         if head.rfind(opener) > head.rfind(closer):
