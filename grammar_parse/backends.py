@@ -42,6 +42,11 @@ def tokens(text: str) -> list[str]:
     return _TOKENISH.findall(text)
 
 
+#: Chat Completions sampling fields a backend request may carry under their own names; an
+#: :class:`UpstreamBackend` forwards them to the completions endpoint as they are.
+SAMPLING_FIELDS = ("top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias")
+
+
 @dataclass
 class Generation:
     """One generation in progress: text pieces, and what the backend says about them once done."""
@@ -104,6 +109,8 @@ class UpstreamError(GrammarParseError):
         ``upstream_failed`` (the client's request was fine; the service behind the gateway was not)."""
         if self.code == "upstream.timeout":
             return problem("upstream_timeout", self.detail, 504, "The model server did not answer in time")
+        if self.code == "upstream.context_length":
+            return problem("context_length_exceeded", self.detail, 400, "The prompt is too long for the model")
         return problem("upstream_failed", self.detail, 502, "The model server failed")
 
 
@@ -126,10 +133,12 @@ class UpstreamBackend:
     """Streams raw text from an OpenAI-compatible completions endpoint: ``POST {url}/completions``.
 
     ``url`` is the API root, like ``http://127.0.0.1:8080/v1``; ``model`` the upstream's model name (the
-    request's ``model`` without one); ``api_key`` is sent as a bearer token. ``max_output_tokens`` and
-    ``temperature`` go upstream as ``max_tokens`` and ``temperature``, a ``"length"`` finish reason makes
-    the response incomplete, and the upstream's usage counts are the response's (pieces counted without
-    them). ``extra_body`` is merged into every request body: vLLM, for instance, strips special tokens
+    request's ``model`` without one); ``api_key`` is sent as a bearer token. ``max_output_tokens`` goes
+    upstream as ``max_tokens``; ``temperature`` and the :data:`SAMPLING_FIELDS` (``top_p``, ``seed``,
+    ``stop``, ...) as they are. A ``"length"`` finish reason makes the response incomplete, the upstream's
+    usage counts are the response's (pieces counted without them), and an HTTP 400 that says the prompt is
+    too long for the context window is ``upstream.context_length`` (the gateway's 400
+    ``context_length_exceeded``). ``extra_body`` is merged into every request body: vLLM, for instance, strips special tokens
     from the text unless given ``{"skip_special_tokens": False}``, and some grammars need them.
 
     One httpx client per backend, reused across requests and closed by :meth:`aclose`; ``client`` gives
@@ -169,8 +178,9 @@ class UpstreamBackend:
                                 "stream_options": {"include_usage": True}}
         if request.get("max_output_tokens") is not None:
             body["max_tokens"] = request["max_output_tokens"]
-        if request.get("temperature") is not None:
-            body["temperature"] = request["temperature"]
+        for name in ("temperature", *SAMPLING_FIELDS):
+            if request.get(name) is not None:
+                body[name] = request[name]
         return body | self.extra_body
 
     def start(self, request: dict[str, Any], prompt: str) -> Generation:
@@ -253,10 +263,20 @@ async def _start_of(response: httpx.Response, size: int = 4096) -> bytes:
 def _status_error(status: int, body: bytes, where: str) -> UpstreamError:
     text = " ".join(body.decode("utf-8", "replace").split())
     quoted = text[:_BODY_QUOTE] + ("..." if len(text) > _BODY_QUOTE else "")
+    if status == 400 and _CONTEXT_LENGTH.search(text):
+        return UpstreamError(f"{where} refused the prompt as too long: {quoted}", code="upstream.context_length",
+                             status=status, hint="Shorten the conversation or lower max_output_tokens.")
     hint = {401: "Check the api_key.", 403: "Check the api_key.",
             404: "Check the url (the API root, e.g. http://host:port/v1) and the model name."}.get(status)
     return UpstreamError(f"{where} answered HTTP {status}: {quoted or '(no body)'}", code="upstream.status",
                          status=status, hint=hint)
+
+
+# How model servers word a prompt too long for the context: vLLM and SGLang ("maximum context length",
+# "context length"), llama.cpp ("exceed_context_size_error", "exceeds the available context size"), TGI
+# ("must have less than N tokens"), OpenAI's own code ("context_length_exceeded").
+_CONTEXT_LENGTH = regex.compile(r"context[ _]length|context[ _]size|context[ _]window|must have less than \d+ tokens",
+                                regex.IGNORECASE)
 
 
 async def _sse_data(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
@@ -392,4 +412,4 @@ def _text(piece: object) -> str:
     return piece
 
 
-__all__ = ["CallableBackend", "Generation", "ReplayBackend", "UpstreamBackend", "UpstreamError", "tokens"]
+__all__ = ["SAMPLING_FIELDS", "CallableBackend", "Generation", "ReplayBackend", "UpstreamBackend", "UpstreamError", "tokens"]

@@ -146,15 +146,20 @@ def _model_grammar(args: argparse.Namespace) -> Grammar:
 def _template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if not getattr(args, "template_kwargs", None):
         return {}
+    return _json_object(args.template_kwargs, "--template-kwargs", '{"enable_thinking": false}')
+
+
+def _json_object(text: str, option: str, example: str = '{"skip_special_tokens": false}') -> dict[str, Any]:
+    """An option's JSON object, or a usage error naming the option."""
     try:
-        kwargs = json.loads(args.template_kwargs)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise CommandLineError(f"--template-kwargs is not valid JSON: {e.msg}.", code="usage.json",
-                               hint='Give a JSON object, e.g. \'{"enable_thinking": false}\'.') from None
-    if not isinstance(kwargs, dict):
-        raise CommandLineError("--template-kwargs is not a JSON object.", code="usage.json",
-                               hint='Give a JSON object, e.g. \'{"enable_thinking": false}\'.')
-    return kwargs
+        raise CommandLineError(f"{option} is not valid JSON: {e.msg}.", code="usage.json",
+                               hint=f"Give a JSON object, e.g. '{example}'.") from None
+    if not isinstance(value, dict):
+        raise CommandLineError(f"{option} is not a JSON object.", code="usage.json",
+                               hint=f"Give a JSON object, e.g. '{example}'.")
+    return value
 
 
 def _rendered(args: argparse.Namespace, messages_file: str, tools: list[Any] | None, *,
@@ -403,7 +408,8 @@ def _serve_backend(args: argparse.Namespace) -> Any:
                                    code="usage.file", hint="Export the upstream's API key under that name.")
     from .backends import UpstreamBackend
 
-    return UpstreamBackend(args.upstream, model=args.upstream_model, api_key=key)
+    extra = _json_object(args.upstream_body, "--upstream-body") if args.upstream_body else None
+    return UpstreamBackend(args.upstream, model=args.upstream_model, api_key=key, extra_body=extra)
 
 
 def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server (tests/test_server.py runs it)
@@ -439,7 +445,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cove
         out.write(f"serving model {model!r} at {url}: LMSP at {url}/lmsp/v1/responses, OpenAI-compatible at {url}/v1\n")
         out.flush()
 
-    serve(app, args.host, args.port, log_level=args.log_level, on_ready=ready)
+    serve(app, args.host, args.port, log_level=args.log_level, on_ready=ready, header_timeout=args.header_timeout)
     return EXIT_OK
 
 
@@ -516,6 +522,8 @@ def build_argparser() -> argparse.ArgumentParser:
                                                      "e.g. http://127.0.0.1:8080/v1 (default: replay recorded outputs)")
     p.add_argument("--upstream-model", help="the model name the upstream is asked for (default: --model)")
     p.add_argument("--upstream-key-env", metavar="VAR", help="environment variable holding the upstream's API key")
+    p.add_argument("--upstream-body", metavar="JSON", help='JSON object merged into every upstream request, e.g. '
+                                                          '\'{"skip_special_tokens": false}\' for vLLM')
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only; "
                                                        "0.0.0.0 serves the network: set a token)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -526,6 +534,8 @@ def build_argparser() -> argparse.ArgumentParser:
                    help="server log level (default info: one line per request, never bodies)")
     p.add_argument("--max-body", type=int, default=4 * 1024 * 1024, metavar="BYTES",
                    help="largest request body accepted (default 4 MiB)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="time a request's head (request line and headers) may take to arrive (default 10)")
     p.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="time a request body may take to arrive (default 10)")
     p.add_argument("--store-size", type=int, default=1000, metavar="N",

@@ -10,7 +10,11 @@
     │   └── PlaceholderError (KeyError)     a transform names a placeholder that does not exist
     ├── SchemaTypeError    (TypeError)      a legacy response_schema node got a value of the wrong kind
     ├── ArgumentError      (ValueError)     a bad argument to the API (missing prefix, batch length mismatch)
-    └── FinalizedError     (RuntimeError)   feed() or finalize() after finalize()
+    ├── SchemaNameError    (KeyError)       a wire schema the package does not ship
+    ├── UsageError         (RuntimeError)   the API used out of order (a result before it exists)
+    │   └── FinalizedError                  feed() or finalize() after finalize()
+    ├── UpstreamError                       the gateway's model server failed (grammar_parse.backends); .status
+    └── CommandLineError                    a bad command line (grammar_parse.cli); exit status 2
 
     AnchorWarning          (UserWarning)    a prefix holds none of the grammar's start anchors
 
@@ -103,6 +107,7 @@ ERROR_CODES: dict[str, str] = {
     "upstream.unreachable": "the model server could not be connected to (refused, unknown host, connect timeout)",
     "upstream.reset": "the model server dropped the connection before its stream finished",
     "upstream.status": "the model server answered an HTTP error status, or sent an error object in its stream",
+    "upstream.context_length": "the model server refused the prompt as longer than its context window",
     "upstream.timeout": "the model server sent nothing for longer than the read timeout",
     "upstream.protocol": "the model server's stream is not the OpenAI completions event stream (bad JSON or shape)",
     "upstream.httpx": "httpx (the grammar-parse[serve] extra) is not installed",

@@ -54,8 +54,10 @@ headers (408 after), JSON of at most 64 levels of nesting and integers of at mos
 Infinity refused), at most 1024 input items or messages (after a ``previous_response_id`` chain is
 merged) and 128 tools. Request validation and prompt rendering run in worker threads, so one large
 request does not hold up the others. Stored responses (:class:`ResponseStore`) are bounded in number
-(oldest evicted first) and time. The bearer token is compared in constant time. Header size, idle
-keep-alive and connection count limits are uvicorn's (see :func:`serve`). A client that goes away stops
+(oldest evicted first) and time. The bearer token is compared in constant time. At most 512 requests are
+served at once (503 ``overloaded`` with ``Retry-After`` beyond). Under :func:`serve`, a request's head
+must arrive within 10 s and be at most 64 KiB, idle keep-alive connections are closed after 5 s, and at
+most 2048 connections are open (see :func:`uvicorn_config`). A client that goes away stops
 its generation, streaming or not. A backend that fails mid-generation ends the response cleanly:
 ``response.failed`` in a stream, a 502 (504 for a stall) problem document otherwise, an error chunk in a
 Chat Completions stream.
@@ -77,7 +79,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .backends import Generation, ReplayBackend, tokens
+from .backends import SAMPLING_FIELDS, Generation, ReplayBackend, tokens
 from .chat_completions import ChatCompletionsStream, chunk
 from .chat_template import ChatTemplate
 from .errors import ERROR_CODES, ChatTemplateError, GrammarParseError
@@ -105,7 +107,8 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
                              "the request schema, or breaks a limit (items, tools)"),
     "unsupported_capability": (400, "the request needs what this model or server cannot do"),
     "unsupported_version": (400, "the LMSP-Version header names a version other than 1.x"),
-    "context_length_exceeded": (400, "reserved: the prompt does not fit the model's context window"),
+    "context_length_exceeded": (400, "the prompt and max_output_tokens do not fit the model's context window "
+                                     "(the model server said so)"),
     "unauthorized": (401, "the bearer token is missing, wrong, or not ASCII"),
     "not_found": (404, "no endpoint at this path"),
     "model_not_found": (404, "the request names a model this server does not serve"),
@@ -113,6 +116,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "method_not_allowed": (405, "the endpoint exists but not for this method"),
     "request_timeout": (408, "the body did not arrive within the body read timeout"),
     "request_too_large": (413, "the body is larger than the limit"),
+    "overloaded": (503, "the server has as many requests in progress as it takes: retry after Retry-After seconds"),
     "unsupported_media_type": (415, "the body is not declared as application/json"),
     "internal_error": (500, "the server failed (its log has the error)"),
     "parse_failed": (500, "the model's output could not be parsed (the server log has the details)"),
@@ -206,6 +210,7 @@ class Limits:
     max_int_digits: int = 32  # digits of one JSON integer
     max_items: int = 1024  # input items / messages, after a previous_response_id chain is merged
     max_tools: int = 128
+    max_concurrent: int = 512  # requests in progress (health checks excepted); beyond it, 503 with Retry-After
 
 
 class HTTPProblem(Exception):
@@ -374,8 +379,6 @@ CHAT_REQUEST_SCHEMA: dict[str, Any] = {
         "top_logprobs": _NULLABLE({"type": "integer"}),
         "modalities": _NULLABLE({"type": "array", "items": {"type": "string"}}),
     }}
-#: Chat Completions fields handed to the backend's request under their own names (see the module doc).
-SAMPLING_FIELDS = ("top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias")
 
 
 def _chat_unsupported(request: dict[str, Any]) -> str | None:
@@ -769,6 +772,7 @@ class LMSPApp:
         anchor = self.compiled.start_anchor
         self.anchor = anchor.literals[0] if anchor is not None and anchor.literals else "<|im_start|>assistant\n"
         self.created = int(self.clock())
+        self.in_progress = 0  # requests being served (the max_concurrent limit)
 
     # ------------------------------------------------------------------ prompts
     def prompt(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -782,9 +786,12 @@ class LMSPApp:
         return self.chat_template.render(messages, tools=template_tools(tools) or None, add_generation_prompt=True,
                                          **self.template_kwargs)
 
-    async def _render(self, ctx: _Request, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    async def _render(self, ctx: _Request, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                      items: bool = False) -> str:
+        """The prompt, rendered in a worker thread (a long conversation takes milliseconds); ``items``: the
+        ``messages`` are LMSP input items, made chat messages in the thread too."""
         try:
-            return await asyncio.to_thread(self.render, messages, tools)
+            return await asyncio.to_thread(self.prompt if items else self.render, messages, tools)
         except ChatTemplateError as e:
             # The template's own refusal (roles must alternate, ...) is the client's to fix; anything else is
             # the server's template, logged in full here and never sent (it names the template's internals).
@@ -803,7 +810,8 @@ class LMSPApp:
         code = error.get("code", "internal_error")
         safe = {"parse_failed": "the model's output could not be parsed",
                 "internal_error": "the response could not be produced",
-                "upstream_failed": "the model server failed", "upstream_timeout": "the model server did not answer in time"}
+                "upstream_failed": "the model server failed", "upstream_timeout": "the model server did not answer in time",
+                "context_length_exceeded": "the prompt and max_output_tokens do not fit the model's context window"}
         if code not in safe:
             return error
         if not str(error.get("detail", "")).startswith(safe[code]):
@@ -833,7 +841,11 @@ class LMSPApp:
         ctx.send = logged_send
         _request_id.set(ctx.id)  # (each ASGI call runs in its own task, so in its own context)
         started = time.perf_counter()
+        self.in_progress += 1
         try:
+            if self.in_progress > self.limits.max_concurrent and scope.get("path") != "/health":
+                raise _refuse("overloaded", f"the server is serving {self.limits.max_concurrent} requests already",
+                              title="Too many requests in progress", headers=[(b"retry-after", b"1")])
             await self._dispatch(ctx)
         except HTTPProblem as e:
             await self._problem(ctx, e)
@@ -845,6 +857,7 @@ class LMSPApp:
                 await self._problem(ctx, _refuse("internal_error", f"the server failed (request {ctx.id})",
                                                  title="The response could not be produced"))
         finally:
+            self.in_progress -= 1
             _log.info("request_id=%s method=%s path=%s status=%d duration_ms=%.1f%s", ctx.id, scope.get("method"),
                       json.dumps(scope.get("path", "")), ctx.status, (time.perf_counter() - started) * 1000,
                       f" outcome={ctx.outcome}" if ctx.outcome else "")
@@ -1001,7 +1014,7 @@ class LMSPApp:
         tools = list(request.get("tools") or [])
         choice = ToolChoice.read(request.get("tool_choice"), tools, None)
         offered = choice.offered(tools)
-        prompt = await self._render(ctx, chat_messages(items), offered)
+        prompt = await self._render(ctx, items, offered, items=True)
         typed = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in offered]
         ids = _Ids(self.ids)
         output = _LMSPOutput(self, prompt, typed or None, ids)
@@ -1252,18 +1265,69 @@ async def _json(send: Send, status: int, body: dict[str, Any], *, content_type: 
 
 
 # ---------------------------------------------------------------------------- running it
+def _guarded_protocol(header_timeout: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol with the two limits it lacks: a request's head (request line and headers)
+    must arrive within ``header_timeout`` s of its first byte (of the connection, for the first request),
+    else the connection is closed, so slowly dribbled or never-sent heads do not hold connections (uvicorn
+    times out only idle keep-alive connections); and a connection beyond ``max_connections`` open ones is
+    closed as soon as it is accepted. (uvicorn's own ``limit_concurrency`` answers a plain-text 503: the
+    app's ``Limits.max_concurrent`` answers a problem document instead.)"""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                _log.warning("closed a connection: %d connections are open already", max_connections)
+                transport.close()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE:
+                self._arm()  # (the first byte of a head after a keep-alive pause starts its clock)
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self.head_timer is None:
+                self.head_timer = self.loop.call_later(header_timeout, self._head_timed_out)
+
+        def _disarm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+                self.head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self.head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                _log.info("closed a connection whose request head did not arrive within %s s", header_timeout)
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
 def uvicorn_config(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
-                   limit_concurrency: int | None = 512, timeout_keep_alive: int = 5,
+                   header_timeout: float = 10.0, max_connections: int = 2048, timeout_keep_alive: int = 5,
                    timeout_graceful_shutdown: int = 10, max_header_bytes: int = 64 * 1024) -> Any:
     """The uvicorn configuration :func:`serve` runs: h11 (so ``max_header_bytes`` bounds a request's head),
-    idle keep-alive connections closed after ``timeout_keep_alive`` s, at most ``limit_concurrency``
-    connections and tasks (uvicorn answers 503 beyond), ``timeout_graceful_shutdown`` s for requests in
-    flight to finish on shutdown, no access log (the app logs each request itself, with its id)."""
+    each request's head read within ``header_timeout`` s, at most ``max_connections`` open connections,
+    idle keep-alive connections closed after ``timeout_keep_alive`` s, ``timeout_graceful_shutdown`` s for
+    requests in flight to finish on shutdown, no access log (the app logs each request itself, with its
+    id). Requests in progress are bounded by the app (``Limits.max_concurrent``), not by uvicorn."""
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
-                          http="h11", ws="none", h11_max_incomplete_event_size=max_header_bytes,
-                          limit_concurrency=limit_concurrency, timeout_keep_alive=timeout_keep_alive,
+                          http=_guarded_protocol(header_timeout, max_connections), ws="none",
+                          h11_max_incomplete_event_size=max_header_bytes, timeout_keep_alive=timeout_keep_alive,
                           timeout_graceful_shutdown=timeout_graceful_shutdown, server_header=False)
 
 

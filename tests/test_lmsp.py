@@ -170,8 +170,8 @@ def test_tools_given_as_any_iterable_type_the_streamed_arguments():
 class Server:
     """The app under uvicorn with the configuration serve() runs, on 127.0.0.1 and a free port."""
 
-    def __init__(self, app: LMSPApp, *, log_level: str = "error") -> None:
-        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level=log_level))
+    def __init__(self, app: LMSPApp, *, log_level: str = "error", **options: Any) -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level=log_level, **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:

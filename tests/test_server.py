@@ -580,6 +580,100 @@ def test_a_stalled_body_times_out():
     assert status == 408 and body["code"] == "request_timeout"
 
 
+def connect(address: str) -> socket.socket:
+    host, port = address.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (reading gets the end of the stream, or a reset)."""
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"p" * 40 + b"\r\n\r\n"
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[str]:
+    """A server whose request heads must arrive within 0.5 s."""
+    with Server(app_with(), header_timeout=0.5, max_connections=400) as address:
+        yield address
+
+
+def test_a_head_dribbled_slower_than_the_header_timeout_is_cut_off(guarded):
+    sock = connect(guarded)
+    started = time.monotonic()
+    with contextlib.suppress(OSError):  # (a byte sent after the close may be refused)
+        for byte in HEAD[:30]:  # (a byte each 0.1 s: 3 s for these, were the connection kept)
+            sock.send(bytes([byte]))
+            time.sleep(0.1)
+            sock.settimeout(0.001)
+            with contextlib.suppress(TimeoutError, BlockingIOError):
+                if closed_by_server(sock):
+                    break
+    sock.settimeout(5)
+    assert closed_by_server(sock) and time.monotonic() - started < 1.5
+    sock.close()
+
+
+def test_half_open_connections_are_closed_and_the_server_still_answers(guarded):
+    silent = [connect(guarded) for _ in range(150)]  # (connected, nothing sent)
+    partial = [connect(guarded) for _ in range(150)]  # (half a head sent)
+    for sock in partial:
+        sock.sendall(HEAD[:20])
+    time.sleep(1.0)
+    assert all(closed_by_server(sock) for sock in silent + partial)
+    for sock in silent + partial:
+        sock.close()
+    assert httpx.get(f"{guarded}/health", timeout=5).status_code == 200
+
+
+def test_a_keep_alive_pause_longer_than_the_header_timeout_is_fine(guarded):
+    """The head's clock starts at its first byte, not when the previous response ended."""
+    sock = connect(guarded)
+    for _ in range(2):
+        sock.sendall(HEAD)
+        answer = b""
+        while b'"ok"' not in answer and (got := sock.recv(4096)):
+            answer += got
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b'"ok"}')
+        time.sleep(0.8)
+    sock.close()
+
+
+def test_connections_beyond_the_limit_are_closed_at_once():
+    with Server(app_with(), max_connections=3) as address:
+        held = [connect(address) for _ in range(3)]
+        extra = connect(address)
+        assert closed_by_server(extra)
+        held[0].sendall(HEAD)  # (the ones within the limit are served)
+        assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
+        for sock in [*held, extra]:
+            sock.close()
+
+
+def test_requests_beyond_max_concurrent_get_a_503_problem_and_health_still_answers():
+    with gateway(limits=Limits(max_concurrent=1), backend=ReplayBackend(delay=0.05)) as address:
+        body = {"model": "qwen3", "input": [{"type": "message", "role": "user", "content": "Hi"}], "stream": True}
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.stream("POST", f"{address}/lmsp/v1/responses", json=body, headers=headers, timeout=20) as first:
+            assert first.status_code == 200
+            lines = first.iter_lines()  # (kept: a dropped iterator would close the stream)
+            next(lines)  # (the first stream is in progress)
+            second = HTTP.post(f"{address}/v1/chat/completions", headers=headers,
+                               json={"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}]})
+            assert HTTP.get(f"{address}/health").status_code == 200
+        assert second.status_code == 503 and second.headers["retry-after"] == "1"
+        assert second.headers["content-type"] == "application/problem+json"
+        PROBLEM.validate({k: v for k, v in second.json().items() if k != "error"})
+        assert second.json()["code"] == "overloaded" and second.json()["error"]["code"] == "overloaded"
+        assert HTTP.post(f"{address}/lmsp/v1/responses", json={**body, "stream": False}, headers=headers
+                         ).status_code == 200  # (served again once the first is done)
+
+
 @pytest.mark.parametrize("body, says", [
     (b'{"model": "qwen3", "input": [], "max_output_tokens": ' + b"9" * 5000 + b"}", "more than 32 digits"),
     (b'{"model": "qwen3", "input": [], "max_output_tokens": ' + b"9" * 33 + b"}", "more than 32 digits"),

@@ -77,6 +77,12 @@ def test_the_request_carries_the_prompt_the_limits_and_the_extra_body(upstream):
     assert upstream.log("body")["body"] == {
         "model": "served-name", "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
         "max_tokens": 500, "temperature": 0.25, "skip_special_tokens": False}
+    sampling = {"top_p": 0.9, "seed": 7, "stop": ["</answer>"], "presence_penalty": 0.5, "frequency_penalty": -0.5,
+                "logit_bias": {"42": -100}}
+    run(generate(upstream.url, "[[id:body-sampling]]", {"temperature": 0, **sampling, "not_sampling": 1}))
+    assert upstream.log("body-sampling")["body"] == {
+        "model": "qwen3", "prompt": "[[id:body-sampling]]", "stream": True, "stream_options": {"include_usage": True},
+        "temperature": 0, **sampling}
     run(generate(upstream.url, "[[id:body-default]]"))  # without them: the request's model, no limits
     assert upstream.log("body-default")["body"] == {
         "model": "qwen3", "prompt": "[[id:body-default]]", "stream": True, "stream_options": {"include_usage": True}}
@@ -151,6 +157,7 @@ FAULTS = [  # marker, code, upstream status
     ("[[fault:longline@2]]", "upstream.protocol", None),
     ("[[fault:json]]", "upstream.protocol", None),
     ("[[fault:error@2]]", "upstream.status", 500),
+    ("[[fault:context]]", "upstream.context_length", 400),
 ]
 
 
@@ -161,7 +168,7 @@ def test_each_upstream_fault_raises_its_code_and_never_the_output(upstream, mark
     error = raised.value
     assert (error.code, error.status) == (code, status) and code in ERROR_CODES
     assert not any(secret in str(error) for secret in SECRETS) and len(str(error)) < 1000
-    assert error.problem()["status"] == (504 if code == "upstream.timeout" else 502)
+    assert error.problem()["status"] == {"upstream.timeout": 504, "upstream.context_length": 400}.get(code, 502)
 
 
 def test_an_upstreams_error_body_is_quoted():
@@ -368,7 +375,8 @@ GATEWAY_FAULTS = [  # marker, problem code, status (the failures mid-stream: aft
     ("[[fault:error@3]]", "upstream_failed", 502),
     ("[[fault:stall@3]]", "upstream_timeout", 504),
 ]
-BEFORE_ANY_PIECE = [("[[fault:status=500]]", "upstream_failed", 502), ("[[fault:reset]]", "upstream_failed", 502)]
+BEFORE_ANY_PIECE = [("[[fault:status=500]]", "upstream_failed", 502), ("[[fault:reset]]", "upstream_failed", 502),
+                    ("[[fault:context]]", "context_length_exceeded", 400)]
 
 
 def answered(url: str, marker: str, code: str, status: int) -> str:
@@ -393,3 +401,22 @@ def test_an_upstream_failure_mid_stream_ends_the_response_cleanly(gateway, marke
 @pytest.mark.parametrize("marker, code, status", BEFORE_ANY_PIECE, ids=[f[0].strip("[]") for f in BEFORE_ANY_PIECE])
 def test_an_upstream_that_fails_before_any_text_is_a_problem_document(gateway, marker, code, status):
     assert "127.0.0.1" not in answered(gateway, marker, code, status)
+
+
+def test_chat_completions_sampling_fields_reach_the_upstream(gateway, upstream):
+    body = {"model": "qwen3", "messages": [{"role": "user", "content": "[[id:chat-sampling]]"}], "top_p": 0.5,
+            "seed": 3, "stop": "</x>", "max_tokens": 50, "temperature": 0.1}
+    answer = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=10, trust_env=False)
+    assert answer.status_code == 200
+    sent = upstream.log("chat-sampling")["body"]
+    assert {k: sent[k] for k in ("top_p", "seed", "stop", "max_tokens", "temperature")} == {
+        "top_p": 0.5, "seed": 3, "stop": "</x>", "max_tokens": 50, "temperature": 0.1}
+
+
+def test_a_prompt_too_long_for_the_upstream_is_context_length_exceeded_for_the_openai_client(gateway):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="none", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="qwen3", messages=[{"role": "user", "content": "[[fault:context]]"}])
+    assert raised.value.code == "context_length_exceeded"
+    assert "127.0.0.1" not in str(raised.value) and "4096" not in str(raised.value)  # (the upstream's words are logged)

@@ -17,7 +17,8 @@ user message (they reach the upstream in the rendered prompt):
   (``time.monotonic()``, one clock for every process on the machine) and the text offset it ends at;
 * ``[[nousage]]``: send no usage chunk; ``[[lines:crlf]]``, ``[[lines:cr]]``: end the stream's lines so;
 * ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status
-  (with a megabyte of error body); ``json`` answers a whole completion as JSON, not a stream;
+  (with a megabyte of error body); ``context`` answers 400 with vLLM's error for a prompt longer than the
+  context window; ``json`` answers a whole completion as JSON, not a stream;
   ``reset`` aborts the connection (TCP RST); ``stall`` sends nothing more, holding the connection open;
   ``malformed`` sends an event that is not JSON (the rest of the output in a string left open, so an
   error that quoted it would show); ``binary`` an event that is not UTF-8; ``longline`` an event line
@@ -199,6 +200,13 @@ class UpstreamServer:
             record["ended"] = True
             return await self.json(conn, plan.status, {"error": {"message": "injected failure", "code": plan.status,
                                                                  "trace": "at frame\n" * 100_000}})
+        if plan.fault == "context":  # (vLLM's wording, as its OpenAI-compatible server sends it)
+            record["ended"] = True
+            return await self.json(conn, 400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                                               "message": "This model's maximum context length is 4096 tokens. However, "
+                                                          "you requested 5120 tokens (4096 in the messages, 1024 in the "
+                                                          "completion). Please reduce the length of the messages or "
+                                                          "completion."})
         if plan.fault == "json":  # (a server that ignores "stream": a whole completion as one JSON body)
             record["ended"] = True
             return await self.json(conn, 200, {"object": "text_completion", "choices": [
