@@ -981,7 +981,8 @@ def test_the_serve_command_is_a_gateway_to_an_upstream(tmp_path):
     upstream_url = "http://127.0.0.1:%d/v1" % upstream.servers[0].sockets[0].getsockname()[1]
     command = [sys.executable, "-m", "grammar_parse", "serve", "--port", "0", "--upstream", upstream_url,
                "--upstream-model", "qwen3-upstream", "--model", "qwen3", "--model-dir", str(model),
-               "--grammar", "auto", "--token-file", str(tmp_path / "token"), "--log-level", "warning"]
+               "--grammar", "auto", "--token-file", str(tmp_path / "token"), "--log-level", "warning",
+               "--upstream-body", '{"skip_special_tokens": false}', "--header-timeout", "3"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "GRAMMAR_PARSE_TOKEN": "env-token"})
     stack = contextlib.ExitStack()
@@ -1007,4 +1008,5 @@ def test_the_serve_command_is_a_gateway_to_an_upstream(tmp_path):
     assert text_of(answer.json()).startswith("Hello!")
     is_problem(refused, "unauthorized")  # (--token-file wins over the environment)
     assert [(b["model"], b.get("max_tokens")) for b in fake.bodies] == [("qwen3-upstream", 200), ("qwen3-upstream", None)]
+    assert all(b["skip_special_tokens"] is False for b in fake.bodies)
     assert fake.bodies[0]["prompt"].endswith("<|im_start|>assistant\n") and "get_weather" in fake.bodies[0]["prompt"]
