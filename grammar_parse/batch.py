@@ -6,6 +6,11 @@ content and tool calls as plain columns, the parse errors by code, and the row's
 tools' schemas are built once (once per worker process with ``workers > 1``), never per row. A row that
 is not text, or whose parse raises in strict mode, is a result with an ``error``, not an exception: one
 bad row never fails the batch.
+
+:func:`parse_table` does the same for a pyarrow Table (or RecordBatch) or a pandas DataFrame, and answers
+in kind: Arrow columns, the tool calls a list of structs (:func:`result_schema`). :func:`read_parquet` and
+:class:`ParquetSink` are the batch command's Parquet input and output. pyarrow (and pandas, for
+DataFrames) are the ``tables`` extra, imported on first use.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import jmespath
 
-from .errors import GrammarParseError
+from .errors import ArgumentError, GrammarParseError
 from .grammar import Grammar, build_grammar
 from .session import parse_response, resolve_grammar
 from .wire_stream import REASONING_FIELDS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: Rows handed to a worker at a time: large enough that the inter-process cost is small against the
 #: parse (about 50 µs a short row), small enough that progress stays current.
@@ -296,5 +304,203 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-__all__ = ["CHUNK_ROWS", "Columns", "Progress", "Summary", "default_workers", "parse_many", "read_jsonl",
-           "result_row", "run_jsonl"]
+# ---------------------------------------------------------------------------- Arrow and pandas
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError:
+        raise ArgumentError("tables (Arrow, pandas, Parquet) need pyarrow", code="usage.batch",
+                            hint="pip install 'grammar-parse[tables]'") from None
+    return pyarrow
+
+
+def result_schema(id_type: pa.DataType | None = None) -> pa.Schema:
+    """The Arrow schema of result rows: ``id`` (of ``id_type``, null without one), ``reasoning``,
+    ``content`` and ``error`` strings, ``parse_errors`` a list of codes, and ``tool_calls`` a list of
+    ``{name, arguments, errors}`` structs. ``arguments`` is JSON text when the call's arguments parsed,
+    and the text as the model wrote it when they did not (then ``errors`` holds their codes): the
+    arguments of different tools have different shapes, which one Arrow column cannot type."""
+    pa = _pyarrow()
+    call = pa.struct([("name", pa.string()), ("arguments", pa.string()), ("errors", pa.list_(pa.string()))])
+    return pa.schema([("id", id_type or pa.null()), ("reasoning", pa.string()), ("content", pa.string()),
+                      ("tool_calls", pa.list_(call)), ("parse_errors", pa.list_(pa.string())), ("error", pa.string())])
+
+
+def _arrow_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if calls is None:
+        return None
+    return [{"name": c["name"], "errors": c.get("errors"),
+             "arguments": c["arguments"] if isinstance(c["arguments"], str) or c["arguments"] is None
+             else json.dumps(c["arguments"], ensure_ascii=False)} for c in calls]
+
+
+def rows_to_arrow(rows: list[dict[str, Any]], id_type: pa.DataType | None = None) -> pa.Table:
+    """Result rows as an Arrow table of :func:`result_schema` (``id_type`` inferred from the ids without it)."""
+    pa = _pyarrow()
+    ids = [row["id"] for row in rows]
+    if id_type is None and any(i is not None for i in ids):
+        id_type = pa.array(ids).type
+    schema = result_schema(id_type)
+    arrays = [pa.array(ids, schema.field("id").type)]
+    arrays += [pa.array([row[name] for row in rows], schema.field(name).type) for name in ("reasoning", "content")]
+    arrays.append(pa.array([_arrow_calls(row["tool_calls"]) for row in rows], schema.field("tool_calls").type))
+    arrays += [pa.array([row[name] for row in rows], schema.field(name).type) for name in ("parse_errors", "error")]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _root(expression: str | None) -> str | None:
+    """The top-level column a key or JMESPath expression reads (``response.choices[0].text``: response)."""
+    found = re.match(r'\s*(?:"([^"]+)"|([A-Za-z_][A-Za-z0-9_]*))', expression or "")
+    return (found.group(1) or found.group(2)) if found else None
+
+
+def _table_records(table: Any, columns: Columns, batch_rows: int) -> tuple[Iterator[dict[str, Any]], Any]:
+    """The records of an Arrow table, a batch at a time (only the columns the specs read), and the id
+    column's type."""
+    names = set(table.schema.names)
+    wanted = [columns.text, columns.prompt, columns.tools, columns.id, columns.grammar]
+    roots = [_root(spec) for spec in wanted if spec is not None]
+    missing = [spec for spec, root in zip([w for w in wanted if w is not None], roots) if root not in names]
+    if missing:
+        raise ArgumentError(f"the table has no column {missing[0]!r} (its columns: {', '.join(sorted(names))})",
+                            code="usage.batch", hint="Name the columns with Columns(text=..., prompt=..., ...).")
+    selected = table.select(list(dict.fromkeys(r for r in roots if r is not None)))
+    id_type = selected.schema.field(columns.id).type if columns.id is not None and columns.id in names else None
+
+    def records() -> Iterator[dict[str, Any]]:
+        for batch in selected.to_batches(max_chunksize=batch_rows):
+            yield from batch.to_pylist()
+
+    return records(), id_type
+
+
+class TableParser:
+    """:func:`parse_table` with its grammar and tool schemas built once: called on table after table, it
+    builds nothing more. This is the per-worker state of a distributed engine (a Ray Data actor, a Spark
+    or Dask task's partitions, a Daft class instance): see ``grammar_parse.integrations``."""
+
+    def __init__(self, grammar: Any, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
+                 strict: bool = False) -> None:
+        self.columns = columns or Columns()
+        self.parser = _Parser(grammar, prefix, tools, strict, self.columns)
+
+    def __call__(self, table: Any) -> Any:
+        return _in_kind(table, lambda arrow: self.parser.rows(list(_table_records(arrow, self.columns, CHUNK_ROWS)[0])),
+                        self.columns)
+
+
+def _in_kind(table: Any, parse: Callable[[Any], list[dict[str, Any]]], columns: Columns) -> Any:
+    """``parse`` (result rows of an Arrow table) applied to a Table, RecordBatch or DataFrame, answered in kind."""
+    pa = _pyarrow()
+    if isinstance(table, pa.RecordBatch):
+        return rows_to_arrow_batch(_in_kind(pa.Table.from_batches([table]), parse, columns))
+    frame = None
+    if not isinstance(table, pa.Table):
+        if type(table).__name__ != "DataFrame" or not hasattr(table, "index"):
+            raise ArgumentError(f"parse_table takes a pyarrow Table or RecordBatch or a pandas DataFrame, not "
+                                f"{type(table).__name__}", code="usage.batch", hint="Use parse_many for other iterables.")
+        frame, table = table, pa.Table.from_pandas(table, preserve_index=False)
+    _, id_type = _table_records(table, columns, CHUNK_ROWS)  # (checks the columns before any row is parsed)
+    result = rows_to_arrow(parse(table), id_type)
+    if frame is None:
+        return result
+    out = result.to_pandas()
+    out.index = frame.index
+    return out
+
+
+def parse_table(table: Any, grammar: Any, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
+                strict: bool = False, workers: int = 1, chunk_rows: int = CHUNK_ROWS,
+                progress: Callable[[int], None] | None = None) -> Any:
+    """:func:`parse_many` over the rows of a pyarrow Table or RecordBatch, or a pandas DataFrame: one
+    result row per input row, in order, as the same kind of table (:func:`result_schema`; a DataFrame
+    keeps the input's index, so the result joins back on it). ``columns`` names the output's column (and
+    the prompt, tools, id and grammar columns: a column name, or JMESPath into a struct column).
+    """
+    columns = columns or Columns()
+
+    def parse(arrow: Any) -> list[dict[str, Any]]:
+        records, _ = _table_records(arrow, columns, chunk_rows)
+        return list(parse_many(records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns,
+                               workers=workers, chunk_rows=chunk_rows, progress=progress))
+
+    return _in_kind(table, parse, columns)
+
+
+def rows_to_arrow_batch(table: pa.Table) -> pa.RecordBatch:
+    """A one-batch table as its RecordBatch (the shape a RecordBatch caller gets back)."""
+    pa = _pyarrow()
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def read_parquet(path: str, *, columns: Columns | None = None, skip: int = 0, batch_rows: int = 4096
+                 ) -> tuple[Iterator[dict[str, Any]], int, Any]:
+    """The records of a Parquet file, a batch at a time (only the columns the specs read), after the first
+    ``skip``; with the file's row count and the id column's type."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq
+
+    columns = columns or Columns()
+    file = pq.ParquetFile(path)
+    names = set(file.schema_arrow.names)
+    table_like = pa.schema([file.schema_arrow.field(n) for n in file.schema_arrow.names])
+    # (the checks and the projection are the table's: read on an empty table of the file's schema)
+    _, id_type = _table_records(table_like.empty_table(), columns, batch_rows)
+    roots = list(dict.fromkeys(r for r in (_root(c) for c in (columns.text, columns.prompt, columns.tools,
+                                                              columns.id, columns.grammar)) if r in names))
+
+    def records() -> Iterator[dict[str, Any]]:
+        left = skip
+        for batch in file.iter_batches(batch_size=batch_rows, columns=roots):
+            if left >= batch.num_rows:
+                left -= batch.num_rows
+                continue
+            yield from batch.slice(left).to_pylist()
+            left = 0
+
+    return records(), file.metadata.num_rows, id_type
+
+
+class ParquetSink:
+    """Result rows written to a Parquet file as they come, a row group every ``group_rows`` rows. With
+    ``resume``, the rows an earlier run wrote to ``path`` are copied first (Parquet files cannot be
+    appended to), and :attr:`kept` says how many; the file is replaced when the sink closes, so an
+    interrupted run leaves the previous file, or a whole new one."""
+
+    def __init__(self, path: str, *, id_type: Any = None, resume: bool = False, group_rows: int = 8192) -> None:
+        pa = _pyarrow()
+        import pyarrow.parquet as pq
+
+        self.path, self.group_rows, self.kept = path, group_rows, 0
+        earlier = pq.read_table(path) if resume and os.path.exists(path) else None
+        self.id_type = earlier.schema.field("id").type if earlier is not None else id_type
+        if earlier is not None and pa.types.is_null(self.id_type) and id_type is not None:
+            self.id_type = id_type
+        self.temporary = f"{path}.partial"
+        self.writer = pq.ParquetWriter(self.temporary, result_schema(self.id_type))
+        if earlier is not None:
+            self.writer.write_table(earlier.cast(result_schema(self.id_type)))
+            self.kept = earlier.num_rows
+        self.pending: list[dict[str, Any]] = []
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.pending.append(row)
+        if len(self.pending) >= self.group_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(rows_to_arrow(self.pending, self.id_type))
+            self.pending = []
+
+    def close(self) -> None:
+        """Write what is pending, end the file and put it in place (also after an interruption: the rows
+        parsed so far are kept, and a resumed run goes on after them)."""
+        self.flush()
+        self.writer.close()
+        os.replace(self.temporary, self.path)
+
+
+__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "Summary", "default_workers", "parse_many",
+           "TableParser", "parse_table", "read_jsonl", "read_parquet", "result_row", "result_schema", "rows_to_arrow", "run_jsonl"]

@@ -19,6 +19,9 @@ def pytest_addoption(parser):
     parser.addoption("--oracle", action="store_true", help="run the differential tests against transformers")
     parser.addoption("--engines", action="store_true", help="run the tests against the installed vLLM and SGLang")
     parser.addoption("--load", action="store_true", help="run the gateway's load and fault tests (tests/load)")
+    parser.addoption("--distributed", action="store_true",
+                     help="run the distributed recipes' smoke tests (tests/distributed: Ray, Spark, Dask, Daft)")
+    parser.addoption("--browser", action="store_true", help="run the headless-browser test of the view (tests/browser)")
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
@@ -31,5 +34,10 @@ def pytest_ignore_collect(collection_path, config):
         return True
     # The gateway's load and fault tests (hundreds of streams, 10,000 requests: minutes) run only when asked for.
     if "load" in collection_path.parts and not config.getoption("--load"):
+        return True
+    # The distributed engines (Ray, Spark, Dask, Daft) and the browser are optional extras: asked for only.
+    if "distributed" in collection_path.parts and not config.getoption("--distributed"):
+        return True
+    if "browser" in collection_path.parts and not config.getoption("--browser"):
         return True
     return None
