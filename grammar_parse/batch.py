@@ -280,19 +280,29 @@ class Progress:
             self.out.flush()
 
 
+def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], None], grammar: Any, *,
+             columns: Columns | None = None, prefix: str = "", tools: Any = None, strict: bool = False,
+             workers: int = 1, progress: Callable[[int], None] | None = None) -> Summary:
+    """Parse records into result rows handed to ``write`` as they come, and say what was done."""
+    summary = Summary()
+    started = time.monotonic()
+    for row in parse_many(records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns,
+                          workers=workers, progress=progress):
+        write(row)
+        summary.add(row)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
 def run_jsonl(source: TextIO, sink: TextIO, grammar: Any, *, columns: Columns | None = None, prefix: str = "",
               tools: Any = None, strict: bool = False, workers: int = 1, skip: int = 0,
               progress: Callable[[int], None] | None = None) -> Summary:
     """Parse a JSONL stream of records (or of JSON strings) into a JSONL stream of result rows, one line
-    per input line, flushed as they come (so an interrupted run resumes with ``skip``)."""
-    summary = Summary()
-    started = time.monotonic()
-    for row in parse_many(read_jsonl(source, skip=skip), grammar, prefix=prefix, tools=tools, strict=strict,
-                          columns=columns, workers=workers, progress=progress):
-        sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-        summary.add(row)
+    per input line, written as they come (so an interrupted run resumes with ``skip``)."""
+    summary = run_rows(read_jsonl(source, skip=skip), lambda row: sink.write(json.dumps(row, ensure_ascii=False) + "\n"),
+                       grammar, columns=columns, prefix=prefix, tools=tools, strict=strict, workers=workers,
+                       progress=progress)
     sink.flush()
-    summary.seconds = time.monotonic() - started
     return summary
 
 
@@ -363,7 +373,7 @@ def _table_records(table: Any, columns: Columns, batch_rows: int) -> tuple[Itera
     missing = [spec for spec, root in zip([w for w in wanted if w is not None], roots) if root not in names]
     if missing:
         raise ArgumentError(f"the table has no column {missing[0]!r} (its columns: {', '.join(sorted(names))})",
-                            code="usage.batch", hint="Name the columns with Columns(text=..., prompt=..., ...).")
+                            code="usage.batch", hint="Name the output column (--text, or Columns(text=...)) and any prompt, tools and id columns.")
     selected = table.select(list(dict.fromkeys(r for r in roots if r is not None)))
     id_type = selected.schema.field(columns.id).type if columns.id is not None and columns.id in names else None
 
@@ -434,9 +444,17 @@ def rows_to_arrow_batch(table: pa.Table) -> pa.RecordBatch:
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
-def read_parquet(path: str, *, columns: Columns | None = None, skip: int = 0, batch_rows: int = 4096
+def parquet_rows(path: str) -> int:
+    """The number of rows of a Parquet file (read from its footer)."""
+    _pyarrow()
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def read_parquet(path: Any, *, columns: Columns | None = None, skip: int = 0, batch_rows: int = 4096
                  ) -> tuple[Iterator[dict[str, Any]], int, Any]:
-    """The records of a Parquet file, a batch at a time (only the columns the specs read), after the first
+    """The records of a Parquet file (a path or a binary file), a batch at a time (only the columns the specs read), after the first
     ``skip``; with the file's row count and the id column's type."""
     pa = _pyarrow()
     import pyarrow.parquet as pq
@@ -502,5 +520,5 @@ class ParquetSink:
         os.replace(self.temporary, self.path)
 
 
-__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "Summary", "default_workers", "parse_many",
-           "TableParser", "parse_table", "read_jsonl", "read_parquet", "result_row", "result_schema", "rows_to_arrow", "run_jsonl"]
+__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "Summary", "default_workers", "parquet_rows", "parse_many",
+           "TableParser", "parse_table", "read_jsonl", "read_parquet", "result_row", "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]

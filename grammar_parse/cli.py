@@ -14,8 +14,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -308,49 +308,110 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _is_parquet(path: str | None, given: str | None) -> bool:
+    if given is not None:
+        return given == "parquet"
+    return path is not None and path.lower().endswith((".parquet", ".pq"))
+
+
 def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
-    from .batch import Columns, Progress, default_workers, run_jsonl
+    from .batch import Columns, Progress, default_workers, read_jsonl, run_rows
 
     grammar = _model_grammar(args) if args.grammar or _model(args) or not args.grammar_column else None
     prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
     columns = Columns(text=args.text, prompt=args.prompt, tools=args.tools, id=args.id, grammar=args.grammar_column)
     workers = args.jobs or default_workers()
-    skip = 0
-    if args.resume:
-        if args.output in (None, "-"):
-            raise CommandLineError("--resume needs an output file (-o FILE) to resume.", code="usage.file",
-                                   hint="Write the rows to a file with -o.")
-        try:
-            with open(args.output, encoding="utf-8") as written:
-                skip = sum(1 for line in written if line.strip())
-        except FileNotFoundError:
-            skip = 0
-    source = sys.stdin if args.input in (None, "-") else None
-    try:
-        inputs = source or open(args.input, encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise CommandLineError(f"cannot read the input file {args.input}: {e.strerror}.", code="usage.file",
-                               hint="Check the path.") from None
-    total = None
-    if source is None and not args.quiet and sys.stderr.isatty():
-        total = sum(1 for line in inputs if line.strip()) - skip
-        inputs.seek(0)
-    progress = Progress(sys.stderr, total) if not args.quiet and sys.stderr.isatty() else None
-    sink = out if args.output in (None, "-") else open(args.output, "a" if args.resume else "w", encoding="utf-8")
-    try:
-        with _loading():
-            summary = run_jsonl(inputs, sink, grammar, columns=columns, prefix=prefix, tools=_tools(args),
-                                strict=False, workers=workers, skip=skip, progress=progress)
-    finally:
+    parquet_in = _is_parquet(args.input, args.input_format)
+    parquet_out = _is_parquet(args.output, args.output_format)
+    if args.resume and args.output in (None, "-"):
+        raise CommandLineError("--resume needs an output file (-o FILE) to resume.", code="usage.file",
+                               hint="Write the rows to a file with -o.")
+    if parquet_out and args.output in (None, "-"):
+        raise CommandLineError("Parquet output needs a file (-o rows.parquet): a Parquet file ends with its index.",
+                               code="usage.file", hint="Give -o FILE.parquet, or write JSONL to stdout.")
+    with ExitStack() as stack:
+        skip = _written_rows(args.output, parquet_out) if args.resume else 0
+        total: int | None = None
+        id_type = None
+        if parquet_in:
+            records, total, id_type = _parquet_records(args, columns, skip)
+            total -= skip
+        else:
+            inputs: TextIO = sys.stdin if args.input in (None, "-") else stack.enter_context(
+                _open_text(args.input, "input file"))
+            if inputs is not sys.stdin and not args.quiet and sys.stderr.isatty():
+                total = sum(1 for line in inputs if line.strip()) - skip
+                inputs.seek(0)
+            records = read_jsonl(inputs, skip=skip)
+        progress = Progress(sys.stderr, total) if not args.quiet and sys.stderr.isatty() else None
         if progress is not None:
-            progress.close()
-        if source is None:
-            inputs.close()
-        if sink is not out:
-            sink.close()
+            stack.callback(progress.close)
+        write = _batch_sink(stack, args, out, parquet_out, id_type)
+        with _loading():
+            summary = run_rows(records, write, grammar, columns=columns, prefix=prefix, tools=_tools(args),
+                               workers=workers, progress=progress)
     if not args.quiet:
         sys.stderr.write(summary.text() + "\n")
     return EXIT_PARSE if args.fail_on_error and summary.rows_with_errors else EXIT_OK
+
+
+def _open_text(path: str, what: str) -> TextIO:
+    try:
+        return open(path, encoding="utf-8")  # noqa: SIM115 - the caller's stack closes it
+    except OSError as e:
+        raise CommandLineError(f"cannot read the {what} {path}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
+
+
+def _written_rows(path: str, parquet: bool) -> int:
+    """The rows an earlier run wrote to ``path`` (--resume): lines of JSONL, or a Parquet file's rows."""
+    if not os.path.exists(path):
+        return 0
+    if parquet:
+        from .batch import parquet_rows
+
+        try:
+            return parquet_rows(path)
+        except GrammarParseError as e:  # (pyarrow missing)
+            raise CommandLineError(e.detail, code="usage.file", hint=e.hint) from None
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet vary
+            raise CommandLineError(f"cannot resume {path}: it is not a whole Parquet file ({type(e).__name__}).",
+                                   code="usage.file", hint="Remove it and run again without --resume.") from None
+    with open(path, encoding="utf-8") as written:
+        return sum(1 for line in written if line.strip())
+
+
+def _parquet_records(args: argparse.Namespace, columns: Any, skip: int) -> tuple[Any, int, Any]:
+    from .batch import read_parquet
+
+    source: Any = args.input
+    if args.input in (None, "-"):
+        source = io.BytesIO(sys.stdin.buffer.read())  # (Parquet is read from its end: stdin is buffered whole)
+    try:
+        return read_parquet(source, columns=columns, skip=skip)
+    except GrammarParseError as e:  # (pyarrow missing, a column the file does not have)
+        raise CommandLineError(e.detail, code="usage.file", hint=e.hint) from None
+    except OSError as e:
+        raise CommandLineError(f"cannot read the input file {args.input}: {e}.", code="usage.file",
+                               hint="Check the path.") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet vary
+        raise CommandLineError(f"the input file {args.input} is not Parquet ({type(e).__name__}).", code="usage.file",
+                               hint="Give --input-format jsonl for JSONL.") from None
+
+
+def _batch_sink(stack: ExitStack, args: argparse.Namespace, out: TextIO, parquet: bool,
+                id_type: Any) -> Callable[[dict[str, Any]], None]:
+    """Where result rows go: JSONL lines (flushed, so --resume finds them), or a Parquet file."""
+    if parquet:
+        from .batch import ParquetSink
+
+        sink = ParquetSink(args.output, id_type=id_type, resume=args.resume)
+        stack.callback(sink.close)
+        return sink.write
+    stream = out if args.output in (None, "-") else stack.enter_context(
+        open(args.output, "a" if args.resume else "w", encoding="utf-8"))
+    stack.callback(stream.flush)
+    return lambda row: stream.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
@@ -545,8 +606,11 @@ def build_argparser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_serve)
     p = command("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, "
                          "parse errors, id), lenient, with worker processes and a summary")
-    p.add_argument("input", nargs="?", help="JSONL input: records, or JSON strings (default, or -: stdin)")
-    p.add_argument("-o", "--output", help="JSONL output file (default, or -: stdout)")
+    p.add_argument("input", nargs="?", help="JSONL input (records, or JSON strings) or Parquet (.parquet) "
+                                            "(default, or -: stdin)")
+    p.add_argument("-o", "--output", help="output file: JSONL, or Parquet for .parquet (default, or -: JSONL on stdout)")
+    p.add_argument("--input-format", choices=["jsonl", "parquet"], help="the input's format (default: by its name)")
+    p.add_argument("--output-format", choices=["jsonl", "parquet"], help="the output's format (default: by its name)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
     model_options(p)
     p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")

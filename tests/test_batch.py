@@ -3,9 +3,11 @@ row (never an exception), the same rows from worker processes as from one, and t
 
 from __future__ import annotations
 
+import pytest
+
 import grammar_parse as gp
 from goldens import all_goldens
-from grammar_parse.batch import Columns, parse_many, result_row
+from grammar_parse.batch import Columns, TableParser, parse_many, parse_table, result_row, result_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -152,3 +154,95 @@ def test_rows_may_name_their_grammar():
     assert [(r["reasoning"], r["content"]) for r in rows[:2]] == [("a", "b"), ("a", "b")]
     assert rows[2]["error"].startswith("grammar.not_found: ")
     assert rows[3]["error"] == "usage.grammar: the row names no grammar, and none was given"
+
+
+# ---------------------------------------------------------------------------- Arrow, pandas, Parquet
+MIXED = [{"rid": i, "completion": text, "prompt": "<|im_start|>assistant\n<think>\n" if i % 5 == 4 else None}
+         for i, text in enumerate([
+             "<think>hm</think>Hello.", '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+             "<tool_call>{broken</tool_call>", None, "thought</think>answer", "plain",
+             '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n<tool_call>{"name": "g", "arguments": '
+             '{"b": [1, 2]}}</tool_call>'] * 3)]
+MIXED_COLUMNS = Columns(id="rid", prompt="prompt")
+
+
+def arrow_row(row: dict) -> dict:
+    """A parse_many row as its Arrow row: arguments as JSON text (as written when broken), errors None."""
+    import json
+
+    calls = None if row["tool_calls"] is None else [
+        {"name": c["name"], "errors": c.get("errors"),
+         "arguments": c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}
+        for c in row["tool_calls"]]
+    return {**row, "tool_calls": calls}
+
+
+def test_parse_table_gives_parse_many_s_rows_as_arrow_columns():
+    import json
+
+    pa = pytest.importorskip("pyarrow")
+    table = pa.Table.from_pylist(MIXED)
+    result = parse_table(table, "qwen3", columns=MIXED_COLUMNS)
+    expected = [arrow_row(r) for r in parse_many(MIXED, "qwen3", columns=MIXED_COLUMNS)]
+    assert result.to_pylist() == expected and result.schema == result_schema(pa.int64())
+    calls = [c for row in result.to_pylist() for c in row["tool_calls"] or []]
+    assert {c["name"] for c in calls} == {"get_weather", "f", "g"}
+    assert json.loads(calls[-1]["arguments"]) == {"b": [1, 2]}  # (JSON text in an Arrow string)
+    assert result.column("error").to_pylist()[3] == "usage.batch: the row's 'completion' is not text"
+    batch = parse_table(table.to_batches()[0], "qwen3", columns=MIXED_COLUMNS)
+    assert isinstance(batch, pa.RecordBatch) and batch.to_pylist() == expected
+
+
+def test_parse_table_on_a_dataframe_keeps_its_index():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(MIXED, index=[100 + 2 * i for i in range(len(MIXED))])
+    result = parse_table(frame, "qwen3", columns=MIXED_COLUMNS)
+    assert list(result.index) == list(frame.index) and list(result["id"]) == list(frame["rid"])
+    assert list(result.columns) == ["id", "reasoning", "content", "tool_calls", "parse_errors", "error"]
+    assert result.loc[108, "reasoning"] == "thought" and result.loc[108, "content"] == "answer"  # (the row's prompt)
+    joined = frame.join(result[["content"]])  # (joins back on the index)
+    assert joined.loc[110, "content"] == "plain"
+
+
+def test_table_parser_builds_its_grammar_once_and_checks_columns(monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    import grammar_parse.batch as batch
+
+    built: list[object] = []
+    real = batch.resolve_grammar
+    monkeypatch.setattr(batch, "resolve_grammar", lambda g: built.append(g) or real(g))
+    parser = TableParser("qwen3", columns=MIXED_COLUMNS)
+    table = pa.Table.from_pylist(MIXED)
+    first, second = parser(table), parser(table.slice(3))
+    assert len(built) == 1 and second.to_pylist() == first.to_pylist()[3:]
+    with pytest.raises(gp.ArgumentError, match="no column 'completion'"):
+        parser(table.rename_columns(["rid", "output", "prompt"]))
+    with pytest.raises(gp.ArgumentError, match="not list"):
+        parse_table([1, 2], "qwen3")
+
+
+def test_the_batch_command_reads_and_writes_parquet_and_resumes(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from grammar_parse.cli import main
+
+    source, target = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pylist(MIXED), source)
+    base = ["batch", str(source), "-g", "qwen3", "--id", "rid", "--prompt", "prompt", "-j", "1", "--quiet"]
+    assert main([*base, "-o", str(target)]) == 0
+    written = pq.read_table(target)
+    assert written.to_pylist() == parse_table(pa.Table.from_pylist(MIXED), "qwen3", columns=MIXED_COLUMNS).to_pylist()
+    pq.write_table(written.slice(0, 8), target)  # (a run that stopped after 8 rows)
+    assert main([*base, "-o", str(target), "--resume"]) == 0
+    assert pq.read_table(target).equals(written)
+    jsonl = tmp_path / "out.jsonl"
+    assert main([*base, "-o", str(jsonl)]) == 0
+    assert len(jsonl.read_text(encoding="utf-8").splitlines()) == len(MIXED)
+    capsys.readouterr()
+    assert main([*base[:-1], "--text", "output", "-o", str(target)]) == 2
+    assert "[usage.file]: the table has no column 'output'" in capsys.readouterr().err
+    assert main(["batch", str(source), "-g", "qwen3", "--quiet"]) == 0  # (Parquet in, JSONL on stdout)
+    assert len(capsys.readouterr().out.splitlines()) == len(MIXED)
+    assert main(["batch", str(jsonl), "-g", "qwen3", "--input-format", "parquet", "-o", str(target)]) == 2
+    assert "is not Parquet" in capsys.readouterr().err
