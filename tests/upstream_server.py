@@ -342,12 +342,12 @@ async def outlive(lifetime: float) -> None:
 
 
 async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime: float) -> None:
-    """An LMSP app with an UpstreamBackend on ``upstream``, served by uvicorn (h11) on 127.0.0.1, with
+    """An LMSP app with an UpstreamBackend on ``upstream``, served as serve() serves it on 127.0.0.1, with
     ``GET /_gateway`` answering what the tests count: tasks, connections, stored responses, RSS, CPU."""
     import uvicorn
 
     from grammar_parse.backends import UpstreamBackend
-    from grammar_parse.server import LMSPApp
+    from grammar_parse.server import LMSPApp, uvicorn_config
 
     app = LMSPApp(grammar="qwen3", backend=UpstreamBackend(upstream, read_timeout=read_timeout))
     logging.getLogger("grammar_parse.server").setLevel(logging.ERROR)  # (the tests' upstream faults are expected)
@@ -370,8 +370,9 @@ async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", port))
     print(sock.getsockname()[1], flush=True)
-    server = uvicorn.Server(uvicorn.Config(control, log_level="critical", lifespan="on", interface="asgi3",
-                                           http="h11", backlog=1024))
+    config = uvicorn_config(app, "127.0.0.1", port, log_level="critical")  # (serve()'s: guarded h11, limits)
+    config.app, config.backlog = control, 1024  # (the figures route in front of the app)
+    server = uvicorn.Server(config)
 
     async def watchdog() -> None:
         await outlive(lifetime)
