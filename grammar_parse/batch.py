@@ -280,7 +280,7 @@ class Progress:
             self.out.flush()
 
 
-def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], None], grammar: Any, *,
+def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], object], grammar: Any, *,
              columns: Columns | None = None, prefix: str = "", tools: Any = None, strict: bool = False,
              workers: int = 1, progress: Callable[[int], None] | None = None) -> Summary:
     """Parse records into result rows handed to ``write`` as they come, and say what was done."""

@@ -400,7 +400,7 @@ def _parquet_records(args: argparse.Namespace, columns: Any, skip: int) -> tuple
 
 
 def _batch_sink(stack: ExitStack, args: argparse.Namespace, out: TextIO, parquet: bool,
-                id_type: Any) -> Callable[[dict[str, Any]], None]:
+                id_type: Any) -> Callable[[dict[str, Any]], object]:
     """Where result rows go: JSONL lines (flushed, so --resume finds them), or a Parquet file."""
     if parquet:
         from .batch import ParquetSink
