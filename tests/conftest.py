@@ -22,6 +22,8 @@ def pytest_addoption(parser):
     parser.addoption("--distributed", action="store_true",
                      help="run the distributed recipes' smoke tests (tests/distributed: Ray, Spark, Dask, Daft)")
     parser.addoption("--browser", action="store_true", help="run the headless-browser test of the view (tests/browser)")
+    parser.addoption("--constrain", action="store_true",
+                     help="run the decoding-constraint tests (tests/constrain: llguidance and xgrammar)")
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
@@ -39,5 +41,7 @@ def pytest_ignore_collect(collection_path, config):
     if "distributed" in collection_path.parts and not config.getoption("--distributed"):
         return True
     if "browser" in collection_path.parts and not config.getoption("--browser"):
+        return True
+    if "constrain" in collection_path.parts and not config.getoption("--constrain"):
         return True
     return None
