@@ -415,13 +415,47 @@ def _batch_sink(stack: ExitStack, args: argparse.Namespace, out: TextIO, parquet
 
 
 def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
-    from .view import to_html
+    from .batch import Columns
+    from .view import jsonl_record, row_html, to_html
 
-    grammar = _model_grammar(args)
-    text = _read_text(args.input or "-", "model output file")
+    record_options = [f"--{o.replace('_', '-')}" for o in ("text", "prompt", "tools", "id", "grammar_column",
+                                                            "input_format") if getattr(args, o) is not None]
+    if args.row is None and record_options:
+        raise CommandLineError(f"{record_options[0]} reads a record of a batch input: it needs --row N.",
+                               code="usage.batch", hint="Add --row N, the record's number (1 for the first).")
+    if args.row is not None and args.row < 1:
+        raise CommandLineError(f"there is no row {args.row}: rows are counted from 1.", code="usage.batch",
+                               hint="Give --row 1 or more.")
     prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
-    with _loading():
-        page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title)
+    grammar: Grammar | None
+    if args.row is None:
+        grammar = _model_grammar(args)
+        text = _read_text(args.input or "-", "model output file")
+        with _loading():
+            page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title)
+    else:  # one record of a batch input, read as `batch` reads it
+        columns = Columns(text=args.text or "completion", prompt=args.prompt, tools=args.tools, id=args.id,
+                          grammar=args.grammar_column)
+        grammar = _model_grammar(args) if args.grammar or _model(args) or not args.grammar_column else None
+        if _is_parquet(args.input, args.input_format):
+            records, total, _ = _parquet_records(args, columns, args.row - 1)
+            record = next(records, None)
+            if record is None:
+                raise CommandLineError(f"there is no row {args.row}: the input has {total} rows.",
+                                       code="usage.batch", hint="Rows are counted from 1.")
+        else:
+            with ExitStack() as stack:
+                inputs: TextIO = sys.stdin if args.input in (None, "-") else stack.enter_context(
+                    _open_text(args.input, "input file"))
+                try:
+                    with _loading():
+                        record = jsonl_record(inputs, args.row)
+                except UnicodeDecodeError:
+                    raise CommandLineError(f"the input file {args.input or '-'} is not UTF-8 text.",
+                                           code="usage.file", hint="Give a JSONL file saved as UTF-8.") from None
+        with _loading():
+            page = row_html(record, grammar, columns=columns, prefix=prefix, tools=_tools(args), title=args.title,
+                            row=args.row)
     if args.output:
         Path(args.output).write_text(page, encoding="utf-8")
     else:
@@ -626,12 +660,24 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     p.set_defaults(run=_cmd_batch)
     p = command("view", "write one self-contained HTML page showing how an output parses: each region by field, "
-                        "delimiters, discarded text and errors, and the message")
-    p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
+                        "delimiters, discarded text and errors, and the message; --row N shows a record of a "
+                        "batch input")
+    p.add_argument("input", nargs="?", help="model output file, or with --row a batch input (JSONL or Parquet) "
+                                            "(default, or -: stdin)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
     model_options(p)
-    p.add_argument("--prefix-file", help="the prompt the model continued")
-    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
+    p.add_argument("--prefix-file", help="the prompt the model continued (with --row: for a record without one)")
+    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments (with --row: for "
+                                        "a record without its own)")
+    p.add_argument("--row", type=int, metavar="N", help="show record N (1 for the first; blank lines are none) of "
+                                                        "a batch input: the row the batch's Nth output row answers")
+    p.add_argument("--text", help="with --row: the record's output, a key or JMESPath (default completion)")
+    p.add_argument("--prompt", help="with --row: the record's prompt (the prefix), a key or JMESPath")
+    p.add_argument("--tools", help="with --row: the record's tool schemas, a key or JMESPath")
+    p.add_argument("--id", help="with --row: the record's id, shown in the title, a key or JMESPath")
+    p.add_argument("--grammar-column", help="with --row: the record's grammar name, a key or JMESPath")
+    p.add_argument("--input-format", choices=["jsonl", "parquet"],
+                   help="with --row: the input's format (default: by its name)")
     p.add_argument("--title", help="the page's title")
     p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
     p.set_defaults(run=_cmd_view)

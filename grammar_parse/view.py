@@ -3,17 +3,26 @@ field it went to, delimiters marked, discarded text and parse errors shown where
 message beside it. No external assets: the page opens from a file, offline.
 
 The page is built from the parser's own trace (``ResponseParser(trace=True).spans``), so what is
-highlighted is exactly what the parser consumed: every character of the output is in one span.
+highlighted is exactly what the parser consumed: every character of the output is in one span, and each
+span carries its offsets (``data-start``, ``data-end``), kind and field, for a script to read it back.
+:func:`row_html` shows one record of a batch input, read as :mod:`grammar_parse.batch` reads it: the row a
+batch run reported a problem in, seen.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .session import ResponseParser
+from .batch import Columns
+from .errors import ArgumentError
+from .grammar import Grammar
+from .salvage import is_call_region
+from .session import ResponseParser, resolve_grammar
+from .symbols import Region
 
 #: Colours of the fields (others take the last), and of the calls, told apart in turn.
 FIELD_COLOURS = {"reasoning_content": "#e8e0f8", "thinking": "#e8e0f8", "reasoning": "#e8e0f8",
@@ -29,9 +38,20 @@ pre { white-space: pre-wrap; word-break: break-word; font: 13px/1.5 ui-monospace
 .delim { color: #555; background: #e4e4e4; border-radius: 2px; font-weight: 600; }
 .discarded { text-decoration: line-through; color: #999; background: repeating-linear-gradient(45deg,
              #fff, #fff 4px, #eee 4px, #eee 8px); }
-.error { outline: 2px solid #d33; } .code { color: #fff; background: #d33; border-radius: 3px; font-size: 11px;
-         padding: 0 .3em; margin-left: .2em; vertical-align: super; }
+.error { text-decoration: underline wavy #d33; text-decoration-skip-ink: none; text-underline-offset: 3px; }
+.code { color: #fff; background: #d33; border-radius: 3px; font-size: 11px; padding: 0 .3em;
+        margin-left: .2em; vertical-align: super; }
+.blank::before { content: attr(data-blank); color: #888; font-weight: normal; }
 """
+#: How whitespace that is a whole span is marked (drawn by CSS, so it is not part of the page's text).
+_BLANKS = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(text: str) -> str:
+    """``text`` as HTML that keeps every character: a browser reads a raw carriage return as a newline
+    (``\\r\\n`` as one), but keeps one written as a reference."""
+    return html.escape(text).replace("\r", "&#13;")
 
 
 def _field_style(field: str, call: int | None) -> str:
@@ -40,43 +60,61 @@ def _field_style(field: str, call: int | None) -> str:
     return f"background:{FIELD_COLOURS.get(field, FIELD_COLOURS[''])}"
 
 
-def _calls_of(spans: Iterable[Mapping[str, Any]], call_fields: set[str]) -> list[int | None]:
-    """Each span's call number (None outside calls): a call's text runs until a closing delimiter, and the
-    delimiters right before it open it."""
-    spans_list = list(spans)
+def _of_a_call(region: Region, grammar: Grammar) -> bool:
+    """Whether a region is a tool call's or one of its components' (an argument)."""
+    return is_call_region(region) or region.parent is not None and is_call_region(grammar.regions[region.parent])
+
+
+def _calls_of(spans: Iterable[Mapping[str, Any]], grammar: Grammar) -> list[int | None]:
+    """Each span's tool-call region, numbered in order (None outside calls). A call region starts at its
+    open delimiter, or at its first text in formats whose calls have none (bare JSON); its components'
+    delimiters (an argument's ``<parameter=...>``) are inside it; it ends at its close delimiter, or at
+    anything that is no call's: markup between calls (``; ``, a section's end), another field's text."""
+    call_fields = {r.field for r in grammar.regions.values() if _of_a_call(r, grammar)}
     out: list[int | None] = []
     index, open_call = -1, False
-    for span in spans_list:
-        if span["kind"] == "text" and span.get("field") in call_fields:
-            if not open_call:
-                index, open_call = index + 1, True
-            out.append(index)
-        elif span["kind"] == "delimiter" and open_call:
-            out.append(index)
-            if "CLOSE" in str(span.get("terminal", "")):
-                open_call = False
-        else:
-            open_call = open_call and span["kind"] == "delimiter"
+    for span in spans:
+        role, region = None, None
+        if span["kind"] == "delimiter":  # (a stuttered opener, NAME__REPEAT, is markup of the region it repeats)
+            name = str(span.get("terminal"))
+            term = grammar.terminals.get(name) or grammar.terminals.get(name.removesuffix("__REPEAT"))
+            if term is not None and term.region is not None and _of_a_call(term.region, grammar):
+                role, region = ("markup" if name.endswith("__REPEAT") else term.role), term.region
+        elif span["kind"] == "text" and span.get("field") in call_fields:
+            role = "text"
+        if role is None:
+            open_call = False
             out.append(None)
-    for i in range(len(out) - 2, -1, -1):  # a call's opening delimiters are the call's too
-        if out[i] is None and spans_list[i]["kind"] == "delimiter" and out[i + 1] is not None:
-            out[i] = out[i + 1]
+            continue
+        top = region is not None and is_call_region(region)
+        if not open_call or (top and role == "open"):
+            index, open_call = index + 1, True
+        out.append(index)
+        if top and role == "close":
+            open_call = False
     return out
 
 
 def _span_html(text: str, span: Mapping[str, Any], call: int | None, failed: bool) -> str:
-    piece = html.escape(text[span["start"]:span["end"]])
-    error = " error" if failed else ""
+    raw = text[span["start"]:span["end"]]
+    piece = _escape(raw)
+    blank = raw.isspace()  # (marked: else a newline delimiter, or content that is one space, would not show)
+    classes = (" error" if failed else "") + (" blank" if blank else "")
+    # (data-start/data-end: the span's offsets in the output, so a test or a script can map the page back)
+    where = f'data-start="{span["start"]}" data-end="{span["end"]}"'
+    if blank:
+        where += f' data-blank="{"".join(_BLANKS.get(c, "·") for c in raw)}"'
     if span["kind"] == "delimiter":
         style = f' style="{_field_style("", call)}" data-call="{call}"' if call is not None else ""
-        return (f'<span class="delim{error}" title="{html.escape(str(span.get("terminal")))}"{style} '
-                f'data-kind="delimiter">{piece}</span>')
+        return (f'<span class="delim{classes}" title="{html.escape(str(span.get("terminal")))}"{style} '
+                f'data-kind="delimiter" {where}>{piece}</span>')
     if span["kind"] == "discarded":
-        return f'<span class="discarded" title="discarded: in no field" data-kind="discarded">{piece}</span>'
+        return (f'<span class="discarded{" blank" if blank else ""}" title="discarded: in no field" '
+                f'data-kind="discarded" {where}>{piece}</span>')
     field = html.escape(str(span.get("field")))
     call_attr = f' data-call="{call}"' if call is not None else ""
-    return (f'<span class="field{error}" style="{_field_style(str(span.get("field")), call)}" data-kind="text" '
-            f'data-field="{field}"{call_attr} title="{field}">{piece}</span>')
+    return (f'<span class="field{classes}" style="{_field_style(str(span.get("field")), call)}" data-kind="text" '
+            f'data-field="{field}"{call_attr} title="{field}" {where}>{piece}</span>')
 
 
 def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, title: str | None = None) -> str:
@@ -86,8 +124,7 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
     message, _ = parser.finalize()
     # (the prompt's replay may commit a span that reaches back before the output: negative offsets, cut off)
     spans = [{**span, "start": max(span["start"], 0)} for span in parser.spans if span["end"] > 0]
-    call_fields = {r.field for r in parser.grammar.regions.values() if r.field == "tool_calls" or r.parent}
-    calls = _calls_of(spans, call_fields)
+    calls = _calls_of(spans, parser.grammar)
     errors = [e for e in message.get("parse_errors") or [] if isinstance(e, Mapping) and e.get("span")]
     pending = sorted(errors, key=lambda e: e["span"][1])
     parts = []
@@ -96,20 +133,96 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
                                                         for e in errors)))
         while pending and pending[0]["span"][1] <= span["end"]:  # an error's code right after its text
             error = pending.pop(0)
-            parts.append(f'<span class="code" data-kind="error" title="{html.escape(str(error.get("message", "")))}">'
+            parts.append(f'<span class="code" data-kind="error" data-start="{error["span"][0]}" '
+                         f'data-end="{error["span"][1]}" title="{html.escape(str(error.get("message", "")))}">'
                          f'{html.escape(str(error.get("code")))}</span>')
-    legend = "".join(f'<span style="{_field_style(f, None)}">{html.escape(f)}</span>'
-                     for f in dict.fromkeys(r.field for r in parser.grammar.regions.values()) if f != "tool_calls")
-    legend += "".join(f'<span style="{_field_style("", i)}">tool call {i + 1}</span>'
-                      for i in range(max((c for c in calls if c is not None), default=-1) + 1))
+    # (the calls' fields and their components are coloured by call, not by field: no legend of their own)
+    fields = dict.fromkeys(r.field for r in parser.grammar.regions.values() if not _of_a_call(r, parser.grammar))
+    legend = "".join(f'<span style="{_field_style(f, None)}">{html.escape(f)}</span>' for f in fields)
+    # (one region can hold several calls, a JSON list: then the regions are numbered, not the calls)
+    regions = max((c for c in calls if c is not None), default=-1) + 1
+    label = "tool call" if regions == len(message.get("tool_calls") or []) else "tool-call region"
+    legend += "".join(f'<span style="{_field_style("", i)}">{label} {i + 1}</span>' for i in range(regions))
     heading = html.escape(title or f"{parser.grammar.name or 'grammar'}: a parse")
     parsed = html.escape(json.dumps(message, ensure_ascii=False, indent=2))
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>'
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>'
             f"<style>{_STYLE}</style></head><body><h1>{heading}</h1>"
             f'<p class="legend">{legend}<span class="delim">delimiter</span>'
-            f'<span class="discarded">discarded</span></p><div class="page">'
+            f'<span class="discarded">discarded</span><span class="error">in a parse error</span></p>'
+            f'<div class="page">'
             f'<div><h2>Output</h2><pre id="output">{"".join(parts)}</pre></div>'
             f'<div><h2>Message</h2><pre id="message">{parsed}</pre></div></div></body></html>\n')
+    # (a lone surrogate, which a JSON log can hold, has no UTF-8: the page shows U+FFFD in its place)
+    return _LONE_SURROGATE.sub("\ufffd", page)
 
 
-__all__ = ["to_html"]
+def row_html(record: Any, grammar: Any = None, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
+             title: str | None = None, row: int | None = None) -> str:
+    """The page for one record of a batch input (a row a batch run reported a problem in, say): its output,
+    prompt, tools, id and grammar read by the batch's own ``columns`` readers, ``prefix``, ``tools`` and
+    ``grammar`` standing in for what the record lacks, as in :func:`grammar_parse.batch.parse_many`.
+    ``row`` (its number) goes in the default title, with the record's id."""
+    columns = columns or Columns()
+    row_id, name = None, None
+    if isinstance(record, str):  # (a JSONL of JSON strings: each is an output)
+        text, prompt, own_tools = record, None, None
+    elif isinstance(record, Mapping):
+        text, prompt, own_tools, row_id, name = (get(record) for get in columns.getters())
+    else:
+        raise ArgumentError(f"the row is a JSON {type(record).__name__}, not an object or a string.",
+                            code="usage.batch", hint="Give a record (a JSON object) or an output (a JSON string).")
+    if not isinstance(text, str):
+        what = "has no output" if text is None else f"has a JSON {type(text).__name__}, not text,"
+        keys = f" (its keys: {', '.join(map(str, record))})" if isinstance(record, Mapping) else ""
+        raise ArgumentError(f"the record {what} at {columns.text!r}{keys}.", code="usage.batch",
+                            hint="Say where the records keep their output: --text (Columns(text=...)), a key or "
+                                 "JMESPath.")
+    prompt = prefix if prompt is None else prompt
+    if not isinstance(prompt, str):
+        raise ArgumentError(f"the record's prompt {columns.prompt!r} is a {type(prompt).__name__}, not text.",
+                            code="usage.batch", hint="Name the prompt's text with --prompt (Columns(prompt=...)).")
+    own_tools = tools if own_tools is None else own_tools
+    if isinstance(own_tools, str):  # (a log may keep the schemas as JSON text)
+        try:
+            own_tools = json.loads(own_tools)
+        except ValueError:
+            raise ArgumentError(f"the record's tools {columns.tools!r} are text that is not JSON.", code="usage.json",
+                                hint="Give the tool schemas as a JSON list, or as its text.") from None
+    if isinstance(name, str):
+        grammar = name
+    if grammar is None:
+        raise ArgumentError("the record names no grammar, and none was given.", code="usage.grammar",
+                            hint="Give the grammar (--grammar), or say where the record names it (--grammar-column).")
+    resolved = resolve_grammar(grammar)
+    if title is None and (row is not None or row_id is not None):
+        title = f"{resolved.name or 'grammar'}: " + ", ".join(
+            ([f"row {row}"] if row is not None else []) + ([f"id {row_id}"] if row_id is not None else []))
+    return to_html(text, resolved, prefix=prompt, tools=own_tools, title=title)
+
+
+def jsonl_record(lines: Iterable[str], row: int) -> Any:
+    """Record ``row`` (1 for the first) of a JSONL stream, counted as the batch counts its rows (blank lines
+    are none), so a batch's Nth output row answers the Nth record. Only that line is decoded."""
+    if row < 1:
+        raise ArgumentError(f"there is no row {row}: rows are counted from 1.", code="usage.batch",
+                            hint="Give a row number of 1 or more.")
+    seen = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        seen += 1
+        if seen < row:
+            continue
+        try:
+            return json.loads(line)
+        except ValueError as e:
+            raise ArgumentError(f"row {row} (line {number}) is not JSON: {e}.", code="usage.json",
+                                hint="Fix the line, or view another row.") from None
+        except RecursionError:
+            raise ArgumentError(f"row {row} (line {number}) nests too deeply to read.", code="usage.json",
+                                hint="Flatten the record.") from None
+    raise ArgumentError(f"there is no row {row}: the input has {seen} row{'s' * (seen != 1)}.", code="usage.batch",
+                        hint="Rows are counted from 1; blank lines are not rows.")
+
+
+__all__ = ["jsonl_record", "row_html", "to_html"]
