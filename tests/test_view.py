@@ -234,3 +234,14 @@ def test_a_row_that_cannot_be_shown_is_one_usage_error(tmp_path, capsys, lines, 
     err = capsys.readouterr().err
     assert assert_one_error_line(err) == code and said in err
     assert not (tmp_path / "row.html").exists()
+
+
+def test_a_lone_surrogate_from_a_json_log_is_shown_replaced(tmp_path):
+    from grammar_parse.cli import main
+
+    source = tmp_path / "logs.jsonl"
+    source.write_text('{"completion": "<think>a\\ud800</think>b"}\n', encoding="utf-8")  # (JSON can say it, UTF-8 not)
+    assert main(["view", str(source), "--row", "1", "-g", "qwen3", "-o", str(tmp_path / "row.html")]) == 0
+    found = Spans()
+    found.feed((tmp_path / "row.html").read_text(encoding="utf-8"))
+    assert [t for _, t in found.spans] == ["<think>", "a\ufffd", "</think>", "b"]
