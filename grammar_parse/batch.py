@@ -103,6 +103,63 @@ class _LarkText:
     name: str | None
 
 
+@dataclass(frozen=True)
+class RowInput:
+    """What one record gives the parser: its output, prompt and tools (the defaults standing in for what
+    it lacks), its id, and the grammar it names (None: the batch's)."""
+
+    text: str
+    prefix: str
+    tools: Any
+    id: Any = None
+    grammar: str | None = None
+
+
+class RowError(ArgumentError):
+    """A record that cannot be parsed at all (no output, a prompt that is not text, ...); ``row_id`` is its id."""
+
+    code = "usage.batch"
+
+    def __init__(self, message: str, *, code: str = "usage.batch", hint: str | None = None, row_id: Any = None) -> None:
+        self.row_id = row_id
+        super().__init__(message, code=code, hint=hint)
+
+
+def read_row(record: Any, getters: tuple[Callable[[Mapping[str, Any]], Any], ...], columns: Columns, *,
+             prefix: str = "", tools: Any = None) -> RowInput:
+    """A record read with ``columns``' compiled ``getters`` (:meth:`Columns.getters`): a string is an output,
+    a mapping holds the columns. Raises :class:`RowError` saying what is wrong with the record."""
+    if isinstance(record, str):
+        return RowInput(record, prefix, tools)
+    if isinstance(record, _BadLine):
+        raise RowError(f"line {record.line} is not JSON: {record.reason}", code="usage.json",
+                       hint="Fix the line; the other rows are parsed.")
+    if not isinstance(record, Mapping):
+        raise RowError(f"a row is a {type(record).__name__}, not text or a record",
+                       hint="Give records (JSON objects) or outputs (JSON strings).")
+    get_text, get_prompt, get_tools, get_id, get_grammar = getters
+    text, prompt, own_tools, row_id, name = (get_text(record), get_prompt(record), get_tools(record),
+                                             get_id(record), get_grammar(record))
+    if not isinstance(text, str):
+        keys = f" (its keys: {', '.join(sorted(map(str, record)))})" if columns.text not in record else ""
+        what = f"no output at {columns.text!r}{keys}" if text is None else \
+            f"a {type(text).__name__} at {columns.text!r}, not text"
+        raise RowError(f"the row has {what}", row_id=row_id,
+                       hint="Say where the records keep their output: --text (Columns(text=...)), a key or JMESPath.")
+    prompt = prefix if prompt is None else prompt
+    if not isinstance(prompt, str):
+        raise RowError(f"the row's prompt {columns.prompt!r} is a {type(prompt).__name__}, not text", row_id=row_id,
+                       hint="Name the prompt's text with --prompt (Columns(prompt=...)).")
+    own_tools = tools if own_tools is None else own_tools
+    if isinstance(own_tools, str):  # (a log may keep the schemas as JSON text)
+        try:
+            own_tools = json.loads(own_tools)
+        except ValueError:
+            raise RowError(f"the row's tools {columns.tools!r} are text that is not JSON", code="usage.json",
+                           row_id=row_id, hint="Give the tool schemas as a JSON list, or as its text.") from None
+    return RowInput(text, prompt, own_tools, row_id, name if isinstance(name, str) else None)
+
+
 class _Parser:
     """The per-process state: the grammar, built once, and the settings every row is parsed with."""
 
@@ -115,41 +172,24 @@ class _Parser:
         self.named: dict[str, Grammar] = {}
 
     def row(self, record: Any) -> dict[str, Any]:
-        columns = self.columns
-        grammar = self.grammar
-        if isinstance(record, str):
-            text, prefix, tools, row_id = record, self.prefix, self.tools, None
-        elif isinstance(record, _BadLine):
-            return result_row(None, error=f"usage.json: line {record.line} is not JSON: {record.reason}")
-        elif isinstance(record, Mapping):
-            get_text, get_prompt, get_tools, get_id, get_grammar = self.getters
-            text, prefix, tools, row_id = get_text(record), get_prompt(record), get_tools(record), get_id(record)
-            prefix = self.prefix if prefix is None else prefix
-            tools = self.tools if tools is None else tools
-            name = get_grammar(record)
-            if isinstance(name, str):
-                try:
-                    grammar = self.named.get(name) or self.named.setdefault(name, resolve_grammar(name))
-                except GrammarParseError as e:
-                    return result_row(None, row_id=row_id, error=f"{e.code}: {e.detail}")
-        else:
-            return result_row(None, error=f"usage.batch: a row is a {type(record).__name__}, not text or a record")
-        if not isinstance(text, str):
-            return result_row(None, row_id=row_id, error=f"usage.batch: the row's {columns.text!r} is not text")
-        if not isinstance(prefix, str):
-            return result_row(None, row_id=row_id, error="usage.batch: the row's prompt is not text")
-        if isinstance(tools, str):
-            try:
-                tools = json.loads(tools)
-            except ValueError:
-                return result_row(None, row_id=row_id, error="usage.json: the row's tools are not JSON")
-        if grammar is None:
-            return result_row(None, row_id=row_id, error="usage.grammar: the row names no grammar, and none was given")
         try:
-            message = parse_response(text, grammar, prefix=prefix, tools=tools, strict=self.strict)
+            given = read_row(record, self.getters, self.columns, prefix=self.prefix, tools=self.tools)
+        except RowError as e:
+            return result_row(None, row_id=e.row_id, error=f"{e.code}: {e.detail}")
+        grammar = self.grammar
+        if given.grammar is not None:
+            try:
+                grammar = self.named.get(given.grammar) or self.named.setdefault(given.grammar,
+                                                                                 resolve_grammar(given.grammar))
+            except GrammarParseError as e:
+                return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
+        if grammar is None:
+            return result_row(None, row_id=given.id, error="usage.grammar: the row names no grammar, and none was given")
+        try:
+            message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools, strict=self.strict)
         except GrammarParseError as e:
-            return result_row(None, row_id=row_id, error=f"{e.code}: {e.detail}")
-        return result_row(message, row_id=row_id)
+            return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
+        return result_row(message, row_id=given.id)
 
     def rows(self, records: list[Any]) -> list[dict[str, Any]]:
         return [self.row(record) for record in records]
@@ -520,5 +560,6 @@ class ParquetSink:
         os.replace(self.temporary, self.path)
 
 
-__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "Summary", "default_workers", "parquet_rows", "parse_many",
-           "TableParser", "parse_table", "read_jsonl", "read_parquet", "result_row", "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]
+__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "RowError", "RowInput", "Summary", "TableParser",
+           "default_workers", "parquet_rows", "parse_many", "parse_table", "read_jsonl", "read_parquet", "read_row",
+           "result_row", "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]

@@ -113,7 +113,8 @@ ERROR_CODES: dict[str, str] = {
     "upstream.httpx": "httpx (the grammar-parse[serve] extra) is not installed",
     # API use
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
-    "usage.batch": "a batch was given prefixes of the wrong number or type",
+    "usage.batch": "a batch was given prefixes of the wrong number or type, or a batch row cannot be read: no output "
+                   "text, a prompt that is not text, a table without the named column, a row number past the end",
     "usage.finalized": "the parser was used after finalize()",
     "usage.not_finished": "a stream's final result was asked for before finish()",
     "usage.no_trace": "spans were asked for from a parser created without trace=True",
@@ -122,7 +123,7 @@ ERROR_CODES: dict[str, str] = {
     "usage.schema": "lmsp.schema_validator was asked for a schema the package does not ship",
     # command line (exit status 2)
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
-    "usage.json": "a JSON file named on the command line is not valid JSON, or not of the shape the option needs",
+    "usage.json": "a JSON file, option or batch row is not valid JSON, or not of the shape the option needs",
     "usage.not_legacy": "convert was given a document that is not a legacy response_schema",
     "usage.grammar": "a command needs a grammar or a chat template and was given neither",
 }

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .batch import Columns
+from .batch import Columns, read_row
 from .errors import ArgumentError
 from .grammar import Grammar
 from .salvage import is_call_region
@@ -163,41 +163,16 @@ def row_html(record: Any, grammar: Any = None, *, columns: Columns | None = None
     ``grammar`` standing in for what the record lacks, as in :func:`grammar_parse.batch.parse_many`.
     ``row`` (its number) goes in the default title, with the record's id."""
     columns = columns or Columns()
-    row_id, name = None, None
-    if isinstance(record, str):  # (a JSONL of JSON strings: each is an output)
-        text, prompt, own_tools = record, None, None
-    elif isinstance(record, Mapping):
-        text, prompt, own_tools, row_id, name = (get(record) for get in columns.getters())
-    else:
-        raise ArgumentError(f"the row is a JSON {type(record).__name__}, not an object or a string.",
-                            code="usage.batch", hint="Give a record (a JSON object) or an output (a JSON string).")
-    if not isinstance(text, str):
-        what = "has no output" if text is None else f"has a JSON {type(text).__name__}, not text,"
-        keys = f" (its keys: {', '.join(map(str, record))})" if isinstance(record, Mapping) else ""
-        raise ArgumentError(f"the record {what} at {columns.text!r}{keys}.", code="usage.batch",
-                            hint="Say where the records keep their output: --text (Columns(text=...)), a key or "
-                                 "JMESPath.")
-    prompt = prefix if prompt is None else prompt
-    if not isinstance(prompt, str):
-        raise ArgumentError(f"the record's prompt {columns.prompt!r} is a {type(prompt).__name__}, not text.",
-                            code="usage.batch", hint="Name the prompt's text with --prompt (Columns(prompt=...)).")
-    own_tools = tools if own_tools is None else own_tools
-    if isinstance(own_tools, str):  # (a log may keep the schemas as JSON text)
-        try:
-            own_tools = json.loads(own_tools)
-        except ValueError:
-            raise ArgumentError(f"the record's tools {columns.tools!r} are text that is not JSON.", code="usage.json",
-                                hint="Give the tool schemas as a JSON list, or as its text.") from None
-    if isinstance(name, str):
-        grammar = name
+    given = read_row(record, columns.getters(), columns, prefix=prefix, tools=tools)
+    grammar = given.grammar or grammar
     if grammar is None:
-        raise ArgumentError("the record names no grammar, and none was given.", code="usage.grammar",
+        raise ArgumentError("the row names no grammar, and none was given.", code="usage.grammar",
                             hint="Give the grammar (--grammar), or say where the record names it (--grammar-column).")
     resolved = resolve_grammar(grammar)
-    if title is None and (row is not None or row_id is not None):
+    if title is None and (row is not None or given.id is not None):
         title = f"{resolved.name or 'grammar'}: " + ", ".join(
-            ([f"row {row}"] if row is not None else []) + ([f"id {row_id}"] if row_id is not None else []))
-    return to_html(text, resolved, prefix=prompt, tools=own_tools, title=title)
+            ([f"row {row}"] if row is not None else []) + ([f"id {given.id}"] if given.id is not None else []))
+    return to_html(given.text, resolved, prefix=given.prefix, tools=given.tools, title=title)
 
 
 def jsonl_record(lines: Iterable[str], row: int) -> Any:

@@ -48,8 +48,8 @@ def test_a_bad_row_is_an_error_in_its_row():
     rows = list(parse_many([7, {"id": 1}, {"id": 2, "completion": ["a"]}, {"id": 3, "completion": "ok",
                             "tools": None}, "<tool_call>{bad}</tool_call>"], "qwen3", columns=columns))
     assert [r["error"] for r in rows[:3]] == ["usage.batch: a row is a int, not text or a record",
-                                              "usage.batch: the row's 'completion' is not text",
-                                              "usage.batch: the row's 'completion' is not text"]
+                                              "usage.batch: the row has no output at 'completion' (its keys: id)",
+                                              "usage.batch: the row has a list at 'completion', not text"]
     assert [r["id"] for r in rows[:4]] == [None, 1, 2, 3] and rows[3]["content"] == "ok"
     strict = list(parse_many(["<tool_call>{bad}</tool_call>"], "qwen3", strict=True))
     assert strict[0]["error"].startswith("parse.json: ") and strict[0]["content"] is None
@@ -188,7 +188,7 @@ def test_parse_table_gives_parse_many_s_rows_as_arrow_columns():
     calls = [c for row in result.to_pylist() for c in row["tool_calls"] or []]
     assert {c["name"] for c in calls} == {"get_weather", "f", "g"}
     assert json.loads(calls[-1]["arguments"]) == {"b": [1, 2]}  # (JSON text in an Arrow string)
-    assert result.column("error").to_pylist()[3] == "usage.batch: the row's 'completion' is not text"
+    assert result.column("error").to_pylist()[3] == "usage.batch: the row has no output at 'completion'"
     batch = parse_table(table.to_batches()[0], "qwen3", columns=MIXED_COLUMNS)
     assert isinstance(batch, pa.RecordBatch) and batch.to_pylist() == expected
 
