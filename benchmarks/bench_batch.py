@@ -1,11 +1,12 @@
 """Benchmark: parsing generation logs with grammar_parse.batch (rows per second, per worker count).
 
-    python benchmarks/bench_batch.py                  # 100,000 rows, -j 1 and -j 2
-    python benchmarks/bench_batch.py --rows 20000 --jobs 1 --jobs 4
+    python benchmarks/bench_batch.py                  # 100,000 rows of each workload, -j 1 and -j 2
+    python benchmarks/bench_batch.py --rows 20000 --jobs 1 --jobs 4 --workload short
 
 The rows are synthetic rollouts: the golden outputs of several families (qwen3, qwen3_coder, gpt_oss,
 llama3_json, kimi_k2, deepseek_v31, glm45, mistral), each row one family's output with its prompt and
-tools, and one row in ten malformed (cut at a random point, or with its JSON broken). Each worker count
+tools, and one row in ten malformed (cut at a random point, or with its JSON broken). The short workload
+is what the issue's target names: one-sentence qwen3 answers with a short reasoning (about 45 characters). Each worker count
 parses the same rows through ``parse_many`` (each row naming its grammar, built once per worker), and
 the table reports rows/s, the speed-up over one worker and the mean cost per row. The
 per-message fixed cost is the cost of the shortest output (one word) parsed one-shot.
@@ -46,6 +47,12 @@ def rollouts(count: int, seed: int = 7) -> list[dict]:
     return out
 
 
+def short_rows(count: int) -> list[dict]:
+    """``count`` short outputs: a few words of reasoning and a one-sentence answer."""
+    return [{"id": i, "model": "qwen3", "completion": f"<think>Step {i}.</think>The answer is {i % 97}.",
+             "prompt": "", "tools": None} for i in range(count)]
+
+
 def run(rows: list[dict], jobs: int) -> float:
     """Seconds to parse every row with ``jobs`` workers (the workers' start included)."""
     started = time.perf_counter()
@@ -68,19 +75,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, action="append", help="worker counts (default 1 and 2)")
+    parser.add_argument("--workload", choices=["mixed", "short", "both"], default="both")
     args = parser.parse_args()
-    rows = rollouts(args.rows)
-    total = len(rows)
-    print(f"{total:,} rows of {len(FAMILIES)} families, 10% malformed; fixed cost per message "
-          f"{fixed_cost():.0f} µs (a one-word output, one-shot)\n")
-    print("| workers | seconds | rows/s | vs 1 worker | µs per row |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
-    base = None
-    for jobs in args.jobs or [1, 2]:
-        seconds = run(rows, jobs)
-        base = base or seconds
-        print(f"| {jobs} | {seconds:.1f} | {total / seconds:,.0f} | {base / seconds:.2f}× | "
-              f"{seconds / total * 1e6 * jobs:.0f} |")
+    print(f"fixed cost per message {fixed_cost():.0f} µs (a one-word output, one-shot)\n")
+    workloads = {"mixed": lambda: rollouts(args.rows), "short": lambda: short_rows(args.rows)}
+    print("| workload | workers | seconds | rows/s | vs 1 worker | µs per row per worker |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name in ("mixed", "short") if args.workload == "both" else (args.workload,):
+        rows = workloads[name]()
+        total = len(rows)
+        base = None
+        for jobs in args.jobs or [1, 2]:
+            seconds = run(rows, jobs)
+            base = base or seconds
+            print(f"| {name} | {jobs} | {seconds:.1f} | {total / seconds:,.0f} | {base / seconds:.2f}× | "
+                  f"{seconds / total * 1e6 * jobs:.0f} |", flush=True)
+    print(f"\n(mixed: {len(FAMILIES)} families, 10% malformed; short: qwen3, about 45 characters a row)")
 
 
 if __name__ == "__main__":
