@@ -1,0 +1,756 @@
+"""A grammar as a decoding constraint: free reasoning and text, then tool calls that must be valid.
+
+The parser reads what a model wrote; the same grammar can also tell the server what the model may write.
+:func:`to_llguidance` gives a grammar in llguidance's Lark dialect, :func:`to_structural_tag` the same
+constraint as an xgrammar structural tag (what vLLM and SGLang accept by default). In both, reasoning and
+content are free text, a tool call starts where the model writes the call's trigger (the grammar's call
+opener, or the section opener that holds the calls), and from there the call must be one of ``tools``
+with arguments that follow the tool's JSON Schema. ``tool_choice`` says whether a call is allowed
+(``"auto"``), needed (``"required"``, or a named tool: only that one), or forbidden (``"none"``: the
+free text may not contain a trigger).
+
+What the constraint is built from, all read off the compiled grammar: the reasoning region's open and
+close literals, the call region's open and close delimiters (a regex opener is instantiated per tool by
+putting the tool's name in its ``name`` group), the delimiter rule that wraps the calls (a section such
+as ``<｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜>``, or a tag like ``<|python_tag|>``), and the shape of
+the payload, from the region's value spec (:func:`grammar_parse.toolstream.plan_for`): a JSON body of
+arguments, a ``{"name", "arguments"}`` object, or a JSON array of such objects.
+
+Two choices hold for every grammar:
+
+* **The end of turn is not part of the constraint.** The constraint ends where the message may end; the
+  server ends the turn with the model's stop token (``<|im_end|>``, ``</s>``), which both engines allow
+  once the constraint is complete.
+* **The constraint writes the canonical form.** A grammar tolerates variants the model sometimes writes
+  (whitespace before ``<think>`` is kept, but a call inside the reasoning is free text there, not a
+  checked call; a Llama call without ``<|python_tag|>`` is not offered). The form offered is the one the
+  model card documents.
+
+llguidance's lexer does not backtrack across lexemes, so "text up to a delimiter, then the delimiter" is
+one lazy lexeme (``head[lazy]: TEXT "<tool_call>"``): it ends at the first trigger, and a greedy text
+lexeme beside it could never give the trigger back. Grammars this module cannot express yet raise
+:class:`~grammar_parse.errors.ArgumentError` with code ``constrain.unsupported`` and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .delimiters import LiteralMatcher, RegexMatcher, ValueEnd
+from .errors import ArgumentError
+from .grammar import Grammar
+from .symbols import Region, Terminal
+from .toolstream import CallPlan, call_regions, plan_for
+
+if sys.version_info >= (3, 11):
+    import re._constants as _sre_c
+    import re._parser as _sre_p
+else:  # pragma: no cover - 3.10
+    import sre_constants as _sre_c
+    import sre_parse as _sre_p
+
+__all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
+
+#: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
+SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array")
+#: The most calls one block without an end delimiter holds in a structural tag (see _xgr_blocks).
+MAX_CALLS = 64
+#: The group of a call opener that holds the tool's name (grammar_parse's convention).
+NAME_GROUP = "name"
+
+
+def _unsupported(grammar: Grammar, why: str) -> ArgumentError:
+    return ArgumentError(f"grammar {grammar.name or '(anonymous)'} cannot be exported as a constraint yet: {why}",
+                         code="constrain.unsupported",
+                         hint="See docs/constraints.md for the grammars that are supported.")
+
+
+# ---------------------------------------------------------------------------- regexes, piece by piece
+# A delimiter becomes a list of pieces: ("lit", text) or ("re", regex). The regex text is the subset that
+# Rust's regex crate (llguidance) and xgrammar's regex both read: no lookaround, no named groups.
+
+
+_META = set("\\.+*?()|[]{}^$-/#&~")
+_CONTROL = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
+
+
+def _escape(text: str) -> str:
+    """Text as a regex both dialects read the same way: metacharacters escaped with a backslash, control
+    characters by name (xgrammar reads a ``\\x`` escape's hex digits greedily, so none is written)."""
+    return "".join("\\" + c if c in _META else _CONTROL.get(c, c) for c in text)
+
+
+_CATEGORIES = {
+    _sre_c.CATEGORY_DIGIT: r"\d", _sre_c.CATEGORY_NOT_DIGIT: r"\D", _sre_c.CATEGORY_SPACE: r"\s",
+    _sre_c.CATEGORY_NOT_SPACE: r"\S", _sre_c.CATEGORY_WORD: r"\w", _sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+_SAMPLES = {_sre_c.CATEGORY_DIGIT: "0", _sre_c.CATEGORY_SPACE: " ", _sre_c.CATEGORY_WORD: "a"}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@dataclass
+class _Regex:
+    """A parsed delimiter regex, emitted with the ``name`` group(s) replaced by one tool's name."""
+
+    items: Any
+    names: frozenset[int]  # group numbers that hold the name
+    dotall: bool
+
+    def emit(self, items: Any, name: str | None) -> str:
+        return "".join(self._node(op, av, name) for op, av in items)
+
+    def _node(self, op: Any, av: Any, name: str | None) -> str:
+        c = _sre_c
+        if op is c.LITERAL:
+            return _escape(chr(av))
+        if op is c.NOT_LITERAL:
+            return f"[^{_escape(chr(av))}]"
+        if op is c.ANY:
+            return r"[\s\S]" if self.dotall else r"[^\n]"
+        if op is c.IN:
+            return self._set(av)
+        if op is c.BRANCH:
+            return "(?:" + "|".join(self.emit(b, name) for b in av[1]) + ")"
+        if op is c.SUBPATTERN:
+            group, _add, _del, sub = av
+            if group in self.names:
+                if name is None:
+                    raise _Unsupported("the call opener's name group has no tool name here")
+                return _escape(name)
+            return "(?:" + self.emit(sub, name) + ")"
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+            lo, hi, sub = av
+            body = self.emit(sub, name)
+            body = body if len(sub) == 1 and sub[0][0] in (c.LITERAL, c.IN, c.ANY, c.NOT_LITERAL) \
+                and len(body) <= 6 or body.startswith("(?:") and self._balanced(body) else f"(?:{body})"
+            if (lo, hi) == (0, c.MAXREPEAT):
+                return body + "*"
+            if (lo, hi) == (1, c.MAXREPEAT):
+                return body + "+"
+            if (lo, hi) == (0, 1):
+                return body + "?"
+            return body + (f"{{{lo},}}" if hi == c.MAXREPEAT else f"{{{lo},{hi}}}")
+        raise _Unsupported(f"the regex construct {op} has no equivalent in a constraint")
+
+    @staticmethod
+    def _balanced(body: str) -> bool:
+        """Whether ``(?:...)`` spans the whole text (not ``(?:a)(?:b)``)."""
+        depth = 0
+        for i, ch in enumerate(body):
+            if ch == "\\":
+                continue
+            depth += ch == "(" if (i == 0 or body[i - 1] != "\\") else 0
+            depth -= ch == ")" if (i == 0 or body[i - 1] != "\\") else 0
+            if depth == 0 and i < len(body) - 1:
+                return False
+        return True
+
+    def _set(self, items: Any) -> str:
+        c = _sre_c
+        out, negate = [], False
+        for op, av in items:
+            if op is c.NEGATE:
+                negate = True
+            elif op is c.LITERAL:
+                out.append(_escape(chr(av)))
+            elif op is c.RANGE:
+                out.append(f"{_escape(chr(av[0]))}-{_escape(chr(av[1]))}")
+            elif op is c.CATEGORY and av in _CATEGORIES:
+                out.append(_CATEGORIES[av])
+            else:
+                raise _Unsupported(f"the character-set item {op} has no equivalent in a constraint")
+        return "[" + ("^" if negate else "") + "".join(out) + "]"
+
+    def canonical(self, items: Any, name: str | None) -> str | None:
+        """The text the model card writes for these items: the first alternative, an optional part
+        written, ``*`` left out, ``+`` once (None: not one text, e.g. a negated class)."""
+        c = _sre_c
+        out = []
+        for op, av in items:
+            if op is c.LITERAL:
+                out.append(chr(av))
+            elif op is c.SUBPATTERN:
+                if av[0] in self.names:
+                    if name is None:
+                        return None
+                    out.append(name)
+                else:
+                    sub = self.canonical(av[3], name)
+                    if sub is None:
+                        return None
+                    out.append(sub)
+            elif op is c.BRANCH:
+                sub = self.canonical(av[1][0], name)
+                if sub is None:
+                    return None
+                out.append(sub)
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                lo, hi, sub_items = av
+                times = max(lo, 1) if hi != c.MAXREPEAT or lo > 0 else 0
+                sub = self.canonical(sub_items, name)
+                if sub is None:
+                    return None
+                out.append(sub * times)
+            elif op is c.IN:
+                first = av[0]
+                if first[0] is c.LITERAL:
+                    out.append(chr(first[1]))
+                elif first[0] is c.RANGE:
+                    out.append(chr(first[1][0]))
+                elif first[0] is c.CATEGORY and first[1] in _SAMPLES:
+                    out.append(_SAMPLES[first[1]])
+                else:
+                    return None
+            else:
+                return None
+        return "".join(out)
+
+
+def _parse_regex(pattern: str, flags: int) -> _Regex:
+    """A delimiter regex parsed; a trailing lookahead is dropped (the payload after it is constrained
+    anyway), other lookarounds and anchors are refused."""
+    # The regex module allows one group name twice (alternatives that both capture the name); re does not.
+    parts, count, source = pattern.split(f"(?P<{NAME_GROUP}>"), 0, ""
+    for i, part in enumerate(parts):
+        source += part if i == 0 else f"(?P<{NAME_GROUP}__{i}>" + part
+        count += 1
+    try:
+        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
+    except Exception as e:  # re refuses what the regex module allows (possessive forms in 3.10, ...)
+        raise _Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
+    names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
+    items: list[Any] = list(parsed.data)
+    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
+        items.pop()
+    return _Regex(items, names, bool(flags & 16))
+
+
+# ---------------------------------------------------------------------------- a delimiter, for one tool
+@dataclass(frozen=True)
+class _Delim:
+    """One delimiter of the grammar: literal alternatives, a regex, or nothing (a JSON value's end)."""
+
+    literals: tuple[str, ...] = ()
+    regex: _Regex | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.literals and self.regex is None
+
+    def has_name(self) -> bool:
+        return self.regex is not None and bool(self.regex.names)
+
+    def regex_text(self, name: str | None = None) -> str:
+        """The whole delimiter as one regex."""
+        if self.regex is not None:
+            return self.regex.emit(self.regex.items, name)
+        return "(?:" + "|".join(_escape(lit) for lit in self.literals) + ")" if self.literals else ""
+
+    def lead(self) -> str:
+        """The literal text every match starts with (the trigger of a call opener)."""
+        if self.literals:
+            return self.literals[0] if len(self.literals) == 1 else ""
+        assert self.regex is not None
+        out = []
+        for op, av in self.regex.items:
+            if op is not _sre_c.LITERAL:
+                break
+            out.append(chr(av))
+        return "".join(out)
+
+    def split(self, name: str | None) -> tuple[str, str]:
+        """(begin, rest): the canonical text up to and including the tool's name (for a structural tag's
+        ``begin``, which is a literal), and the rest as a regex."""
+        if self.literals:
+            return self.literals[0], ""
+        assert self.regex is not None
+        items = self.regex.items
+        cut = len(items)
+        for i, (op, av) in enumerate(items):
+            if self.regex.names and self._holds_name(op, av):
+                # Up to the name when the item is the name; before it when the name is inside a larger
+                # item (Kimi's id group, whose call index follows the name): the rest stays a regex.
+                is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
+                cut = i + 1 if is_name else i
+                break
+        if not self.regex.names:
+            cut = 0
+            while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
+                cut += 1
+        begin = self.regex.canonical(items[:cut], name)
+        if begin is None:
+            raise _Unsupported("the call opener has no canonical text up to the tool name")
+        return begin, self.regex.emit(items[cut:], name)
+
+    def _holds_name(self, op: Any, av: Any) -> bool:
+        assert self.regex is not None
+        if op is _sre_c.SUBPATTERN:
+            return av[0] in self.regex.names or any(self._holds_name(o, a) for o, a in av[3])
+        if op is _sre_c.BRANCH:
+            return any(self._holds_name(o, a) for b in av[1] for o, a in b)
+        if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
+            return any(self._holds_name(o, a) for o, a in av[2])
+        return False
+
+    def canonical(self) -> list[str]:
+        """Every text of a delimiter with no name, for a structural tag's ``end`` (the canonical first)."""
+        if self.literals:
+            return list(self.literals)
+        if self.regex is None:
+            return [""]
+        text = self.regex.canonical(self.regex.items, None)
+        if text is None:
+            raise _Unsupported("a close delimiter has no canonical text")
+        return _expansions(self.regex, self.regex.items) or [text]
+
+
+def _expansions(rx: _Regex, items: Any, limit: int = 16) -> list[str]:
+    """Every text of a small finite regex (literals, optional groups, alternatives), or [] if not finite."""
+    c = _sre_c
+    out = [""]
+    for op, av in items:
+        if op is c.LITERAL:
+            choices = [chr(av)]
+        elif op is c.SUBPATTERN:
+            choices = _expansions(rx, av[3], limit)
+        elif op is c.BRANCH:
+            choices = [t for b in av[1] for t in _expansions(rx, b, limit)]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[1] != c.MAXREPEAT and av[1] <= 2:
+            sub = _expansions(rx, av[2], limit)
+            choices = [t * n for n in range(av[1], av[0] - 1, -1) for t in sub]
+        else:
+            return []
+        if not choices:
+            return []
+        out = [a + b for a in out for b in choices]
+        if len(out) > limit:
+            return []
+    return out
+
+
+def _delim(terminal: Terminal | None) -> _Delim:
+    if terminal is None or isinstance(terminal.matcher, ValueEnd) or terminal.matcher is None:
+        return _Delim()
+    if isinstance(terminal.matcher, LiteralMatcher):
+        return _Delim(literals=tuple(terminal.matcher.literals))
+    assert isinstance(terminal.matcher, RegexMatcher)
+    return _Delim(regex=_parse_regex(terminal.matcher.pattern, terminal.matcher.flags))
+
+
+# ---------------------------------------------------------------------------- the grammar's call format
+@dataclass(frozen=True)
+class _Format:
+    """What a constraint needs to know of a grammar, read off its regions, terminals and rules."""
+
+    reasoning: tuple[tuple[str, ...], tuple[str, ...]] | None  # open literals, close literals
+    calls_in_reasoning: bool
+    wrapper: tuple[_Delim, _Delim | None] | None  # a section (or tag) around the calls: begin, end
+    separator: _Delim | None  # between calls in a wrapper (a regex; None: whitespace)
+    opener: _Delim
+    closer: _Delim
+    plan: CallPlan
+
+    @property
+    def trigger(self) -> tuple[str, ...]:
+        """The literals the free text ends at when a call starts."""
+        if self.wrapper is not None:
+            begin = self.wrapper[0]
+            return begin.literals or (begin.lead(),)
+        return self.opener.literals or (self.opener.lead(),)
+
+
+def _rules(grammar: Grammar) -> dict[str, list[list[str]]]:
+    out: dict[str, list[list[str]]] = {}
+    for rule in grammar.lark.rules:
+        out.setdefault(rule.origin.name, []).append([s.name for s in rule.expansion])
+    return out
+
+
+def _reaches(rules: Mapping[str, list[list[str]]], sym: str, target: str, stop: Iterable[str]) -> bool:
+    """Whether rule ``sym`` derives ``target`` without passing through a ``stop`` rule."""
+    seen, todo, stop = set(), [sym], set(stop)
+    while todo:
+        s = todo.pop()
+        if s == target:
+            return True
+        if s in seen or s in stop or s not in rules:
+            continue
+        seen.add(s)
+        todo.extend(x for exp in rules[s] for x in exp)
+    return False
+
+
+def _call_format(grammar: Grammar) -> _Format:
+    calls = call_regions(grammar)
+    if not calls:
+        raise _unsupported(grammar, "it has no tool-call region")
+    if len(calls) > 1:
+        raise _unsupported(grammar, f"it has {len(calls)} tool-call regions ({', '.join(r.rule for r in calls)})")
+    region = calls[0]
+    plan = plan_for(region)
+    if plan.mode not in SUPPORTED_PAYLOADS:
+        raise _unsupported(grammar, f"its calls' payload ({plan.mode}) is not JSON; XML-tagged and pythonic "
+                           "payloads are not exported yet")
+    openers = [t for t in grammar.terminals.values() if t.region is region and t.role == "open"]
+    closers = [t for t in grammar.terminals.values() if t.region is region and t.role == "close"]
+    if len(openers) != 1 or len(closers) > 1:
+        raise _unsupported(grammar, "its call region has several open or close delimiters")
+    try:
+        opener, closer = _delim(openers[0]), _delim(closers[0] if closers else None)
+    except _Unsupported as e:
+        raise _unsupported(grammar, str(e)) from None
+    rules = _rules(grammar)
+    region_rules = set(grammar.regions)
+    wrapper, separator = _wrapper(grammar, rules, region, region_rules)
+    reasoning, in_reasoning = _reasoning(grammar, rules, region)
+    fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan)
+    if not all(fmt.trigger):
+        raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener "
+                           "with no tag or section around it)")
+    if plan.mode == "json_body" and not opener.has_name():
+        raise _unsupported(grammar, "its call opener holds no (?P<name>...) group for the tool's name")
+    return fmt
+
+
+def _delimiter(grammar: Grammar, name: str) -> Terminal | None:
+    t = grammar.terminals.get(name)
+    return t if t is not None and t.role == "delimiter" and t.matcher is not None else None
+
+
+def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Region,
+             region_rules: set[str]) -> tuple[tuple[_Delim, _Delim | None] | None, _Delim | None]:
+    """The delimiter rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``,
+    ``_tagged: PYTHON_TAG LEADING_SPACE? _calls``) and the separator between calls (``CALL_SEP``)."""
+    wrapper = None
+    separator = None
+    for origin, expansions in rules.items():
+        if origin in region_rules or origin.startswith("__"):
+            continue
+        for exp in expansions:
+            if len(exp) >= 2 and _delimiter(grammar, exp[0]) is not None and exp[0] != "LEADING_SPACE" \
+                    and any(_reaches(rules, s, region.rule, region_rules - {region.rule}) for s in exp[1:]):
+                end = _delimiter(grammar, exp[-1]) if exp[-1] != exp[0] else None
+                begin_d = _delim(grammar.terminals[exp[0]])
+                if wrapper is None or (end is not None and wrapper[1] is None):
+                    wrapper = (begin_d, _delim(end) if end is not None else None)
+    for expansions in rules.values():
+        for exp in expansions:
+            for a, b in zip(exp, exp[1:]):
+                if b == region.rule and _delimiter(grammar, a) is not None and a != "LEADING_SPACE" \
+                        and (wrapper is None or _delim(grammar.terminals[a]) != wrapper[0]):
+                    separator = _delim(grammar.terminals[a])
+    return wrapper, separator
+
+
+def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
+               calls: Region) -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, bool]:
+    reasoning = [r for r in grammar.regions.values() if r.field == "reasoning_content" and r.parent is None]
+    if not reasoning:
+        return None, False
+    upper = reasoning[0].rule.upper()
+    open_t, close_t = grammar.terminals.get(f"{upper}_OPEN"), grammar.terminals.get(f"{upper}_CLOSE")
+    if not (open_t and close_t and isinstance(open_t.matcher, LiteralMatcher)
+            and isinstance(close_t.matcher, LiteralMatcher)):
+        raise _unsupported(grammar, "its reasoning is not delimited by literal open and close tokens")
+    inside = _reaches(rules, reasoning[0].rule, calls.rule, set())
+    return (tuple(open_t.matcher.literals), tuple(close_t.matcher.literals)), inside
+
+
+def end_of_turn(grammar: Grammar) -> tuple[str, ...]:
+    """The literals that end a turn (the ``END_OF_TURN`` delimiter), which the constraint leaves to the
+    server's stop tokens; () when the grammar has none."""
+    t = grammar.terminals.get("END_OF_TURN")
+    return tuple(t.matcher.literals) if t is not None and isinstance(t.matcher, LiteralMatcher) else ()
+
+
+def _start_state(grammar: Grammar, fmt: _Format, prefix: str | None) -> str:
+    """Where the output starts: ``start``, ``reasoning`` (the prompt opened the reasoning, as a pre-filled
+    ``<think>\\n``) or ``content`` (the prompt closed it, as ``<think></think>`` with thinking off)."""
+    if fmt.reasoning is None or not prefix:
+        return "start"
+    tail = prefix
+    if grammar.start_anchor is not None:
+        end = grammar.start_anchor.last_end(prefix, None)
+        tail = prefix if end is None else prefix[end:]
+    opens, closes = fmt.reasoning
+    last_open = max((tail.rfind(o) for o in opens), default=-1)
+    last_close = max((tail.rfind(c) for c in closes), default=-1)
+    if last_close > last_open:
+        return "content"
+    return "reasoning" if last_open >= 0 else "start"
+
+
+# ---------------------------------------------------------------------------- tools and payload schemas
+def _tools(grammar: Grammar, tools: Any, tool_choice: Any) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """(name, parameters schema) of each tool the constraint allows, and the mode: auto, required or none."""
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        raise ArgumentError("tools must be a list of tool definitions", code="constrain.tools")
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise ArgumentError(f"a tool has no function name: {tool!r}", code="constrain.tools")
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        out.append((fn["name"], dict(params)))
+    if isinstance(tool_choice, Mapping):
+        wanted = tool_choice.get("function", tool_choice).get("name")
+        out = [t for t in out if t[0] == wanted]
+        if not out:
+            raise ArgumentError(f"tool_choice names {wanted!r}, which is not one of the tools",
+                                code="constrain.tool_choice")
+        return out, "required"
+    if tool_choice not in ("auto", "required", "none"):
+        raise ArgumentError(f"tool_choice must be 'auto', 'required', 'none' or {{'name': ...}}, not {tool_choice!r}",
+                            code="constrain.tool_choice")
+    if not out and tool_choice == "required":
+        raise ArgumentError("tool_choice 'required' needs at least one tool", code="constrain.tool_choice")
+    return out, "none" if not out else tool_choice
+
+
+def _call_object(plan: CallPlan, name: str, params: dict[str, Any], *, with_id: bool) -> dict[str, Any]:
+    """The schema of a ``{"name": ..., "arguments": {...}}`` object for one tool."""
+    assert plan.name_key is not None and plan.args_key is not None
+    variants = []
+    for key in (plan.args_key, *plan.args_alternatives):
+        props: dict[str, Any] = {plan.name_key: {"const": name}, key: params}
+        if with_id and plan.id_key:
+            props[plan.id_key] = {"type": "string"}
+        variants.append({"type": "object", "properties": props, "required": [plan.name_key, key],
+                         "additionalProperties": False})
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
+              parallel: bool) -> list[tuple[str | None, dict[str, Any]]]:
+    """(tool name in the opener, or None; JSON Schema of the payload) for each call form."""
+    plan = fmt.plan
+    if plan.mode == "json_body":
+        return [(name, params) for name, params in tools]
+    if plan.mode == "json_key":
+        objects = [_call_object(plan, n, p, with_id=False) for n, p in tools]
+        return [(None, objects[0] if len(objects) == 1 else {"anyOf": objects})]
+    objects = [_call_object(plan, n, p, with_id=True) for n, p in tools]
+    array: dict[str, Any] = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects},
+                             "minItems": 1}
+    if not parallel:
+        array["maxItems"] = 1
+    return [(None, array)]
+
+
+# ---------------------------------------------------------------------------- llguidance
+def _lark_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _lark_regex(regex: str) -> str:
+    return "/" + regex + "/"  # ("/" is escaped by _escape)
+
+
+def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
+                  prefix: str | None = None) -> str:
+    """The constraint as a grammar in llguidance's Lark dialect (``%llguidance {}``, lazy lexemes, ``%json``).
+
+    ``tools`` are OpenAI tool definitions (``{"type": "function", "function": {"name", "parameters"}}``);
+    ``prefix`` is the prompt, so a reasoning the template opened is closed first and never re-opened.
+    Raises ArgumentError ``constrain.unsupported`` for a grammar whose calls cannot be expressed yet.
+    """
+    fmt = _checked_format(grammar)
+    allowed, mode = _tools(grammar, tools, tool_choice)
+    state = _start_state(grammar, fmt, prefix)
+    out = ["%llguidance {}", ""]
+    trigger = "(?:" + "|".join(_escape(t) for t in fmt.trigger) + ")"
+    out.append("TEXT: /(?s:.*)/")
+    out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
+    out.append(f"TRIGGER: {_lark_regex(trigger)}")
+    starts: list[str] = []
+    if fmt.reasoning is not None and state != "content":
+        opens, closes = fmt.reasoning
+        close = _lark_regex("(?:" + "|".join(_escape(c) for c in closes) + ")")
+        text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
+        if state == "reasoning":
+            out.append(f"reasoning[lazy]: {text} {close}")
+            starts.append("reasoning body")
+        else:
+            open_re = _lark_regex(r"\s*(?:" + "|".join(_escape(o) for o in opens) + ")")
+            out.append(f"reasoning[lazy]: {open_re} {text} {close}")
+            # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
+            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{'|'.join(_escape(o) for o in opens)})(?s:.*)/")
+            out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
+            starts += ["reasoning body", "body0"]
+    else:
+        starts.append("body")
+    out.append("start: " + " | ".join(starts))
+    _lark_body(out, "body", "TEXT", "NOTRIG", mode, parallel_tool_calls)
+    if "body0" in starts:
+        _lark_body(out, "body0", "FIRST", "FIRSTNOTRIG", mode, parallel_tool_calls)
+    if mode != "none":
+        try:
+            _lark_calls(out, fmt, allowed, parallel_tool_calls)
+        except _Unsupported as e:
+            raise _unsupported(grammar, str(e)) from None
+    return "\n".join(out) + "\n"
+
+
+def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: str, parallel: bool) -> None:
+    """``rule``: free text with calls at their triggers; its first text is ``first``."""
+    if mode == "none":
+        out.append(f"{rule}: {first_notrig}")
+        return
+    out.append(f"{rule}_head[lazy]: {first} TRIGGER")
+    out.append("head[lazy]: TEXT TRIGGER") if "head[lazy]: TEXT TRIGGER" not in out else None
+    more = " (head block)*" if parallel else ""
+    tail = "TEXT" if parallel else "NOTRIG"
+    with_call = f"{rule}_head block{more} {tail}"
+    out.append(f"{rule}: {with_call}" + ("" if mode == "required" else f" | {first if parallel else first_notrig}"))
+
+
+def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> None:
+    """``block``: what follows a trigger (the rest of a section or opener, the calls, their closers)."""
+    forms = _payloads(fmt, tools, parallel)
+    names = []
+    for i, (name, schema) in enumerate(forms):
+        if fmt.wrapper is None:
+            # The trigger is the opener's literal head, already written: the rest follows.
+            opener = _rest_after_lead(fmt.opener, name)
+        else:
+            # Whitespace before a call in a section is part of the call's first lexeme: a lexeme of its own
+            # would be taken greedily and never given back to the section's end.
+            opener = r"\s*" + fmt.opener.regex_text(name)
+        closer = fmt.closer.regex_text()
+        parts = [_lark_regex(opener + r"\s*") if opener else "WS?",
+                 "%json " + json.dumps(schema, ensure_ascii=False)]
+        if closer:
+            parts.append(_lark_regex(r"\s*" + closer))
+        out.append(f"call_{i}: " + " ".join(parts))
+        names.append(f"call_{i}")
+    out.append("WS: /\\s+/")
+    out.append("call: " + " | ".join(names))
+    if fmt.wrapper is None:
+        out.append("block: call")
+        return
+    _begin, end = fmt.wrapper
+    if fmt.separator is not None:
+        out.append("SEP: " + _lark_regex(r"\s*" + fmt.separator.regex_text()))
+    more = ("(SEP call)*" if fmt.separator is not None else "call*") if parallel else ""
+    block = f"block: call {more}".rstrip()
+    if end is not None:
+        block += " " + _lark_regex(r"\s*" + end.regex_text())
+    out.append(block)
+
+
+def _rest_after_lead(opener: _Delim, name: str | None) -> str:
+    """The opener's regex after its literal head (the trigger)."""
+    if opener.literals:
+        return ""
+    assert opener.regex is not None
+    items = opener.regex.items
+    cut = 0
+    while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
+        cut += 1
+    return opener.regex.emit(items[cut:], name)
+
+
+def _checked_format(grammar: Grammar) -> _Format:
+    try:
+        return _call_format(grammar)
+    except _Unsupported as e:
+        raise _unsupported(grammar, str(e)) from None
+
+
+# ---------------------------------------------------------------------------- xgrammar structural tags
+def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
+                      prefix: str | None = None) -> dict[str, Any]:
+    """The constraint as an xgrammar structural tag: ``{"type": "structural_tag", "format": {...}}``.
+
+    The same constraint as :func:`to_llguidance`, in the JSON that vLLM (``structured_outputs.structural_tag``,
+    or ``response_format``) and SGLang accept; it uses xgrammar's ``sequence``, ``tag``, ``triggered_tags``,
+    ``any_text``, ``regex`` and ``json_schema`` formats (xgrammar 0.1.25 and later).
+    """
+    fmt = _checked_format(grammar)
+    allowed, mode = _tools(grammar, tools, tool_choice)
+    state = _start_state(grammar, fmt, prefix)
+    elements: list[dict[str, Any]] = []
+    if fmt.reasoning is not None and state != "content":
+        opens, closes = fmt.reasoning
+        text: dict[str, Any] = {"type": "any_text"}
+        if mode == "none" and fmt.calls_in_reasoning:
+            text["excludes"] = list(fmt.trigger)
+        if state == "reasoning":
+            elements.append({"type": "tag", "begin": "", "content": text, "end": list(closes)})
+        else:
+            elements.append({"type": "optional", "content": {"type": "sequence", "elements": [
+                {"type": "regex", "pattern": r"\s*"},
+                {"type": "tag", "begin": opens[0], "content": text, "end": list(closes)}]}})
+    # xgrammar matches each tag to one trigger: the canonical literal (the others stay excluded with "none").
+    triggers = list(fmt.trigger) if fmt.wrapper is None else [fmt.trigger[0]]
+    if mode == "none":
+        elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+    else:
+        try:
+            tags = _xgr_blocks(fmt, allowed, parallel_tool_calls)
+        except _Unsupported as e:
+            raise _unsupported(grammar, str(e)) from None
+        if mode == "required":
+            # xgrammar's at_least_one wants the first tag at once; text before the first call is written
+            # as its own part (text without a trigger, then one block), then the rest as with "auto".
+            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+            elements.append(tags[0] if len(tags) == 1 else {"type": "or", "elements": tags})
+        if parallel_tool_calls:
+            elements.append({"type": "triggered_tags", "triggers": triggers, "tags": tags})
+        elif mode == "required":
+            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+        else:
+            elements.append({"type": "triggered_tags", "triggers": triggers, "tags": tags, "stop_after_first": True})
+            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+    return {"type": "structural_tag", "format": elements[0] if len(elements) == 1 else
+            {"type": "sequence", "elements": elements}}
+
+
+def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
+    """One ``tag`` per call form: the canonical opener up to the tool's name as its begin."""
+    tags = []
+    ends = fmt.closer.canonical()
+    for name, schema in _payloads(fmt, tools, parallel):
+        begin, rest = fmt.opener.split(name)
+        content: list[dict[str, Any]] = []
+        content.append({"type": "regex", "pattern": (rest + r"\s*") if rest else r"\s*"})
+        content.append({"type": "json_schema", "json_schema": schema})
+        if ends != [""]:
+            content.append({"type": "regex", "pattern": r"\s*"})
+        if not begin and ends == [""]:
+            tags.append({"type": "sequence", "elements": content})
+        else:
+            end: str | list[str] = ends if len(ends) > 1 else ends[0]
+            tag: dict[str, Any] = {"type": "tag", "begin": begin,
+                                   "content": {"type": "sequence", "elements": content}, "end": end}
+            tags.append(tag)
+    return tags
+
+
+def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
+    """The triggered tags: the calls themselves, or one section tag holding them."""
+    calls = _xgr_calls(fmt, tools, parallel)
+    if fmt.wrapper is None:
+        return calls
+    begin, end = fmt.wrapper
+    one: dict[str, Any] = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+    space = {"type": "regex", "pattern": r"\s*"}
+    sep = {"type": "regex", "pattern": r"\s*" + fmt.separator.regex_text()} if fmt.separator is not None else space
+    inner: list[dict[str, Any]] = [space, one]
+    if parallel:
+        # xgrammar refuses an unbounded repeat in a tag with no end text: a block with no end (Llama's
+        # <|python_tag|>) holds at most MAX_CALLS calls there.
+        again = {"type": "sequence", "elements": [sep, one]}
+        inner.append({"type": "star", "content": again} if end is not None else
+                     {"type": "repeat", "min": 0, "max": MAX_CALLS - 1, "content": again})
+    if end is not None:
+        inner.append(space)
+    return [{"type": "tag", "begin": begin.canonical()[0], "content": {"type": "sequence", "elements": inner},
+             "end": end.canonical() if end is not None else ""}]

@@ -1,0 +1,320 @@
+"""The grammars as decoding constraints (grammar_parse.constrain), checked byte by byte with llguidance's
+and xgrammar's matchers over a byte-level vocabulary (no model needed).
+
+For every supported grammar and golden sample: the output (cut at its end-of-turn marker, which the
+constraint leaves to the server's stop token) is accepted; cut inside a call it is a live prefix that is
+not complete; a malformed call (unknown tool, wrong argument type, missing required argument, broken JSON)
+is rejected; ``tool_choice="required"`` rejects a text-only answer and accepts reasoning then a call;
+``"none"`` rejects every call. Samples without a tools file get tools inferred from their expected calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+
+import grammar_parse as gp
+from goldens import Golden, goldens
+from grammar_parse import constrain
+
+llguidance = pytest.importorskip("llguidance")
+xgrammar = pytest.importorskip("xgrammar")
+
+SUPPORTED = ["qwen3", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "kimi_k2"]
+#: Samples in a form the grammar reads but the constraint does not offer (it writes the canonical form).
+NOT_OFFERED = {
+    ("qwen3", "call_in_reasoning"): "a call inside the reasoning is free text there, then content follows",
+    **{("llama3_json", n): "a call without <|python_tag|> at the start of the turn is not offered"
+       for n in ("no_args", "parallel_calls", "semicolon_in_string", "text_after_call", "type_function")},
+    ("deepseek_v31", "call_after_unclosed_reasoning"): "a call section that ends an unclosed reasoning",
+    ("kimi_k2", "section_ends_reasoning"): "a call section that ends an unclosed reasoning",
+}
+UNSUPPORTED = ["glm45", "qwen3_coder", "llama3_pythonic"]
+
+EOS = 256
+
+
+# ---------------------------------------------------------------------------- byte-level matchers
+class _ByteTokenizer:
+    """256 byte tokens and an end-of-sequence token, for llguidance's TokenizerWrapper."""
+
+    def __init__(self) -> None:
+        self.tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+        self.eos_token_id = EOS
+        self.bos_token_id = None
+        self.special_token_ids = [EOS]
+
+    def __call__(self, text: Any) -> list[int]:
+        return list(text.encode() if isinstance(text, str) else text)
+
+
+_LLG_TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+_XGR_INFO = xgrammar.TokenizerInfo([bytes([i]) for i in range(256)] + [b"<eos>"],
+                                   vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[EOS])
+_XGR_COMPILER = xgrammar.GrammarCompiler(_XGR_INFO, cache_enabled=False)
+
+
+def run_llguidance(grammar: str, text: str) -> str:
+    """'accept' (complete: the stop token is allowed), 'prefix' (live, not complete) or 'reject@N'."""
+    matcher = llguidance.LLMatcher(_LLG_TOKENIZER, grammar, log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    for i, byte in enumerate(text.encode()):
+        if not matcher.consume_token(byte):
+            return f"reject@{i}"
+    return "accept" if matcher.is_accepting() else "prefix"
+
+
+def run_xgrammar(tag: dict[str, Any], text: str) -> str:
+    compiled = _XGR_COMPILER.compile_structural_tag(json.dumps(tag))
+    matcher = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    for i, byte in enumerate(text.encode()):
+        if not matcher.accept_token(byte):
+            return f"reject@{i}"
+    return "accept" if matcher.accept_token(EOS) else "prefix"
+
+
+BACKENDS = {
+    "llguidance": (constrain.to_llguidance, run_llguidance),
+    "xgrammar": (constrain.to_structural_tag, run_xgrammar),
+}
+
+
+def verdict(backend: str, grammar: gp.Grammar, text: str, tools: Any, **options: Any) -> str:
+    export, run = BACKENDS[backend]
+    return run(export(grammar, tools=tools, **options), text)
+
+
+# ---------------------------------------------------------------------------- samples and tools
+def _type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), "null")
+
+
+def tools_for(sample: Golden) -> list[dict[str, Any]]:
+    """The sample's tools, or a schema per called tool from its expected calls: each argument typed as
+    written, required where every call of the tool has it."""
+    if sample.tools:
+        return list(sample.tools)
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for call in sample.expected.get("tool_calls", []):
+        seen.setdefault(call["function"]["name"], []).append(call["function"]["arguments"])
+    tools = []
+    for name, calls in seen.items():
+        props = {k: {"type": _type(v)} for args in calls for k, v in args.items()}
+        required = sorted(set.intersection(*(set(a) for a in calls))) if calls else []
+        tools.append({"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": props, "required": required}}})
+    # A tool the model did not call, so the constraint chooses between several.
+    tools.append({"type": "function", "function": {"name": "unused_tool", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}})
+    return tools
+
+
+def cut(grammar: gp.Grammar, text: str) -> str:
+    """The output up to its end-of-turn marker (the server's stop token ends the constrained turn)."""
+    ends = [i for i in (text.find(e) for e in constrain.end_of_turn(grammar)) if i >= 0]
+    return text[:min(ends)] if ends else text
+
+
+def cases(wanted: Any = None) -> list[Any]:
+    out = []
+    for name in SUPPORTED:
+        for sample in goldens(name):
+            if "error" in sample.expected or (wanted is not None and not wanted(sample)):
+                continue
+            out.append(pytest.param(name, sample, id=f"{name}-{sample.name}"))
+    return out
+
+
+def has_calls(sample: Golden) -> bool:
+    return bool(sample.expected.get("tool_calls")) and not sample.name.startswith("truncated")
+
+
+def complete(sample: Golden) -> bool:
+    """A whole output in a form the constraint offers (a truncated one ends inside a region)."""
+    return not sample.name.startswith("truncated") and (sample.grammar, sample.name) not in NOT_OFFERED
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request: Any) -> str:
+    return str(request.param)
+
+
+# ---------------------------------------------------------------------------- the tests
+@pytest.mark.parametrize(("name", "sample"), cases(complete))
+def test_valid_output_is_accepted(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    text = cut(grammar, sample.text)
+    assert verdict(backend, grammar, text, tools_for(sample), prefix=sample.prefix) == "accept", text
+
+
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: s.name.startswith("truncated")))
+def test_truncated_output_is_a_live_prefix(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    tools = tools_for(sample) if sample.expected.get("tool_calls") else _weather_tools()
+    assert verdict(backend, grammar, sample.text, tools, prefix=sample.prefix) == "prefix"
+
+
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: has_calls(s) and complete(s)))
+def test_output_cut_inside_a_call_is_a_live_prefix(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    text = cut(grammar, sample.text)
+    inside = _first_args(sample, text) + 1
+    assert verdict(backend, grammar, text[:inside], tools_for(sample), prefix=sample.prefix) == "prefix"
+
+
+def _first_args(sample: Golden, text: str) -> int:
+    """Where the first call's arguments object starts in the text (its "{")."""
+    first = sample.expected["tool_calls"][0]["function"]
+    at = text.find(first["name"])
+    assert at >= 0
+    return text.index("{", at + len(first["name"]) + 1) if first["arguments"] or "{}" in text[at:] else at
+
+
+def _weather_tools() -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def _malformed(kind: str, sample: Golden, text: str) -> tuple[str, list[dict[str, Any]]]:
+    """A malformed version of a sample with calls: (text, tools)."""
+    tools = tools_for(sample)
+    first = sample.expected["tool_calls"][0]["function"]
+    if kind == "unknown_tool":
+        return text, [t for t in tools if t["function"]["name"] != first["name"]]
+    tools = copy.deepcopy(tools)
+    params = next(t["function"]["parameters"] for t in tools if t["function"]["name"] == first["name"])
+    if kind == "wrong_type":
+        if not first["arguments"]:
+            pytest.skip("the call has no arguments to mistype")
+        for key, value in first["arguments"].items():
+            params["properties"][key] = {"type": "boolean" if not isinstance(value, bool) else "string"}
+        return text, tools
+    if kind == "missing_required":
+        params.setdefault("properties", {})["must_have"] = {"type": "string"}
+        params["required"] = [*params.get("required", []), "must_have"]
+        return text, tools
+    assert kind == "broken_json"
+    at = _first_args(sample, text)
+    if text[at] != "{":
+        pytest.skip("no arguments object to break")
+    return text[:at + 1] + "," + text[at + 1:], tools
+
+
+@pytest.mark.parametrize("kind", ["unknown_tool", "wrong_type", "missing_required", "broken_json"])
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: has_calls(s) and complete(s)))
+def test_malformed_call_is_rejected(backend: str, name: str, sample: Golden, kind: str) -> None:
+    grammar = gp.load_grammar(name)
+    text, tools = _malformed(kind, sample, cut(grammar, sample.text))
+    assert verdict(backend, grammar, text, tools, prefix=sample.prefix).startswith("reject@")
+
+
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: not s.expected.get("tool_calls")
+                                                   and not s.name.startswith("truncated")))
+def test_required_rejects_a_text_only_answer(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    got = verdict(backend, grammar, cut(grammar, sample.text), _weather_tools(), tool_choice="required",
+                  prefix=sample.prefix)
+    assert got != "accept"
+
+
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: has_calls(s) and complete(s)))
+def test_required_and_named_accept_the_calls(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    text, tools = cut(grammar, sample.text), tools_for(sample)
+    assert verdict(backend, grammar, text, tools, tool_choice="required", prefix=sample.prefix) == "accept"
+    called = {c["function"]["name"] for c in sample.expected["tool_calls"]}
+    if len(called) == 1:
+        named = {"type": "function", "function": {"name": called.pop()}}
+        assert verdict(backend, grammar, text, tools, tool_choice=named, prefix=sample.prefix) == "accept"
+        other = {"type": "function", "function": {"name": "unused_tool"}}
+        assert verdict(backend, grammar, text, tools, tool_choice=other, prefix=sample.prefix) != "accept"
+
+
+@pytest.mark.parametrize(("name", "sample"), cases(lambda s: has_calls(s) and complete(s)))
+def test_none_rejects_every_call(backend: str, name: str, sample: Golden) -> None:
+    grammar = gp.load_grammar(name)
+    got = verdict(backend, grammar, cut(grammar, sample.text), tools_for(sample), tool_choice="none",
+                  prefix=sample.prefix)
+    assert got.startswith("reject@")
+
+
+@pytest.mark.parametrize("name", [n for n in SUPPORTED if any(
+    "reasoning_content" in s.expected for s in goldens(n))])
+def test_required_accepts_reasoning_then_a_call(backend: str, name: str) -> None:
+    grammar = gp.load_grammar(name)
+    sample = next(s for s in goldens(name) if has_calls(s) and complete(s))
+    call = cut(grammar, sample.text)
+    opens, closes = _reasoning_literals(grammar)
+    prefix = sample.prefix
+    text = (f"{opens[0]}\nI should call a tool.\n{closes[0]}\n\n" if "reasoning_content" not in sample.expected
+            else "") + call
+    if name == "deepseek_v31":  # its reasoning opener is in the prompt
+        prefix, text = "<｜Assistant｜><think>", "I should call a tool.</think>" + call.split("</think>")[-1]
+    assert verdict(backend, grammar, text, tools_for(sample), tool_choice="required", prefix=prefix) == "accept"
+    thinking_only = text[:text.index(closes[0]) + len(closes[0])] if closes[0] in text else text
+    assert verdict(backend, grammar, thinking_only, tools_for(sample), tool_choice="required",
+                   prefix=prefix) == "prefix"
+
+
+def _reasoning_literals(grammar: gp.Grammar) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    open_t, close_t = grammar.terminals["REASONING_CONTENT_OPEN"], grammar.terminals["REASONING_CONTENT_CLOSE"]
+    return open_t.matcher.literals, close_t.matcher.literals  # type: ignore[union-attr]
+
+
+def test_single_call_when_parallel_calls_are_off(backend: str) -> None:
+    grammar = gp.load_grammar("qwen3")
+    sample = next(s for s in goldens("qwen3") if s.name == "parallel_calls")
+    text = cut(grammar, sample.text)
+    assert verdict(backend, grammar, text, tools_for(sample), parallel_tool_calls=False).startswith("reject@")
+    one = next(s for s in goldens("qwen3") if s.name == "one_call")
+    assert verdict(backend, grammar, cut(grammar, one.text), tools_for(one), parallel_tool_calls=False) == "accept"
+
+
+@pytest.mark.parametrize("name", UNSUPPORTED)
+def test_unsupported_grammar_raises_a_coded_error(name: str) -> None:
+    grammar = gp.load_grammar(name)
+    for export in (constrain.to_llguidance, constrain.to_structural_tag):
+        with pytest.raises(gp.GrammarParseError) as info:
+            export(grammar, tools=_weather_tools())
+        assert info.value.code == "constrain.unsupported"
+
+
+def test_bad_tool_choice_raises() -> None:
+    grammar = gp.load_grammar("qwen3")
+    with pytest.raises(gp.GrammarParseError) as info:
+        constrain.to_llguidance(grammar, tools=_weather_tools(), tool_choice={"name": "nope"})
+    assert info.value.code == "constrain.tool_choice"
+
+
+def test_compile_and_mask_cost(capsys: Any) -> None:
+    """Not a pass/fail bound: prints the compile time per grammar and the mask cost per byte."""
+    sample_tools = _weather_tools()
+    for name in SUPPORTED:
+        grammar = gp.load_grammar(name)
+        text = cut(grammar, next(s for s in goldens(name) if s.name == "one_call").text)
+        lark = constrain.to_llguidance(grammar, tools=sample_tools)
+        t0 = time.perf_counter()
+        matcher = llguidance.LLMatcher(_LLG_TOKENIZER, lark, log_level=0)
+        t1 = time.perf_counter()
+        for byte in text.encode():
+            matcher.compute_bitmask()
+            matcher.consume_token(byte)
+        t2 = time.perf_counter()
+        tag = json.dumps(constrain.to_structural_tag(grammar, tools=sample_tools))
+        t3 = time.perf_counter()
+        compiled = _XGR_COMPILER.compile_structural_tag(tag)
+        t4 = time.perf_counter()
+        xm = xgrammar.GrammarMatcher(compiled)
+        bitmask = xgrammar.allocate_token_bitmask(1, _XGR_INFO.vocab_size)
+        for byte in text.encode():
+            xm.fill_next_token_bitmask(bitmask)
+            xm.accept_token(byte)
+        t5 = time.perf_counter()
+        with capsys.disabled():
+            print(f"\n{name}: llguidance compile {1e3 * (t1 - t0):.1f} ms, mask {1e6 * (t2 - t1) / len(text):.1f} µs/byte;"
+                  f" xgrammar compile {1e3 * (t4 - t3):.1f} ms, mask {1e6 * (t5 - t4) / len(text):.1f} µs/byte")
