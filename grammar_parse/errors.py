@@ -121,6 +121,11 @@ ERROR_CODES: dict[str, str] = {
     "usage.anchor": "a prefix was given that holds none of the grammar's start anchors: it is not the prompt of "
                     "this grammar's model, and is read as output (AnchorWarning)",
     "usage.schema": "lmsp.schema_validator was asked for a schema the package does not ship",
+    # decoding constraints (grammar_parse.constrain; ArgumentError)
+    "constrain.unsupported": "a grammar whose tool calls cannot be exported as a decoding constraint yet (the "
+                             "message says why: a payload that is not JSON, a call with no literal trigger, ...)",
+    "constrain.tools": "the tools given for a constraint are not a list of function definitions with names",
+    "constrain.tool_choice": "tool_choice is not auto, required, none or a named tool among the tools",
     # command line (exit status 2)
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",
     "usage.json": "a JSON file, option or batch row is not valid JSON, or not of the shape the option needs",
