@@ -34,6 +34,7 @@ lexeme beside it could never give the trigger back. Grammars this module cannot 
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,12 +47,9 @@ from .grammar import Grammar
 from .symbols import Region, Terminal
 from .toolstream import CallPlan, call_regions, plan_for
 
-if sys.version_info >= (3, 11):
-    import re._constants as _sre_c
-    import re._parser as _sre_p
-else:  # pragma: no cover - 3.10
-    import sre_constants as _sre_c
-    import sre_parse as _sre_p
+# The standard library's regex parser (re._parser since 3.11, sre_parse before; both untyped internals).
+_sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
+_sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
 
