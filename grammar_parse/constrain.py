@@ -602,7 +602,8 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
         out.append(f"{rule}: {first_notrig}")
         return
     out.append(f"{rule}_head[lazy]: {first} TRIGGER")
-    out.append("head[lazy]: TEXT TRIGGER") if "head[lazy]: TEXT TRIGGER" not in out else None
+    if "head[lazy]: TEXT TRIGGER" not in out:
+        out.append("head[lazy]: TEXT TRIGGER")
     more = " (head block)*" if parallel else ""
     tail = "TEXT" if parallel else "NOTRIG"
     with_call = f"{rule}_head block{more} {tail}"
