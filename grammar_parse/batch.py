@@ -50,6 +50,12 @@ class _BadLine:
     reason: str
 
 
+def _root(expression: str | None) -> str | None:
+    """The top-level column a key or JMESPath expression reads (``response.choices[0].text``: response)."""
+    found = re.match(r'\s*(?:"([^"]+)"|([A-Za-z_][A-Za-z0-9_]*))', expression or "")
+    return (found.group(1) or found.group(2)) if found else None
+
+
 @dataclass(frozen=True)
 class Columns:
     """Where a record keeps its output, prompt, tools and id (None: the record has none): a key, or a
@@ -61,6 +67,15 @@ class Columns:
     id: str | None = None
     #: the row's grammar name (a log of several models): built once per name and worker
     grammar: str | None = None
+
+    def specs(self) -> list[str]:
+        """The column specs given, in order (text, prompt, tools, id, grammar)."""
+        return [spec for spec in (self.text, self.prompt, self.tools, self.id, self.grammar) if spec is not None]
+
+    def roots(self) -> list[str]:
+        """The top-level columns the specs read (a JMESPath spec reads its root), each once, in order: what
+        a table is narrowed to before its rows are read, so a wide log's other columns stay behind."""
+        return list(dict.fromkeys(root for root in map(_root, self.specs()) if root is not None))
 
     def getters(self) -> tuple[Callable[[Mapping[str, Any]], Any], ...]:
         """One reader per column, compiled once: a plain key is a dict lookup, anything else JMESPath."""
@@ -208,6 +223,14 @@ def _work(records: list[Any]) -> list[dict[str, Any]]:
     return _worker.rows(records)
 
 
+def portable_grammar(grammar: Any) -> Any:
+    """``grammar`` as it travels to a worker process (which builds it once): a Grammar, which does not
+    pickle, as its legacy schema or its Lark text; a name, a path or a template dict as it is."""
+    if isinstance(grammar, Grammar):
+        return grammar.legacy_schema if grammar.legacy_schema is not None else _LarkText(grammar.source, grammar.name)
+    return grammar
+
+
 def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(records)
     while chunk := list(islice(iterator, size)):
@@ -234,11 +257,9 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
             if progress is not None:
                 progress(len(chunk))
         return
-    portable: Any = grammar
-    if isinstance(grammar, Grammar):
-        portable = grammar.legacy_schema if grammar.legacy_schema is not None else _LarkText(grammar.source, grammar.name)
     context = multiprocessing.get_context("spawn" if os.name == "nt" else "forkserver")
-    with context.Pool(workers, initializer=_start_worker, initargs=(portable, prefix, tools, strict, columns)) as pool:
+    with context.Pool(workers, initializer=_start_worker,
+                      initargs=(portable_grammar(grammar), prefix, tools, strict, columns)) as pool:
         for rows in pool.imap(_work, _chunks(records, chunk_rows)):
             yield from rows
             if progress is not None:
@@ -398,23 +419,16 @@ def rows_to_arrow(rows: list[dict[str, Any]], id_type: pa.DataType | None = None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _root(expression: str | None) -> str | None:
-    """The top-level column a key or JMESPath expression reads (``response.choices[0].text``: response)."""
-    found = re.match(r'\s*(?:"([^"]+)"|([A-Za-z_][A-Za-z0-9_]*))', expression or "")
-    return (found.group(1) or found.group(2)) if found else None
-
-
 def _table_records(table: Any, columns: Columns, batch_rows: int) -> tuple[Iterator[dict[str, Any]], Any]:
     """The records of an Arrow table, a batch at a time (only the columns the specs read), and the id
     column's type."""
     names = set(table.schema.names)
-    wanted = [columns.text, columns.prompt, columns.tools, columns.id, columns.grammar]
-    roots = [_root(spec) for spec in wanted if spec is not None]
-    missing = [spec for spec, root in zip([w for w in wanted if w is not None], roots) if root not in names]
+    missing = [spec for spec in columns.specs() if _root(spec) not in names]
     if missing:
         raise ArgumentError(f"the table has no column {missing[0]!r} (its columns: {', '.join(sorted(names))})",
-                            code="usage.batch", hint="Name the output column (--text, or Columns(text=...)) and any prompt, tools and id columns.")
-    selected = table.select(list(dict.fromkeys(r for r in roots if r is not None)))
+                            code="usage.batch", hint="Name the output column (--text, or Columns(text=...)) and any "
+                                                     "prompt, tools and id columns.")
+    selected = table.select(columns.roots())
     id_type = selected.schema.field(columns.id).type if columns.id is not None and columns.id in names else None
 
     def records() -> Iterator[dict[str, Any]]:
@@ -505,8 +519,7 @@ def read_parquet(path: Any, *, columns: Columns | None = None, skip: int = 0, ba
     table_like = pa.schema([file.schema_arrow.field(n) for n in file.schema_arrow.names])
     # (the checks and the projection are the table's: read on an empty table of the file's schema)
     _, id_type = _table_records(table_like.empty_table(), columns, batch_rows)
-    roots = list(dict.fromkeys(r for r in (_root(c) for c in (columns.text, columns.prompt, columns.tools,
-                                                              columns.id, columns.grammar)) if r in names))
+    roots = [root for root in columns.roots() if root in names]
 
     def records() -> Iterator[dict[str, Any]]:
         left = skip
@@ -561,5 +574,5 @@ class ParquetSink:
 
 
 __all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "RowError", "RowInput", "Summary", "TableParser",
-           "default_workers", "parquet_rows", "parse_many", "parse_table", "read_jsonl", "read_parquet", "read_row",
+           "default_workers", "parquet_rows", "portable_grammar", "parse_many", "parse_table", "read_jsonl", "read_parquet", "read_row",
            "result_row", "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]
