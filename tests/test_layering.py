@@ -28,6 +28,8 @@ PIPELINE = [
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
     "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
+    "integrations.batch_ray", "integrations.batch_spark", "integrations.batch_dask",  # the distributed recipes,
+    "integrations.batch_daft",                                                          # one per engine
     "cli", "__main__",
 ]
 
