@@ -22,6 +22,7 @@ PIPELINE = [
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "session",                 # the parser
+    "constrain",                                                   # a grammar as a decoding constraint
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
     "wire_stream", "chat_completions", "lmsp", "backends", "server",  # adapters and the reference server
     "batch", "view",                                               # many outputs at once; a picture of one
