@@ -318,3 +318,70 @@ def test_compile_and_mask_cost(capsys: Any) -> None:
         with capsys.disabled():
             print(f"\n{name}: llguidance compile {1e3 * (t1 - t0):.1f} ms, mask {1e6 * (t2 - t1) / len(text):.1f} µs/byte;"
                   f" xgrammar compile {1e3 * (t4 - t3):.1f} ms, mask {1e6 * (t5 - t4) / len(text):.1f} µs/byte")
+
+
+# ---------------------------------------------------------------------------- round trip: sample, then parse
+def _allowed(matcher: Any) -> list[int]:
+    mask = matcher.compute_bitmask()
+    return [t for t in range(EOS + 1) if mask[t // 8] >> (t % 8) & 1]
+
+
+def sample_from(lark: str, start: str, rng: Any, *, limit: int = 400) -> str | None:
+    """Text the llguidance matcher allows: ``start`` (the free text up to a call's trigger), then bytes
+    drawn from its mask, with a lean to the bytes that close (quotes, brackets, the stop token) so that a
+    call ends within ``limit`` bytes. None when it does not (a draw that never closes)."""
+    matcher = llguidance.LLMatcher(_LLG_TOKENIZER, lark, log_level=0)
+    out = bytearray()
+    for byte in start.encode():
+        assert matcher.consume_token(byte), start
+        out.append(byte)
+    closing = set(b'"}]>|') | {EOS}
+    for _ in range(limit):
+        allowed = _allowed(matcher)
+        assert allowed, bytes(out)
+        if EOS in allowed and rng.random() < 0.5:
+            return out.decode("utf-8", "replace")
+        printable = [t for t in allowed if t != EOS and 0x20 <= t < 0x7f] or [t for t in allowed if t != EOS]
+        closers = [t for t in printable if t in closing]
+        pool = closers if closers and rng.random() < 0.3 else printable or allowed
+        pick = rng.choice(pool)
+        if pick == EOS:
+            return out.decode("utf-8", "replace")
+        assert matcher.consume_token(pick)
+        out.append(pick)
+    return None
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_sampled_calls_parse_into_calls_that_validate(name: str) -> None:
+    """What the constraint lets a model write parses, with the same grammar, into calls naming the tools
+    with arguments their schemas accept: 20 draws a grammar, from the trigger of a golden call on."""
+    import random
+
+    import jsonschema
+
+    grammar = gp.load_grammar(name)
+    sample = next(s for s in goldens(name) if has_calls(s) and complete(s) and (name, s.name) not in NOT_OFFERED)
+    tools = tools_for(sample)
+    text = cut(grammar, sample.text)
+    lark = constrain.to_llguidance(grammar, tools=tools, tool_choice="required")
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    rng = random.Random(name)
+    # (the free text before the first call, and the call's trigger: the draw starts inside the call)
+    triggers = [t for t in constrain._call_format(grammar).trigger if t in text]
+    first = min(triggers, key=text.find)
+    start = text[:text.find(first) + len(first)]
+    parsed_calls = 0
+    for _ in range(20):
+        drawn = sample_from(lark, start, rng)
+        if drawn is None:
+            continue
+        message = gp.parse_response(drawn, grammar, prefix=sample.prefix, tools=tools)
+        assert message.get("tool_calls"), drawn
+        for call in message["tool_calls"]:
+            assert not call.get("errors"), (drawn, call)
+            function = call["function"]
+            jsonschema.validate(function["arguments"], schemas[function["name"]])
+            parsed_calls += 1
+    assert parsed_calls >= 10, parsed_calls
+
