@@ -419,23 +419,22 @@ def rows_to_arrow(rows: list[dict[str, Any]], id_type: pa.DataType | None = None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _table_records(table: Any, columns: Columns, batch_rows: int) -> tuple[Iterator[dict[str, Any]], Any]:
-    """The records of an Arrow table, a batch at a time (only the columns the specs read), and the id
-    column's type."""
-    names = set(table.schema.names)
+def _id_type(schema: pa.Schema, columns: Columns) -> Any:
+    """The id column's Arrow type in ``schema`` (None without a plain id column), once every column the
+    specs read is checked to be there: before any row is parsed."""
+    names = set(schema.names)
     missing = [spec for spec in columns.specs() if _root(spec) not in names]
     if missing:
         raise ArgumentError(f"the table has no column {missing[0]!r} (its columns: {', '.join(sorted(names))})",
                             code="usage.batch", hint="Name the output column (--text, or Columns(text=...)) and any "
                                                      "prompt, tools and id columns.")
-    selected = table.select(columns.roots())
-    id_type = selected.schema.field(columns.id).type if columns.id is not None and columns.id in names else None
+    return schema.field(columns.id).type if columns.id is not None and columns.id in names else None
 
-    def records() -> Iterator[dict[str, Any]]:
-        for batch in selected.to_batches(max_chunksize=batch_rows):
-            yield from batch.to_pylist()
 
-    return records(), id_type
+def _table_records(table: Any, columns: Columns, batch_rows: int) -> Iterator[dict[str, Any]]:
+    """The records of an Arrow table, a batch at a time, of only the columns the specs read."""
+    for batch in table.select(columns.roots()).to_batches(max_chunksize=batch_rows):
+        yield from batch.to_pylist()
 
 
 class TableParser:
@@ -449,23 +448,24 @@ class TableParser:
         self.parser = _Parser(grammar, prefix, tools, strict, self.columns)
 
     def __call__(self, table: Any) -> Any:
-        return _in_kind(table, lambda arrow: self.parser.rows(list(_table_records(arrow, self.columns, CHUNK_ROWS)[0])),
-                        self.columns)
+        return _in_kind(table, self.columns, CHUNK_ROWS, lambda records: self.parser.rows(list(records)))
 
 
-def _in_kind(table: Any, parse: Callable[[Any], list[dict[str, Any]]], columns: Columns) -> Any:
-    """``parse`` (result rows of an Arrow table) applied to a Table, RecordBatch or DataFrame, answered in kind."""
+def _in_kind(table: Any, columns: Columns, batch_rows: int,
+             parse: Callable[[Iterator[dict[str, Any]]], list[dict[str, Any]]]) -> Any:
+    """``parse`` (result rows of a table's records) applied to a Table, RecordBatch or DataFrame, answered in
+    kind."""
     pa = _pyarrow()
     if isinstance(table, pa.RecordBatch):
-        return rows_to_arrow_batch(_in_kind(pa.Table.from_batches([table]), parse, columns))
+        return rows_to_arrow_batch(_in_kind(pa.Table.from_batches([table]), columns, batch_rows, parse))
     frame = None
     if not isinstance(table, pa.Table):
         if type(table).__name__ != "DataFrame" or not hasattr(table, "index"):
             raise ArgumentError(f"parse_table takes a pyarrow Table or RecordBatch or a pandas DataFrame, not "
                                 f"{type(table).__name__}", code="usage.batch", hint="Use parse_many for other iterables.")
         frame, table = table, pa.Table.from_pandas(table, preserve_index=False)
-    _, id_type = _table_records(table, columns, CHUNK_ROWS)  # (checks the columns before any row is parsed)
-    result = rows_to_arrow(parse(table), id_type)
+    id_type = _id_type(table.schema, columns)
+    result = rows_to_arrow(parse(_table_records(table, columns, batch_rows)), id_type)
     if frame is None:
         return result
     out = result.to_pandas()
@@ -482,13 +482,9 @@ def parse_table(table: Any, grammar: Any, *, columns: Columns | None = None, pre
     the prompt, tools, id and grammar columns: a column name, or JMESPath into a struct column).
     """
     columns = columns or Columns()
-
-    def parse(arrow: Any) -> list[dict[str, Any]]:
-        records, _ = _table_records(arrow, columns, chunk_rows)
-        return list(parse_many(records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns,
-                               workers=workers, chunk_rows=chunk_rows, progress=progress))
-
-    return _in_kind(table, parse, columns)
+    return _in_kind(table, columns, chunk_rows, lambda records: list(parse_many(
+        records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns, workers=workers,
+        chunk_rows=chunk_rows, progress=progress)))
 
 
 def rows_to_arrow_batch(table: pa.Table) -> pa.RecordBatch:
@@ -508,22 +504,18 @@ def parquet_rows(path: str) -> int:
 
 def read_parquet(path: Any, *, columns: Columns | None = None, skip: int = 0, batch_rows: int = 4096
                  ) -> tuple[Iterator[dict[str, Any]], int, Any]:
-    """The records of a Parquet file (a path or a binary file), a batch at a time (only the columns the specs read), after the first
-    ``skip``; with the file's row count and the id column's type."""
-    pa = _pyarrow()
+    """The records of a Parquet file (a path or a binary file), a batch at a time (only the columns the
+    specs read), after the first ``skip``; with the file's row count and the id column's type."""
+    _pyarrow()
     import pyarrow.parquet as pq
 
     columns = columns or Columns()
     file = pq.ParquetFile(path)
-    names = set(file.schema_arrow.names)
-    table_like = pa.schema([file.schema_arrow.field(n) for n in file.schema_arrow.names])
-    # (the checks and the projection are the table's: read on an empty table of the file's schema)
-    _, id_type = _table_records(table_like.empty_table(), columns, batch_rows)
-    roots = [root for root in columns.roots() if root in names]
+    id_type = _id_type(file.schema_arrow, columns)
 
     def records() -> Iterator[dict[str, Any]]:
         left = skip
-        for batch in file.iter_batches(batch_size=batch_rows, columns=roots):
+        for batch in file.iter_batches(batch_size=batch_rows, columns=columns.roots()):
             if left >= batch.num_rows:
                 left -= batch.num_rows
                 continue
