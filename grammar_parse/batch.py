@@ -43,7 +43,7 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
-class _BadLine:
+class BadLine:
     """A JSONL line that is not JSON: it still becomes its row (with the error), so rows stay aligned."""
 
     line: int
@@ -146,7 +146,7 @@ def read_row(record: Any, getters: tuple[Callable[[Mapping[str, Any]], Any], ...
     a mapping holds the columns. Raises :class:`RowError` saying what is wrong with the record."""
     if isinstance(record, str):
         return RowInput(record, prefix, tools)
-    if isinstance(record, _BadLine):
+    if isinstance(record, BadLine):
         raise RowError(f"line {record.line} is not JSON: {record.reason}", code="usage.json",
                        hint="Fix the line; the other rows are parsed.")
     if not isinstance(record, Mapping):
@@ -266,22 +266,27 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
                 progress(len(rows))
 
 
+def jsonl_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """The rows of a JSONL stream with their line numbers: its lines, blank ones skipped (they are no rows,
+    so row N of the input is row N of the output)."""
+    return ((number, line) for number, line in enumerate(lines, 1) if line.strip())
+
+
+def decode_line(number: int, line: str) -> Any:
+    """One JSONL line's record, or a :class:`BadLine` saying why it is none."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        return BadLine(number, str(e))
+    except RecursionError:
+        return BadLine(number, "nested too deeply")
+
+
 def read_jsonl(lines: Iterable[str], *, skip: int = 0) -> Iterator[Any]:
-    """The records of a JSONL stream (blank lines skipped, a line that is not JSON a :class:`_BadLine`),
-    after the first ``skip`` records (``--resume``)."""
-    seen = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        seen += 1
-        if seen <= skip:
-            continue
-        try:
-            yield json.loads(line)
-        except ValueError as e:
-            yield _BadLine(number, str(e))
-        except RecursionError:
-            yield _BadLine(number, "nested too deeply")
+    """The records of a JSONL stream (blank lines skipped, a line that is not JSON a :class:`BadLine`),
+    after the first ``skip`` records (``--resume``), which are not decoded."""
+    for number, line in islice(jsonl_lines(lines), skip, None):
+        yield decode_line(number, line)
 
 
 @dataclass
@@ -565,6 +570,7 @@ class ParquetSink:
         os.replace(self.temporary, self.path)
 
 
-__all__ = ["CHUNK_ROWS", "Columns", "ParquetSink", "Progress", "RowError", "RowInput", "Summary", "TableParser",
-           "default_workers", "parquet_rows", "portable_grammar", "parse_many", "parse_table", "read_jsonl", "read_parquet", "read_row",
-           "result_row", "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]
+__all__ = ["CHUNK_ROWS", "BadLine", "Columns", "ParquetSink", "Progress", "RowError", "RowInput", "Summary",
+           "TableParser", "decode_line", "default_workers", "jsonl_lines", "parquet_rows", "parse_many",
+           "parse_table", "portable_grammar", "read_jsonl", "read_parquet", "read_row", "result_row",
+           "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]

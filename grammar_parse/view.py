@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .batch import Columns, read_row
+from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
 from .errors import ArgumentError
 from .grammar import Grammar
 from .salvage import is_call_region
@@ -182,20 +182,13 @@ def jsonl_record(lines: Iterable[str], row: int) -> Any:
         raise ArgumentError(f"there is no row {row}: rows are counted from 1.", code="usage.batch",
                             hint="Give a row number of 1 or more.")
     seen = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        seen += 1
-        if seen < row:
-            continue
-        try:
-            return json.loads(line)
-        except ValueError as e:
-            raise ArgumentError(f"row {row} (line {number}) is not JSON: {e}.", code="usage.json",
-                                hint="Fix the line, or view another row.") from None
-        except RecursionError:
-            raise ArgumentError(f"row {row} (line {number}) nests too deeply to read.", code="usage.json",
-                                hint="Flatten the record.") from None
+    for seen, (number, line) in enumerate(jsonl_lines(lines), 1):
+        if seen == row:
+            record = decode_line(number, line)
+            if isinstance(record, BadLine):
+                raise ArgumentError(f"row {row} (line {number}) is not JSON: {record.reason}.", code="usage.json",
+                                    hint="Fix the line, or view another row.")
+            return record
     raise ArgumentError(f"there is no row {row}: the input has {seen} row{'s' * (seen != 1)}.", code="usage.batch",
                         hint="Rows are counted from 1; blank lines are not rows.")
 
