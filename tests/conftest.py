@@ -27,21 +27,19 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
+#: The opt-in test folders and the option that asks for each: what they need is not in the test extra.
+OPT_IN = {
+    "differential": "--oracle",     # transformers (the `oracle` extra)
+    "engines": "--engines",         # vLLM and SGLang, installed as the README's engine test group says
+    "load": "--load",               # the gateway under hundreds of streams and 10,000 requests: minutes
+    "distributed": "--distributed",  # Ray, Spark, Dask and Daft
+    "browser": "--browser",         # Chromium and Playwright
+    "constrain": "--constrain",     # llguidance and xgrammar
+}
+
+
 def pytest_ignore_collect(collection_path, config):
-    # The differential tests need transformers (the `oracle` extra); they run only when asked for.
-    if "differential" in collection_path.parts and not config.getoption("--oracle"):
-        return True
-    # The engine plugin tests need vLLM and SGLang (installed as the README's engine test group says).
-    if "engines" in collection_path.parts and not config.getoption("--engines"):
-        return True
-    # The gateway's load and fault tests (hundreds of streams, 10,000 requests: minutes) run only when asked for.
-    if "load" in collection_path.parts and not config.getoption("--load"):
-        return True
-    # The distributed engines (Ray, Spark, Dask, Daft) and the browser are optional extras: asked for only.
-    if "distributed" in collection_path.parts and not config.getoption("--distributed"):
-        return True
-    if "browser" in collection_path.parts and not config.getoption("--browser"):
-        return True
-    if "constrain" in collection_path.parts and not config.getoption("--constrain"):
-        return True
+    for folder, option in OPT_IN.items():
+        if folder in collection_path.parts and not config.getoption(option):
+            return True
     return None
