@@ -22,7 +22,8 @@ PIPELINE = [
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "session",                 # the parser
-    "constrain",                                                   # a grammar as a decoding constraint
+    "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
+    "constrain.lark", "constrain",                                 # payloads, llguidance's dialect, the exports
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
     "wire_stream", "chat_completions", "lmsp", "backends", "server",  # adapters and the reference server
     "batch", "view",                                               # many outputs at once; a picture of one
@@ -44,6 +45,8 @@ PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library"
 def _module(path: Path) -> str:
     if path.parent.name == "integrations":
         return "integrations" if path.stem == "__init__" else f"integrations.{path.stem}"
+    if path.parent.name == "constrain":
+        return "constrain" if path.stem == "__init__" else f"constrain.{path.stem}"
     if path.parent.name == "compat":
         return "compat" if path.stem == "__init__" else f"compat.{path.stem}"
     return "grammar_parse" if path.stem == "__init__" else path.stem
@@ -51,7 +54,8 @@ def _module(path: Path) -> str:
 
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(imported project module, names imported from it, line) for every import in the file."""
-    package = {"compat": "grammar_parse.compat", "integrations": "grammar_parse.integrations"}.get(
+    package = {"compat": "grammar_parse.compat", "integrations": "grammar_parse.integrations",
+               "constrain": "grammar_parse.constrain"}.get(
         path.parent.name, "grammar_parse")
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -75,7 +79,8 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
 
 
 FILES = sorted([*(ROOT / "grammar_parse").glob("*.py"), *(ROOT / "compat").glob("*.py"),
-                *(ROOT / "grammar_parse" / "integrations").glob("*.py")])
+                *(ROOT / "grammar_parse" / "integrations").glob("*.py"),
+                *(ROOT / "grammar_parse" / "constrain").glob("*.py")])
 
 
 def test_every_module_has_its_place_in_the_pipeline():

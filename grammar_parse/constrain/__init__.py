@@ -34,312 +34,34 @@ lexeme beside it could never give the trigger back. Grammars this module cannot 
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .delimiters import LiteralMatcher, RegexMatcher, ValueEnd
-from .errors import ArgumentError
-from .grammar import Grammar
-from .symbols import Region, Terminal
-from .toolstream import CallPlan, call_regions, plan_for
+from ..delimiters import LiteralMatcher
+from ..errors import ArgumentError
+from ..grammar import Grammar
+from ..symbols import Region, Terminal
+from ..toolstream import CallPlan, call_regions, plan_for
+from . import pythonic, tagged
+from .regexes import Delim, Unsupported, delim_of, escape
 
-# The standard library's regex parser (re._parser since 3.11, sre_parse before; both untyped internals).
-_sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
-_sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
 
 #: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
-SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array")
+SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "at_close")
+#: Payloads whose calls name their tool in the opener (one call form per tool).
+NAMED_PAYLOADS = ("json_body", "components", "xml")
 #: The most calls one block without an end delimiter holds in a structural tag (see _xgr_blocks).
 MAX_CALLS = 64
-#: The group of a call opener that holds the tool's name (grammar_parse's convention).
-NAME_GROUP = "name"
 
 
 def _unsupported(grammar: Grammar, why: str) -> ArgumentError:
     return ArgumentError(f"grammar {grammar.name or '(anonymous)'} cannot be exported as a constraint yet: {why}",
                          code="constrain.unsupported",
                          hint="See docs/constraints.md for the grammars that are supported.")
-
-
-# ---------------------------------------------------------------------------- regexes, piece by piece
-# A delimiter becomes a list of pieces: ("lit", text) or ("re", regex). The regex text is the subset that
-# Rust's regex crate (llguidance) and xgrammar's regex both read: no lookaround, no named groups.
-
-
-_META = set("\\.+*?()|[]{}^$-/#&~")
-_CONTROL = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
-
-
-def _escape(text: str) -> str:
-    """Text as a regex both dialects read the same way: metacharacters escaped with a backslash, control
-    characters by name (xgrammar reads a ``\\x`` escape's hex digits greedily, so none is written)."""
-    return "".join("\\" + c if c in _META else _CONTROL.get(c, c) for c in text)
-
-
-_CATEGORIES = {
-    _sre_c.CATEGORY_DIGIT: r"\d", _sre_c.CATEGORY_NOT_DIGIT: r"\D", _sre_c.CATEGORY_SPACE: r"\s",
-    _sre_c.CATEGORY_NOT_SPACE: r"\S", _sre_c.CATEGORY_WORD: r"\w", _sre_c.CATEGORY_NOT_WORD: r"\W",
-}
-_SAMPLES = {_sre_c.CATEGORY_DIGIT: "0", _sre_c.CATEGORY_SPACE: " ", _sre_c.CATEGORY_WORD: "a"}
-
-
-class _Unsupported(Exception):
-    pass
-
-
-@dataclass
-class _Regex:
-    """A parsed delimiter regex, emitted with the ``name`` group(s) replaced by one tool's name."""
-
-    items: Any
-    names: frozenset[int]  # group numbers that hold the name
-    dotall: bool
-
-    def emit(self, items: Any, name: str | None) -> str:
-        return "".join(self._node(op, av, name) for op, av in items)
-
-    def _node(self, op: Any, av: Any, name: str | None) -> str:
-        c = _sre_c
-        if op is c.LITERAL:
-            return _escape(chr(av))
-        if op is c.NOT_LITERAL:
-            return f"[^{_escape(chr(av))}]"
-        if op is c.ANY:
-            return r"[\s\S]" if self.dotall else r"[^\n]"
-        if op is c.IN:
-            return self._set(av)
-        if op is c.BRANCH:
-            return "(?:" + "|".join(self.emit(b, name) for b in av[1]) + ")"
-        if op is c.SUBPATTERN:
-            group, _add, _del, sub = av
-            if group in self.names:
-                if name is None:
-                    raise _Unsupported("the call opener's name group has no tool name here")
-                return _escape(name)
-            return "(?:" + self.emit(sub, name) + ")"
-        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
-            lo, hi, sub = av
-            body = self.emit(sub, name)
-            body = body if len(sub) == 1 and sub[0][0] in (c.LITERAL, c.IN, c.ANY, c.NOT_LITERAL) \
-                and len(body) <= 6 or body.startswith("(?:") and self._balanced(body) else f"(?:{body})"
-            if (lo, hi) == (0, c.MAXREPEAT):
-                return body + "*"
-            if (lo, hi) == (1, c.MAXREPEAT):
-                return body + "+"
-            if (lo, hi) == (0, 1):
-                return body + "?"
-            return body + (f"{{{lo},}}" if hi == c.MAXREPEAT else f"{{{lo},{hi}}}")
-        raise _Unsupported(f"the regex construct {op} has no equivalent in a constraint")
-
-    @staticmethod
-    def _balanced(body: str) -> bool:
-        """Whether ``(?:...)`` spans the whole text (not ``(?:a)(?:b)``)."""
-        depth = 0
-        for i, ch in enumerate(body):
-            if ch == "\\":
-                continue
-            depth += ch == "(" if (i == 0 or body[i - 1] != "\\") else 0
-            depth -= ch == ")" if (i == 0 or body[i - 1] != "\\") else 0
-            if depth == 0 and i < len(body) - 1:
-                return False
-        return True
-
-    def _set(self, items: Any) -> str:
-        c = _sre_c
-        out, negate = [], False
-        for op, av in items:
-            if op is c.NEGATE:
-                negate = True
-            elif op is c.LITERAL:
-                out.append(_escape(chr(av)))
-            elif op is c.RANGE:
-                out.append(f"{_escape(chr(av[0]))}-{_escape(chr(av[1]))}")
-            elif op is c.CATEGORY and av in _CATEGORIES:
-                out.append(_CATEGORIES[av])
-            else:
-                raise _Unsupported(f"the character-set item {op} has no equivalent in a constraint")
-        return "[" + ("^" if negate else "") + "".join(out) + "]"
-
-    def canonical(self, items: Any, name: str | None) -> str | None:
-        """The text the model card writes for these items: the first alternative, an optional part
-        written, ``*`` left out, ``+`` once (None: not one text, e.g. a negated class)."""
-        c = _sre_c
-        out = []
-        for op, av in items:
-            if op is c.LITERAL:
-                out.append(chr(av))
-            elif op is c.SUBPATTERN:
-                if av[0] in self.names:
-                    if name is None:
-                        return None
-                    out.append(name)
-                else:
-                    sub = self.canonical(av[3], name)
-                    if sub is None:
-                        return None
-                    out.append(sub)
-            elif op is c.BRANCH:
-                sub = self.canonical(av[1][0], name)
-                if sub is None:
-                    return None
-                out.append(sub)
-            elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
-                lo, hi, sub_items = av
-                times = max(lo, 1) if hi != c.MAXREPEAT or lo > 0 else 0
-                sub = self.canonical(sub_items, name)
-                if sub is None:
-                    return None
-                out.append(sub * times)
-            elif op is c.IN:
-                first = av[0]
-                if first[0] is c.LITERAL:
-                    out.append(chr(first[1]))
-                elif first[0] is c.RANGE:
-                    out.append(chr(first[1][0]))
-                elif first[0] is c.CATEGORY and first[1] in _SAMPLES:
-                    out.append(_SAMPLES[first[1]])
-                else:
-                    return None
-            else:
-                return None
-        return "".join(out)
-
-
-def _parse_regex(pattern: str, flags: int) -> _Regex:
-    """A delimiter regex parsed; a trailing lookahead is dropped (the payload after it is constrained
-    anyway), other lookarounds and anchors are refused."""
-    # The regex module allows one group name twice (alternatives that both capture the name); re does not.
-    parts, count, source = pattern.split(f"(?P<{NAME_GROUP}>"), 0, ""
-    for i, part in enumerate(parts):
-        source += part if i == 0 else f"(?P<{NAME_GROUP}__{i}>" + part
-        count += 1
-    try:
-        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
-    except Exception as e:  # re refuses what the regex module allows (possessive forms in 3.10, ...)
-        raise _Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
-    names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
-    items: list[Any] = list(parsed.data)
-    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
-        items.pop()
-    return _Regex(items, names, bool(flags & 16))
-
-
-# ---------------------------------------------------------------------------- a delimiter, for one tool
-@dataclass(frozen=True)
-class _Delim:
-    """One delimiter of the grammar: literal alternatives, a regex, or nothing (a JSON value's end)."""
-
-    literals: tuple[str, ...] = ()
-    regex: _Regex | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.literals and self.regex is None
-
-    def has_name(self) -> bool:
-        return self.regex is not None and bool(self.regex.names)
-
-    def regex_text(self, name: str | None = None) -> str:
-        """The whole delimiter as one regex."""
-        if self.regex is not None:
-            return self.regex.emit(self.regex.items, name)
-        return "(?:" + "|".join(_escape(lit) for lit in self.literals) + ")" if self.literals else ""
-
-    def lead(self) -> str:
-        """The literal text every match starts with (the trigger of a call opener)."""
-        if self.literals:
-            return self.literals[0] if len(self.literals) == 1 else ""
-        assert self.regex is not None
-        out = []
-        for op, av in self.regex.items:
-            if op is not _sre_c.LITERAL:
-                break
-            out.append(chr(av))
-        return "".join(out)
-
-    def split(self, name: str | None) -> tuple[str, str]:
-        """(begin, rest): the canonical text up to and including the tool's name (for a structural tag's
-        ``begin``, which is a literal), and the rest as a regex."""
-        if self.literals:
-            return self.literals[0], ""
-        assert self.regex is not None
-        items = self.regex.items
-        cut = len(items)
-        for i, (op, av) in enumerate(items):
-            if self.regex.names and self._holds_name(op, av):
-                # Up to the name when the item is the name; before it when the name is inside a larger
-                # item (Kimi's id group, whose call index follows the name): the rest stays a regex.
-                is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
-                cut = i + 1 if is_name else i
-                break
-        if not self.regex.names:
-            cut = 0
-            while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
-                cut += 1
-        begin = self.regex.canonical(items[:cut], name)
-        if begin is None:
-            raise _Unsupported("the call opener has no canonical text up to the tool name")
-        return begin, self.regex.emit(items[cut:], name)
-
-    def _holds_name(self, op: Any, av: Any) -> bool:
-        assert self.regex is not None
-        if op is _sre_c.SUBPATTERN:
-            return av[0] in self.regex.names or any(self._holds_name(o, a) for o, a in av[3])
-        if op is _sre_c.BRANCH:
-            return any(self._holds_name(o, a) for b in av[1] for o, a in b)
-        if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
-            return any(self._holds_name(o, a) for o, a in av[2])
-        return False
-
-    def canonical(self) -> list[str]:
-        """Every text of a delimiter with no name, for a structural tag's ``end`` (the canonical first)."""
-        if self.literals:
-            return list(self.literals)
-        if self.regex is None:
-            return [""]
-        text = self.regex.canonical(self.regex.items, None)
-        if text is None:
-            raise _Unsupported("a close delimiter has no canonical text")
-        return _expansions(self.regex, self.regex.items) or [text]
-
-
-def _expansions(rx: _Regex, items: Any, limit: int = 16) -> list[str]:
-    """Every text of a small finite regex (literals, optional groups, alternatives), or [] if not finite."""
-    c = _sre_c
-    out = [""]
-    for op, av in items:
-        if op is c.LITERAL:
-            choices = [chr(av)]
-        elif op is c.SUBPATTERN:
-            choices = _expansions(rx, av[3], limit)
-        elif op is c.BRANCH:
-            choices = [t for b in av[1] for t in _expansions(rx, b, limit)]
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[1] != c.MAXREPEAT and av[1] <= 2:
-            sub = _expansions(rx, av[2], limit)
-            choices = [t * n for n in range(av[1], av[0] - 1, -1) for t in sub]
-        else:
-            return []
-        if not choices:
-            return []
-        out = [a + b for a in out for b in choices]
-        if len(out) > limit:
-            return []
-    return out
-
-
-def _delim(terminal: Terminal | None) -> _Delim:
-    if terminal is None or isinstance(terminal.matcher, ValueEnd) or terminal.matcher is None:
-        return _Delim()
-    if isinstance(terminal.matcher, LiteralMatcher):
-        return _Delim(literals=tuple(terminal.matcher.literals))
-    assert isinstance(terminal.matcher, RegexMatcher)
-    return _Delim(regex=_parse_regex(terminal.matcher.pattern, terminal.matcher.flags))
 
 
 # ---------------------------------------------------------------------------- the grammar's call format
@@ -349,11 +71,13 @@ class _Format:
 
     reasoning: tuple[tuple[str, ...], tuple[str, ...]] | None  # open literals, close literals
     calls_in_reasoning: bool
-    wrapper: tuple[_Delim, _Delim | None] | None  # a section (or tag) around the calls: begin, end
-    separator: _Delim | None  # between calls in a wrapper (a regex; None: whitespace)
-    opener: _Delim
-    closer: _Delim
+    wrapper: tuple[Delim, Delim | None] | None  # a section (or tag) around the calls: begin, end
+    separator: Delim | None  # between calls in a wrapper (a regex; None: whitespace)
+    opener: Delim
+    closer: Delim
     plan: CallPlan
+    grammar: Grammar
+    region: Region
 
     @property
     def trigger(self) -> tuple[str, ...]:
@@ -394,25 +118,24 @@ def _call_format(grammar: Grammar) -> _Format:
     region = calls[0]
     plan = plan_for(region)
     if plan.mode not in SUPPORTED_PAYLOADS:
-        raise _unsupported(grammar, f"its calls' payload ({plan.mode}) is not JSON; XML-tagged and pythonic "
-                           "payloads are not exported yet")
+        raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
     openers = [t for t in grammar.terminals.values() if t.region is region and t.role == "open"]
     closers = [t for t in grammar.terminals.values() if t.region is region and t.role == "close"]
     if len(openers) != 1 or len(closers) > 1:
         raise _unsupported(grammar, "its call region has several open or close delimiters")
     try:
-        opener, closer = _delim(openers[0]), _delim(closers[0] if closers else None)
-    except _Unsupported as e:
+        opener, closer = delim_of(openers[0]), delim_of(closers[0] if closers else None)
+    except Unsupported as e:
         raise _unsupported(grammar, str(e)) from None
     rules = _rules(grammar)
     region_rules = set(grammar.regions)
     wrapper, separator = _wrapper(grammar, rules, region, region_rules)
     reasoning, in_reasoning = _reasoning(grammar, rules, region)
-    fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan)
+    fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region)
     if not all(fmt.trigger):
         raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener "
                            "with no tag or section around it)")
-    if plan.mode == "json_body" and not opener.has_name():
+    if plan.mode in NAMED_PAYLOADS and not opener.has_name():
         raise _unsupported(grammar, "its call opener holds no (?P<name>...) group for the tool's name")
     return fmt
 
@@ -423,7 +146,7 @@ def _delimiter(grammar: Grammar, name: str) -> Terminal | None:
 
 
 def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Region,
-             region_rules: set[str]) -> tuple[tuple[_Delim, _Delim | None] | None, _Delim | None]:
+             region_rules: set[str]) -> tuple[tuple[Delim, Delim | None] | None, Delim | None]:
     """The delimiter rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``,
     ``_tagged: PYTHON_TAG LEADING_SPACE? _calls``) and the separator between calls (``CALL_SEP``)."""
     wrapper = None
@@ -435,15 +158,15 @@ def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Reg
             if len(exp) >= 2 and _delimiter(grammar, exp[0]) is not None and exp[0] != "LEADING_SPACE" \
                     and any(_reaches(rules, s, region.rule, region_rules - {region.rule}) for s in exp[1:]):
                 end = _delimiter(grammar, exp[-1]) if exp[-1] != exp[0] else None
-                begin_d = _delim(grammar.terminals[exp[0]])
+                begin_d = delim_of(grammar.terminals[exp[0]])
                 if wrapper is None or (end is not None and wrapper[1] is None):
-                    wrapper = (begin_d, _delim(end) if end is not None else None)
+                    wrapper = (begin_d, delim_of(end) if end is not None else None)
     for expansions in rules.values():
         for exp in expansions:
             for a, b in zip(exp, exp[1:]):
                 if b == region.rule and _delimiter(grammar, a) is not None and a != "LEADING_SPACE" \
-                        and (wrapper is None or _delim(grammar.terminals[a]) != wrapper[0]):
-                    separator = _delim(grammar.terminals[a])
+                        and (wrapper is None or delim_of(grammar.terminals[a]) != wrapper[0]):
+                    separator = delim_of(grammar.terminals[a])
     return wrapper, separator
 
 
@@ -527,19 +250,37 @@ def _call_object(plan: CallPlan, name: str, params: dict[str, Any], *, with_id: 
 
 def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
               parallel: bool) -> list[tuple[str | None, dict[str, Any]]]:
-    """(tool name in the opener, or None; JSON Schema of the payload) for each call form."""
+    """(tool name in the opener, or None; the structural-tag format of what follows the opener up to the
+    closer) for each call form. Raises Unsupported for a payload that cannot be constrained."""
     plan = fmt.plan
+    if plan.mode in ("components", "xml"):
+        return [(name, tagged.call_body(fmt.grammar, fmt.region, name, params)) for name, params in tools]
+    if plan.mode == "at_close":
+        # A payload read by a value parser when the call closes: Python-style calls, or XML naming the tool.
+        reasons = []
+        for module in (pythonic, tagged):
+            try:
+                return [(None, module.payload(fmt.grammar, fmt.region, tools, parallel))]
+            except Unsupported as e:
+                reasons.append(str(e))
+        raise Unsupported("; ".join(reasons))
     if plan.mode == "json_body":
-        return [(name, params) for name, params in tools]
+        return [(name, _json(params)) for name, params in tools]
     if plan.mode == "json_key":
         objects = [_call_object(plan, n, p, with_id=False) for n, p in tools]
-        return [(None, objects[0] if len(objects) == 1 else {"anyOf": objects})]
+        return [(None, _json(objects[0] if len(objects) == 1 else {"anyOf": objects}))]
     objects = [_call_object(plan, n, p, with_id=True) for n, p in tools]
     array: dict[str, Any] = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects},
                              "minItems": 1}
     if not parallel:
         array["maxItems"] = 1
-    return [(None, array)]
+    return [(None, _json(array))]
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON payload: whitespace, then a value the schema accepts."""
+    return {"type": "sequence", "elements": [{"type": "regex", "pattern": r"\s*"},
+                                             {"type": "json_schema", "json_schema": schema}]}
 
 
 # ---------------------------------------------------------------------------- llguidance
@@ -548,7 +289,7 @@ def _lark_string(text: str) -> str:
 
 
 def _lark_regex(regex: str) -> str:
-    return "/" + regex + "/"  # ("/" is escaped by _escape)
+    return "/" + regex + "/"  # ("/" is escaped by escape)
 
 
 def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
@@ -563,23 +304,23 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     allowed, mode = _tools(grammar, tools, tool_choice)
     state = _start_state(grammar, fmt, prefix)
     out = ["%llguidance {}", ""]
-    trigger = "(?:" + "|".join(_escape(t) for t in fmt.trigger) + ")"
+    trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
     out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
     out.append(f"TRIGGER: {_lark_regex(trigger)}")
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         opens, closes = fmt.reasoning
-        close = _lark_regex("(?:" + "|".join(_escape(c) for c in closes) + ")")
+        close = _lark_regex("(?:" + "|".join(escape(c) for c in closes) + ")")
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
         if state == "reasoning":
             out.append(f"reasoning[lazy]: {text} {close}")
             starts.append("reasoning body")
         else:
-            open_re = _lark_regex(r"\s*(?:" + "|".join(_escape(o) for o in opens) + ")")
+            open_re = _lark_regex(r"\s*(?:" + "|".join(escape(o) for o in opens) + ")")
             out.append(f"reasoning[lazy]: {open_re} {text} {close}")
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
-            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{'|'.join(_escape(o) for o in opens)})(?s:.*)/")
+            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{'|'.join(escape(o) for o in opens)})(?s:.*)/")
             out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
             starts += ["reasoning body", "body0"]
     else:
@@ -591,7 +332,7 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     if mode != "none":
         try:
             _lark_calls(out, fmt, allowed, parallel_tool_calls)
-        except _Unsupported as e:
+        except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
     return "\n".join(out) + "\n"
 
@@ -617,7 +358,7 @@ def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, A
     for i, (name, schema) in enumerate(forms):
         if fmt.wrapper is None:
             # The trigger is the opener's literal head, already written: the rest follows.
-            opener = _rest_after_lead(fmt.opener, name)
+            opener = fmt.opener.rest_after_lead(name)
         else:
             # Whitespace before a call in a section is part of the call's first lexeme: a lexeme of its own
             # would be taken greedily and never given back to the section's end.
@@ -644,22 +385,10 @@ def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, A
     out.append(block)
 
 
-def _rest_after_lead(opener: _Delim, name: str | None) -> str:
-    """The opener's regex after its literal head (the trigger)."""
-    if opener.literals:
-        return ""
-    assert opener.regex is not None
-    items = opener.regex.items
-    cut = 0
-    while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
-        cut += 1
-    return opener.regex.emit(items[cut:], name)
-
-
 def _checked_format(grammar: Grammar) -> _Format:
     try:
         return _call_format(grammar)
-    except _Unsupported as e:
+    except Unsupported as e:
         raise _unsupported(grammar, str(e)) from None
 
 
@@ -694,7 +423,7 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
     else:
         try:
             tags = _xgr_blocks(fmt, allowed, parallel_tool_calls)
-        except _Unsupported as e:
+        except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
         if mode == "required":
             # xgrammar's at_least_one wants the first tag at once; text before the first call is written
@@ -716,11 +445,12 @@ def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
     """One ``tag`` per call form: the canonical opener up to the tool's name as its begin."""
     tags = []
     ends = fmt.closer.canonical()
-    for name, schema in _payloads(fmt, tools, parallel):
+    for name, body in _payloads(fmt, tools, parallel):
         begin, rest = fmt.opener.split(name)
         content: list[dict[str, Any]] = []
-        content.append({"type": "regex", "pattern": (rest + r"\s*") if rest else r"\s*"})
-        content.append({"type": "json_schema", "json_schema": schema})
+        if rest:
+            content.append({"type": "regex", "pattern": rest})
+        content.append(body)
         if ends != [""]:
             content.append({"type": "regex", "pattern": r"\s*"})
         if not begin and ends == [""]:

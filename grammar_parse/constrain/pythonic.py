@@ -1,0 +1,17 @@
+"""Python-style tool calls (``[get_weather(city="Paris"), ...]``) as a constraint: a small grammar per
+tool. (Being written: the exports raise ``constrain.unsupported`` for these grammars until it is.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..grammar import Grammar
+from ..symbols import Region
+from .regexes import Unsupported
+
+
+def payload(grammar: Grammar, region: Region, tools: list[tuple[str, dict[str, Any]]],
+            parallel: bool) -> dict[str, Any]:
+    """The xgrammar structural-tag format of the call region's payload, between its open and close
+    delimiters, for an ``at_close`` region whose payload is Python-style calls."""
+    raise Unsupported("pythonic calls are not exported yet")

@@ -1,0 +1,306 @@
+"""A delimiter's regex as a piece of a decoding constraint: parsed with the standard library's regex parser,
+re-emitted in the subset that both llguidance (Rust's regex crate) and xgrammar read, with the call opener's
+``name`` group (and an argument opener's ``key`` group) replaced by one tool's name or parameter."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..delimiters import LiteralMatcher, RegexMatcher, ValueEnd
+from ..symbols import Terminal
+
+# The standard library's regex parser (re._parser since 3.11, sre_parse before; both untyped internals).
+_sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
+_sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
+
+#: The group of a call opener that holds the tool's name (grammar_parse's convention).
+NAME_GROUP = "name"
+
+
+# ---------------------------------------------------------------------------- regexes, piece by piece
+# A delimiter becomes a list of pieces: ("lit", text) or ("re", regex). The regex text is the subset that
+# Rust's regex crate (llguidance) and xgrammar's regex both read: no lookaround, no named groups.
+
+
+_META = set("\\.+*?()|[]{}^$-/#&~")
+_CONTROL = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
+
+
+def escape(text: str) -> str:
+    """Text as a regex both dialects read the same way: metacharacters escaped with a backslash, control
+    characters by name (xgrammar reads a ``\\x`` escape's hex digits greedily, so none is written)."""
+    return "".join("\\" + c if c in _META else _CONTROL.get(c, c) for c in text)
+
+
+_CATEGORIES = {
+    _sre_c.CATEGORY_DIGIT: r"\d", _sre_c.CATEGORY_NOT_DIGIT: r"\D", _sre_c.CATEGORY_SPACE: r"\s",
+    _sre_c.CATEGORY_NOT_SPACE: r"\S", _sre_c.CATEGORY_WORD: r"\w", _sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+_SAMPLES = {_sre_c.CATEGORY_DIGIT: "0", _sre_c.CATEGORY_SPACE: " ", _sre_c.CATEGORY_WORD: "a"}
+
+
+class Unsupported(Exception):
+    pass
+
+
+@dataclass
+class Regex:
+    """A parsed delimiter regex, emitted with the ``name`` group(s) replaced by one tool's name."""
+
+    items: Any
+    names: frozenset[int]  # group numbers that hold the name
+    dotall: bool
+
+    def emit(self, items: Any, name: str | None) -> str:
+        return "".join(self._node(op, av, name) for op, av in items)
+
+    def _node(self, op: Any, av: Any, name: str | None) -> str:
+        c = _sre_c
+        if op is c.LITERAL:
+            return escape(chr(av))
+        if op is c.NOT_LITERAL:
+            return f"[^{escape(chr(av))}]"
+        if op is c.ANY:
+            return r"[\s\S]" if self.dotall else r"[^\n]"
+        if op is c.IN:
+            return self._set(av)
+        if op is c.BRANCH:
+            return "(?:" + "|".join(self.emit(b, name) for b in av[1]) + ")"
+        if op is c.SUBPATTERN:
+            group, _add, _del, sub = av
+            if group in self.names:
+                if name is None:
+                    raise Unsupported("the call opener's name group has no tool name here")
+                return escape(name)
+            return "(?:" + self.emit(sub, name) + ")"
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+            lo, hi, sub = av
+            body = self.emit(sub, name)
+            body = body if len(sub) == 1 and sub[0][0] in (c.LITERAL, c.IN, c.ANY, c.NOT_LITERAL) \
+                and len(body) <= 6 or body.startswith("(?:") and self._balanced(body) else f"(?:{body})"
+            if (lo, hi) == (0, c.MAXREPEAT):
+                return body + "*"
+            if (lo, hi) == (1, c.MAXREPEAT):
+                return body + "+"
+            if (lo, hi) == (0, 1):
+                return body + "?"
+            return body + (f"{{{lo},}}" if hi == c.MAXREPEAT else f"{{{lo},{hi}}}")
+        raise Unsupported(f"the regex construct {op} has no equivalent in a constraint")
+
+    @staticmethod
+    def _balanced(body: str) -> bool:
+        """Whether ``(?:...)`` spans the whole text (not ``(?:a)(?:b)``)."""
+        depth = 0
+        for i, ch in enumerate(body):
+            if ch == "\\":
+                continue
+            depth += ch == "(" if (i == 0 or body[i - 1] != "\\") else 0
+            depth -= ch == ")" if (i == 0 or body[i - 1] != "\\") else 0
+            if depth == 0 and i < len(body) - 1:
+                return False
+        return True
+
+    def _set(self, items: Any) -> str:
+        c = _sre_c
+        out, negate = [], False
+        for op, av in items:
+            if op is c.NEGATE:
+                negate = True
+            elif op is c.LITERAL:
+                out.append(escape(chr(av)))
+            elif op is c.RANGE:
+                out.append(f"{escape(chr(av[0]))}-{escape(chr(av[1]))}")
+            elif op is c.CATEGORY and av in _CATEGORIES:
+                out.append(_CATEGORIES[av])
+            else:
+                raise Unsupported(f"the character-set item {op} has no equivalent in a constraint")
+        return "[" + ("^" if negate else "") + "".join(out) + "]"
+
+    def canonical(self, items: Any, name: str | None) -> str | None:
+        """The text the model card writes for these items: the first alternative, an optional part
+        written, ``*`` left out, ``+`` once (None: not one text, e.g. a negated class)."""
+        c = _sre_c
+        out = []
+        for op, av in items:
+            if op is c.LITERAL:
+                out.append(chr(av))
+            elif op is c.SUBPATTERN:
+                if av[0] in self.names:
+                    if name is None:
+                        return None
+                    out.append(name)
+                else:
+                    sub = self.canonical(av[3], name)
+                    if sub is None:
+                        return None
+                    out.append(sub)
+            elif op is c.BRANCH:
+                sub = self.canonical(av[1][0], name)
+                if sub is None:
+                    return None
+                out.append(sub)
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                lo, hi, sub_items = av
+                times = max(lo, 1) if hi != c.MAXREPEAT or lo > 0 else 0
+                sub = self.canonical(sub_items, name)
+                if sub is None:
+                    return None
+                out.append(sub * times)
+            elif op is c.IN:
+                first = av[0]
+                if first[0] is c.LITERAL:
+                    out.append(chr(first[1]))
+                elif first[0] is c.RANGE:
+                    out.append(chr(first[1][0]))
+                elif first[0] is c.CATEGORY and first[1] in _SAMPLES:
+                    out.append(_SAMPLES[first[1]])
+                else:
+                    return None
+            else:
+                return None
+        return "".join(out)
+
+
+def parse_regex(pattern: str, flags: int) -> Regex:
+    """A delimiter regex parsed; a trailing lookahead is dropped (the payload after it is constrained
+    anyway), other lookarounds and anchors are refused."""
+    # The regex module allows one group name twice (alternatives that both capture the name); re does not.
+    parts, count, source = pattern.split(f"(?P<{NAME_GROUP}>"), 0, ""
+    for i, part in enumerate(parts):
+        source += part if i == 0 else f"(?P<{NAME_GROUP}__{i}>" + part
+        count += 1
+    try:
+        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
+    except Exception as e:  # re refuses what the regex module allows (possessive forms in 3.10, ...)
+        raise Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
+    names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
+    items: list[Any] = list(parsed.data)
+    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
+        items.pop()
+    return Regex(items, names, bool(flags & 16))
+
+
+# ---------------------------------------------------------------------------- a delimiter, for one tool
+@dataclass(frozen=True)
+class Delim:
+    """One delimiter of the grammar: literal alternatives, a regex, or nothing (a JSON value's end)."""
+
+    literals: tuple[str, ...] = ()
+    regex: Regex | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.literals and self.regex is None
+
+    def has_name(self) -> bool:
+        return self.regex is not None and bool(self.regex.names)
+
+    def regex_text(self, name: str | None = None) -> str:
+        """The whole delimiter as one regex."""
+        if self.regex is not None:
+            return self.regex.emit(self.regex.items, name)
+        return "(?:" + "|".join(escape(lit) for lit in self.literals) + ")" if self.literals else ""
+
+    def lead(self) -> str:
+        """The literal text every match starts with (the trigger of a call opener)."""
+        if self.literals:
+            return self.literals[0] if len(self.literals) == 1 else ""
+        assert self.regex is not None
+        out = []
+        for op, av in self.regex.items:
+            if op is not _sre_c.LITERAL:
+                break
+            out.append(chr(av))
+        return "".join(out)
+
+    def rest_after_lead(self, name: str | None) -> str:
+        """The regex after the literal head (the trigger, already written)."""
+        if self.literals:
+            return ""
+        assert self.regex is not None
+        items = self.regex.items
+        cut = 0
+        while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
+            cut += 1
+        return self.regex.emit(items[cut:], name)
+
+    def split(self, name: str | None) -> tuple[str, str]:
+        """(begin, rest): the canonical text up to and including the tool's name (for a structural tag's
+        ``begin``, which is a literal), and the rest as a regex."""
+        if self.literals:
+            return self.literals[0], ""
+        assert self.regex is not None
+        items = self.regex.items
+        cut = len(items)
+        for i, (op, av) in enumerate(items):
+            if self.regex.names and self._holds_name(op, av):
+                # Up to the name when the item is the name; before it when the name is inside a larger
+                # item (Kimi's id group, whose call index follows the name): the rest stays a regex.
+                is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
+                cut = i + 1 if is_name else i
+                break
+        if not self.regex.names:
+            cut = 0
+            while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
+                cut += 1
+        begin = self.regex.canonical(items[:cut], name)
+        if begin is None:
+            raise Unsupported("the call opener has no canonical text up to the tool name")
+        return begin, self.regex.emit(items[cut:], name)
+
+    def _holds_name(self, op: Any, av: Any) -> bool:
+        assert self.regex is not None
+        if op is _sre_c.SUBPATTERN:
+            return av[0] in self.regex.names or any(self._holds_name(o, a) for o, a in av[3])
+        if op is _sre_c.BRANCH:
+            return any(self._holds_name(o, a) for b in av[1] for o, a in b)
+        if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
+            return any(self._holds_name(o, a) for o, a in av[2])
+        return False
+
+    def canonical(self) -> list[str]:
+        """Every text of a delimiter with no name, for a structural tag's ``end`` (the canonical first)."""
+        if self.literals:
+            return list(self.literals)
+        if self.regex is None:
+            return [""]
+        text = self.regex.canonical(self.regex.items, None)
+        if text is None:
+            raise Unsupported("a close delimiter has no canonical text")
+        return expansions(self.regex, self.regex.items) or [text]
+
+
+def expansions(rx: Regex, items: Any, limit: int = 16) -> list[str]:
+    """Every text of a small finite regex (literals, optional groups, alternatives), or [] if not finite."""
+    c = _sre_c
+    out = [""]
+    for op, av in items:
+        if op is c.LITERAL:
+            choices = [chr(av)]
+        elif op is c.SUBPATTERN:
+            choices = expansions(rx, av[3], limit)
+        elif op is c.BRANCH:
+            choices = [t for b in av[1] for t in expansions(rx, b, limit)]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[1] != c.MAXREPEAT and av[1] <= 2:
+            sub = expansions(rx, av[2], limit)
+            choices = [t * n for n in range(av[1], av[0] - 1, -1) for t in sub]
+        else:
+            return []
+        if not choices:
+            return []
+        out = [a + b for a in out for b in choices]
+        if len(out) > limit:
+            return []
+    return out
+
+
+def delim_of(terminal: Terminal | None) -> Delim:
+    if terminal is None or isinstance(terminal.matcher, ValueEnd) or terminal.matcher is None:
+        return Delim()
+    if isinstance(terminal.matcher, LiteralMatcher):
+        return Delim(literals=tuple(terminal.matcher.literals))
+    assert isinstance(terminal.matcher, RegexMatcher)
+    return Delim(regex=parse_regex(terminal.matcher.pattern, terminal.matcher.flags))
