@@ -119,8 +119,13 @@ def _call_format(grammar: Grammar) -> _Format:
     plan = plan_for(region)
     if plan.mode not in SUPPORTED_PAYLOADS:
         raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
+    # The region's own OPEN and CLOSE are the documented form; other delimiters of the region are variants
+    # the grammar tolerates (a bare Llama 4 call, gpt-oss's recipient before the channel), not offered.
+    upper = region.rule.upper()
     openers = [t for t in grammar.terminals.values() if t.region is region and t.role == "open"]
     closers = [t for t in grammar.terminals.values() if t.region is region and t.role == "close"]
+    openers = [t for t in openers if t.name == f"{upper}_OPEN"] if len(openers) > 1 else openers
+    closers = [t for t in closers if t.name == f"{upper}_CLOSE"] if len(closers) > 1 else closers
     if len(openers) != 1 or len(closers) > 1:
         raise _unsupported(grammar, "its call region has several open or close delimiters")
     try:
@@ -260,6 +265,8 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
         reasons = []
         for module in (pythonic, tagged):
             try:
+                if fmt.opener.has_name():  # the opener names the tool (Gemma's call:NAME{...})
+                    return [(name, module.call_body(fmt.grammar, fmt.region, name, params)) for name, params in tools]
                 return [(None, module.payload(fmt.grammar, fmt.region, tools, parallel))]
             except Unsupported as e:
                 reasons.append(str(e))

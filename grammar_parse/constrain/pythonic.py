@@ -15,3 +15,9 @@ def payload(grammar: Grammar, region: Region, tools: list[tuple[str, dict[str, A
     """The xgrammar structural-tag format of the call region's payload, between its open and close
     delimiters, for an ``at_close`` region whose payload is Python-style calls."""
     raise Unsupported("pythonic calls are not exported yet")
+
+
+def call_body(grammar: Grammar, region: Region, name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The structural-tag format of what follows an opener that names the tool (Gemma's ``call:NAME``) up
+    to the call's closer, for an ``at_close`` region whose arguments are written in a call syntax."""
+    raise Unsupported("call-syntax arguments are not exported yet")
