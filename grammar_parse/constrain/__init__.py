@@ -45,6 +45,7 @@ from ..grammar import Grammar
 from ..symbols import Region, Terminal
 from ..toolstream import CallPlan, call_regions, plan_for
 from . import pythonic, tagged
+from .lark import LarkWriter, lark_regex
 from .regexes import Delim, Unsupported, delim_of, escape
 
 
@@ -291,14 +292,6 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- llguidance
-def _lark_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _lark_regex(regex: str) -> str:
-    return "/" + regex + "/"  # ("/" is escaped by escape)
-
-
 def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
                   prefix: str | None = None) -> str:
     """The constraint as a grammar in llguidance's Lark dialect (``%llguidance {}``, lazy lexemes, ``%json``).
@@ -314,17 +307,17 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
     out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
-    out.append(f"TRIGGER: {_lark_regex(trigger)}")
+    out.append(f"TRIGGER: {lark_regex(trigger)}")
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         opens, closes = fmt.reasoning
-        close = _lark_regex("(?:" + "|".join(escape(c) for c in closes) + ")")
+        close = lark_regex("(?:" + "|".join(escape(c) for c in closes) + ")")
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
         if state == "reasoning":
             out.append(f"reasoning[lazy]: {text} {close}")
             starts.append("reasoning body")
         else:
-            open_re = _lark_regex(r"\s*(?:" + "|".join(escape(o) for o in opens) + ")")
+            open_re = lark_regex(r"\s*(?:" + "|".join(escape(o) for o in opens) + ")")
             out.append(f"reasoning[lazy]: {open_re} {text} {close}")
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
             out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{'|'.join(escape(o) for o in opens)})(?s:.*)/")
@@ -359,37 +352,18 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
 
 
 def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> None:
-    """``block``: what follows a trigger (the rest of a section or opener, the calls, their closers)."""
-    forms = _payloads(fmt, tools, parallel)
-    names = []
-    for i, (name, schema) in enumerate(forms):
-        if fmt.wrapper is None:
-            # The trigger is the opener's literal head, already written: the rest follows.
-            opener = fmt.opener.rest_after_lead(name)
-        else:
-            # Whitespace before a call in a section is part of the call's first lexeme: a lexeme of its own
-            # would be taken greedily and never given back to the section's end.
-            opener = r"\s*" + fmt.opener.regex_text(name)
-        closer = fmt.closer.regex_text()
-        parts = [_lark_regex(opener + r"\s*") if opener else "WS?",
-                 "%json " + json.dumps(schema, ensure_ascii=False)]
-        if closer:
-            parts.append(_lark_regex(r"\s*" + closer))
-        out.append(f"call_{i}: " + " ".join(parts))
-        names.append(f"call_{i}")
-    out.append("WS: /\\s+/")
-    out.append("call: " + " | ".join(names))
-    if fmt.wrapper is None:
-        out.append("block: call")
-        return
-    _begin, end = fmt.wrapper
-    if fmt.separator is not None:
-        out.append("SEP: " + _lark_regex(r"\s*" + fmt.separator.regex_text()))
-    more = ("(SEP call)*" if fmt.separator is not None else "call*") if parallel else ""
-    block = f"block: call {more}".rstrip()
-    if end is not None:
-        block += " " + _lark_regex(r"\s*" + end.regex_text())
-    out.append(block)
+    """``block``: what follows a trigger, the structural tag's blocks translated (grammar_parse.constrain.lark)
+    with the trigger, which the free text before it has already taken, cut from each block's begin."""
+    writer = LarkWriter()
+    forms = []
+    for block in _xgr_blocks(fmt, tools, parallel):
+        begin = block.get("begin", "")
+        taken = next((t for t in sorted(fmt.trigger, key=len, reverse=True) if begin.startswith(t)), None)
+        if taken is None:
+            raise Unsupported(f"a call form does not start with its trigger ({begin!r})")
+        forms.append(writer.expression({**block, "begin": begin[len(taken):]}))
+    out.extend(writer.rules)
+    out.append("block: " + " | ".join(forms))
 
 
 def _checked_format(grammar: Grammar) -> _Format:
