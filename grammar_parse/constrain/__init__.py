@@ -46,7 +46,7 @@ from ..symbols import Region, Terminal
 from ..toolstream import CallPlan, call_regions, plan_for
 from . import pythonic, tagged
 from .lark import LarkWriter, lark_regex
-from .regexes import Delim, Unsupported, delim_of, escape
+from .regexes import Delim, Unsupported, delim_of, escape, without_start
 
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
@@ -70,7 +70,7 @@ def _unsupported(grammar: Grammar, why: str) -> ArgumentError:
 class _Format:
     """What a constraint needs to know of a grammar, read off its regions, terminals and rules."""
 
-    reasoning: tuple[tuple[str, ...], tuple[str, ...]] | None  # open literals, close literals
+    reasoning: _Reasoning | None
     calls_in_reasoning: bool
     wrapper: tuple[Delim, Delim | None] | None  # a section (or tag) around the calls: begin, end
     separator: Delim | None  # between calls in a wrapper (a regex; None: whitespace)
@@ -176,18 +176,47 @@ def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Reg
     return wrapper, separator
 
 
+#: The message keys a reasoning region fills (grammars name it as the family's own template does).
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+@dataclass(frozen=True)
+class _Reasoning:
+    """The reasoning's delimiters: canonical texts (a structural tag's begin and end, and what a prompt is
+    searched for) and regexes (llguidance reads every form the grammar does)."""
+
+    opens: tuple[str, ...]
+    closes: tuple[str, ...]
+    open_rx: str
+    close_rx: str
+    implicit: bool  # it opens at the start of the output with no opener written (ERNIE's ``(?:^|<think>)``)
+
+
 def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
-               calls: Region) -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, bool]:
-    reasoning = [r for r in grammar.regions.values() if r.field == "reasoning_content" and r.parent is None]
+               calls: Region) -> tuple[_Reasoning | None, bool]:
+    reasoning = [r for r in grammar.regions.values() if r.field in REASONING_KEYS and r.parent is None
+                 and r.spec is not None and getattr(r.spec, "content", None) == "text"]
     if not reasoning:
         return None, False
     upper = reasoning[0].rule.upper()
     open_t, close_t = grammar.terminals.get(f"{upper}_OPEN"), grammar.terminals.get(f"{upper}_CLOSE")
-    if not (open_t and close_t and isinstance(open_t.matcher, LiteralMatcher)
-            and isinstance(close_t.matcher, LiteralMatcher)):
-        raise _unsupported(grammar, "its reasoning is not delimited by literal open and close tokens")
+    if open_t is None or close_t is None:
+        raise _unsupported(grammar, "its reasoning has no open and close delimiters of its own")
+    try:
+        opener, closer = delim_of(open_t), delim_of(close_t)
+    except Unsupported as e:
+        raise _unsupported(grammar, f"its reasoning delimiters: {e}") from None
+    implicit = False
+    if opener.regex is not None and (explicit := without_start(opener.regex)) is not None:
+        opener, implicit = Delim(regex=explicit), True
+    try:
+        opens, closes = tuple(t for t in opener.canonical() if t), tuple(t for t in closer.canonical() if t)
+    except Unsupported as e:
+        raise _unsupported(grammar, f"its reasoning delimiters: {e}") from None
+    if not opens or not closes:
+        raise _unsupported(grammar, "its reasoning delimiters have no text to write")
     inside = _reaches(rules, reasoning[0].rule, calls.rule, set())
-    return (tuple(open_t.matcher.literals), tuple(close_t.matcher.literals)), inside
+    return _Reasoning(opens, closes, opener.regex_text(), closer.regex_text(), implicit), inside
 
 
 def end_of_turn(grammar: Grammar) -> tuple[str, ...]:
@@ -200,18 +229,19 @@ def end_of_turn(grammar: Grammar) -> tuple[str, ...]:
 def _start_state(grammar: Grammar, fmt: _Format, prefix: str | None) -> str:
     """Where the output starts: ``start``, ``reasoning`` (the prompt opened the reasoning, as a pre-filled
     ``<think>\\n``) or ``content`` (the prompt closed it, as ``<think></think>`` with thinking off)."""
-    if fmt.reasoning is None or not prefix:
+    if fmt.reasoning is None:
         return "start"
+    if not prefix:
+        return "reasoning" if fmt.reasoning.implicit else "start"
     tail = prefix
     if grammar.start_anchor is not None:
         end = grammar.start_anchor.last_end(prefix, None)
         tail = prefix if end is None else prefix[end:]
-    opens, closes = fmt.reasoning
-    last_open = max((tail.rfind(o) for o in opens), default=-1)
-    last_close = max((tail.rfind(c) for c in closes), default=-1)
+    last_open = max((tail.rfind(o) for o in fmt.reasoning.opens), default=-1)
+    last_close = max((tail.rfind(c) for c in fmt.reasoning.closes), default=-1)
     if last_close > last_open:
         return "content"
-    return "reasoning" if last_open >= 0 else "start"
+    return "reasoning" if last_open >= 0 or fmt.reasoning.implicit else "start"
 
 
 # ---------------------------------------------------------------------------- tools and payload schemas
@@ -310,17 +340,17 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     out.append(f"TRIGGER: {lark_regex(trigger)}")
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
-        opens, closes = fmt.reasoning
-        close = lark_regex("(?:" + "|".join(escape(c) for c in closes) + ")")
+        close = lark_regex(fmt.reasoning.close_rx)
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
         if state == "reasoning":
             out.append(f"reasoning[lazy]: {text} {close}")
             starts.append("reasoning body")
         else:
-            open_re = lark_regex(r"\s*(?:" + "|".join(escape(o) for o in opens) + ")")
+            opener = fmt.reasoning.open_rx
+            open_re = lark_regex(r"\s*(?:" + opener + ")")
             out.append(f"reasoning[lazy]: {open_re} {text} {close}")
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
-            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{'|'.join(escape(o) for o in opens)})(?s:.*)/")
+            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{opener})(?s:.*)/")
             out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
             starts += ["reasoning body", "body0"]
     else:
@@ -387,7 +417,7 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
     state = _start_state(grammar, fmt, prefix)
     elements: list[dict[str, Any]] = []
     if fmt.reasoning is not None and state != "content":
-        opens, closes = fmt.reasoning
+        opens, closes = fmt.reasoning.opens, fmt.reasoning.closes
         text: dict[str, Any] = {"type": "any_text"}
         if mode == "none" and fmt.calls_in_reasoning:
             text["excludes"] = list(fmt.trigger)
@@ -399,25 +429,32 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
                 {"type": "tag", "begin": opens[0], "content": text, "end": list(closes)}]}})
     # xgrammar matches each tag to one trigger: the canonical literal (the others stay excluded with "none").
     triggers = list(fmt.trigger) if fmt.wrapper is None else [fmt.trigger[0]]
+    # xgrammar cannot say "text that does not start with the reasoning opener" (llguidance's FIRST): where
+    # the reasoning may open, the free text after it may not hold the opener at all.
+    shut = list(fmt.reasoning.opens) if fmt.reasoning is not None and state == "start" else []
+    no_call = {"type": "any_text", "excludes": [*fmt.trigger, *shut]}
     if mode == "none":
-        elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+        elements.append(no_call)
     else:
         try:
             tags = _xgr_blocks(fmt, allowed, parallel_tool_calls)
         except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
+        calls: dict[str, Any] = {"type": "triggered_tags", "triggers": triggers, "tags": tags}
+        if shut:
+            calls["excludes"] = shut
         if mode == "required":
             # xgrammar's at_least_one wants the first tag at once; text before the first call is written
             # as its own part (text without a trigger, then one block), then the rest as with "auto".
-            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+            elements.append(no_call)
             elements.append(tags[0] if len(tags) == 1 else {"type": "or", "elements": tags})
         if parallel_tool_calls:
-            elements.append({"type": "triggered_tags", "triggers": triggers, "tags": tags})
+            elements.append(calls)
         elif mode == "required":
-            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+            elements.append(no_call)
         else:
-            elements.append({"type": "triggered_tags", "triggers": triggers, "tags": tags, "stop_after_first": True})
-            elements.append({"type": "any_text", "excludes": list(fmt.trigger)})
+            elements.append({**calls, "stop_after_first": True})
+            elements.append(no_call)
     return {"type": "structural_tag", "format": elements[0] if len(elements) == 1 else
             {"type": "sequence", "elements": elements}}
 

@@ -120,8 +120,8 @@ class Regex:
         return "[" + ("^" if negate else "") + "".join(out) + "]"
 
     def canonical(self, items: Any, name: str | None) -> str | None:
-        """The text the model card writes for these items: the first alternative, an optional part
-        written, ``*`` left out, ``+`` once (None: not one text, e.g. a negated class)."""
+        """The text the model card writes for these items: the first alternative, an optional group
+        written, ``*`` and a run of a class its least, ``+`` once (None: not one text, e.g. a negated class)."""
         c = _sre_c
         out = []
         for op, av in items:
@@ -144,8 +144,13 @@ class Regex:
                 out.append(sub)
             elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
                 lo, hi, sub_items = av
-                times = max(lo, 1) if hi != c.MAXREPEAT or lo > 0 else 0
-                sub = self.canonical(sub_items, name)
+                # A run of one character class (``\s{0,8}``, ``[ \t]*``) is written its least; an optional
+                # group of text (``(?:<\/function>\s*)?``) is written once, as the model card shows it.
+                single = len(sub_items) == 1 and sub_items[0][0] in (c.IN, c.ANY, c.NOT_LITERAL, c.CATEGORY)
+                times = lo if single else max(lo, 1) if hi != c.MAXREPEAT or lo > 0 else 0
+                sub = self.canonical(sub_items, name) if times else ""
+                if sub is None and lo == 0:  # an optional part with no one text (``(?::[^\s<>]+)?``)
+                    continue
                 if sub is None:
                     return None
                 out.append(sub * times)
@@ -162,6 +167,23 @@ class Regex:
             else:
                 return None
         return "".join(out)
+
+
+def without_start(rx: Regex) -> Regex | None:
+    """The regex without an alternative that is the start of the output alone (``(?:^|<think>\s*)``: the
+    reasoning opens implicitly), or None when it has no such alternative."""
+    c = _sre_c
+    if len(rx.items) != 1:
+        return None
+    op, av = rx.items[0]
+    if op is c.SUBPATTERN and len(av[3]) == 1:
+        op, av = av[3][0]
+    if op is not c.BRANCH:
+        return None
+    kept = [b for b in av[1] if not (len(b) == 1 and b[0][0] is c.AT)]
+    if len(kept) == len(av[1]) or not kept:
+        return None
+    return Regex([(c.BRANCH, (None, kept))] if len(kept) > 1 else list(kept[0]), rx.names, rx.dotall)
 
 
 def parse_regex(pattern: str, flags: int) -> Regex:
