@@ -86,7 +86,7 @@ class _Format:
         if self.wrapper is not None:
             begin = self.wrapper[0]
             return begin.literals or (begin.lead(),)
-        return self.opener.literals or (self.opener.lead(),)
+        return self.opener.literals or tuple(form.lead() for form in self.opener.alternatives())
 
 
 def _rules(grammar: Grammar) -> dict[str, list[list[str]]]:
@@ -424,9 +424,9 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
         if state == "reasoning":
             elements.append({"type": "tag", "begin": "", "content": text, "end": list(closes)})
         else:
+            tags = [{"type": "tag", "begin": o, "content": text, "end": list(closes)} for o in opens]
             elements.append({"type": "optional", "content": {"type": "sequence", "elements": [
-                {"type": "regex", "pattern": r"\s*"},
-                {"type": "tag", "begin": opens[0], "content": text, "end": list(closes)}]}})
+                {"type": "regex", "pattern": r"\s*"}, tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}]}})
     # xgrammar matches each tag to one trigger: the canonical literal (the others stay excluded with "none").
     triggers = list(fmt.trigger) if fmt.wrapper is None else [fmt.trigger[0]]
     # xgrammar cannot say "text that does not start with the reasoning opener" (llguidance's FIRST): where
@@ -462,15 +462,21 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
 def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
     """One ``tag`` per call form: the canonical opener up to the tool's name as its begin."""
     tags = []
-    ends = fmt.closer.canonical()
-    for name, body in _payloads(fmt, tools, parallel):
-        begin, rest = fmt.opener.split(name)
+    # A tagged call's closer may hold whitespace a literal end cannot ("</function>\n</tool_call>"): all but
+    # its literal tail is a regex before the end.
+    tail, ends = tagged.call_end(fmt.closer) if fmt.plan.mode in tagged.TAGGED_MODES \
+        else ("", fmt.closer.canonical())
+    for (name, body), form in ((p, f) for p in _payloads(fmt, tools, parallel) for f in fmt.opener.alternatives()):
+        # Tagged calls write whitespace before the name (Qwen3-Coder's "<tool_call>\n<function=NAME>"), which
+        # a literal begin cannot hold: their begin is the opener's literal head, the rest a regex.
+        begin, rest = (form.lead(), form.rest_after_lead(name)) if fmt.plan.mode in tagged.TAGGED_MODES \
+            else form.split(name)
         content: list[dict[str, Any]] = []
         if rest:
             content.append({"type": "regex", "pattern": rest})
         content.append(body)
         if ends != [""]:
-            content.append({"type": "regex", "pattern": r"\s*"})
+            content.append({"type": "regex", "pattern": r"\s*" + tail})
         if not begin and ends == [""]:
             tags.append({"type": "sequence", "elements": content})
         else:

@@ -170,7 +170,7 @@ class Regex:
 
 
 def without_start(rx: Regex) -> Regex | None:
-    """The regex without an alternative that is the start of the output alone (``(?:^|<think>\s*)``: the
+    """The regex without an alternative that is the start of the output alone (``(?:^|<think>\\s*)``: the
     reasoning opens implicitly), or None when it has no such alternative."""
     c = _sre_c
     if len(rx.items) != 1:
@@ -225,6 +225,21 @@ class Delim:
         if self.regex is not None:
             return self.regex.emit(self.regex.items, name)
         return "(?:" + "|".join(escape(lit) for lit in self.literals) + ")" if self.literals else ""
+
+    def alternatives(self) -> list[Delim]:
+        """One delimiter per alternative of a regex that is a choice of forms (gigachat3's call opener,
+        ``<|message_sep|>...`` or ``<|function_call|>``, which the regex parser stores as a common head and
+        a branch): each has its own literal head, so each is its own trigger."""
+        if self.regex is None:
+            return [self]
+        items = self.regex.items
+        i = 0
+        while i < len(items) and items[i][0] is _sre_c.LITERAL:
+            i += 1
+        if i == len(items) or items[i][0] is not _sre_c.BRANCH:
+            return [self]
+        return [Delim(regex=Regex([*items[:i], *branch, *items[i + 1:]], self.regex.names, self.regex.dotall))
+                for branch in items[i][1][1]]
 
     def lead(self) -> str:
         """The literal text every match starts with (the trigger of a call opener)."""
