@@ -484,7 +484,25 @@ def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
             tag: dict[str, Any] = {"type": "tag", "begin": begin,
                                    "content": {"type": "sequence", "elements": content}, "end": end}
             tags.append(tag)
-    return tags
+    return _merged(tags)
+
+
+def _merged(tags: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tags with the same begin and end as one tag whose content is the choice of theirs (xgrammar
+    dispatches a triggered tag on its begin, so two tools may not share one)."""
+    out: list[dict[str, Any]] = []
+    index: dict[str, int] = {}
+    for tag in tags:
+        key = json.dumps([tag.get("begin"), tag.get("end")]) if tag["type"] == "tag" else None
+        if key is None or key not in index:
+            if key is not None:
+                index[key] = len(out)
+            out.append(tag)
+            continue
+        first = out[index[key]]
+        contents = first["content"]["elements"] if first["content"]["type"] == "or" else [first["content"]]
+        out[index[key]] = {**first, "content": {"type": "or", "elements": [*contents, tag["content"]]}}
+    return out
 
 
 def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:

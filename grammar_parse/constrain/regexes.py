@@ -231,7 +231,7 @@ class Delim:
         ``<|message_sep|>...`` or ``<|function_call|>``, which the regex parser stores as a common head and
         a branch): each has its own literal head, so each is its own trigger."""
         if self.regex is None:
-            return [self]
+            return [Delim(literals=(literal,)) for literal in self.literals] or [self]
         items = self.regex.items
         i = 0
         while i < len(items) and items[i][0] is _sre_c.LITERAL:
@@ -265,8 +265,9 @@ class Delim:
         return self.regex.emit(items[cut:], name)
 
     def split(self, name: str | None) -> tuple[str, str]:
-        """(begin, rest): the canonical text up to and including the tool's name (for a structural tag's
-        ``begin``, which is a literal), and the rest as a regex."""
+        """(begin, rest): the literal text up to and including the tool's name (for a structural tag's
+        ``begin``, which is a literal), or only the literal head when something else comes before the name,
+        and the rest as a regex."""
         if self.literals:
             return self.literals[0], ""
         assert self.regex is not None
@@ -279,10 +280,15 @@ class Delim:
                 is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
                 cut = i + 1 if is_name else i
                 break
-        if not self.regex.names:
-            cut = 0
-            while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
-                cut += 1
+        lead = 0
+        while lead < len(items) and items[lead][0] is _sre_c.LITERAL:
+            lead += 1
+        if not self.regex.names or any(op is not _sre_c.LITERAL and not (op is _sre_c.SUBPATTERN and
+                                                                       av[0] in self.regex.names)
+                                       for op, av in items[:cut]):
+            # Text before the name that is not one literal (DeepSeek R1's call type, Qwen3-Coder's
+            # whitespace) stays a regex: the begin is the literal head, which several tools then share.
+            cut = lead
         begin = self.regex.canonical(items[:cut], name)
         if begin is None:
             raise Unsupported("the call opener has no canonical text up to the tool name")
