@@ -45,6 +45,8 @@ NOT_OFFERED = {
     **{("llama3_json", n): "a call without <|python_tag|> at the start of the turn is not offered"
        for n in ("no_args", "parallel_calls", "semicolon_in_string", "text_after_call", "type_function")},
     ("kimi_k2", "section_ends_reasoning"): "a call section that ends an unclosed reasoning",
+    ("command_r_plus", "turn_ends_in_fence"): "a call block the turn's end closes, with no closing fence",
+    ("phi4_mini", "marker_in_prose"): "prose holding the call's trigger (functools): the trigger starts a call",
     # Call syntax: the constraint writes the call between the region's own delimiters.
     ("llama4_pythonic", "bare_list"): "a call list without <|python_start|>/<|python_end|> is not offered",
     ("gemma4", "call_closed_by_turn_end"): "a call ended by <turn|> instead of <tool_call|>",
