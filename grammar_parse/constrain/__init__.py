@@ -157,12 +157,16 @@ def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Reg
     ``_tagged: PYTHON_TAG LEADING_SPACE? _calls``) and the separator between calls (``CALL_SEP``)."""
     wrapper = None
     separator = None
+    # A section holds calls only: a delimiter before other messages too (gpt-oss's <|start|>assistant header)
+    # is no section.
+    others = [r.rule for r in grammar.regions.values() if r.parent is None and r is not region]
     for origin, expansions in rules.items():
         if origin in region_rules or origin.startswith("__"):
             continue
         for exp in expansions:
             if len(exp) >= 2 and _delimiter(grammar, exp[0]) is not None and exp[0] != "LEADING_SPACE" \
-                    and any(_reaches(rules, s, region.rule, region_rules - {region.rule}) for s in exp[1:]):
+                    and any(_reaches(rules, s, region.rule, region_rules - {region.rule}) for s in exp[1:]) \
+                    and not any(_reaches(rules, s, other, set()) for s in exp[1:] for other in others):
                 end = _delimiter(grammar, exp[-1]) if exp[-1] != exp[0] else None
                 begin_d = delim_of(grammar.terminals[exp[0]])
                 if wrapper is None or (end is not None and wrapper[1] is None):

@@ -242,27 +242,35 @@ class Delim:
                 for branch in items[i][1][1]]
 
     def lead(self) -> str:
-        """The literal text every match starts with (the trigger of a call opener)."""
+        """The literal text every canonical match starts with (the trigger of a call opener)."""
         if self.literals:
             return self.literals[0] if len(self.literals) == 1 else ""
+        return self._head()[1]
+
+    def _head(self) -> tuple[int, str]:
+        """(items, text) of the opener's head: its literals, and runs of whitespace that must be written
+        (gpt-oss's ``commentary\\s+to=``, as one space), up to the first item that varies otherwise."""
         assert self.regex is not None
-        out = []
-        for op, av in self.regex.items:
-            if op is not _sre_c.LITERAL:
+        c, items, out = _sre_c, self.regex.items, []
+        count = 0
+        for op, av in items:
+            if op is c.LITERAL:
+                out.append(chr(av))
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1 and len(av[2]) == 1 \
+                    and av[2][0][0] is c.IN and av[2][0][1] == [(c.CATEGORY, c.CATEGORY_SPACE)] \
+                    and count + 1 < len(items) and items[count + 1][0] is c.LITERAL:
+                out.append(" " * av[0])
+            else:
                 break
-            out.append(chr(av))
-        return "".join(out)
+            count += 1
+        return count, "".join(out)
 
     def rest_after_lead(self, name: str | None) -> str:
-        """The regex after the literal head (the trigger, already written)."""
+        """The regex after the head (the trigger, already written)."""
         if self.literals:
             return ""
         assert self.regex is not None
-        items = self.regex.items
-        cut = 0
-        while cut < len(items) and items[cut][0] is _sre_c.LITERAL:
-            cut += 1
-        return self.regex.emit(items[cut:], name)
+        return self.regex.emit(self.regex.items[self._head()[0]:], name)
 
     def split(self, name: str | None) -> tuple[str, str]:
         """(begin, rest): the literal text up to and including the tool's name (for a structural tag's
@@ -280,16 +288,14 @@ class Delim:
                 is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
                 cut = i + 1 if is_name else i
                 break
-        lead = 0
-        while lead < len(items) and items[lead][0] is _sre_c.LITERAL:
-            lead += 1
+        lead = self._head()[0]
         if not self.regex.names or any(op is not _sre_c.LITERAL and not (op is _sre_c.SUBPATTERN and
                                                                        av[0] in self.regex.names)
                                        for op, av in items[:cut]):
             # Text before the name that is not one literal (DeepSeek R1's call type, Qwen3-Coder's
             # whitespace) stays a regex: the begin is the literal head, which several tools then share.
             cut = lead
-        begin = self.regex.canonical(items[:cut], name)
+        begin = self.regex.canonical(items[:cut], name) if cut != lead else self._head()[1]
         if begin is None:
             raise Unsupported("the call opener has no canonical text up to the tool name")
         return begin, self.regex.emit(items[cut:], name)
