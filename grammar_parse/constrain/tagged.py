@@ -1,24 +1,556 @@
-"""XML and tagged tool-call arguments as a constraint: one parameter region after another, each value
-typed by the tool's JSON Schema. (Being written: the exports raise ``constrain.unsupported`` for these
-grammars until it is.)"""
+"""XML and tagged tool-call arguments as a constraint: one parameter after another, each value typed by the
+tool's JSON Schema so that the parser reads it back as that type.
+
+A grammar writes such arguments in one of two ways, and both are read off the grammar:
+
+* **parameter regions** (``components``): each argument is a child region of the call region whose opener
+  holds the key in a group (``<parameter=(?P<key>...)>``, ``<arg_key>(?P<key>...)</arg_key><arg_value>``)
+  and whose closer ends the value. A grammar may have several such regions (DeepSeek's DSML: a text one with
+  ``string="true"`` and a JSON one with ``string="false"``; MiniCPM5: a plain one and a ``<![CDATA[`` one).
+* **a tag pattern** (``xml``, or ``at_close`` with an ``xml-inline`` value): the call region's value parser
+  reads ``(?P<key>...)`` / ``(?P<value>...)`` matches of one regex; what comes before the value group is the
+  opener, what comes after it the closer (a ``(?P=key)`` back-reference there is the parameter's name).
+
+How a value is written, from its schema and the region that reads it:
+
+* a string (a schema whose types include ``"string"``, or that declares no type at all: the parser keeps
+  such a value as text) goes in a text region as free text up to the closer; an ``enum`` or ``const`` of
+  strings is one of its values. Other string keywords (``pattern``, ``format``, lengths) are not enforced.
+* any other type is the JSON text of a value the property's schema accepts: in a JSON region when the
+  grammar has one, else in a text region (the parser casts the text by the schema: ``3``, ``true``,
+  ``{"a": 1}``), with whitespace allowed around it (the casts ignore it).
+* with no text region (Muse's ``allow_non_json`` JSON parameters) a string is written as a JSON string, since
+  raw text that happens to be JSON (``42``) would be read as that JSON value.
+
+Where a region's closer is optional in the grammar (``parameter: OPEN TEXT* CLOSE?``), the value also ends
+at the next parameter's opener or the call's closer; a text value may then not contain those delimiters'
+literal text (``excludes``: a literal run every match holds, the leading one else the longest; a bare word
+such as MiMo's ``parameter`` is not excluded, which would forbid ordinary prose). Variants of a regex closer
+other than its written forms (MiMo's ``</ parameter >``) are not excluded from a value either, nor is a
+closer from the inside of a JSON value's strings.
+
+Also read off the grammar: a delimiter right after the call's opener is written before the arguments
+(Beam's ``<|channel|>analysis <|constrain|>xml<|message|>``); a negative lookahead in an argument's tag
+restricts the next character (see :func:`_without_lookaheads`); where repeated keys collect into a list
+(``merge_duplicates``), a list of strings may be written as the key repeated.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from ..delimiters import LiteralMatcher, RegexMatcher
 from ..grammar import Grammar
 from ..symbols import Region
-from .regexes import Unsupported
+from ..toolstream import plan_for
+from ..tools import schema_types
+from ..values import PLACEHOLDER, ValueSpec
+from .regexes import Delim, Regex, Unsupported, _sre_c, _sre_p, delim_of
+
+#: Whitespace between parameters, and between a parameter's tags and a JSON value.
+_SPACE = r"\s*"
+#: The payload modes whose call opener and closer hold whitespace a structural tag's literal begin and end
+#: cannot: the exports write the opener's literal head as the begin and the closer's literal tail as the end,
+#: the rest as regexes (see :func:`call_end`).
+TAGGED_MODES = ("components", "xml", "at_close")
 
 
+# ---------------------------------------------------------------------------- regexes with a key group
+def _parse(pattern: str, flags: int, group: str) -> tuple[Regex, dict[str, int]]:
+    """A regex parsed with every ``group`` (and every ``(?P=group)`` back-reference) as a key group that
+    :meth:`Regex.emit` writes as the parameter's name; a trailing positive lookahead is dropped."""
+    parts = pattern.replace(f"(?P={group})", f"(?P<{group}>)").split(f"(?P<{group}>")
+    source = parts[0] + "".join(f"(?P<{group}__{i}>" + part for i, part in enumerate(parts[1:]))
+    try:
+        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
+    except Exception as e:  # re refuses what the regex module allows
+        raise Unsupported(f"the argument regex {pattern!r} is not understood here ({e})") from None
+    groups: dict[str, int] = dict(parsed.state.groupdict)
+    names = frozenset(n for g, n in groups.items() if g.startswith(group + "__"))
+    items: list[Any] = list(parsed.data)
+    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
+        items.pop()
+    return Regex(items, names, bool(flags & 16)), groups
+
+
+def _first_chars(items: Any) -> list[Any]:
+    """The set items (``re`` IN entries) of the characters a match of ``items`` can start with."""
+    c = _sre_c
+    out: list[Any] = []
+    for op, av in items:
+        if op is c.LITERAL:
+            return [*out, (c.LITERAL, av)]
+        if op is c.IN and not any(o is c.NEGATE for o, _ in av):
+            return [*out, *av]
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            out += _first_chars(av[2])
+            if av[0] > 0:
+                return out
+            continue
+        if op is c.SUBPATTERN:
+            return [*out, *_first_chars(av[3])]
+        break
+    raise Unsupported("a negative lookahead in an argument tag does not start with a known character")
+
+
+def _negated_set(items: Any) -> list[Any] | None:
+    """The set items of a one-character negated class (``[^"]``, which re reads as NOT_LITERAL), or None."""
+    c = _sre_c
+    if len(items) != 1:
+        return None
+    op, av = items[0]
+    if op is c.NOT_LITERAL:
+        return [(c.NEGATE, None), (c.LITERAL, av)]
+    if op is c.IN and any(o is c.NEGATE for o, _ in av):
+        return list(av)
+    return None
+
+
+def _without_lookaheads(items: Any) -> tuple[list[Any], list[Any]]:
+    """(items, first) with each negative lookahead made a restriction of the next character: it may not be
+    a first character of what the lookahead forbids (Kimi's ``type="(?!string")[^"]{1,32}"`` becomes
+    ``type="[^"s][^"]{0,31}"``). A trailing one restricts the value's first character: ``first`` is the
+    set items it may not start with (MiniCPM5's plain ``<param>`` is not followed by ``<![CDATA[``)."""
+    c = _sre_c
+    out: list[Any] = []
+    items = list(items)
+    i = 0
+    while i < len(items):
+        op, av = items[i]
+        if op is not c.ASSERT_NOT:
+            out.append((op, av))
+            i += 1
+            continue
+        banned = _first_chars(av[1])
+        if i == len(items) - 1:
+            return out, banned
+        nop, nav = items[i + 1]
+        negated = _negated_set(nav[2]) if nop in (c.MAX_REPEAT, c.MIN_REPEAT) and nav[0] >= 1 else None
+        if negated is not None:
+            first = (c.IN, [*negated, *banned])
+            rest = nav[1] - 1 if nav[1] != c.MAXREPEAT else c.MAXREPEAT
+            out += [first, (nop, (nav[0] - 1, rest, nav[2]))] if rest else [first]
+            i += 2
+            continue
+        raise Unsupported("a negative lookahead in an argument tag is not followed by a negated character set")
+    return out, []
+
+
+def _texts(rx: Regex, items: Any, key: str | None, limit: int = 16) -> list[str] | None:
+    """Every text of a small finite regex, the key group written as ``key`` (None: not finite or small)."""
+    c = _sre_c
+    out = [""]
+    for op, av in items:
+        if op is c.LITERAL:
+            choices: list[str] | None = [chr(av)]
+        elif op is c.SUBPATTERN and av[0] in rx.names:
+            choices = [key] if key is not None else None
+        elif op is c.SUBPATTERN:
+            choices = _texts(rx, av[3], key, limit)
+        elif op is c.BRANCH:
+            alternatives = [_texts(rx, b, key, limit) for b in av[1]]
+            choices = None if None in alternatives else [t for a in alternatives for t in a or ()]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[1] <= 2:
+            sub = _texts(rx, av[2], key, limit)
+            choices = None if sub is None else [t * n for n in range(av[1], av[0] - 1, -1) for t in sub]
+        else:
+            choices = None
+        if not choices:
+            return None
+        out = [a + b for a in out for b in choices]
+        if len(out) > limit:
+            return None
+    return out
+
+
+def _shortest(rx: Regex, items: Any, key: str | None) -> str | None:
+    """The shortest text of a regex (optional parts and ``{0,n}`` runs left out), the key written as ``key``;
+    None when a character class or a lookaround leaves it undecided."""
+    c = _sre_c
+    out = []
+    for op, av in items:
+        part: str | None
+        if op is c.LITERAL:
+            part = chr(av)
+        elif op is c.SUBPATTERN:
+            part = key if av[0] in rx.names else _shortest(rx, av[3], key)
+        elif op is c.BRANCH:
+            found = [t for t in (_shortest(rx, b, key) for b in av[1]) if t is not None]
+            part = min(found, key=len) if found else None
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            sub = _shortest(rx, av[2], key) if av[0] else ""
+            part = None if sub is None else sub * av[0]
+        else:
+            part = None
+        if part is None:
+            return None
+        out.append(part)
+    return "".join(out)
+
+
+def _ends(rx: Regex, items: Any, key: str | None) -> list[str]:
+    """The literal texts a closer is written as (a structural tag's ``end``): every text of a small finite
+    regex, leaving out alternatives that hold a lookaround (Beam's ``\\n(?=<rfl:parameter)``, a missing
+    closer); otherwise its shortest text."""
+    if len(items) == 1 and items[0][0] is _sre_c.BRANCH:
+        found = [t for b in items[0][1][1] for t in _texts(rx, b, key) or ()]
+        if found:
+            return found
+    texts = _texts(rx, items, key)
+    if texts:
+        return texts
+    short = _shortest(rx, items, key)
+    if not short:
+        raise Unsupported("an argument's closer has no literal text to end its value")
+    return [short]
+
+
+def _literal_runs(rx: Regex, items: Any) -> list[str]:
+    """The runs of literal text every match of ``items`` holds (top level and groups, not repeats)."""
+    c = _sre_c
+    runs, current = [], ""
+    for op, av in items:
+        if op is c.LITERAL:
+            current += chr(av)
+            continue
+        if op is c.SUBPATTERN and av[0] not in rx.names:
+            inner = _literal_runs(rx, av[3])
+            if inner and len(inner) == 1 and _texts(rx, av[3], None) == inner:
+                current += inner[0]
+                continue
+            runs += [current, *inner]
+        else:
+            runs.append(current)
+        current = ""
+    return [r for r in [*runs, current] if r]
+
+
+def _cutting_text(rx: Regex, items: Any) -> str | None:
+    """The text to keep out of a value that a delimiter would end: a literal run every match holds (the
+    one it starts with, else the longest), unless that is a single character or only a word (which would
+    forbid ordinary prose in the value)."""
+    runs = _literal_runs(rx, items)
+    lead = runs[0] if runs and items and items[0][0] is _sre_c.LITERAL else ""
+    best = lead if len(lead) > 1 else max(runs, key=len) if runs else ""
+    return best if len(best) > 1 and not best.replace("_", "").isalnum() else None
+
+
+def _content(region: Region) -> tuple[str, dict[str, Any]]:
+    """A region's content parser and its arguments (("", {}) for a value that is no parsed content)."""
+    spec = region.spec
+    return (spec.content, dict(spec.content_args)) if isinstance(spec, ValueSpec) else ("", {})
+
+
+# ---------------------------------------------------------------------------- the ways to write an argument
+@dataclass(frozen=True)
+class _Slot:
+    """One way to write an argument: an opener regex holding the key, the value, a closer."""
+
+    opener: Regex
+    opener_items: tuple[Any, ...]
+    closer: Regex | None  # None: literal closers
+    closer_items: tuple[Any, ...]
+    literal_ends: tuple[str, ...]
+    json: bool  # the value is read as JSON (a json region); else as text the schema types
+    excludes: tuple[str, ...]  # texts a text value may not hold (delimiters that would end it)
+    banned_first: tuple[Any, ...]  # set items the value may not start with (a trailing lookahead)
+    strip: bool  # whether the parser strips a text value
+    merge: bool = False  # a key written again collects into a list (xml-inline's merge_duplicates)
+
+    def opener_regex(self, key: str | None) -> str:
+        """The opener with the key written, or (None) with the key group's own pattern."""
+        if key is None:
+            if self.closer is not None and self.closer.names:
+                raise Unsupported("the closer repeats the key")
+            return Regex(list(self.opener_items), frozenset(), self.opener.dotall).emit(self.opener_items, None)
+        return self.opener.emit(self.opener_items, key)
+
+    def ends(self, key: str | None) -> list[str]:
+        if self.closer is None:
+            return list(self.literal_ends)
+        return _ends(self.closer, self.closer_items, key)
+
+    def first(self) -> str:
+        """A regex for the value's first character (only when a lookahead bans some)."""
+        negated = [(_sre_c.IN, [(_sre_c.NEGATE, None), *self.banned_first])]
+        return Regex(negated, frozenset(), False).emit(negated, None)
+
+
+def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = (),
+          merge: bool = False) -> _Slot:
+    items, banned = _without_lookaheads(opener.items)
+    if isinstance(closer, Regex):
+        c_items, _ = _without_lookaheads(closer.items)
+        return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip, merge)
+    return _Slot(opener, tuple(items), None, (), tuple(closer), json, excludes, tuple(banned), strip, merge)
+
+
+def _expansions(grammar: Grammar, rule: str) -> list[list[str]]:
+    """The expansions of a rule and of the rules it uses that are no region (lark's helpers for ``*``,
+    ``+`` and ``?``, inlined ``_rules``): the symbols that can appear inside the region."""
+    by_origin: dict[str, list[list[str]]] = {}
+    for r in grammar.lark.rules:
+        by_origin.setdefault(r.origin.name, []).append([s.name for s in r.expansion])
+    out: list[list[str]] = []
+    seen, todo = set(), [rule]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for exp in by_origin.get(current, []):
+            out.append(exp)
+            todo += [sym for sym in exp if sym in by_origin and sym not in grammar.regions]
+    return out
+
+
+def _call_header(grammar: Grammar, region: Region) -> str:
+    """The delimiter the grammar reads right after the call's opener, before its arguments (Beam's
+    ``<|channel|>analysis <|constrain|>xml<|message|>``), as a regex the call writes; "" when none."""
+    terminals = grammar.terminals
+    openers = {t.name for t in terminals.values() if t.region is region and t.role == "open"}
+    found = {b for exp in _expansions(grammar, region.rule) for a, b in zip(exp, exp[1:])
+             if a in openers and b in terminals and terminals[b].role == "delimiter"}
+    if len(found) > 1:
+        raise Unsupported(f"the call opener is followed by one of several headers ({', '.join(sorted(found))})")
+    return delim_of(terminals[found.pop()]).regex_text() if found else ""
+
+
+def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> list[_Slot]:
+    """The slots of a ``components`` call region: one per keyed argument region."""
+    children = [r for r in grammar.regions.values() if r.parent == region.rule and r.key == args_key]
+    keyed = []
+    for child in children:
+        found = PLACEHOLDER.fullmatch(child.entry_key or "")
+        if found is None:
+            continue  # (the whole arguments as one value, DSML's JSON body: a variant not offered)
+        keyed.append((child, found.group(1)))
+    if not keyed:
+        raise Unsupported("the call region has no argument region keyed by the argument's name")
+    terminals = {t.name: t for t in grammar.terminals.values()}
+    # What ends a value whose closer the grammar lets the model leave out: the delimiters of the call.
+    # (not the call's own opener, which starts the rule)
+    cutting: list[str] = []
+    for exp in _expansions(grammar, region.rule):
+        for sym in exp:
+            t = terminals.get(sym)
+            if t is not None and isinstance(t.matcher, (LiteralMatcher, RegexMatcher)) and t.role != "text" \
+                    and not (t.region is region and t.role == "open"):
+                cutting.append(sym)
+    for child, _group in keyed:
+        cutting += [t.name for t in terminals.values() if t.region is child and t.role == "open"]
+    excludes = tuple(dict.fromkeys(x for n in cutting for x in _delimiter_texts(terminals[n].matcher)))
+    slots = []
+    for child, group in keyed:
+        content, content_args = _content(child)
+        if content not in ("text", "json"):
+            raise Unsupported(f"the argument region {child.rule} reads its value as {content or 'no content'}")
+        openers = [t for t in terminals.values() if t.region is child and t.role == "open"]
+        closers = [t for t in terminals.values() if t.region is child and t.role == "close"]
+        if len(closers) != 1 or not isinstance(closers[0].matcher, (LiteralMatcher, RegexMatcher)):
+            raise Unsupported(f"the argument region {child.rule} has no closer that ends its value")
+        close_t = closers[0]
+        # (lark writes ``CLOSE?`` as alternatives of the rule itself: one of them lacks the closer)
+        optional = any(close_t.name not in [s.name for s in r.expansion]
+                       for r in grammar.lark.rules if r.origin.name == child.rule)
+        closer: Any
+        if isinstance(close_t.matcher, RegexMatcher):
+            closer = _parse(close_t.matcher.pattern, close_t.matcher.flags, group)[0]
+        else:
+            assert isinstance(close_t.matcher, LiteralMatcher)
+            closer = close_t.matcher.literals
+        for open_t in openers:
+            if not isinstance(open_t.matcher, RegexMatcher) or f"(?P<{group}>" not in open_t.matcher.pattern:
+                raise Unsupported(f"the argument opener {open_t.name} holds no (?P<{group}>...) group for the key")
+            opener = _parse(open_t.matcher.pattern, open_t.matcher.flags, group)[0]
+            slots.append(_slot(opener, closer, json=content == "json", strip=bool(content_args.get("strip", True)),
+                               excludes=excludes if optional else ()))
+    return slots
+
+
+def _delimiter_texts(matcher: Any) -> list[str]:
+    """The texts to keep out of a value that this delimiter would end."""
+    if isinstance(matcher, LiteralMatcher):
+        return list(matcher.literals)
+    rx = _parse(matcher.pattern, matcher.flags, "key")[0]
+    found = _cutting_text(rx, rx.items)
+    return [found] if found else []
+
+
+def _tag_pattern_slot(region: Region) -> _Slot:
+    """The slot of a region read by a ``(?P<key>...)(?P<value>...)`` tag pattern (``xml-inline``)."""
+    args = _content(region)[1]
+    if args.get("value_parser") is not None or "value_parser_when" in args:
+        raise Unsupported("the tag pattern's values go through a value parser")
+    rx, groups = _parse(args["tag_pattern"], 16, "key")
+    value = groups.get("value")
+    at = next((i for i, (op, av) in enumerate(rx.items) if op is _sre_c.SUBPATTERN and av[0] == value), None)
+    if at is None or not rx.names:
+        raise Unsupported("the tag pattern has no top-level (?P<value>...) group, or no (?P<key>...) group")
+    # A tempered value, (?:(?!X).)*?, may not hold X: X's leading literal text is kept out of it.
+    excludes: tuple[str, ...] = ()
+    inner = rx.items[at][1][3]
+    if len(inner) == 1 and inner[0][0] in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
+        body = inner[0][1][2]
+        body = body[0][1][3] if len(body) == 1 and body[0][0] is _sre_c.SUBPATTERN else body
+        if len(body) == 2 and body[0][0] is _sre_c.ASSERT_NOT and body[1][0] is _sre_c.ANY:
+            lead = ""
+            for op, av in body[0][1][1]:
+                if op is not _sre_c.LITERAL:
+                    break
+                lead += chr(av)
+            if not lead:
+                raise Unsupported("the tag pattern's value excludes text with no literal start")
+            excludes = (lead,)
+    opener = Regex(rx.items[:at], rx.names, rx.dotall)
+    closer = Regex(rx.items[at + 1:], rx.names, rx.dotall)
+    return _slot(opener, closer, json=False, strip=False, excludes=excludes,
+                 merge=bool(args.get("merge_duplicates")))
+
+
+# ---------------------------------------------------------------------------- values and parameters
+def _is_text(schema: Any) -> bool:
+    """Whether the parser keeps a text value of this schema as text (a string, or no declared type)."""
+    types = schema_types(schema)
+    return not types or "string" in types
+
+
+def _string_choices(schema: Any) -> list[str] | None:
+    if not isinstance(schema, dict):
+        return None
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+        return values
+    return None
+
+
+def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[str, Any]:
+    """The value of one argument and its closer, as a tag with an empty begin."""
+    ends: str | list[str] = slot.ends(key)
+    ends = ends[0] if len(ends) == 1 else ends
+    lead = [] if slot.banned_first else [{"type": "regex", "pattern": _SPACE}]
+    if not as_text:
+        content: dict[str, Any] = {"type": "sequence", "elements": [
+            *lead, {"type": "json_schema", "json_schema": schema if isinstance(schema, dict) else {}},
+            {"type": "regex", "pattern": _SPACE}]}
+        return {"type": "tag", "begin": "", "content": content, "end": ends}
+    choices = _string_choices(schema)
+    if choices is not None:
+        one = {"type": "or", "elements": [{"type": "const_string", "value": v} for v in choices]}
+        space = [{"type": "regex", "pattern": _SPACE}] if slot.strip else []
+        content = {"type": "sequence", "elements": [*(lead if slot.strip else []), one, *space]}
+        return {"type": "tag", "begin": "", "content": content, "end": ends}
+    text: dict[str, Any] = {"type": "any_text"}
+    if slot.excludes:
+        text["excludes"] = list(slot.excludes)
+    free = {"type": "tag", "begin": "", "content": text, "end": ends}
+    if not slot.banned_first:
+        return free
+    # The first character may not be one a lookahead bans; an empty value is the closer at once.
+    empty = {"type": "tag", "begin": "", "content": {"type": "const_string", "value": ""}, "end": ends}
+    return {"type": "or", "elements": [empty, {"type": "sequence", "elements": [
+        {"type": "regex", "pattern": slot.first()}, free]}]}
+
+
+def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any]:
+    """One argument in every slot that fits its type: strings in text slots, other types in JSON slots
+    (either when the grammar has only the one kind)."""
+    text = _is_text(schema)
+    fitting = [s for s in slots if s.json != text] or slots
+    forms = []
+    for slot in fitting:
+        try:
+            opener = slot.opener_regex(key)
+        except Unsupported:
+            continue
+        value = _value(slot, key, schema, as_text=text and not slot.json)
+        forms.append({"type": "sequence", "elements": [{"type": "regex", "pattern": _SPACE + opener}, value]})
+        items = schema.get("items", {}) if isinstance(schema, dict) and "array" in schema_types(schema) else None
+        if slot.merge and not slot.json and items is not None and _is_text(items):
+            # The key written twice or more collects its texts into a list (MiniMax-M3's repeated elements).
+            one = {"type": "sequence", "elements": [{"type": "regex", "pattern": _SPACE + opener},
+                                                    _value(slot, key, items, as_text=True)]}
+            forms.append({"type": "sequence", "elements": [one, {"type": "plus", "content": one}]})
+    if not forms:
+        raise Unsupported("no argument form holds a free key")
+    return forms[0] if len(forms) == 1 else {"type": "or", "elements": forms}
+
+
+def _arguments(slots: list[_Slot], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters in the order of the schema's ``properties``, required ones required.
+
+    One fixed order keeps the constraint linear in the number of parameters (any order with each key once
+    would need a form per subset), is the order chat templates render the tool's parameters in and models
+    write them back, and lets a required parameter be required by its place in the sequence. After them,
+    any number of arguments with free keys where ``additionalProperties`` is true or a schema (which types
+    their values), or where the schema has no ``properties`` (``{"type": "object"}``); a schema with
+    ``properties`` (``{}`` too) and no ``additionalProperties`` gets only its own (as xgrammar's JSON Schema). A
+    grammar whose closer repeats the key (MiniMax-M3's ``</KEY>``) offers no free keys.
+    """
+    properties = parameters.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [k for k in parameters.get("required", []) if isinstance(k, str)]
+    elements: list[dict[str, Any]] = []
+    for key in [*properties, *(k for k in required if k not in properties)]:
+        one = _argument(slots, key, properties.get(key, {}))
+        elements.append(one if key in required else {"type": "optional", "content": one})
+    # Extra keys: where the schema says so, or has no "properties" (a schema-less tool). Where it declares
+    # properties (even none: a tool without parameters) and says nothing, none (as xgrammar's JSON Schema).
+    extra = parameters.get("additionalProperties", None if "properties" in parameters else True)
+    if extra is True or isinstance(extra, dict):
+        try:
+            free = _argument(slots, None, extra if isinstance(extra, dict) else {})
+        except Unsupported:
+            pass  # (the closer repeats the key: free keys cannot be written, so none are offered)
+        else:
+            elements.append({"type": "star", "content": free})
+    if not elements:
+        return {"type": "const_string", "value": ""}
+    return elements[0] if len(elements) == 1 else {"type": "sequence", "elements": elements}
+
+
+# ---------------------------------------------------------------------------- the exports' entry points
 def call_body(grammar: Grammar, region: Region, name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """The xgrammar structural-tag format of what follows a call's opener (the tool's name written) up to
-    its closer, for a ``components`` call region."""
-    raise Unsupported("XML-tagged arguments are not exported yet")
+    its closer: the tool's arguments, for a ``components`` call region (one child region per argument) or
+    one read by a tag pattern (``xml``, or ``at_close`` with an ``xml-inline`` value)."""
+    plan = plan_for(region)
+    if plan.mode == "components":
+        slots = _component_slots(grammar, region, plan.args_key)
+        header = _call_header(grammar, region)
+        if header:
+            return {"type": "sequence", "elements": [{"type": "regex", "pattern": header},
+                                                     _arguments(slots, parameters)]}
+    elif plan.mode in ("xml", "at_close") and _content(region)[0] == "xml-inline":
+        slots = [_tag_pattern_slot(region)]
+    else:
+        raise Unsupported(f"the call's payload ({plan.mode}, {_content(region)[0] or 'no content'}) is not tagged "
+                          "arguments")
+    return _arguments(slots, parameters)
 
 
 def payload(grammar: Grammar, region: Region, tools: list[tuple[str, dict[str, Any]]],
             parallel: bool) -> dict[str, Any]:
     """The structural-tag format of an ``at_close`` call region's payload written as XML (the tool's name
     inside the payload, as MiniMax's ``<invoke name="...">``), between the region's open and close."""
-    raise Unsupported("XML payloads read at the call's close are not exported yet")
+    if _content(region)[0] == "xml-inline":
+        raise Unsupported("the call's XML arguments are read at its close but its opener does not name the tool")
+    raise Unsupported(f"the call's payload ({_content(region)[0] or 'no content'}) is not XML arguments")
+
+
+def call_end(closer: Delim) -> tuple[str, list[str]]:
+    """(regex, ends): a tagged call's closer as a regex written before the structural tag's end and the
+    literal texts of that end (its trailing literal run). Qwen3-Coder's ``(?:</function>\\s*)?</tool_call>``
+    is ``(?:</function>\\s*)?`` then the end ``</tool_call>``: a literal end alone could not hold the newline
+    the model writes between the two."""
+    if closer.regex is None:
+        return "", closer.canonical()
+    items = closer.regex.items
+    cut = len(items)
+    while cut > 0 and items[cut - 1][0] is _sre_c.LITERAL:
+        cut -= 1
+    if cut == len(items) or cut == 0:
+        return "", closer.canonical()
+    end = "".join(chr(av) for _op, av in items[cut:])
+    return closer.regex.emit(items[:cut], None), [end]

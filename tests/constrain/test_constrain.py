@@ -76,7 +76,7 @@ NOT_OFFERED_ANYWHERE = {
     "call_after_unclosed_reasoning": "a call that ends a reasoning left open: the constraint closes it first",
     "eos_in_reasoning": "a turn that ends inside the reasoning: the constraint closes it first",
 }
-UNSUPPORTED = ["glm45", "qwen3_coder", "llama3_pythonic"]
+UNSUPPORTED = ["llama3_pythonic"]
 
 EOS = 256
 

@@ -1,0 +1,209 @@
+"""Tagged and XML tool-call arguments as a constraint (grammar_parse.constrain.tagged): each parameter in
+the schema's order, required ones required, values typed by the schema so that the parser reads them back
+as that type. Checked byte by byte with both engines, as in test_constrain.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse import constrain
+from grammar_parse.constrain import tagged
+from grammar_parse.constrain.regexes import Unsupported
+
+pytest.importorskip("llguidance")
+pytest.importorskip("xgrammar")
+
+from test_constrain import BACKENDS, verdict  # noqa: E402  (after the engines are known to be there)
+
+
+def tool(name: str, properties: dict[str, Any] | None = None, required: list[str] | None = None,
+         **extra: Any) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"type": "object", "properties": properties or {}, "required": required or []}
+    return {"type": "function", "function": {"name": name, "parameters": {**parameters, **extra}}}
+
+
+READ = tool("read_file", {"path": {"type": "string"}, "offset": {"type": "integer"}}, ["path"])
+
+
+def qwen(*params: tuple[str, str], name: str = "read_file") -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request: Any) -> str:
+    return str(request.param)
+
+
+def check(backend: str, grammar: str, text: str, tools: list[dict[str, Any]]) -> str:
+    return verdict(backend, gp.load_grammar(grammar), text, tools, prefix="")
+
+
+# ---------------------------------------------------------------------------- types, order, presence
+@pytest.mark.parametrize(("params", "expected"), [
+    ((("path", "a.py"), ("offset", "3")), "accept"),
+    ((("path", "a.py"),), "accept"),  # an optional parameter left out
+    ((("path", "a.py"), ("offset", "three")), "reject"),  # an integer written as text
+    ((("path", "a.py"), ("offset", "3.5")), "reject"),
+    ((("offset", "3"), ("path", "a.py")), "reject"),  # not the schema's order
+    ((("offset", "3"),), "reject"),  # a required parameter missing
+    ((("path", "a.py"), ("path", "b.py")), "reject"),  # a parameter twice
+    ((("path", "a.py"), ("mode", "r")), "reject"),  # a parameter the schema does not declare
+])
+def test_parameters_follow_the_schema(backend: str, params: tuple[tuple[str, str], ...], expected: str) -> None:
+    got = check(backend, "qwen3_coder", qwen(*params), [READ])
+    assert got == expected if expected == "accept" else got.startswith("reject@"), got
+
+
+def test_a_typed_value_parses_back_as_its_type() -> None:
+    text = qwen(("path", "a.py"), ("offset", "3"))
+    assert check("xgrammar", "qwen3_coder", text, [READ]) == "accept"
+    message = gp.parse_response(text, gp.load_grammar("qwen3_coder"), prefix="", tools=[READ])
+    assert message["tool_calls"][0]["function"]["arguments"] == {"path": "a.py", "offset": 3}
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ('{"depth": 2, "hidden": false}', "accept"),
+    ('{"depth": "2"}', "reject"),  # the nested schema is enforced
+    ('{"depth": 2,}', "reject"),  # broken JSON
+])
+def test_an_object_parameter_is_json_of_its_schema(backend: str, value: str, expected: str) -> None:
+    tools = [tool("ls", {"options": {"type": "object", "properties": {
+        "depth": {"type": "integer"}, "hidden": {"type": "boolean"}}}}, ["options"])]
+    got = check(backend, "qwen3_coder", qwen(("options", value), name="ls"), tools)
+    assert got == expected if expected == "accept" else got.startswith("reject@"), got
+
+
+def test_an_enum_of_strings_is_one_of_its_values(backend: str) -> None:
+    tools = [tool("get_weather", {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["unit"])]
+    assert check(backend, "qwen3_coder", qwen(("unit", "celsius"), name="get_weather"), tools) == "accept"
+    assert check(backend, "qwen3_coder", qwen(("unit", "kelvin"), name="get_weather"), tools).startswith("reject@")
+
+
+# ---------------------------------------------------------------------------- string values
+def test_a_string_may_hold_markup_that_is_not_its_closer(backend: str) -> None:
+    tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
+    text = '<tool_call>write\n<arg_key>text</arg_key>\n<arg_value>if a < b: return "<tag>"</arg_value>\n</tool_call>'
+    assert check(backend, "glm45", text, tools) == "accept"
+
+
+def test_a_string_ends_at_its_closer(backend: str) -> None:
+    tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
+    text = "<tool_call>write\n<arg_key>text</arg_key>\n<arg_value>a</arg_value> b</arg_value>\n</tool_call>"
+    assert check(backend, "glm45", text, tools).startswith("reject@")
+
+
+def test_a_value_without_a_required_closer_keeps_what_would_end_a_value_without_one(backend: str) -> None:
+    """Qwen3-Coder's </parameter> is optional to the parser, which ends a value at the next <parameter=...>
+    or at </tool_call>: those may not be in a value; GLM's </arg_value> is required, so they may."""
+    tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
+    for inner in ("see </tool_call> here", "a <parameter=x> tag"):
+        assert check(backend, "qwen3_coder", qwen(("text", inner), name="write"), tools).startswith("reject@")
+    glm = "<tool_call>write\n<arg_key>text</arg_key>\n<arg_value>see </tool_call> here</arg_value>\n</tool_call>"
+    assert check(backend, "glm45", glm, tools) == "accept"
+
+
+def test_minicpm5_markup_goes_in_cdata(backend: str) -> None:
+    """A plain <param> is not followed by <![CDATA[ (its opener's lookahead): a value starting with "<" is
+    written as CDATA, which may hold </param>."""
+    tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
+    plain = '<function name="write"><param name="text">{}</param></function>'
+    assert check(backend, "minicpm5", plain.format("a <b>"), tools) == "accept"
+    assert check(backend, "minicpm5", plain.format("<b>bold</b>"), tools).startswith("reject@")
+    cdata = '<function name="write"><param name="text"><![CDATA[<b></param></b>]]></param></function>'
+    assert check(backend, "minicpm5", cdata, tools) == "accept"
+
+
+# ---------------------------------------------------------------------------- text and JSON regions
+@pytest.mark.parametrize(("attribute", "value", "expected"), [
+    ('string="false"', "5", "accept"),
+    ('string="true"', "5", "reject"),  # a non-string goes in the JSON region
+    ('string="false"', '"5"', "reject"),
+])
+def test_dsml_writes_non_strings_as_json(backend: str, attribute: str, value: str, expected: str) -> None:
+    tools = [tool("get_weather", {"days": {"type": "integer"}}, ["days"])]
+    text = ("<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+            f"<｜DSML｜parameter name=\"days\" {attribute}>{value}</｜DSML｜parameter>\n"
+            "</｜DSML｜invoke>\n</｜DSML｜function_calls>")
+    got = check(backend, "deepseek_v32", text, tools)
+    assert got == expected if expected == "accept" else got.startswith("reject@"), got
+
+
+def test_kimi_k3_types_its_json_arguments(backend: str) -> None:
+    """Kimi's JSON argument opener is type="(?!string")...": a non-string is written under its type name."""
+    tools = [tool("get_weather", {"days": {"type": "integer"}}, ["days"])]
+    text = ('<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>'
+            '<|open|>argument key="days" type="{}"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>'
+            '<|close|>tools<|sep|>')
+    assert check(backend, "kimi_k3", "<|close|>response<|sep|>" + text.format("integer"), tools) == "accept"
+    assert check(backend, "kimi_k3", "<|close|>response<|sep|>" + text.format("string"), tools).startswith("reject@")
+
+
+def test_minimax_m3_writes_a_list_as_repeated_elements(backend: str) -> None:
+    tools = [tool("send", {"to": {"type": "array", "items": {"type": "string"}}}, ["to"])]
+    m = "]<]minimax[>["
+    call = (f"{m}<tool_call>\n{m}<invoke name=\"send\">\n{{}}{m}</invoke>\n{m}</tool_call>")
+    repeated = f"{m}<to>ann@x.org{m}</to>\n{m}<to>bob@x.org{m}</to>\n"
+    assert check(backend, "minimax_m3", call.format(repeated), tools) == "accept"
+    assert check(backend, "minimax_m3", call.format(f'{m}<to>["ann@x.org"]{m}</to>\n'), tools) == "accept"
+    assert check(backend, "minimax_m3", call.format(f"{m}<to>ann@x.org{m}</to>\n"), tools).startswith("reject@")
+    message = gp.parse_response(call.format(repeated), gp.load_grammar("minimax_m3"), prefix="", tools=tools)
+    assert message["tool_calls"][0]["function"]["arguments"] == {"to": ["ann@x.org", "bob@x.org"]}
+
+
+# ---------------------------------------------------------------------------- schemas without properties
+def test_a_tool_without_parameters_takes_none(backend: str) -> None:
+    tools = [tool("now")]
+    assert check(backend, "qwen3_coder", qwen(name="now"), tools) == "accept"
+    assert check(backend, "qwen3_coder", qwen(("tz", "UTC"), name="now"), tools).startswith("reject@")
+
+
+def test_a_schemaless_tool_takes_any_arguments_as_text(backend: str) -> None:
+    tools = [{"type": "function", "function": {"name": "anything", "parameters": {"type": "object"}}}]
+    text = qwen(("b", "2"), ("a", "x y"), name="anything")
+    assert check(backend, "qwen3_coder", text, tools) == "accept"
+    message = gp.parse_response(text, gp.load_grammar("qwen3_coder"), prefix="", tools=tools)
+    assert message["tool_calls"][0]["function"]["arguments"] == {"b": "2", "a": "x y"}
+
+
+def test_additional_properties_types_the_extra_arguments(backend: str) -> None:
+    tools = [tool("tag", {"name": {"type": "string"}}, ["name"], additionalProperties={"type": "integer"})]
+    assert check(backend, "qwen3_coder", qwen(("name", "x"), ("size", "3"), name="tag"), tools) == "accept"
+    assert check(backend, "qwen3_coder", qwen(("name", "x"), ("size", "big"), name="tag"), tools).startswith("reject@")
+
+
+# ---------------------------------------------------------------------------- what is not tagged
+def test_a_json_payload_is_not_tagged_arguments() -> None:
+    grammar = gp.load_grammar("qwen3")
+    region = constrain._call_format(grammar).region
+    with pytest.raises(Unsupported, match="not tagged arguments"):
+        tagged.call_body(grammar, region, "f", {"type": "object"})
+
+
+def test_the_format_is_plain_json() -> None:
+    """The body is a structural-tag format of the agreed node types only (the llguidance translator reads
+    exactly these)."""
+    grammar = gp.load_grammar("deepseek_v32")
+    region = constrain._call_format(grammar).region
+    body = tagged.call_body(grammar, region, "get_weather", READ["function"]["parameters"])
+    kinds = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("type"), str):
+                kinds.add(node["type"])
+            for key, value in node.items():
+                if key != "json_schema":
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(json.dumps(body)))
+    assert kinds <= {"const_string", "regex", "json_schema", "any_text", "tag", "sequence", "or", "optional",
+                     "star", "plus", "repeat"}, kinds
