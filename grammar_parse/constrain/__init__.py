@@ -307,22 +307,25 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
                 reasons.append(str(e))
         raise Unsupported("; ".join(reasons))
     if plan.mode == "json_body":
-        return [(name, _json(params)) for name, params in tools]
+        return [(name, _json(params, fmt)) for name, params in tools]
     if plan.mode == "json_key":
         objects = [_call_object(plan, n, p, with_id=False) for n, p in tools]
-        return [(None, _json(objects[0] if len(objects) == 1 else {"anyOf": objects}))]
+        return [(None, _json(objects[0] if len(objects) == 1 else {"anyOf": objects}, fmt))]
     objects = [_call_object(plan, n, p, with_id=True) for n, p in tools]
     array: dict[str, Any] = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects},
                              "minItems": 1}
     if not parallel:
         array["maxItems"] = 1
-    return [(None, _json(array))]
+    return [(None, _json(array, fmt))]
 
 
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
-    """A JSON payload: whitespace, then a value the schema accepts."""
-    return {"type": "sequence", "elements": [{"type": "regex", "pattern": r"\s*"},
-                                             {"type": "json_schema", "json_schema": schema}]}
+def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
+    """A JSON payload: whitespace (unless the opener ends in a lookahead at the value, as phi4's
+    ``functools(?=\\[)``), then a value the schema accepts."""
+    value = {"type": "json_schema", "json_schema": schema}
+    if fmt.opener.regex is not None and fmt.opener.regex.lookahead:
+        return value
+    return {"type": "sequence", "elements": [{"type": "regex", "pattern": r"\s*"}, value]}
 
 
 # ---------------------------------------------------------------------------- llguidance
@@ -341,7 +344,6 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
     out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
-    out.append(f"TRIGGER: {lark_regex(trigger)}")
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         close = lark_regex(fmt.reasoning.close_rx)
@@ -360,44 +362,55 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     else:
         starts.append("body")
     out.append("start: " + " | ".join(starts))
-    _lark_body(out, "body", "TEXT", "NOTRIG", mode, parallel_tool_calls)
-    if "body0" in starts:
-        _lark_body(out, "body0", "FIRST", "FIRSTNOTRIG", mode, parallel_tool_calls)
+    triggers = 0
     if mode != "none":
         try:
-            _lark_calls(out, fmt, allowed, parallel_tool_calls)
+            triggers = _lark_calls(out, fmt, allowed, parallel_tool_calls)
         except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
+    _lark_body(out, "body", "TEXT", "NOTRIG", mode, parallel_tool_calls, triggers)
+    if "body0" in starts:
+        _lark_body(out, "body0", "FIRST", "FIRSTNOTRIG", mode, parallel_tool_calls, triggers)
     return "\n".join(out) + "\n"
 
 
-def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: str, parallel: bool) -> None:
-    """``rule``: free text with calls at their triggers; its first text is ``first``."""
+def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: str, parallel: bool,
+               triggers: int) -> None:
+    """``rule``: free text with calls at their triggers; its first text is ``first``. A call is the free
+    text up to trigger k (one lazy lexeme), then ``block_k``, what may follow that trigger."""
     if mode == "none":
         out.append(f"{rule}: {first_notrig}")
         return
-    out.append(f"{rule}_head[lazy]: {first} TRIGGER")
-    if "head[lazy]: TEXT TRIGGER" not in out:
-        out.append("head[lazy]: TEXT TRIGGER")
-    more = " (head block)*" if parallel else ""
+    for k in range(triggers):
+        out.append(f"{rule}_head_{k}[lazy]: {first} TRIGGER_{k}")
+        if f"head_{k}[lazy]: TEXT TRIGGER_{k}" not in out:
+            out.append(f"head_{k}[lazy]: TEXT TRIGGER_{k}")
+    out.append(f"{rule}_call: " + " | ".join(f"{rule}_head_{k} block_{k}" for k in range(triggers)))
+    if "call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)) not in out:
+        out.append("call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)))
+    more = " call*" if parallel else ""
     tail = "TEXT" if parallel else "NOTRIG"
-    with_call = f"{rule}_head block{more} {tail}"
-    out.append(f"{rule}: {with_call}" + ("" if mode == "required" else f" | {first if parallel else first_notrig}"))
+    out.append(f"{rule}: {rule}_call{more} {tail}" + ("" if mode == "required" else
+                                                      f" | {first if parallel else first_notrig}"))
 
 
-def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> None:
-    """``block``: what follows a trigger, the structural tag's blocks translated (grammar_parse.constrain.lark)
-    with the trigger, which the free text before it has already taken, cut from each block's begin."""
+def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> int:
+    """``TRIGGER_k`` and ``block_k``, what follows trigger k: the structural tag's blocks translated
+    (grammar_parse.constrain.lark) with the trigger, which the free text before it has already taken, cut
+    from each block's begin. Returns the number of triggers."""
     writer = LarkWriter()
-    forms = []
+    forms: dict[str, list[str]] = {}
     for block in _xgr_blocks(fmt, tools, parallel):
         begin = block.get("begin", "")
         taken = next((t for t in sorted(fmt.trigger, key=len, reverse=True) if begin.startswith(t)), None)
         if taken is None:
             raise Unsupported(f"a call form does not start with its trigger ({begin!r})")
-        forms.append(writer.expression({**block, "begin": begin[len(taken):]}))
+        forms.setdefault(taken, []).append(writer.expression({**block, "begin": begin[len(taken):]}))
     out.extend(writer.rules)
-    out.append("block: " + " | ".join(forms))
+    for k, (trigger, expressions) in enumerate(forms.items()):
+        out.append(f"TRIGGER_{k}: {lark_regex(escape(trigger))}")
+        out.append(f"block_{k}: " + " | ".join(expressions))
+    return len(forms)
 
 
 def _checked_format(grammar: Grammar) -> _Format:

@@ -34,7 +34,7 @@ def _alternatives(texts: list[str]) -> str:
     return "(?:" + "|".join(escape(t) for t in texts) + ")" if len(texts) > 1 else escape(texts[0])
 
 
-# A node renders as a list of items: ("rx", regex) for text of a fixed language, ("text",) for free text,
+# A node renders as a list of items: ("rx", regex) for text of a fixed language, ("text", terminal) for free text,
 # ("or", [items, ...]) for alternatives, ("expr", lark) for anything else (a %json lexeme, a repeat).
 _Item = tuple[Any, ...]
 
@@ -61,6 +61,18 @@ class LarkWriter:
             self.named[expression] = self._new(expression)
         return self.named[expression]
 
+    def _text(self, excludes: tuple[str, ...]) -> str:
+        """The terminal of free text that holds none of ``excludes`` (``TEXT`` when none)."""
+        if not excludes:
+            return "TEXT"
+        body = "/(?s:.*)/ & ~/(?s:.*)" + _alternatives(list(excludes)) + "(?s:.*)/"
+        key = "TEXT " + body
+        if key not in self.named:
+            self.count += 1
+            self.named[key] = f"{self.prefix.upper()}TEXT_{self.count}"
+            self.rules.append(f"{self.named[key]}: {body}")
+        return self.named[key]
+
     def _new(self, body: str, lazy: bool = False) -> str:
         self.count += 1
         name = f"{self.prefix}_{self.count}"
@@ -76,9 +88,7 @@ class LarkWriter:
         if kind == "json_schema":
             return [("expr", "%json " + json.dumps(node["json_schema"], ensure_ascii=False))]
         if kind == "any_text":
-            if node.get("excludes"):
-                raise Unsupported("free text with excluded texts inside a call")
-            return [("text",)]
+            return [("text", self._text(tuple(node.get("excludes") or ())))]
         if kind == "sequence":
             return [item for element in node["elements"] for item in self._items(element)]
         if kind == "tag":
@@ -101,34 +111,49 @@ class LarkWriter:
         """Items as Lark: each run of regexes one lexeme, free text one lazy lexeme with the runs beside it."""
         out: list[str] = []
         run: list[str] = []  # regexes since the last non-regex item
-        text = False  # free text since then, with ``run`` before it
+        text = ""  # the terminal of free text since then, with ``run`` before it
         before: list[str] = []
-        for item in [*items, ("expr", "")]:
-            if item[0] == "or" and not text:
-                # The regexes before alternatives start each of them: a lexeme of their own (whitespace)
-                # would be extended into whichever sibling lexeme also starts with it, and never returned.
-                prefix = [("rx", "".join(run))] if run else []
-                run = []
-                item = ("expr", "(" + " | ".join(self._rule(self._join(prefix + b)) for b in item[1]) + ")")
-            elif item[0] == "or":
-                item = ("expr", "(" + " | ".join(self._rule(self._join(b)) for b in item[1]) + ")")
+        items = [*items, ("expr", "")]
+        i = 0
+        while i < len(items):
+            item = items[i]
+            i += 1
+            if item[0] == "or":
+                branches = list(item[1])
+                # The regexes before alternatives start each of them, and those after end each: a lexeme
+                # of their own (whitespace) would be extended into whichever sibling lexeme also starts
+                # with it, and never given back.
+                if not text and run:
+                    branches = [[("rx", "".join(run)), *b] for b in branches]
+                    run = []
+                after = 0
+                while items[i + after][0] == "rx":
+                    after += 1
+                if after:
+                    branches = [[*b, *items[i:i + after]] for b in branches]
+                    i += after
+                item = ("expr", "(" + " | ".join(self._rule(self._join(b)) for b in branches) + ")")
+            if item[0] == "rx" and text:
+                # Free text ends at its end text, the first regex after it: the regexes after that end
+                # start the next lexeme (a lazy lexeme ending in ``\\s*`` would end before the whitespace).
+                parts = ([lark_regex("".join(before))] if before else []) + [text, lark_regex(item[1])]
+                out.append(self._new(" ".join(parts), lazy=True))
+                text, before = "", []
+                continue
             if item[0] == "rx":
                 run.append(item[1])
                 continue
             if item[0] == "text":
                 if text:
                     raise Unsupported("two free texts with no end text between them")
-                text, before, run = True, run, []
+                text, before, run = item[1], run, []
                 continue
             if text:
-                if not run:
-                    raise Unsupported("free text with no end text after it")
-                parts = ([lark_regex("".join(before))] if before else []) + ["TEXT", lark_regex("".join(run))]
-                out.append(self._new(" ".join(parts), lazy=True))
-                text, before, run = False, [], []
-            elif run:
+                raise Unsupported("free text with no end text after it")
+            if run:
                 out.append(lark_regex("".join(run)))
                 run = []
             if item[1]:
                 out.append(item[1])
         return " ".join(out) if out else '""'
+

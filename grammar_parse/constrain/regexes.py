@@ -53,6 +53,7 @@ class Regex:
     items: Any
     names: frozenset[int]  # group numbers that hold the name
     dotall: bool
+    lookahead: bool = False  # a lookahead at a non-space ended it: what follows starts at once (phi4's functools(?=\[))
 
     def emit(self, items: Any, name: str | None) -> str:
         return "".join(self._node(op, av, name) for op, av in items)
@@ -200,9 +201,12 @@ def parse_regex(pattern: str, flags: int) -> Regex:
         raise Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
     names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
     items: list[Any] = list(parsed.data)
+    lookahead = False
     while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
-        items.pop()
-    return Regex(items, names, bool(flags & 16))
+        ahead = list(items.pop()[1][1])
+        # (qwen3's (?=\s*[{\[]) allows whitespace first; phi4's (?=\[) does not)
+        lookahead = bool(ahead) and ahead[0][0] is _sre_c.LITERAL and not chr(ahead[0][1]).isspace()
+    return Regex(items, names, bool(flags & 16), lookahead)
 
 
 # ---------------------------------------------------------------------------- a delimiter, for one tool
@@ -238,7 +242,8 @@ class Delim:
             i += 1
         if i == len(items) or items[i][0] is not _sre_c.BRANCH:
             return [self]
-        return [Delim(regex=Regex([*items[:i], *branch, *items[i + 1:]], self.regex.names, self.regex.dotall))
+        return [Delim(regex=Regex([*items[:i], *branch, *items[i + 1:]], self.regex.names, self.regex.dotall,
+                                  self.regex.lookahead))
                 for branch in items[i][1][1]]
 
     def lead(self) -> str:

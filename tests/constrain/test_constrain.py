@@ -45,6 +45,8 @@ NOT_OFFERED = {
     **{("llama3_json", n): "a call without <|python_tag|> at the start of the turn is not offered"
        for n in ("no_args", "parallel_calls", "semicolon_in_string", "text_after_call", "type_function")},
     ("kimi_k2", "section_ends_reasoning"): "a call section that ends an unclosed reasoning",
+    **{("gpt_oss", n): "the recipient in the role header (<|start|>assistant to=functions.NAME<|channel|>...): "
+       "the constraint writes it in the channel" for n in ("recipient_in_role", "recipient_in_role_first")},
     ("command_r_plus", "turn_ends_in_fence"): "a call block the turn's end closes, with no closing fence",
     ("phi4_mini", "marker_in_prose"): "prose holding the call's trigger (functools): the trigger starts a call",
     # Call syntax: the constraint writes the call between the region's own delimiters.
@@ -342,8 +344,9 @@ def test_required_accepts_reasoning_then_a_call(backend: str, name: str) -> None
 
 
 def _reasoning_literals(grammar: gp.Grammar) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    open_t, close_t = grammar.terminals["REASONING_CONTENT_OPEN"], grammar.terminals["REASONING_CONTENT_CLOSE"]
-    return open_t.matcher.literals, close_t.matcher.literals  # type: ignore[union-attr]
+    reasoning = constrain._call_format(grammar).reasoning
+    assert reasoning is not None
+    return reasoning.opens, reasoning.closes
 
 
 def test_single_call_when_parallel_calls_are_off(backend: str) -> None:
