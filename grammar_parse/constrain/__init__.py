@@ -330,16 +330,18 @@ def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- llguidance
 def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
-                  prefix: str | None = None) -> str:
+                  prefix: str | None = None, reasoning: bool = True) -> str:
     """The constraint as a grammar in llguidance's Lark dialect (``%llguidance {}``, lazy lexemes, ``%json``).
 
     ``tools`` are OpenAI tool definitions (``{"type": "function", "function": {"name", "parameters"}}``);
-    ``prefix`` is the prompt, so a reasoning the template opened is closed first and never re-opened.
+    ``prefix`` is the prompt, so a reasoning the template opened is closed first and never re-opened;
+    ``reasoning=False`` leaves the reasoning out, for an engine whose reasoning parser holds the constraint
+    back until the reasoning has ended (vLLM and SGLang with a reasoning parser).
     Raises ArgumentError ``constrain.unsupported`` for a grammar whose calls cannot be expressed yet.
     """
     fmt = _checked_format(grammar)
     allowed, mode = _tools(grammar, tools, tool_choice)
-    state = _start_state(grammar, fmt, prefix)
+    state = _start_state(grammar, fmt, prefix) if reasoning else "content"
     out = ["%llguidance {}", ""]
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
@@ -422,7 +424,7 @@ def _checked_format(grammar: Grammar) -> _Format:
 
 # ---------------------------------------------------------------------------- xgrammar structural tags
 def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
-                      prefix: str | None = None) -> dict[str, Any]:
+                      prefix: str | None = None, reasoning: bool = True) -> dict[str, Any]:
     """The constraint as an xgrammar structural tag: ``{"type": "structural_tag", "format": {...}}``.
 
     The same constraint as :func:`to_llguidance`, in the JSON that vLLM (``structured_outputs.structural_tag``,
@@ -431,7 +433,7 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
     """
     fmt = _checked_format(grammar)
     allowed, mode = _tools(grammar, tools, tool_choice)
-    state = _start_state(grammar, fmt, prefix)
+    state = _start_state(grammar, fmt, prefix) if reasoning else "content"
     elements: list[dict[str, Any]] = []
     if fmt.reasoning is not None and state != "content":
         opens, closes = fmt.reasoning.opens, fmt.reasoning.closes
