@@ -486,10 +486,7 @@ def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
     tail, ends = tagged.call_end(fmt.closer) if fmt.plan.mode in tagged.TAGGED_MODES \
         else ("", fmt.closer.canonical())
     for (name, body), form in ((p, f) for p in _payloads(fmt, tools, parallel) for f in fmt.opener.alternatives()):
-        # Tagged calls write whitespace before the name (Qwen3-Coder's "<tool_call>\n<function=NAME>"), which
-        # a literal begin cannot hold: their begin is the opener's literal head, the rest a regex.
-        begin, rest = (form.lead(), form.rest_after_lead(name)) if fmt.plan.mode in tagged.TAGGED_MODES \
-            else form.split(name)
+        begin, rest = form.split(name)
         content: list[dict[str, Any]] = []
         if rest:
             content.append({"type": "regex", "pattern": rest})

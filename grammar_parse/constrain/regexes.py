@@ -303,7 +303,18 @@ class Delim:
         begin = self.regex.canonical(items[:cut], name) if cut != lead else self._head()[1]
         if begin is None:
             raise Unsupported("the call opener has no canonical text up to the tool name")
-        return begin, self.regex.emit(items[cut:], name)
+        return begin, self.regex.emit(self._after_name(items, cut), name)
+
+    def _after_name(self, items: Any, cut: int) -> list[Any]:
+        """The items from ``cut`` on, less the optional runs of a negated class after the name (MiniCPM5's
+        ``(?P<name>...)["']?[^<>\n]*>``): text written there would be read back as part of the name."""
+        assert self.regex is not None
+        c = _sre_c
+        named = next((i for i, (op, av) in enumerate(items) if op is c.SUBPATTERN and av[0] in self.regex.names),
+                     None)
+        return [(op, av) for i, (op, av) in enumerate(items) if i >= cut and not (
+            named is not None and i > named and op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0
+            and len(av[2]) == 1 and av[2][0][0] is c.IN and av[2][0][1][:1] == [(c.NEGATE, None)])]
 
     def _holds_name(self, op: Any, av: Any) -> bool:
         assert self.regex is not None

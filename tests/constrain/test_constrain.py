@@ -139,14 +139,12 @@ def _type(value: Any) -> str:
 
 
 def tools_for(sample: Golden) -> list[dict[str, Any]]:
-    """The sample's tools, or a schema per called tool from its expected calls: each argument typed as
-    written, required where every call of the tool has it."""
-    if sample.tools:
-        return list(sample.tools)
+    """The sample's tools, or a schema per called tool from its expected calls (each argument typed as
+    written, required where every call of the tool has it); and a tool the model did not call."""
     seen: dict[str, list[dict[str, Any]]] = {}
-    for call in sample.expected.get("tool_calls", []):
+    for call in sample.expected.get("tool_calls", []) if not sample.tools else []:
         seen.setdefault(call["function"]["name"], []).append(call["function"]["arguments"])
-    tools = []
+    tools = list(sample.tools or [])
     for name, calls in seen.items():
         props = {k: {"type": _type(v)} for args in calls for k, v in args.items()}
         required = sorted(set.intersection(*(set(a) for a in calls))) if calls else []
@@ -401,8 +399,35 @@ class _Drawing:
             return bool(self.matcher.consume_token(token))
         return bool(self.matcher.accept_token(token))
 
+    def write(self, word: bytes) -> bool:
+        """Take ``word`` whole if the matcher allows each of its bytes in turn, else nothing."""
+        for i, byte in enumerate(word):
+            if byte not in self.allowed():
+                self.matcher.rollback(i)
+                return False
+            assert self.take(byte)
+        return True
 
-def sample_from(drawing: _Drawing, start: str, rng: Any, *, limit: int = 400) -> str | None:
+
+def delimiter_texts(grammar: gp.Grammar) -> list[bytes]:
+    """The texts of the delimiters of the grammar's argument regions (a draw writes one whole now and
+    then: random bytes would seldom spell the closer that ends a free-text value). Only theirs: a call's
+    closer written inside a JSON string would end the call for the parser, which neither engine's JSON
+    Schema can exclude (listed in docs/constraints.md)."""
+    out = set()
+    for terminal in grammar.terminals.values():
+        if terminal.region is None or terminal.region.parent is None:
+            continue
+        try:
+            texts = constrain.regexes.delim_of(terminal).canonical()
+        except constrain.regexes.Unsupported:
+            continue
+        out.update(t.encode() for t in texts if t)
+    return sorted(out)
+
+
+def sample_from(drawing: _Drawing, start: str, rng: Any, *, words: list[bytes] = [],
+                limit: int = 400) -> str | None:
     """Text the matcher allows: ``start`` (the free text up to a call's trigger), then bytes drawn from its
     mask, with a lean to the bytes that close (quotes, brackets, the stop token) so that a call ends
     within ``limit`` bytes. None when it does not (a draw that never closes)."""
@@ -419,6 +444,11 @@ def sample_from(drawing: _Drawing, start: str, rng: Any, *, limit: int = 400) ->
         printable = [t for t in allowed if t != EOS and 0x20 <= t < 0x7f] or [t for t in allowed if t != EOS]
         closers = [t for t in printable if t in closing]
         pool = closers if closers and rng.random() < 0.3 else printable or allowed
+        if words and rng.random() < 0.1:
+            word = rng.choice(words)
+            if drawing.write(word):
+                out += word
+                continue
         pick = rng.choice(pool)
         if pick == EOS:
             return out.decode("utf-8", "replace")
@@ -449,7 +479,7 @@ def test_sampled_calls_parse_into_calls_that_validate(backend: str, name: str) -
     start = text[:text.find(first) + len(first)]
     parsed_calls = 0
     for _ in range(20):
-        drawn = sample_from(_Drawing(backend, grammar, tools), start, rng)
+        drawn = sample_from(_Drawing(backend, grammar, tools), start, rng, words=delimiter_texts(grammar))
         if drawn is None:
             continue
         message = gp.parse_response(drawn, grammar, prefix=sample.prefix, tools=tools)
