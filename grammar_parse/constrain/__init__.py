@@ -53,6 +53,9 @@ __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
 
 #: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
 SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "at_close")
+#: The whitespace the constraint lets a model write around payloads and between calls: JSON's own (Unicode
+#: spaces such as \x0b pass a regex's \s but not json.loads, so a payload read as JSON would not parse).
+WS = r"[ \t\n\r]*"
 #: Payloads whose calls name their tool in the opener (one call form per tool).
 NAMED_PAYLOADS = ("json_body", "components", "xml")
 #: The most calls one block without an end delimiter holds in a structural tag (see _xgr_blocks).
@@ -114,9 +117,9 @@ def _call_format(grammar: Grammar) -> _Format:
     calls = call_regions(grammar)
     if not calls:
         raise _unsupported(grammar, "it has no tool-call region")
-    if len(calls) > 1:
-        raise _unsupported(grammar, f"it has {len(calls)} tool-call regions ({', '.join(r.rule for r in calls)})")
-    region = calls[0]
+    # Several call regions are several ways to write a call (lfm2's Python list or JSON, xLAM's fenced or
+    # bare array): the constraint offers the grammar's own tool_calls region, the documented one.
+    region = next((r for r in calls if r.rule == "tool_calls"), calls[0])
     plan = plan_for(region)
     if plan.mode not in SUPPORTED_PAYLOADS:
         raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
@@ -139,8 +142,9 @@ def _call_format(grammar: Grammar) -> _Format:
     reasoning, in_reasoning = _reasoning(grammar, rules, region)
     fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region)
     if not all(fmt.trigger):
-        raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener "
-                           "with no tag or section around it)")
+        raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener, "
+                           "or a message header whose recipient names the tool, as in Beam's and Muse's channels, "
+                           "with no tag or section around the calls)")
     if plan.mode in NAMED_PAYLOADS and not opener.has_name():
         raise _unsupported(grammar, "its call opener holds no (?P<name>...) group for the tool's name")
     return fmt
@@ -160,6 +164,8 @@ def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Reg
     # A section holds calls only: a delimiter before other messages too (gpt-oss's <|start|>assistant header)
     # is no section.
     others = [r.rule for r in grammar.regions.values() if r.parent is None and r is not region]
+    others += [t.name for t in grammar.terminals.values()  # (a region reached through an alias rule)
+               if t.role == "open" and t.region is not None and t.region.parent is None and t.region is not region]
     for origin, expansions in rules.items():
         if origin in region_rules or origin.startswith("__"):
             continue
@@ -325,7 +331,7 @@ def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
     value = {"type": "json_schema", "json_schema": schema}
     if fmt.opener.regex is not None and fmt.opener.regex.lookahead:
         return value
-    return {"type": "sequence", "elements": [{"type": "regex", "pattern": r"\s*"}, value]}
+    return {"type": "sequence", "elements": [{"type": "regex", "pattern": WS}, value]}
 
 
 # ---------------------------------------------------------------------------- llguidance
@@ -472,8 +478,10 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
         elif mode == "required":
             elements.append(no_call)
         else:
-            elements.append({**calls, "stop_after_first": True})
+            # (not triggered_tags' stop_after_first: xgrammar 0.2.9 then accepts a malformed call)
+            one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
             elements.append(no_call)
+            elements.append({"type": "optional", "content": {"type": "sequence", "elements": [one, no_call]}})
     return {"type": "structural_tag", "format": elements[0] if len(elements) == 1 else
             {"type": "sequence", "elements": elements}}
 
@@ -492,7 +500,7 @@ def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
             content.append({"type": "regex", "pattern": rest})
         content.append(body)
         if ends != [""]:
-            content.append({"type": "regex", "pattern": r"\s*" + tail})
+            content.append({"type": "regex", "pattern": WS + tail})
         if not begin and ends == [""]:
             tags.append({"type": "sequence", "elements": content})
         else:
@@ -528,8 +536,8 @@ def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel:
         return calls
     begin, end = fmt.wrapper
     one: dict[str, Any] = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
-    space = {"type": "regex", "pattern": r"\s*"}
-    sep = {"type": "regex", "pattern": r"\s*" + fmt.separator.regex_text()} if fmt.separator is not None else space
+    space = {"type": "regex", "pattern": WS}
+    sep = {"type": "regex", "pattern": WS + fmt.separator.regex_text()} if fmt.separator is not None else space
     inner: list[dict[str, Any]] = [space, one]
     if parallel:
         # xgrammar refuses an unbounded repeat in a tag with no end text: a block with no end (Llama's

@@ -482,7 +482,8 @@ def test_sampled_calls_parse_into_calls_that_validate(backend: str, name: str) -
         drawn = sample_from(_Drawing(backend, grammar, tools), start, rng, words=delimiter_texts(grammar))
         if drawn is None:
             continue
-        message = gp.parse_response(drawn, grammar, prefix=sample.prefix, tools=tools)
+        # (lenient: free text is not held to a content region's own delimiters, kimi_k3's response block)
+        message = gp.parse_response(drawn, grammar, prefix=sample.prefix, tools=tools, strict=False)
         assert message.get("tool_calls"), drawn
         for call in message["tool_calls"]:
             assert not call.get("errors"), (drawn, call)
