@@ -301,6 +301,14 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
     plan = fmt.plan
     if plan.mode in ("components", "xml"):
         return [(name, tagged.call_body(fmt.grammar, fmt.region, name, params)) for name, params in tools]
+    if plan.mode == "at_close" and getattr(fmt.region.spec, "content", None) == "json-name-keys":
+        # Apertus: a JSON array of {"NAME": {arguments}} objects.
+        objects = [{"type": "object", "properties": {n: p}, "required": [n], "additionalProperties": False}
+                   for n, p in tools]
+        array = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects}, "minItems": 1}
+        if not parallel:
+            array["maxItems"] = 1
+        return [(None, _json(array, fmt))]
     if plan.mode == "at_close":
         # A payload read by a value parser when the call closes: Python-style calls, or XML naming the tool.
         reasons = []

@@ -40,7 +40,6 @@ def _exports(name: str) -> bool:
 SUPPORTED = [n for n in sorted(gp.list_grammars()) if _exports(n)]
 #: Samples in a form the grammar reads but the constraint does not offer (it writes the canonical form).
 NOT_OFFERED = {
-    ("qwen3", "call_in_reasoning"): "a call inside the reasoning is free text there, then content follows",
     **{("llama3_json", n): "a call without <|python_tag|> at the start of the turn is not offered"
        for n in ("no_args", "parallel_calls", "semicolon_in_string", "text_after_call", "type_function")},
     ("kimi_k2", "section_ends_reasoning"): "a call section that ends an unclosed reasoning",
@@ -52,8 +51,6 @@ NOT_OFFERED = {
     ("llama4_pythonic", "bare_list"): "a call list without <|python_start|>/<|python_end|> is not offered",
     ("gemma4", "call_closed_by_turn_end"): "a call ended by <turn|> instead of <tool_call|>",
     # Tagged arguments: the constraint writes each parameter with its closer, in the documented spelling.
-    **{(g, "call_in_reasoning"): "a call inside the reasoning is free text there, then content follows"
-       for g in ("qwen3_coder", "qwen3_5")},
     ("qwen3_5", "call_in_unclosed_reasoning"): "a call inside a reasoning that the turn never closes",
     **{(g, n): "a parameter without its closer (ended by the next parameter or the call's end)"
        for g, n in (("qwen3_5", "missing_parameter_close"), ("mimo", "missing_parameter_close"),
@@ -76,6 +73,7 @@ NOT_OFFERED = {
 NOT_OFFERED_ANYWHERE = {
     "call_after_unclosed_reasoning": "a call that ends a reasoning left open: the constraint closes it first",
     "eos_in_reasoning": "a turn that ends inside the reasoning: the constraint closes it first",
+    "call_in_reasoning": "a call inside the reasoning is free text there, not a checked call",
 }
 UNSUPPORTED = ["llama3_pythonic"]
 
