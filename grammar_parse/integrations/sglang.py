@@ -39,13 +39,30 @@ prompt recorded on the request), and ``ReasoningParser`` / ``FunctionCallParser`
 the request's tools) to our detectors. Without them (the parsers used directly) the parse starts at the
 output's start, as ``prefix=""``.
 
-Calls are read in the model's own format whatever ``tool_choice`` says: the detectors cannot write an
-XGrammar structural tag for an arbitrary grammar, so ``tool_choice="required"`` does not constrain
-decoding (``parses_required_natively``) and ``structure_info`` refuses.
+**Constrained tool calls.** Calls are read in the model's own format whatever ``tool_choice`` says, and
+for ``tool_choice="required"``, a named tool, or ``"auto"`` with a strict tool (or SGLang's
+``SGLANG_TOOL_STRICT_LEVEL`` at ``function`` and above), ``FunctionCallParser.get_structure_constraint``
+asks the tool detector's ``get_structural_tag`` for the constraint, which is the grammar's own
+(:func:`grammar_parse.constrain.to_structural_tag`, as xgrammar's ``StructuralTag``): reasoning and content
+are free text, and a call, from its trigger on, must be one of the tools with arguments that follow its
+schema. SGLang's ``thinking_mode`` says whether the tag covers the reasoning: False (what SGLang passes
+whenever ``--reasoning-parser`` is set, since its reasoner grammar backend then holds the constraint
+back until the reasoning ends) leaves the reasoning out (``reasoning=False``). A request with a
+``response_format``, ``regex`` or ``ebnf`` of its own is SGLang's to settle (it refuses required calls
+under another constraint and drops the tool constraint for ``"auto"``).
+
+A grammar the constraint cannot express (``constrain.unsupported``), or a request it cannot constrain,
+gets no tag (logged once at info level) and is read unconstrained, as before: ``supports_structural_tag``
+says whether the detector's grammar (and the request's tools, once asked) has a tag, and
+``parses_required_natively`` is its opposite, so that SGLang never falls back to its JSON-array
+constraint for a grammar whose calls are not a JSON array. ``structure_info`` (SGLang's legacy
+per-tool tags) still refuses: SGLang only reads it when ``supports_structural_tag`` is True and the
+detector's own tag is None, which does not happen.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -64,6 +81,8 @@ from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from grammar_parse import Grammar
 from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.constrain import to_structural_tag
+from grammar_parse.errors import ArgumentError
 from grammar_parse.integrations import GENERIC, grammar_for, on_register, oneshot_message, parser_names, tool_dicts
 
 #: The reasoning field of grammar_parse's messages and deltas (SGLang's own name too).
@@ -73,6 +92,15 @@ _REASONING = "reasoning_content"
 #: 0.24 s per request, 4,096 characters about 4 ms.
 _PROMPT_TAIL_CHARS = 4096
 _installed = False
+_log = logging.getLogger(__name__)
+_unconstrained_logged: set[tuple[str, str]] = set()  # (parser name, reason): logged once each
+
+
+def _log_unconstrained(parser_name: str, error: ArgumentError) -> None:
+    key = (parser_name, str(error))
+    if key not in _unconstrained_logged:
+        _unconstrained_logged.add(key)
+        _log.info("grammar_parse: %s leaves tool calls unconstrained (%s): %s", parser_name, error.code, error)
 
 
 class Handoff(str):
@@ -195,6 +223,7 @@ class GrammarToolDetector(BaseFormatDetector):
         self.tools: list[dict[str, Any]] | None = None
         self._stream: ChatCompletionsStream | None = None
         self._parsed: tuple[str, dict[str, Any]] | None = None  # (has_tool_call and detect_and_parse share it)
+        self._has_tag: bool | None = None  # (whether the grammar, or the last request asked, has a tag)
 
     def start(self, prompt: str | None, tools: Any = None) -> None:
         """The request's rendered prompt and tools (from the ``FunctionCallParser`` hook: ``has_tool_call``
@@ -263,19 +292,47 @@ class GrammarToolDetector(BaseFormatDetector):
         return StreamingParseResult(normal_text=text, calls=calls)
 
     # constrained decoding
+    def get_structural_tag(self, tools: Any = None, tool_choice: Any = "auto", thinking_mode: bool = False,
+                           parallel_tool_calls: bool = True, **kwargs: Any) -> Any:
+        """The grammar's constraint for these tools as xgrammar's ``StructuralTag`` (what SGLang serializes
+        with ``model_dump``), or None when the grammar or the request cannot be constrained."""
+        from xgrammar import StructuralTag  # (SGLang's own grammar backend, installed with it)
+
+        choice = tool_choice.model_dump(exclude_none=True) if hasattr(tool_choice, "model_dump") else tool_choice
+        try:
+            tag = to_structural_tag(self.grammar, tools=tool_dicts(tools) or [], tool_choice=choice,
+                                    parallel_tool_calls=parallel_tool_calls is not False,
+                                    prefix=self.prefix or None, reasoning=bool(thinking_mode))
+        except ArgumentError as e:
+            _log_unconstrained(self.parser_name, e)
+            self._has_tag = False
+            return None
+        self._has_tag = True
+        return StructuralTag.model_validate(tag)
+
     def supports_structural_tag(self) -> bool:
-        return False  # (a structural tag for an arbitrary grammar is not written yet)
+        """Whether the grammar has a structural tag (and, once :meth:`get_structural_tag` was asked, the
+        request has one): when not, SGLang must not fall back to its legacy per-tool tags."""
+        if self._has_tag is None:
+            try:
+                to_structural_tag(self.grammar, tools=[], tool_choice="none")
+                self._has_tag = True
+            except ArgumentError:
+                self._has_tag = False
+        return self._has_tag
 
     def parses_required_natively(self) -> bool:
-        return True  # (tool_choice="required" reads the model's own format, unconstrained)
+        """Whether ``tool_choice="required"`` goes unconstrained: when the grammar has no tag. SGLang's
+        fallback, a JSON array of calls, is no format these grammars read."""
+        return not self.supports_structural_tag()
 
     @classmethod
     def parses_without_tools(cls) -> bool:
         return True  # (call markup never reaches the content, whether or not the request declared tools)
 
     def structure_info(self) -> Any:
-        raise NotImplementedError(f"{self.parser_name} reads calls in the model's own format and writes no "
-                                  "structural tag; SGLang only asks for one when supports_structural_tag()")
+        raise NotImplementedError(f"{self.parser_name} writes its whole constraint in get_structural_tag and "
+                                  "has no per-tool structure info")
 
 
 # the hooks (see the module doc)

@@ -33,10 +33,34 @@ path; the client gets the call as the model wrote it, as from vLLM's own parsers
 
 The parsers ask vLLM to keep special tokens in the text (``skip_special_tokens=False``): most
 grammars' delimiters are special tokens.
+
+**Constrained tool calls.** For ``tool_choice="required"``, a named tool, or ``"auto"`` with a tool
+marked ``"strict": true``, the tool parser's ``adjust_request`` sets the grammar's own constraint
+(:func:`grammar_parse.constrain.to_structural_tag`) as the request's ``structured_outputs.structural_tag``:
+reasoning and content stay free text, and a call, from its trigger on, must be one of the request's tools
+with arguments that follow its schema, in the model's own format. A request with a structured output of
+its own (``structured_outputs``, or a ``response_format`` other than text) is left as the client sent
+it, and so is plain ``"auto"``. The reasoning is part of the constraint only when vLLM constrains the
+output from its first token: with ``--reasoning-parser`` (any reasoning parser; vLLM sets the tool
+parser's ``skip_reasoning_parsing`` when there is none), vLLM's structured-output manager holds the
+constraint back until the reasoning parser says the reasoning has ended, so the constraint starts at the
+content (``reasoning=False``); a Chat Completions request with ``include_reasoning=false`` is
+constrained from its first token again, and gets the reasoning. A grammar the constraint cannot express
+(``constrain.unsupported``) leaves the request unconstrained, as before, and is logged once at info
+level; the request never fails for it. One gap with a reasoning parser: an output that opens a call
+before any reasoning or text ends the reasoning inside that call (``is_reasoning_end``), so vLLM starts
+the constraint a few tokens into it; that call goes unchecked, and with ``"required"`` the constraint
+then asks for one more.
+
+``supports_required_and_named`` stays False: to vLLM it means that required and named output is its
+own JSON array of calls, read without the tool parser. The constraint keeps the model's own format, so
+the tool parser reads those calls as it reads automatic ones. ``structural_tag_model`` stays None:
+the grammar is no xgrammar built-in format, and the parser writes the tag itself.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -55,12 +79,17 @@ from vllm.entrypoints.generate.base.protocol import (
     FunctionCall,
     ToolCall,
 )
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 from vllm.logger import init_logger
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
+from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
 from grammar_parse import Grammar, ResponseParser
 from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.constrain import to_structural_tag
+from grammar_parse.errors import ArgumentError
 from grammar_parse.integrations import (
     GENERIC,
     grammar_for,
@@ -110,6 +139,28 @@ def _keep_special_tokens(request: Any) -> Any:
     if hasattr(request, "skip_special_tokens"):
         request.skip_special_tokens = False
     return request
+
+
+def _tool_choice(request: Any) -> Any:
+    """The request's tool_choice as :func:`~grammar_parse.constrain.to_structural_tag` takes it when the
+    constraint applies to it (``"required"``, or a named function as a dict), else None."""
+    choice = request.tool_choice
+    if choice == "required":
+        return choice
+    if hasattr(choice, "model_dump"):  # (Chat Completions' {"type", "function": {"name"}}, Responses' {"type", "name"})
+        choice = choice.model_dump(exclude_none=True)
+        return choice if choice.get("type") == "function" else None
+    return None
+
+
+def _strict(tools: Sequence[dict[str, Any]]) -> bool:
+    return any(tool.get("function", {}).get("strict") is True for tool in tools)
+
+
+def _client_constrains(request: Any) -> bool:
+    """Whether the client asked for a structured output of its own (``structured_outputs``, a
+    ``response_format`` or Responses ``text.format`` other than text)."""
+    return request.structured_outputs is not None or request.extract_structured_outputs() is not None
 
 
 class _Joint:
@@ -241,6 +292,9 @@ class GrammarToolParser(ToolParser):
     parser_name: str = GENERIC
     engine_based_streaming = True
     supports_required_and_named = False  # (calls are read in the model's own format, whatever tool_choice)
+    #: Set True by vLLM's DelegatingParser when no reasoning parser is configured: then nothing holds the
+    #: constraint back until the reasoning ends, and the constraint covers the reasoning too.
+    skip_reasoning_parsing = False
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None, **kwargs: Any) -> None:
         super().__init__(tokenizer, tools)
@@ -271,7 +325,39 @@ class GrammarToolParser(ToolParser):
         return self.joint.finish()
 
     def adjust_request(self, request: Any) -> Any:
-        return _keep_special_tokens(super().adjust_request(request))
+        return _keep_special_tokens(super().adjust_request(self.constrain(request)))
+
+    def constrain(self, request: Any) -> Any:
+        """Set the grammar's structural tag on a request whose calls it should constrain (see the module
+        doc); any other request, or one the grammar cannot constrain, is returned as it came."""
+        if not isinstance(request, (ChatCompletionRequest, ResponsesRequest)):
+            return request
+        tools = tool_dicts(request.tools)
+        choice = _tool_choice(request)
+        if choice is None and request.tool_choice == "auto" and tools and _strict(tools):
+            choice = "auto"
+        if not tools or choice is None or _client_constrains(request):
+            return request
+        # vLLM constrains from the first token when no reasoning parser is set, or when a Chat Completions
+        # request drops the reasoning (ChatCompletionRequest.resolve_reasoning_ended); otherwise the
+        # constraint starts where the reasoning parser says the reasoning has ended.
+        reasoning = self.skip_reasoning_parsing or (isinstance(request, ChatCompletionRequest)
+                                                    and not request.include_reasoning)
+        try:
+            tag = to_structural_tag(self.joint.grammar, tools=tools, tool_choice=choice,
+                                    parallel_tool_calls=request.parallel_tool_calls is not False,
+                                    prefix=self.joint.prefix or None, reasoning=reasoning)
+        except ArgumentError as e:
+            _log.info_once("grammar_parse: %s leaves tool calls unconstrained (%s): %s", self.parser_name,
+                           e.code, str(e))
+            return request
+        params = StructuredOutputsParams(structural_tag=json.dumps(tag))
+        if isinstance(request, ResponsesRequest):
+            request._parser_structured_outputs = params  # (keeps the client's text settings)
+        else:
+            request.structured_outputs = params
+            request.response_format = None
+        return request
 
 
 def _register(name: str) -> None:
