@@ -79,7 +79,12 @@ class Regex:
             return "(?:" + self.emit(sub, name) + ")"
         if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
             lo, hi, sub = av
-            body = self.emit(sub, name)
+            try:
+                body = self.emit(sub, name)
+            except Unsupported:
+                if lo == 0:  # an optional part no constraint can write (a lookahead inside it) is left out
+                    return ""
+                raise
             body = body if len(sub) == 1 and sub[0][0] in (c.LITERAL, c.IN, c.ANY, c.NOT_LITERAL) \
                 and len(body) <= 6 or body.startswith("(?:") and self._balanced(body) else f"(?:{body})"
             if (lo, hi) == (0, c.MAXREPEAT):

@@ -458,8 +458,12 @@ def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any
     (either when the grammar has only the one kind)."""
     text = _is_text(schema)
     fitting = [s for s in slots if s.json != text] or slots
-    forms = []
-    for slot in fitting:
+    forms: list[dict[str, Any]] = []
+    # (the other slots when no fitting one can be written: k2_horizon's JSON slot names its type behind a
+    # \b, and its text slot is typed by the tool's schema when parsed)
+    for slot in fitting + [s for s in slots if s not in fitting]:
+        if forms and slot not in fitting:
+            break
         try:
             opener = slot.opener_regex(key)
         except Unsupported:
