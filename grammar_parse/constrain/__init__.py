@@ -303,12 +303,8 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
         return [(name, tagged.call_body(fmt.grammar, fmt.region, name, params)) for name, params in tools]
     if plan.mode == "at_close" and getattr(fmt.region.spec, "content", None) == "json-name-keys":
         # Apertus: a JSON array of {"NAME": {arguments}} objects.
-        objects = [{"type": "object", "properties": {n: p}, "required": [n], "additionalProperties": False}
-                   for n, p in tools]
-        array = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects}, "minItems": 1}
-        if not parallel:
-            array["maxItems"] = 1
-        return [(None, _json(array, fmt))]
+        return [(None, _json(_array([{"type": "object", "properties": {n: p}, "required": [n],
+                                       "additionalProperties": False} for n, p in tools], parallel), fmt))]
     if plan.mode == "at_close":
         # A payload read by a value parser when the call closes: Python-style calls, or XML naming the tool.
         reasons = []
@@ -325,12 +321,16 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
     if plan.mode == "json_key":
         objects = [_call_object(plan, n, p, with_id=False) for n, p in tools]
         return [(None, _json(objects[0] if len(objects) == 1 else {"anyOf": objects}, fmt))]
-    objects = [_call_object(plan, n, p, with_id=True) for n, p in tools]
+    return [(None, _json(_array([_call_object(plan, n, p, with_id=True) for n, p in tools], parallel), fmt))]
+
+
+def _array(objects: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
+    """The schema of a JSON array of calls, each one of ``objects``: one call at most unless ``parallel``."""
     array: dict[str, Any] = {"type": "array", "items": objects[0] if len(objects) == 1 else {"anyOf": objects},
                              "minItems": 1}
     if not parallel:
         array["maxItems"] = 1
-    return [(None, _json(array, fmt))]
+    return array
 
 
 def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:

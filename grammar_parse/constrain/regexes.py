@@ -12,9 +12,10 @@ from typing import Any
 from ..delimiters import LiteralMatcher, RegexMatcher, ValueEnd
 from ..symbols import Terminal
 
-# The standard library's regex parser (re._parser since 3.11, sre_parse before; both untyped internals).
-_sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
-_sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
+# The standard library's regex parser (re._parser since 3.11, sre_parse before; both untyped internals),
+# public here for the other stages that read delimiter regexes (constrain.tagged).
+sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
+sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 #: The group of a call opener that holds the tool's name (grammar_parse's convention).
 NAME_GROUP = "name"
@@ -36,10 +37,10 @@ def escape(text: str) -> str:
 
 
 _CATEGORIES = {
-    _sre_c.CATEGORY_DIGIT: r"\d", _sre_c.CATEGORY_NOT_DIGIT: r"\D", _sre_c.CATEGORY_SPACE: r"\s",
-    _sre_c.CATEGORY_NOT_SPACE: r"\S", _sre_c.CATEGORY_WORD: r"\w", _sre_c.CATEGORY_NOT_WORD: r"\W",
+    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D", sre_c.CATEGORY_SPACE: r"\s",
+    sre_c.CATEGORY_NOT_SPACE: r"\S", sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
 }
-_SAMPLES = {_sre_c.CATEGORY_DIGIT: "0", _sre_c.CATEGORY_SPACE: " ", _sre_c.CATEGORY_WORD: "a"}
+_SAMPLES = {sre_c.CATEGORY_DIGIT: "0", sre_c.CATEGORY_SPACE: " ", sre_c.CATEGORY_WORD: "a"}
 
 
 class Unsupported(Exception):
@@ -59,7 +60,7 @@ class Regex:
         return "".join(self._node(op, av, name) for op, av in items)
 
     def _node(self, op: Any, av: Any, name: str | None) -> str:
-        c = _sre_c
+        c = sre_c
         if op is c.LITERAL:
             return escape(chr(av))
         if op is c.NOT_LITERAL:
@@ -110,7 +111,7 @@ class Regex:
         return True
 
     def _set(self, items: Any) -> str:
-        c = _sre_c
+        c = sre_c
         out, negate = [], False
         for op, av in items:
             if op is c.NEGATE:
@@ -128,7 +129,7 @@ class Regex:
     def canonical(self, items: Any, name: str | None) -> str | None:
         """The text the model card writes for these items: the first alternative, an optional group
         written, ``*`` and a run of a class its least, ``+`` once (None: not one text, e.g. a negated class)."""
-        c = _sre_c
+        c = sre_c
         out = []
         for op, av in items:
             if op is c.LITERAL:
@@ -178,7 +179,7 @@ class Regex:
 def without_start(rx: Regex) -> Regex | None:
     """The regex without an alternative that is the start of the output alone (``(?:^|<think>\\s*)``: the
     reasoning opens implicitly), or None when it has no such alternative."""
-    c = _sre_c
+    c = sre_c
     if len(rx.items) != 1:
         return None
     op, av = rx.items[0]
@@ -201,16 +202,16 @@ def parse_regex(pattern: str, flags: int) -> Regex:
         source += part if i == 0 else f"(?P<{NAME_GROUP}__{i}>" + part
         count += 1
     try:
-        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
+        parsed = sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
     except Exception as e:  # re refuses what the regex module allows (possessive forms in 3.10, ...)
         raise Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
     names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
     items: list[Any] = list(parsed.data)
     lookahead = False
-    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
+    while items and items[-1][0] is sre_c.ASSERT and items[-1][1][0] == 1:
         ahead = list(items.pop()[1][1])
         # (qwen3's (?=\s*[{\[]) allows whitespace first; phi4's (?=\[) does not)
-        lookahead = bool(ahead) and ahead[0][0] is _sre_c.LITERAL and not chr(ahead[0][1]).isspace()
+        lookahead = bool(ahead) and ahead[0][0] is sre_c.LITERAL and not chr(ahead[0][1]).isspace()
     return Regex(items, names, bool(flags & 16), lookahead)
 
 
@@ -243,9 +244,9 @@ class Delim:
             return [Delim(literals=(literal,)) for literal in self.literals] or [self]
         items = self.regex.items
         i = 0
-        while i < len(items) and items[i][0] is _sre_c.LITERAL:
+        while i < len(items) and items[i][0] is sre_c.LITERAL:
             i += 1
-        if i == len(items) or items[i][0] is not _sre_c.BRANCH:
+        if i == len(items) or items[i][0] is not sre_c.BRANCH:
             return [self]
         return [Delim(regex=Regex([*items[:i], *branch, *items[i + 1:]], self.regex.names, self.regex.dotall,
                                   self.regex.lookahead))
@@ -261,7 +262,7 @@ class Delim:
         """(items, text) of the opener's head: its literals, and runs of whitespace that must be written
         (gpt-oss's ``commentary\\s+to=``, as one space), up to the first item that varies otherwise."""
         assert self.regex is not None
-        c, items, out = _sre_c, self.regex.items, []
+        c, items, out = sre_c, self.regex.items, []
         count = 0
         for op, av in items:
             if op is c.LITERAL:
@@ -295,11 +296,11 @@ class Delim:
             if self.regex.names and self._holds_name(op, av):
                 # Up to the name when the item is the name; before it when the name is inside a larger
                 # item (Kimi's id group, whose call index follows the name): the rest stays a regex.
-                is_name = op is _sre_c.SUBPATTERN and av[0] in self.regex.names
+                is_name = op is sre_c.SUBPATTERN and av[0] in self.regex.names
                 cut = i + 1 if is_name else i
                 break
         lead = self._head()[0]
-        if not self.regex.names or any(op is not _sre_c.LITERAL and not (op is _sre_c.SUBPATTERN and
+        if not self.regex.names or any(op is not sre_c.LITERAL and not (op is sre_c.SUBPATTERN and
                                                                        av[0] in self.regex.names)
                                        for op, av in items[:cut]):
             # Text before the name that is not one literal (DeepSeek R1's call type, Qwen3-Coder's
@@ -314,7 +315,7 @@ class Delim:
         """The items from ``cut`` on, less the optional runs of a negated class after the name (MiniCPM5's
         ``(?P<name>...)["']?[^<>\n]*>``): text written there would be read back as part of the name."""
         assert self.regex is not None
-        c = _sre_c
+        c = sre_c
         named = next((i for i, (op, av) in enumerate(items) if op is c.SUBPATTERN and av[0] in self.regex.names),
                      None)
         return [(op, av) for i, (op, av) in enumerate(items) if i >= cut and not (
@@ -323,11 +324,11 @@ class Delim:
 
     def _holds_name(self, op: Any, av: Any) -> bool:
         assert self.regex is not None
-        if op is _sre_c.SUBPATTERN:
+        if op is sre_c.SUBPATTERN:
             return av[0] in self.regex.names or any(self._holds_name(o, a) for o, a in av[3])
-        if op is _sre_c.BRANCH:
+        if op is sre_c.BRANCH:
             return any(self._holds_name(o, a) for b in av[1] for o, a in b)
-        if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
             return any(self._holds_name(o, a) for o, a in av[2])
         return False
 
@@ -345,7 +346,7 @@ class Delim:
 
 def expansions(rx: Regex, items: Any, limit: int = 16) -> list[str]:
     """Every text of a small finite regex (literals, optional groups, alternatives), or [] if not finite."""
-    c = _sre_c
+    c = sre_c
     out = [""]
     for op, av in items:
         if op is c.LITERAL:

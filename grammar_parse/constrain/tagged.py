@@ -46,7 +46,7 @@ from ..symbols import Region
 from ..toolstream import plan_for
 from ..tools import schema_types
 from ..values import PLACEHOLDER, ValueSpec
-from .regexes import Delim, Regex, Unsupported, _sre_c, _sre_p, delim_of
+from .regexes import Delim, Regex, Unsupported, delim_of, sre_c, sre_p
 
 #: Whitespace between parameters, and between a parameter's tags and a JSON value.
 _SPACE = r"\s*"
@@ -63,20 +63,20 @@ def _parse(pattern: str, flags: int, group: str) -> tuple[Regex, dict[str, int]]
     parts = pattern.replace(f"(?P={group})", f"(?P<{group}>)").split(f"(?P<{group}>")
     source = parts[0] + "".join(f"(?P<{group}__{i}>" + part for i, part in enumerate(parts[1:]))
     try:
-        parsed = _sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
+        parsed = sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
     except Exception as e:  # re refuses what the regex module allows
         raise Unsupported(f"the argument regex {pattern!r} is not understood here ({e})") from None
     groups: dict[str, int] = dict(parsed.state.groupdict)
     names = frozenset(n for g, n in groups.items() if g.startswith(group + "__"))
     items: list[Any] = list(parsed.data)
-    while items and items[-1][0] is _sre_c.ASSERT and items[-1][1][0] == 1:
+    while items and items[-1][0] is sre_c.ASSERT and items[-1][1][0] == 1:
         items.pop()
     return Regex(items, names, bool(flags & 16)), groups
 
 
 def _first_chars(items: Any) -> list[Any]:
     """The set items (``re`` IN entries) of the characters a match of ``items`` can start with."""
-    c = _sre_c
+    c = sre_c
     out: list[Any] = []
     for op, av in items:
         if op is c.LITERAL:
@@ -96,7 +96,7 @@ def _first_chars(items: Any) -> list[Any]:
 
 def _negated_set(items: Any) -> list[Any] | None:
     """The set items of a one-character negated class (``[^"]``, which re reads as NOT_LITERAL), or None."""
-    c = _sre_c
+    c = sre_c
     if len(items) != 1:
         return None
     op, av = items[0]
@@ -112,7 +112,7 @@ def _without_lookaheads(items: Any) -> tuple[list[Any], list[Any]]:
     a first character of what the lookahead forbids (Kimi's ``type="(?!string")[^"]{1,32}"`` becomes
     ``type="[^"s][^"]{0,31}"``). A trailing one restricts the value's first character: ``first`` is the
     set items it may not start with (MiniCPM5's plain ``<param>`` is not followed by ``<![CDATA[``)."""
-    c = _sre_c
+    c = sre_c
     out: list[Any] = []
     items = list(items)
     i = 0
@@ -139,7 +139,7 @@ def _without_lookaheads(items: Any) -> tuple[list[Any], list[Any]]:
 
 def _texts(rx: Regex, items: Any, key: str | None, limit: int = 16) -> list[str] | None:
     """Every text of a small finite regex, the key group written as ``key`` (None: not finite or small)."""
-    c = _sre_c
+    c = sre_c
     out = [""]
     for op, av in items:
         if op is c.LITERAL:
@@ -167,7 +167,7 @@ def _texts(rx: Regex, items: Any, key: str | None, limit: int = 16) -> list[str]
 def _shortest(rx: Regex, items: Any, key: str | None) -> str | None:
     """The shortest text of a regex (optional parts and ``{0,n}`` runs left out), the key written as ``key``;
     None when a character class or a lookaround leaves it undecided."""
-    c = _sre_c
+    c = sre_c
     out = []
     for op, av in items:
         part: str | None
@@ -193,7 +193,7 @@ def _ends(rx: Regex, items: Any, key: str | None) -> list[str]:
     """The literal texts a closer is written as (a structural tag's ``end``): every text of a small finite
     regex, leaving out alternatives that hold a lookaround (Beam's ``\\n(?=<rfl:parameter)``, a missing
     closer); otherwise its shortest text."""
-    if len(items) == 1 and items[0][0] is _sre_c.BRANCH:
+    if len(items) == 1 and items[0][0] is sre_c.BRANCH:
         found = [t for b in items[0][1][1] for t in _texts(rx, b, key) or ()]
         if found:
             return found
@@ -208,7 +208,7 @@ def _ends(rx: Regex, items: Any, key: str | None) -> list[str]:
 
 def _literal_runs(rx: Regex, items: Any) -> list[str]:
     """The runs of literal text every match of ``items`` holds (top level and groups, not repeats)."""
-    c = _sre_c
+    c = sre_c
     runs, current = [], ""
     for op, av in items:
         if op is c.LITERAL:
@@ -231,7 +231,7 @@ def _cutting_text(rx: Regex, items: Any) -> str | None:
     one it starts with, else the longest), unless that is a single character or only a word (which would
     forbid ordinary prose in the value)."""
     runs = _literal_runs(rx, items)
-    lead = runs[0] if runs and items and items[0][0] is _sre_c.LITERAL else ""
+    lead = runs[0] if runs and items and items[0][0] is sre_c.LITERAL else ""
     best = lead if len(lead) > 1 else max(runs, key=len) if runs else ""
     return best if len(best) > 1 and not best.replace("_", "").isalnum() else None
 
@@ -273,7 +273,7 @@ class _Slot:
 
     def first(self) -> str:
         """A regex for the value's first character (only when a lookahead bans some)."""
-        negated = [(_sre_c.IN, [(_sre_c.NEGATE, None), *self.banned_first])]
+        negated = [(sre_c.IN, [(sre_c.NEGATE, None), *self.banned_first])]
         return Regex(negated, frozenset(), False).emit(negated, None)
 
 
@@ -385,19 +385,19 @@ def _tag_pattern_slot(region: Region) -> _Slot:
         raise Unsupported("the tag pattern's values go through a value parser")
     rx, groups = _parse(args["tag_pattern"], 16, "key")
     value = groups.get("value")
-    at = next((i for i, (op, av) in enumerate(rx.items) if op is _sre_c.SUBPATTERN and av[0] == value), None)
+    at = next((i for i, (op, av) in enumerate(rx.items) if op is sre_c.SUBPATTERN and av[0] == value), None)
     if at is None or not rx.names:
         raise Unsupported("the tag pattern has no top-level (?P<value>...) group, or no (?P<key>...) group")
     # A tempered value, (?:(?!X).)*?, may not hold X: X's leading literal text is kept out of it.
     excludes: tuple[str, ...] = ()
     inner = rx.items[at][1][3]
-    if len(inner) == 1 and inner[0][0] in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT):
+    if len(inner) == 1 and inner[0][0] in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
         body = inner[0][1][2]
-        body = body[0][1][3] if len(body) == 1 and body[0][0] is _sre_c.SUBPATTERN else body
-        if len(body) == 2 and body[0][0] is _sre_c.ASSERT_NOT and body[1][0] is _sre_c.ANY:
+        body = body[0][1][3] if len(body) == 1 and body[0][0] is sre_c.SUBPATTERN else body
+        if len(body) == 2 and body[0][0] is sre_c.ASSERT_NOT and body[1][0] is sre_c.ANY:
             lead = ""
             for op, av in body[0][1][1]:
-                if op is not _sre_c.LITERAL:
+                if op is not sre_c.LITERAL:
                     break
                 lead += chr(av)
             if not lead:
@@ -552,7 +552,7 @@ def call_end(closer: Delim) -> tuple[str, list[str]]:
         return "", closer.canonical()
     items = closer.regex.items
     cut = len(items)
-    while cut > 0 and items[cut - 1][0] is _sre_c.LITERAL:
+    while cut > 0 and items[cut - 1][0] is sre_c.LITERAL:
         cut -= 1
     if cut == len(items) or cut == 0:
         return "", closer.canonical()
