@@ -31,8 +31,8 @@ closer from the inside of a JSON value's strings.
 
 Also read off the grammar: a delimiter right after the call's opener is written before the arguments
 (Beam's ``<|channel|>analysis <|constrain|>xml<|message|>``); a negative lookahead in an argument's tag
-restricts the next character (see :func:`_without_lookaheads`); where repeated keys collect into a list
-(``merge_duplicates``), a list of strings may be written as the key repeated.
+restricts the next character (see :func:`_without_lookaheads`). Where repeated keys collect into a list
+(``merge_duplicates``), a list is still offered as JSON only (see :func:`_argument`).
 """
 
 from __future__ import annotations
@@ -256,7 +256,6 @@ class _Slot:
     excludes: tuple[str, ...]  # texts a text value may not hold (delimiters that would end it)
     banned_first: tuple[Any, ...]  # set items the value may not start with (a trailing lookahead)
     strip: bool  # whether the parser strips a text value
-    merge: bool = False  # a key written again collects into a list (xml-inline's merge_duplicates)
 
     def opener_regex(self, key: str | None) -> str:
         """The opener with the key written, or (None) with the key group's own pattern."""
@@ -277,13 +276,12 @@ class _Slot:
         return Regex(negated, frozenset(), False).emit(negated, None)
 
 
-def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = (),
-          merge: bool = False) -> _Slot:
+def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = ()) -> _Slot:
     items, banned = _without_lookaheads(opener.items)
     if isinstance(closer, Regex):
         c_items, _ = _without_lookaheads(closer.items)
-        return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip, merge)
-    return _Slot(opener, tuple(items), None, (), tuple(closer), json, excludes, tuple(banned), strip, merge)
+        return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip)
+    return _Slot(opener, tuple(items), None, (), tuple(closer), json, excludes, tuple(banned), strip)
 
 
 def _expansions(grammar: Grammar, rule: str) -> list[list[str]]:
@@ -405,8 +403,7 @@ def _tag_pattern_slot(region: Region) -> _Slot:
             excludes = (lead,)
     opener = Regex(rx.items[:at], rx.names, rx.dotall)
     closer = Regex(rx.items[at + 1:], rx.names, rx.dotall)
-    return _slot(opener, closer, json=False, strip=False, excludes=excludes,
-                 merge=bool(args.get("merge_duplicates")))
+    return _slot(opener, closer, json=False, strip=False, excludes=excludes)
 
 
 # ---------------------------------------------------------------------------- values and parameters
@@ -470,12 +467,9 @@ def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any
             continue
         value = _value(slot, key, schema, as_text=text and not slot.json)
         forms.append({"type": "sequence", "elements": [{"type": "regex", "pattern": _SPACE + opener}, value]})
-        items = schema.get("items", {}) if isinstance(schema, dict) and "array" in schema_types(schema) else None
-        if slot.merge and not slot.json and items is not None and _is_text(items):
-            # The key written twice or more collects its texts into a list (MiniMax-M3's repeated elements).
-            one = {"type": "sequence", "elements": [{"type": "regex", "pattern": _SPACE + opener},
-                                                    _value(slot, key, items, as_text=True)]}
-            forms.append({"type": "sequence", "elements": [one, {"type": "plus", "content": one}]})
+        # (MiniMax-M3 also reads a list of strings as the key written twice or more, which is not offered:
+        # that form and the JSON list open alike, and llguidance's lexer, which does not backtrack, would
+        # take the repeated form's free text and lose the JSON one)
     if not forms:
         raise Unsupported("no argument form holds a free key")
     return forms[0] if len(forms) == 1 else {"type": "or", "elements": forms}

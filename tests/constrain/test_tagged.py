@@ -144,12 +144,13 @@ def test_kimi_k3_types_its_json_arguments(backend: str) -> None:
     assert check(backend, "kimi_k3", "<|close|>response<|sep|>" + text.format("string"), tools).startswith("reject@")
 
 
-def test_minimax_m3_writes_a_list_as_repeated_elements(backend: str) -> None:
+def test_minimax_m3_offers_a_list_as_json_and_reads_repeated_elements(backend: str) -> None:
     tools = [tool("send", {"to": {"type": "array", "items": {"type": "string"}}}, ["to"])]
     m = "]<]minimax[>["
     call = (f"{m}<tool_call>\n{m}<invoke name=\"send\">\n{{}}{m}</invoke>\n{m}</tool_call>")
     repeated = f"{m}<to>ann@x.org{m}</to>\n{m}<to>bob@x.org{m}</to>\n"
-    assert check(backend, "minimax_m3", call.format(repeated), tools) == "accept"
+    # The list is offered as JSON; the repeated form, which the parser also reads, is not offered.
+    assert check(backend, "minimax_m3", call.format(repeated), tools).startswith("reject@")
     assert check(backend, "minimax_m3", call.format(f'{m}<to>["ann@x.org"]{m}</to>\n'), tools) == "accept"
     assert check(backend, "minimax_m3", call.format(f"{m}<to>ann@x.org{m}</to>\n"), tools).startswith("reject@")
     message = gp.parse_response(call.format(repeated), gp.load_grammar("minimax_m3"), prefix="", tools=tools)
