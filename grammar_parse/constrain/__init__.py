@@ -39,17 +39,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..delimiters import LiteralMatcher
+from ..delimiters import LiteralMatcher, RegexMatcher
 from ..errors import ArgumentError
 from ..grammar import Grammar
 from ..symbols import Region, Terminal
 from ..toolstream import CallPlan, call_regions, plan_for
 from . import pythonic, tagged
 from .lark import LarkWriter, lark_regex
-from .regexes import Delim, Unsupported, delim_of, escape, without_start
+from .regexes import Delim, Unsupported, delim_of, escape, text_with_tokens, without_start
 
 
-__all__ = ["to_llguidance", "to_structural_tag", "end_of_turn"]
+__all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens"]
 
 #: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
 SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "at_close")
@@ -344,33 +344,55 @@ def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- llguidance
 def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
-                  prefix: str | None = None, reasoning: bool = True) -> str:
+                  prefix: str | None = None, reasoning: bool = True, tokens: Mapping[str, int] | None = None) -> str:
     """The constraint as a grammar in llguidance's Lark dialect (``%llguidance {}``, lazy lexemes, ``%json``).
 
     ``tools`` are OpenAI tool definitions (``{"type": "function", "function": {"name", "parameters"}}``);
     ``prefix`` is the prompt, so a reasoning the template opened is closed first and never re-opened;
     ``reasoning=False`` leaves the reasoning out, for an engine whose reasoning parser holds the constraint
     back until the reasoning has ended (vLLM and SGLang with a reasoning parser).
+    ``tokens`` are the tokenizer's added tokens, text to id (:func:`added_tokens`): llguidance matches an
+    added token only by reference, so a delimiter spelled by one (``<tool_call>``, ``<|python_tag|>``) is
+    written as ``<[id]>``; without them the constraint fits a tokenizer that spells delimiters in bytes.
     Raises ArgumentError ``constrain.unsupported`` for a grammar whose calls cannot be expressed yet.
     """
     fmt = _checked_format(grammar)
     allowed, mode = _tools(grammar, tools, tool_choice)
     state = _start_state(grammar, fmt, prefix) if reasoning else "content"
+    tokens = _checked_tokens(tokens)
+    writer = LarkWriter(tokens=tokens)
     out = ["%llguidance {}", ""]
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
     out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
-        close = lark_regex(fmt.reasoning.close_rx)
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
+        opener = fmt.reasoning.open_rx
+        if _spelled_by(tokens, *fmt.reasoning.opens, *fmt.reasoning.closes):
+            # Delimiters that are tokens: free text ends at a close that is a token (greedy: it spells no
+            # close) when the canonical close is one, else at the first close written as text (lazy).
+            closes = [c for c in fmt.reasoning.closes if _spelled_by(tokens, c)] \
+                if _spelled_by(tokens, fmt.reasoning.closes[0]) else []
+            excludes = [*(c for c in fmt.reasoning.closes if c not in closes), *(fmt.trigger if text == "NOTRIG" else ())]
+            elements = [{"type": "any_text", "excludes": excludes if closes else excludes[len(fmt.reasoning.closes):]},
+                        _choice([{"type": "const_string", "value": c} for c in closes]) if closes else
+                        {"type": "regex", "pattern": fmt.reasoning.close_rx}]
+            if state == "start":
+                elements[:0] = [{"type": "regex", "pattern": r"\s*"},
+                                _choice([{"type": "const_string", "value": o} for o in fmt.reasoning.opens])]
+            try:
+                out.append("reasoning: " + writer.expression({"type": "sequence", "elements": elements}))
+            except Unsupported as e:
+                raise _unsupported(grammar, str(e)) from None
+        elif state == "reasoning":
+            out.append(f"reasoning[lazy]: {text} {lark_regex(fmt.reasoning.close_rx)}")
+        else:
+            open_re = lark_regex(r"\s*(?:" + opener + ")")
+            out.append(f"reasoning[lazy]: {open_re} {text} {lark_regex(fmt.reasoning.close_rx)}")
         if state == "reasoning":
-            out.append(f"reasoning[lazy]: {text} {close}")
             starts.append("reasoning body")
         else:
-            opener = fmt.reasoning.open_rx
-            open_re = lark_regex(r"\s*(?:" + opener + ")")
-            out.append(f"reasoning[lazy]: {open_re} {text} {close}")
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
             out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{opener})(?s:.*)/")
             out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
@@ -378,43 +400,111 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     else:
         starts.append("body")
     out.append("start: " + " | ".join(starts))
-    triggers = 0
+    heads: list[str] = []
     if mode != "none":
         try:
-            triggers = _lark_calls(out, fmt, allowed, parallel_tool_calls)
+            heads = _lark_calls(out, writer, fmt, allowed, parallel_tool_calls)
         except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
-    _lark_body(out, "body", "TEXT", "NOTRIG", mode, parallel_tool_calls, triggers)
+    free, free0 = _passing(out, grammar, fmt, tokens)
+    _lark_body(out, "body", "TEXT", free, mode, parallel_tool_calls, heads, free)
     if "body0" in starts:
-        _lark_body(out, "body0", "FIRST", "FIRSTNOTRIG", mode, parallel_tool_calls, triggers)
+        _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, heads, free)
+    out.extend(writer.rules)
     return "\n".join(out) + "\n"
 
 
+def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str, int]) -> tuple[str, str]:
+    """The free text between calls, where a tokenizer's tokens are given: text that spells no trigger, with
+    the grammar's other delimiter tokens between (gpt-oss's ``<|end|><|start|>assistant`` header, Cohere's
+    ``<|START_RESPONSE|>``), which a text lexeme cannot hold. A token a trigger starts with may pass, but
+    the text after it may not go on as that trigger (gpt-oss's ``<|channel|>`` before ``final`` or
+    ``commentary to=functions.``). Not the end of turn, the whole triggers or the reasoning's openers.
+    Returns the rules for the text and for the first text (``NOTRIG``, ``FIRSTNOTRIG`` when none pass)."""
+    delimiters = [lit for t in grammar.terminals.values() if isinstance(t.matcher, LiteralMatcher)
+                  for lit in t.matcher.literals]
+    delimiters += [t.matcher.pattern.replace("\\", "") for t in grammar.terminals.values()
+                   if isinstance(t.matcher, RegexMatcher)]
+    kept = {*fmt.trigger, *end_of_turn(grammar), *(fmt.reasoning.opens if fmt.reasoning else ())}
+    passing = sorted(t for t in tokens if t not in kept and any(t in d for d in delimiters))
+    if not passing:
+        return "NOTRIG", "FIRSTNOTRIG"
+    branches = []
+    for k, token in enumerate(passing):
+        rests = [trigger[len(token):] for trigger in fmt.trigger if trigger.startswith(token)]
+        after = "NOTRIG"
+        if rests:
+            after = f"AFTER_{k}"
+            out.append(f"{after}: NOTRIG & ~/(?:{'|'.join(escape(r) for r in rests)})(?s:.*)/")
+        branches.append(f"<[{tokens[token]}]> {after}")
+    out.append("passing: " + " | ".join(branches))
+    out.append("free: NOTRIG passing*")
+    if "FIRSTNOTRIG: FIRST & NOTRIG" in out:
+        out.append("free0: FIRSTNOTRIG passing*")
+    return "free", "free0"
+
+
+def added_tokens(tokenizer: Any) -> dict[str, int]:
+    """The added tokens of a Hugging Face tokenizer (a transformers tokenizer, or a ``tokenizers.Tokenizer``)
+    as text to id, for :func:`to_llguidance`'s ``tokens``."""
+    if hasattr(tokenizer, "get_added_vocab"):
+        return {str(t): int(i) for t, i in tokenizer.get_added_vocab().items()}
+    if hasattr(tokenizer, "get_added_tokens_decoder"):
+        return {str(t.content): int(i) for i, t in tokenizer.get_added_tokens_decoder().items()}
+    raise ArgumentError(f"cannot read the added tokens of {type(tokenizer).__name__}: pass a Hugging Face tokenizer, "
+                        "or a mapping of token text to id as tokens=", code="constrain.tokens")
+
+
+def _checked_tokens(tokens: Mapping[str, int] | None) -> dict[str, int]:
+    if tokens is None:
+        return {}
+    if not isinstance(tokens, Mapping) or not all(isinstance(t, str) and isinstance(i, int) and not isinstance(i, bool)
+                                                  and i >= 0 for t, i in tokens.items()):
+        raise ArgumentError("tokens must map each added token's text to its id (a non-negative int)",
+                            code="constrain.tokens", hint="constrain.added_tokens(tokenizer) reads them off a tokenizer.")
+    return {t: i for t, i in tokens.items() if t}
+
+
+def _spelled_by(tokens: Mapping[str, int], *texts: str) -> bool:
+    """Whether one of ``tokens`` occurs in one of ``texts``."""
+    return any(t in text for t in tokens for text in texts)
+
+
+def _choice(formats: list[dict[str, Any]]) -> dict[str, Any]:
+    return formats[0] if len(formats) == 1 else {"type": "or", "elements": formats}
+
+
 def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: str, parallel: bool,
-               triggers: int) -> None:
+               heads: list[str], notrig: str) -> None:
     """``rule``: free text with calls at their triggers; its first text is ``first``. A call is the free
-    text up to trigger k (one lazy lexeme), then ``block_k``, what may follow that trigger."""
+    text up to trigger k (one lazy lexeme; or, for a trigger that starts with a token, a greedy text that
+    spells no trigger, then the token), then ``block_k``, what may follow that trigger."""
     if mode == "none":
         out.append(f"{rule}: {first_notrig}")
         return
-    for k in range(triggers):
-        out.append(f"{rule}_head_{k}[lazy]: {first} TRIGGER_{k}")
-        if f"head_{k}[lazy]: TEXT TRIGGER_{k}" not in out:
-            out.append(f"head_{k}[lazy]: TEXT TRIGGER_{k}")
+    triggers = len(heads)
+    for k, head in enumerate(heads):
+        for name, text, before in ((f"{rule}_head_{k}", first, first_notrig), (f"head_{k}", "TEXT", notrig)):
+            line = f"{name}[lazy]: {text} {head}" if head.startswith("TRIGGER_") else f"{name}: {before} {head}"
+            if line not in out:
+                out.append(line)
     out.append(f"{rule}_call: " + " | ".join(f"{rule}_head_{k} block_{k}" for k in range(triggers)))
     if "call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)) not in out:
         out.append("call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)))
     more = " call*" if parallel else ""
-    tail = "TEXT" if parallel else "NOTRIG"
+    # Text a lazy head would end at a trigger; a token-led head ends at no text, so no free text spells one.
+    spelled = parallel and all(head.startswith("TRIGGER_") for head in heads)
+    tail = "TEXT" if spelled else notrig
     out.append(f"{rule}: {rule}_call{more} {tail}" + ("" if mode == "required" else
-                                                      f" | {first if parallel else first_notrig}"))
+                                                      f" | {first if spelled else first_notrig}"))
 
 
-def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> int:
-    """``TRIGGER_k`` and ``block_k``, what follows trigger k: the structural tag's blocks translated
-    (grammar_parse.constrain.lark) with the trigger, which the free text before it has already taken, cut
-    from each block's begin. Returns the number of triggers."""
-    writer = LarkWriter()
+def _lark_calls(out: list[str], writer: LarkWriter, fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
+                parallel: bool) -> list[str]:
+    """``block_k``, what follows trigger k: the structural tag's blocks translated (grammar_parse.constrain.lark)
+    with the trigger, which the free text before it has already taken, cut from each block's begin. Returns
+    what ends the free text before each: ``TRIGGER_k``, a lexeme with the trigger's text, or the trigger's
+    expression when it starts with a token."""
     forms: dict[str, list[str]] = {}
     for block in _xgr_blocks(fmt, tools, parallel):
         begin = block.get("begin", "")
@@ -422,11 +512,17 @@ def _lark_calls(out: list[str], fmt: _Format, tools: list[tuple[str, dict[str, A
         if taken is None:
             raise Unsupported(f"a call form does not start with its trigger ({begin!r})")
         forms.setdefault(taken, []).append(writer.expression({**block, "begin": begin[len(taken):]}))
-    out.extend(writer.rules)
+    heads = []
     for k, (trigger, expressions) in enumerate(forms.items()):
-        out.append(f"TRIGGER_{k}: {lark_regex(escape(trigger))}")
+        pieces = text_with_tokens(trigger, writer.tokens)
+        if pieces[0]["type"] == "token":
+            heads.append(writer.expression({"type": "sequence", "elements": pieces}))
+        else:
+            # (text, then any tokens the trigger holds after it: the lazy lexeme ends at the text)
+            out.append(f"TRIGGER_{k}: {lark_regex(escape(pieces[0]['value']))}")
+            heads.append(f"TRIGGER_{k}" + "".join(" " + writer.expression(p) for p in pieces[1:]))
         out.append(f"block_{k}: " + " | ".join(expressions))
-    return len(forms)
+    return heads
 
 
 def _checked_format(grammar: Grammar) -> _Format:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -375,3 +376,111 @@ def delim_of(terminal: Terminal | None) -> Delim:
         return Delim(literals=tuple(terminal.matcher.literals))
     assert isinstance(terminal.matcher, RegexMatcher)
     return Delim(regex=parse_regex(terminal.matcher.pattern, terminal.matcher.flags))
+
+
+# ---------------------------------------------------------------------------- a tokenizer's added tokens
+# An engine reads an added token (``<|python_tag|>``, Qwen's ``<tool_call>``) as one token, not as its text:
+# llguidance matches it only by a token reference. These split a literal or a regex at each token's text
+# into structural-tag formats, a ``{"type": "token", "token": id}`` for each occurrence.
+
+
+def text_with_tokens(text: str, tokens: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``text`` as ``const_string`` and ``token`` formats, each added token's text a token (longest first)."""
+    out: list[dict[str, Any]] = []
+    start = i = 0
+    ordered = sorted((t for t in tokens if t), key=len, reverse=True)
+    while i < len(text):
+        token = next((t for t in ordered if text.startswith(t, i)), None)
+        if token is None:
+            i += 1
+            continue
+        if start < i:
+            out.append({"type": "const_string", "value": text[start:i]})
+        out.append({"type": "token", "token": tokens[token]})
+        i = start = i + len(token)
+    if start < len(text):
+        out.append({"type": "const_string", "value": text[start:]})
+    return out
+
+
+def regex_with_tokens(pattern: str, tokens: Mapping[str, int]) -> dict[str, Any] | None:
+    """``pattern`` as a structural-tag format in which each added token's text, wherever the regex spells it
+    as literal characters (inside groups and alternatives too), is a token; None when it spells none, or
+    holds a construct this re-emitting does not know (it is then kept whole)."""
+    if not any(t and t in pattern.replace("\\", "") for t in tokens):
+        return None
+    try:
+        items = list(sre_p.parse(pattern).data)
+    except Exception:  # (a pattern Python's re reads differently: kept whole)
+        return None
+    rx = Regex(items, frozenset(), dotall=False)
+    ordered = sorted((t for t in tokens if t), key=len, reverse=True)
+    try:
+        node = _split_items(rx, items, ordered, tokens)
+    except Unsupported:
+        return None
+    return node
+
+
+def _split_items(rx: Regex, items: Any, ordered: list[str], tokens: Mapping[str, int]) -> dict[str, Any] | None:
+    """A sequence format for ``items`` with its tokens split out, or None when no token occurs in them."""
+    c = sre_c
+    out: list[dict[str, Any]] = []
+    run: list[Any] = []  # the items since the last token, emitted as one regex
+    found = False
+
+    def flush() -> None:
+        if run:
+            if any(op is c.ANY for op, _ in run):  # (the dotall flag of a group is not carried here)
+                raise Unsupported("a wildcard beside a token")
+            out.append({"type": "regex", "pattern": rx.emit(run, None)})
+            run.clear()
+
+    i = 0
+    while i < len(items):
+        op, av = items[i]
+        if op is c.LITERAL:
+            token = next((t for t in ordered if len(t) <= len(items) - i and all(
+                items[i + k][0] is c.LITERAL and items[i + k][1] == ord(ch) for k, ch in enumerate(t))), None)
+            if token is not None:
+                flush()
+                out.append({"type": "token", "token": tokens[token]})
+                found, i = True, i + len(token)
+                continue
+        inner = _split_nested(rx, op, av, ordered, tokens)
+        if inner is None:
+            run.append((op, av))
+        else:
+            flush()
+            out.append(inner)
+            found = True
+        i += 1
+    if not found:
+        return None
+    flush()
+    return {"type": "sequence", "elements": out}
+
+
+def _split_nested(rx: Regex, op: Any, av: Any, ordered: list[str],
+                  tokens: Mapping[str, int]) -> dict[str, Any] | None:
+    c = sre_c
+    if op is c.SUBPATTERN:
+        return _split_items(rx, av[3], ordered, tokens)
+    if op is c.BRANCH:
+        branches = [_split_items(rx, b, ordered, tokens) for b in av[1]]
+        if all(b is None for b in branches):
+            return None
+        return {"type": "or", "elements": [b if b is not None else {"type": "regex", "pattern": rx.emit(branch, None)}
+                                           for b, branch in zip(branches, av[1])]}
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+        lo, hi, sub = av
+        inner = _split_items(rx, sub, ordered, tokens)
+        if inner is None:
+            return None
+        if (lo, hi) == (0, 1):
+            return {"type": "optional", "content": inner}
+        if hi == c.MAXREPEAT:
+            return {"type": "star" if lo == 0 else "plus", "content": inner} if lo <= 1 else \
+                {"type": "repeat", "min": lo, "max": -1, "content": inner}
+        return {"type": "repeat", "min": lo, "max": hi, "content": inner}
+    return None
