@@ -431,11 +431,21 @@ def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str
         return "NOTRIG", "FIRSTNOTRIG"
     branches = []
     for k, token in enumerate(passing):
-        rests = [trigger[len(token):] for trigger in fmt.trigger if trigger.startswith(token)]
+        # The text after the token may not be the trigger's rest: its text, or its text up to the next token
+        # exactly (then that token passes too), or nothing when a token follows at once.
+        shut, nonempty = [], False
+        for trigger in fmt.trigger:
+            if trigger.startswith(token):
+                rest = text_with_tokens(trigger[len(token):], tokens)
+                if rest[0]["type"] == "token":
+                    nonempty = True
+                else:
+                    shut.append(escape(rest[0]["value"]) + ("(?s:.*)" if len(rest) == 1 else ""))
         after = "NOTRIG"
-        if rests:
+        if shut or nonempty:
             after = f"AFTER_{k}"
-            out.append(f"{after}: NOTRIG & ~/(?:{'|'.join(escape(r) for r in rests)})(?s:.*)/")
+            out.append(f"{after}: NOTRIG" + (f" & ~/(?:{'|'.join(shut)})/" if shut else "")
+                       + (" & /(?s:.+)/" if nonempty else ""))
         branches.append(f"<[{tokens[token]}]> {after}")
     out.append("passing: " + " | ".join(branches))
     out.append("free: NOTRIG passing*")

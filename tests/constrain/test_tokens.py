@@ -1,0 +1,196 @@
+"""A grammar's delimiters as a tokenizer's added tokens (grammar_parse.constrain, ``tokens=``).
+
+A real tokenizer holds ``<tool_call>`` or ``<|python_tag|>`` as one added token, and llguidance matches such a
+token only by a token reference: a constraint that spells the delimiter as text forbids the token the model
+writes. Each grammar is checked with a Hugging Face tokenizer built here (a byte-level vocabulary, so any
+text can be written, plus the grammar's control-token-shaped delimiters as added tokens), through
+llguidance's and xgrammar's own Hugging Face loaders: every golden sample written with the tokens is
+accepted, the same text with a call trigger spelled in bytes is not, and ``tool_choice`` still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse import constrain
+from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse.errors import ArgumentError
+
+llguidance = pytest.importorskip("llguidance")
+xgrammar = pytest.importorskip("xgrammar")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from test_constrain import cases, complete, cut, has_calls, tools_for  # noqa: E402
+
+#: Delimiter texts shaped like a model's control tokens: <|...|>, <｜...｜>, [UPPER], and the think and
+#: tool_call tags that Qwen-style tokenizers add.
+TOKEN_SHAPE = re.compile(r"<\|[^|<>\s]{1,60}\|>|<｜[^\s<>｜]{1,60}｜>|\[[A-Z_]{3,20}\]"
+                         r"|</?[a-z_]*think>|</?[a-z_]*tool_call>")
+EOS = "<eos>"
+
+
+def delimiter_tokens(grammar: gp.Grammar) -> list[str]:
+    """The grammar's delimiter texts (literals, and regexes read without their escapes) that look like tokens."""
+    texts: list[str] = []
+    for terminal in grammar.terminals.values():
+        if isinstance(terminal.matcher, LiteralMatcher):
+            texts += terminal.matcher.literals
+        elif isinstance(terminal.matcher, RegexMatcher):
+            texts.append(terminal.matcher.pattern.replace("\\", ""))
+    return sorted({m for text in texts for m in TOKEN_SHAPE.findall(text)})
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-to-character table, which a byte-level BPE vocabulary is written in."""
+    shown = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = dict(zip(shown, map(chr, shown))), 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+class Vocabulary:
+    """A Hugging Face tokenizer: token i < 256 is byte i, then the end of sequence, then the added tokens."""
+
+    def __init__(self, added: list[str]) -> None:
+        tk = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={c: b for b, c in _byte_chars().items()}, merges=[]))
+        tk.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tk.decoder = tokenizers.decoders.ByteLevel()
+        tk.add_special_tokens([tokenizers.AddedToken(EOS, special=True)])
+        tk.add_tokens([tokenizers.AddedToken(t, special=True) for t in added])
+        self.hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=EOS)
+        self.ids = constrain.added_tokens(self.hf)
+        self.added = sorted(added, key=len, reverse=True)
+        self.llg = llguidance.LLTokenizer(tk.to_str(), eos_token=self.ids[EOS])
+        self.xgr = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(self.hf), cache_enabled=False)
+
+    def encode(self, text: str, spelled: tuple[str, ...] = ()) -> list[int]:
+        """Each added token's text as its token (but those in ``spelled``, written in bytes), the rest as bytes."""
+        out: list[int] = []
+        i = 0
+        while i < len(text):
+            token = next((t for t in self.added if t not in spelled and text.startswith(t, i)), None)
+            if token is not None:
+                out.append(self.ids[token])
+                i += len(token)
+            else:
+                out.extend(text[i].encode())
+                i += 1
+        return out
+
+    def llguidance(self, lark: str, ids: list[int]) -> str:
+        matcher = llguidance.LLMatcher(self.llg, lark, log_level=0)
+        assert not matcher.is_error(), matcher.get_error()
+        for i, token in enumerate(ids):
+            if not matcher.consume_token(token):
+                return f"reject@{i}"
+        return "accept" if matcher.is_accepting() else "prefix"
+
+    def xgrammar(self, tag: dict[str, Any], ids: list[int]) -> str:
+        matcher = xgrammar.GrammarMatcher(self.xgr.compile_structural_tag(json.dumps(tag)),
+                                          terminate_without_stop_token=False)
+        for i, token in enumerate(ids):
+            if not matcher.accept_token(token):
+                return f"reject@{i}"
+        return "accept" if matcher.accept_token(self.ids[EOS]) else "prefix"
+
+
+_VOCABULARIES: dict[str, Vocabulary] = {}
+
+
+def vocabulary(grammar: gp.Grammar) -> Vocabulary:
+    assert grammar.name is not None
+    if grammar.name not in _VOCABULARIES:
+        _VOCABULARIES[grammar.name] = Vocabulary(delimiter_tokens(grammar))
+    return _VOCABULARIES[grammar.name]
+
+
+def tokened(wanted: Any) -> list[Any]:
+    """The cases of grammars with delimiters that look like tokens."""
+    return [p for p in cases(wanted) if delimiter_tokens(gp.load_grammar(p.values[0]))]
+
+
+def _trigger_tokens(grammar: gp.Grammar) -> tuple[str, ...]:
+    """The added tokens a call's trigger is spelled with."""
+    tokens = delimiter_tokens(grammar)
+    return tuple(t for t in tokens if any(t in trigger for trigger in constrain._call_format(grammar).trigger))
+
+
+# ---------------------------------------------------------------------------- the tests
+@pytest.mark.parametrize(("name", "sample"), tokened(complete))
+def test_a_valid_output_written_with_the_tokens_is_accepted(name: str, sample: Any) -> None:
+    grammar = gp.load_grammar(name)
+    vocab = vocabulary(grammar)
+    text = cut(grammar, sample.text)
+    tools = tools_for(sample)
+    lark = constrain.to_llguidance(grammar, tools=tools, prefix=sample.prefix, tokens=vocab.ids)
+    assert vocab.llguidance(lark, vocab.encode(text)) == "accept", text
+    # xgrammar reads a token by its text: the structural tag, which spells delimiters, takes the tokens as is.
+    tag = constrain.to_structural_tag(grammar, tools=tools, prefix=sample.prefix)
+    assert vocab.xgrammar(tag, vocab.encode(text)) == "accept", text
+
+
+@pytest.mark.parametrize(("name", "sample"), [p for p in tokened(lambda s: has_calls(s) and complete(s))
+                                              if _trigger_tokens(gp.load_grammar(p.values[0]))])
+def test_a_call_trigger_spelled_in_bytes_is_not_a_call(name: str, sample: Any) -> None:
+    """The parser reads the spelled text as the delimiter too: a constraint that let it through as free text
+    would let through a call it never checked."""
+    grammar = gp.load_grammar(name)
+    spelled = _trigger_tokens(grammar)
+    vocab = vocabulary(grammar)
+    lark = constrain.to_llguidance(grammar, tools=tools_for(sample), prefix=sample.prefix, tokens=vocab.ids)
+    text = cut(grammar, sample.text)
+    assert vocab.llguidance(lark, vocab.encode(text, spelled)).startswith("reject@"), text
+
+
+@pytest.mark.parametrize(("name", "sample"), tokened(lambda s: has_calls(s) and complete(s)))
+def test_tool_choice_none_rejects_the_call_and_required_rejects_text_only(name: str, sample: Any) -> None:
+    grammar = gp.load_grammar(name)
+    vocab = vocabulary(grammar)
+    tools = tools_for(sample)
+    text = cut(grammar, sample.text)
+    none = constrain.to_llguidance(grammar, tools=tools, tool_choice="none", prefix=sample.prefix, tokens=vocab.ids)
+    assert vocab.llguidance(none, vocab.encode(text)).startswith("reject@")
+    required = constrain.to_llguidance(grammar, tools=tools, tool_choice="required", prefix=sample.prefix,
+                                       tokens=vocab.ids)
+    assert vocab.llguidance(required, vocab.encode(text)) == "accept"
+    assert vocab.llguidance(required, vocab.encode("Just an answer.")) != "accept"
+
+
+def test_added_tokens_reads_a_transformers_and_a_tokenizers_tokenizer() -> None:
+    vocab = Vocabulary(["<tool_call>", "</tool_call>"])
+    expected = {EOS: 256, "<tool_call>": 257, "</tool_call>": 258}
+    assert constrain.added_tokens(vocab.hf) == expected
+    assert constrain.added_tokens(vocab.hf.backend_tokenizer) == expected
+
+
+@pytest.mark.parametrize("tokens", [{"<tool_call>": "257"}, {"<tool_call>": -1}, {"<tool_call>": True}, ["<x>"]])
+def test_tokens_that_are_not_text_to_id_are_refused(tokens: Any) -> None:
+    with pytest.raises(ArgumentError) as e:
+        constrain.to_llguidance(gp.load_grammar("qwen3"), tools=[], tokens=tokens)
+    assert e.value.code == "constrain.tokens"
+
+
+def test_added_tokens_refuses_an_object_that_is_no_tokenizer() -> None:
+    with pytest.raises(ArgumentError) as e:
+        constrain.added_tokens(object())
+    assert e.value.code == "constrain.tokens"
+
+
+def test_without_tokens_an_added_token_is_refused_by_llguidance() -> None:
+    """Why tokens= exists: the spelled delimiter does not match the token the model writes."""
+    grammar = gp.load_grammar("qwen3")
+    vocab = vocabulary(grammar)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    text = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    assert vocab.llguidance(constrain.to_llguidance(grammar, tools=tools), vocab.encode(text)) == "reject@0"
+    assert vocab.llguidance(constrain.to_llguidance(grammar, tools=tools, tokens=vocab.ids),
+                            vocab.encode(text)) == "accept"
