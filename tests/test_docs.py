@@ -21,7 +21,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 BLOCK = re.compile(r"(?:<!-- file: (?P<file>[\w.-]+) -->\n)?```(?P<lang>\w*)\n(?P<code>.*?)```", re.S)
 
 # How many shown values each guide's Python examples check (0: the guide has no Python example).
-CHECKED_VALUES = {"chat-templates.md": 5, "constraints.md": 2, "divergences.md": 0, "grammar-authoring.md": 4, "legacy.md": 4}
+CHECKED_VALUES = {"chat-templates.md": 5, "constraints.md": 3, "divergences.md": 0, "grammar-authoring.md": 4, "legacy.md": 4}
 
 
 def test_every_guide_is_listed():

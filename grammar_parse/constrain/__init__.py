@@ -492,20 +492,24 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
     if mode == "none":
         out.append(f"{rule}: {first_notrig}")
         return
-    triggers = len(heads)
+    # The first call's head is the later calls' head when the first text is any text (no reasoning before).
+    first_call = "call" if (first, first_notrig) == ("TEXT", notrig) else f"{rule}_call"
     for k, head in enumerate(heads):
         for name, text, before in ((f"{rule}_head_{k}", first, first_notrig), (f"head_{k}", "TEXT", notrig)):
+            if first_call == "call" and name != f"head_{k}":
+                continue
             line = f"{name}[lazy]: {text} {head}" if head.startswith("TRIGGER_") else f"{name}: {before} {head}"
             if line not in out:
                 out.append(line)
-    out.append(f"{rule}_call: " + " | ".join(f"{rule}_head_{k} block_{k}" for k in range(triggers)))
-    if "call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)) not in out:
-        out.append("call: " + " | ".join(f"head_{k} block_{k}" for k in range(triggers)))
+    calls = ["call: " + " | ".join(f"head_{k} block_{k}" for k in range(len(heads)))]
+    if first_call != "call":
+        calls.append(f"{first_call}: " + " | ".join(f"{rule}_head_{k} block_{k}" for k in range(len(heads))))
+    out.extend(line for line in calls if line not in out)
     more = " call*" if parallel else ""
     # Text a lazy head would end at a trigger; a token-led head ends at no text, so no free text spells one.
     spelled = parallel and all(head.startswith("TRIGGER_") for head in heads)
     tail = "TEXT" if spelled else notrig
-    out.append(f"{rule}: {rule}_call{more} {tail}" + ("" if mode == "required" else
+    out.append(f"{rule}: {first_call}{more} {tail}" + ("" if mode == "required" else
                                                       f" | {first if spelled else first_notrig}"))
 
 
@@ -600,7 +604,7 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
             {"type": "sequence", "elements": elements}}
 
 
-def _xgr_calls(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
+def _call_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
     """One ``tag`` per call form: the canonical opener up to the tool's name as its begin."""
     tags = []
     # A tagged call's closer may hold whitespace a literal end cannot ("</function>\n</tool_call>"): all but
@@ -645,7 +649,7 @@ def _merged(tags: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
     """The triggered tags: the calls themselves, or one section tag holding them."""
-    calls = _xgr_calls(fmt, tools, parallel)
+    calls = _call_tags(fmt, tools, parallel)
     if fmt.wrapper is None:
         return calls
     begin, end = fmt.wrapper

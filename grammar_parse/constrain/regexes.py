@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..delimiters import LiteralMatcher, RegexMatcher, ValueEnd
@@ -56,6 +56,7 @@ class Regex:
     names: frozenset[int]  # group numbers that hold the name
     dotall: bool
     lookahead: bool = False  # a lookahead at a non-space ended it: what follows starts at once (phi4's functools(?=\[))
+    groups: Mapping[str, int] = field(default_factory=dict)  # the source's group names and numbers
 
     def emit(self, items: Any, name: str | None) -> str:
         return "".join(self._node(op, av, name) for op, av in items)
@@ -194,26 +195,27 @@ def without_start(rx: Regex) -> Regex | None:
     return Regex([(c.BRANCH, (None, kept))] if len(kept) > 1 else list(kept[0]), rx.names, rx.dotall)
 
 
-def parse_regex(pattern: str, flags: int) -> Regex:
-    """A delimiter regex parsed; a trailing lookahead is dropped (the payload after it is constrained
-    anyway), other lookarounds and anchors are refused."""
+def parse_regex(pattern: str, flags: int, group: str = NAME_GROUP) -> Regex:
+    """A delimiter regex parsed, with every ``group`` (the tool's name; an argument opener's ``key``) and every
+    ``(?P=group)`` back-reference as a group :meth:`Regex.emit` writes as the name given to it. A trailing
+    lookahead is dropped (the payload after it is constrained anyway); other lookarounds and anchors are
+    refused when emitted."""
     # The regex module allows one group name twice (alternatives that both capture the name); re does not.
-    parts, count, source = pattern.split(f"(?P<{NAME_GROUP}>"), 0, ""
-    for i, part in enumerate(parts):
-        source += part if i == 0 else f"(?P<{NAME_GROUP}__{i}>" + part
-        count += 1
+    parts = pattern.replace(f"(?P={group})", f"(?P<{group}>)").split(f"(?P<{group}>")
+    source = parts[0] + "".join(f"(?P<{group}__{i}>" + part for i, part in enumerate(parts[1:], 1))
     try:
         parsed = sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
     except Exception as e:  # re refuses what the regex module allows (possessive forms in 3.10, ...)
-        raise Unsupported(f"the delimiter regex {pattern!r} is not understood here ({e})") from None
-    names = frozenset(n for g, n in parsed.state.groupdict.items() if g == NAME_GROUP or g.startswith(NAME_GROUP + "__"))
+        raise Unsupported(f"the regex {pattern!r} is not understood here ({e})") from None
+    groups: dict[str, int] = dict(parsed.state.groupdict)
+    names = frozenset(n for g, n in groups.items() if g.startswith(group + "__"))
     items: list[Any] = list(parsed.data)
     lookahead = False
     while items and items[-1][0] is sre_c.ASSERT and items[-1][1][0] == 1:
         ahead = list(items.pop()[1][1])
         # (qwen3's (?=\s*[{\[]) allows whitespace first; phi4's (?=\[) does not)
         lookahead = bool(ahead) and ahead[0][0] is sre_c.LITERAL and not chr(ahead[0][1]).isspace()
-    return Regex(items, names, bool(flags & 16), lookahead)
+    return Regex(items, names, bool(flags & 16), lookahead, groups)
 
 
 # ---------------------------------------------------------------------------- a delimiter, for one tool

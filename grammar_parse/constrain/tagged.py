@@ -46,7 +46,7 @@ from ..symbols import Region
 from ..toolstream import plan_for
 from ..tools import schema_types
 from ..values import PLACEHOLDER, ValueSpec
-from .regexes import Delim, Regex, Unsupported, delim_of, sre_c, sre_p
+from .regexes import Delim, Regex, Unsupported, delim_of, parse_regex, sre_c
 
 #: Whitespace between parameters, and between a parameter's tags and a JSON value.
 _SPACE = r"\s*"
@@ -57,23 +57,6 @@ TAGGED_MODES = ("components", "xml", "at_close")
 
 
 # ---------------------------------------------------------------------------- regexes with a key group
-def _parse(pattern: str, flags: int, group: str) -> tuple[Regex, dict[str, int]]:
-    """A regex parsed with every ``group`` (and every ``(?P=group)`` back-reference) as a key group that
-    :meth:`Regex.emit` writes as the parameter's name; a trailing positive lookahead is dropped."""
-    parts = pattern.replace(f"(?P={group})", f"(?P<{group}>)").split(f"(?P<{group}>")
-    source = parts[0] + "".join(f"(?P<{group}__{i}>" + part for i, part in enumerate(parts[1:]))
-    try:
-        parsed = sre_p.parse(source, flags & ~0x100)  # (regex.VERSION0/1 bits are not re's)
-    except Exception as e:  # re refuses what the regex module allows
-        raise Unsupported(f"the argument regex {pattern!r} is not understood here ({e})") from None
-    groups: dict[str, int] = dict(parsed.state.groupdict)
-    names = frozenset(n for g, n in groups.items() if g.startswith(group + "__"))
-    items: list[Any] = list(parsed.data)
-    while items and items[-1][0] is sre_c.ASSERT and items[-1][1][0] == 1:
-        items.pop()
-    return Regex(items, names, bool(flags & 16)), groups
-
-
 def _first_chars(items: Any) -> list[Any]:
     """The set items (``re`` IN entries) of the characters a match of ``items`` can start with."""
     c = sre_c
@@ -354,14 +337,14 @@ def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> 
                        for r in grammar.lark.rules if r.origin.name == child.rule)
         closer: Any
         if isinstance(close_t.matcher, RegexMatcher):
-            closer = _parse(close_t.matcher.pattern, close_t.matcher.flags, group)[0]
+            closer = parse_regex(close_t.matcher.pattern, close_t.matcher.flags, group)
         else:
             assert isinstance(close_t.matcher, LiteralMatcher)
             closer = close_t.matcher.literals
         for open_t in openers:
             if not isinstance(open_t.matcher, RegexMatcher) or f"(?P<{group}>" not in open_t.matcher.pattern:
                 raise Unsupported(f"the argument opener {open_t.name} holds no (?P<{group}>...) group for the key")
-            opener = _parse(open_t.matcher.pattern, open_t.matcher.flags, group)[0]
+            opener = parse_regex(open_t.matcher.pattern, open_t.matcher.flags, group)
             slots.append(_slot(opener, closer, json=content == "json", strip=bool(content_args.get("strip", True)),
                                excludes=excludes if optional else ()))
     return slots
@@ -371,7 +354,7 @@ def _delimiter_texts(matcher: Any) -> list[str]:
     """The texts to keep out of a value that this delimiter would end."""
     if isinstance(matcher, LiteralMatcher):
         return list(matcher.literals)
-    rx = _parse(matcher.pattern, matcher.flags, "key")[0]
+    rx = parse_regex(matcher.pattern, matcher.flags, "key")
     found = _cutting_text(rx, rx.items)
     return [found] if found else []
 
@@ -381,7 +364,8 @@ def _tag_pattern_slot(region: Region) -> _Slot:
     args = _content(region)[1]
     if args.get("value_parser") is not None or "value_parser_when" in args:
         raise Unsupported("the tag pattern's values go through a value parser")
-    rx, groups = _parse(args["tag_pattern"], 16, "key")
+    rx = parse_regex(args["tag_pattern"], 16, "key")
+    groups = rx.groups
     value = groups.get("value")
     at = next((i for i, (op, av) in enumerate(rx.items) if op is sre_c.SUBPATTERN and av[0] == value), None)
     if at is None or not rx.names:

@@ -40,17 +40,21 @@ marked ``"strict": true``, the tool parser's ``adjust_request`` sets the grammar
 reasoning and content stay free text, and a call, from its trigger on, must be one of the request's tools
 with arguments that follow its schema, in the model's own format. A request with a structured output of
 its own (``structured_outputs``, or a ``response_format`` other than text) is left as the client sent
-it, and so is plain ``"auto"``. The reasoning is part of the constraint only when vLLM constrains the
-output from its first token: with ``--reasoning-parser`` (any reasoning parser; vLLM sets the tool
-parser's ``skip_reasoning_parsing`` when there is none), vLLM's structured-output manager holds the
-constraint back until the reasoning parser says the reasoning has ended, so the constraint starts at the
-content (``reasoning=False``); a Chat Completions request with ``include_reasoning=false`` is
-constrained from its first token again, and gets the reasoning. A grammar the constraint cannot express
+it, and so is plain ``"auto"``. The constraint holds the (optional) reasoning and vLLM constrains from
+the first token, unless the prompt leaves a reasoning open (a template that pre-fills ``<think>``, or a
+grammar whose reasoning opens at the start): then, with ``--reasoning-parser``, vLLM's structured-output
+manager holds the constraint back until the reasoning parser says the reasoning has ended, and the
+constraint starts at the content (``reasoning=False``). For a chat request the grammar's own reasoning
+parser, partnered with the tool parser, tells vLLM the reasoning has ended when the prompt leaves none
+open (``is_reasoning_end``), so a call written before any reasoning or text is checked from its opener
+on; had vLLM waited for the parser to see the reasoning end, it would have started the constraint inside
+that call. A Responses request asks vLLM's own request-local reasoner instead, which knows nothing of the
+constraint: it is constrained from the content on, and a call written first goes unchecked there.
+Without a reasoning parser (vLLM sets the tool parser's ``skip_reasoning_parsing``), or for a Chat
+Completions request with ``include_reasoning=false``, vLLM constrains from the first token and the
+constraint holds the reasoning as the prompt left it. A grammar the constraint cannot express
 (``constrain.unsupported``) leaves the request unconstrained, as before, and is logged once at info
-level; the request never fails for it. One gap with a reasoning parser: an output that opens a call
-before any reasoning or text ends the reasoning inside that call (``is_reasoning_end``), so vLLM starts
-the constraint a few tokens into it; that call goes unchecked, and with ``"required"`` the constraint
-then asks for one more.
+level; the request never fails for it.
 
 ``supports_required_and_named`` stays False: to vLLM it means that required and named output is its
 own JSON array of calls, read without the tool parser. The constraint keeps the model's own format, so
@@ -90,6 +94,7 @@ from grammar_parse import Grammar, ResponseParser
 from grammar_parse.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
+from grammar_parse.events import Event
 from grammar_parse.integrations import (
     GENERIC,
     grammar_for,
@@ -173,6 +178,9 @@ class _Joint:
         self.tools: list[dict[str, Any]] | None = None
         self.prefix = ""
         self.reasoning_to_content = True  # (until a reasoning parser is known to be there)
+        #: The tool parser set a constraint that holds the reasoning too: the reasoning ends for vLLM's
+        #: structured outputs wherever none is open, so the constraint starts at the first token.
+        self.constrained_from_start = False
         self.stream: ChatCompletionsStream | None = None
         self.finished = False
 
@@ -223,6 +231,24 @@ class _Joint:
         return message
 
 
+def _replayed(grammar: Grammar, text: str) -> list[Event] | None:
+    """The events of replaying ``text`` (a prompt's tail and the output so far) through the grammar; None
+    when the grammar cannot start after it."""
+    try:
+        return list(ResponseParser(grammar, text, strict=False).initial_events)
+    except Exception:
+        return None
+
+
+def _reasoning_open(events: list[Event], field: str | None) -> bool:
+    """Whether the replayed events leave a reasoning region open."""
+    open_ = False
+    for event in events:
+        if field is not None and event.get("field") == field and event["type"] in ("region_open", "region_close"):
+            open_ = event["type"] == "region_open"
+    return open_
+
+
 class GrammarReasoningParser(ReasoningParser):
     """vLLM reasoning parser for one grammar (subclassed per parser name: ``parser_name``)."""
 
@@ -268,16 +294,19 @@ class GrammarReasoningParser(ReasoningParser):
     # where reasoning ends, for structured outputs
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether the text of ``input_ids`` leaves the grammar past its reasoning: a reasoning region was
-        closed, or content or a call has begun."""
+        closed, or content or a call has begun. When the tool parser's constraint holds the reasoning
+        (``constrained_from_start``), wherever no reasoning is open: vLLM then constrains from the first
+        token, and a call written before any reasoning or text is checked from its opener on."""
         text = prompt_tail(lambda ids: _decode(self.model_tokenizer, ids), input_ids) or ""
-        try:
-            parser = ResponseParser(self.joint.grammar, text, strict=False)
-        except Exception:  # (a prompt the grammar cannot start after: nothing is known)
+        events = _replayed(self.joint.grammar, text)
+        if events is None:  # (a prompt the grammar cannot start after: nothing is known)
             return False
         reasoning = next((f for f in REASONING_FIELDS if f in self.joint.grammar.fields), None)
+        if self.joint.constrained_from_start:
+            return not _reasoning_open(events, reasoning)
         return any((event["type"] == "region_close" and event["field"] == reasoning)
                    or (event["type"] == "region_open" and event["field"] != reasoning)
-                   for event in parser.initial_events)
+                   for event in events)
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
         return list(input_ids)  # (the content is the stream's to cut, not the token ids')
@@ -339,10 +368,19 @@ class GrammarToolParser(ToolParser):
         if not tools or choice is None or _client_constrains(request):
             return request
         # vLLM constrains from the first token when no reasoning parser is set, or when a Chat Completions
-        # request drops the reasoning (ChatCompletionRequest.resolve_reasoning_ended); otherwise the
-        # constraint starts where the reasoning parser says the reasoning has ended.
+        # request drops the reasoning (ChatCompletionRequest.resolve_reasoning_ended), or when the reasoning
+        # parser (this parser's partner) says the prompt leaves no reasoning open; otherwise the constraint
+        # starts where the reasoning parser says the reasoning has ended. A chat request whose output starts
+        # outside a reasoning gets the constraint with the reasoning in it, and its partner reports the
+        # reasoning ended at once; one whose output starts inside it (ERNIE's, which opens at the start)
+        # gets it from the content on, as does a Responses request (vLLM asks its own reasoner there).
         reasoning = self.skip_reasoning_parsing or (isinstance(request, ChatCompletionRequest)
                                                     and not request.include_reasoning)
+        partnered = self.joint.reasoning_to_content is False and isinstance(request, ChatCompletionRequest)
+        if not reasoning and partnered:
+            events = _replayed(self.joint.grammar, self.joint.prefix)
+            field = next((f for f in REASONING_FIELDS if f in self.joint.grammar.fields), None)
+            reasoning = self.joint.constrained_from_start = events is not None and not _reasoning_open(events, field)
         try:
             tag = to_structural_tag(self.joint.grammar, tools=tools, tool_choice=choice,
                                     parallel_tool_calls=request.parallel_tool_calls is not False,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from char_tokens import CharTokenizer
 from goldens import goldens
 from grammar_parse import list_grammars
 from grammar_parse.constrain import end_of_turn, to_structural_tag
@@ -87,6 +88,7 @@ def vllm():
         warnings.simplefilter("ignore")
         pytest.importorskip("vllm")
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
         from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
         from vllm.parser import ParserManager
         from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
@@ -95,6 +97,7 @@ def vllm():
 
     class Engine:
         Chat, Responses, validate = ChatCompletionRequest, ResponsesRequest, staticmethod(validate_xgrammar_grammar)
+        Stream = ChatStreamProcessor
 
         @staticmethod
         def parser(tool: str, reasoning: str | None, tools: Any, prompt: str = PROMPT) -> Any:
@@ -114,19 +117,6 @@ def vllm():
     return Engine
 
 
-class CharTokenizer:
-    """Token ids are code points: enough for the parsers to decode the prompt."""
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(map(chr, ids))
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) for c in text]
-
-    def get_vocab(self):
-        return {}
-
-
 def vllm_tag(request: Any) -> dict[str, Any] | None:
     params = request.extract_structured_outputs()
     return None if params is None or params.structural_tag is None else json.loads(params.structural_tag)
@@ -137,13 +127,61 @@ def vllm_tag(request: Any) -> dict[str, Any] | None:
 def test_vllm_constrains_required_named_and_strict_auto(vllm, kind, reasoning_parser):
     choice, tools = CONSTRAINED[kind]
     request = vllm.chat(choice, tools, skip_special_tokens=True)
-    request = vllm.parser("gp_qwen3", reasoning_parser, request.tools).adjust_request(request)
-    # With a reasoning parser, vLLM holds the constraint back until the reasoning ends: the tag starts at
-    # the content. Alone, the tool parser is constrained from the first token, reasoning included.
+    parser = vllm.parser("gp_qwen3", reasoning_parser, request.tools)
+    request = parser.adjust_request(request)
+    # The prompt opens no reasoning: the tag holds the (optional) reasoning, and vLLM constrains from the
+    # first token, with a reasoning parser too (it asks the parser's is_reasoning_end of the prompt).
     want = to_structural_tag(grammar_for("gp_qwen3"), tools=tools, tool_choice=choice, parallel_tool_calls=True,
-                             reasoning=reasoning_parser is None)
+                             reasoning=True)
     assert vllm_tag(request) == want
+    assert request.resolve_reasoning_ended(parser, [ord(c) for c in PROMPT]) is (True if reasoning_parser else None)
     assert request.response_format is None and request.skip_special_tokens is False
+
+
+def test_vllm_with_a_reasoning_parser_checks_a_call_written_before_any_reasoning(vllm, run_xgrammar):
+    """The output may open a call at once: vLLM constrains from the first token, so the call is checked
+    from its opener on (were the constraint held back until the reasoning parser saw the reasoning end, it
+    would start inside that call)."""
+    call, unknown = golden_call()
+    assert call.startswith("<tool_call>")
+    parser = vllm.parser("gp_qwen3", "gp_qwen3", [WEATHER, TIME])
+    request = parser.adjust_request(vllm.chat("required", [WEATHER, TIME]))
+    assert request.resolve_reasoning_ended(parser, [ord(c) for c in PROMPT]) is True
+    spec = request.to_sampling_params(max_tokens=64, default_sampling_params={}).structured_outputs.structural_tag
+    assert run_xgrammar(spec, call) == "accept"
+    assert run_xgrammar(spec, unknown).startswith("reject@")
+    assert run_xgrammar(spec, "<think>\nCheck.\n</think>\n\n" + call) == "accept"
+
+
+def test_vllm_with_a_reasoning_parser_holds_the_constraint_back_while_the_prompt_s_reasoning_is_open(vllm):
+    prefilled = PROMPT + "<think>\n"
+    parser = vllm.parser("gp_qwen3", "gp_qwen3", [WEATHER], prompt=prefilled)
+    request = parser.adjust_request(vllm.chat("required", [WEATHER]))
+    want = to_structural_tag(grammar_for("gp_qwen3"), tools=[WEATHER], tool_choice="required", reasoning=False)
+    assert vllm_tag(request) == want
+    assert request.resolve_reasoning_ended(parser, [ord(c) for c in prefilled]) is False
+    reasoner = parser._reasoning_parser  # (what vLLM asks at each step until the reasoning ends)
+    assert not reasoner.is_reasoning_end([ord(c) for c in prefilled + "Still thinking"])
+    assert reasoner.is_reasoning_end([ord(c) for c in prefilled + "Done.\n</think>\n\n"])
+
+
+def test_vllm_streams_reasoning_and_calls_of_a_request_constrained_from_the_start(vllm):
+    """vLLM treats the reasoning as ended from the prompt on: the deltas still tell reasoning from calls."""
+    call, _ = golden_call()
+    parser = vllm.parser("gp_qwen3", "gp_qwen3", [WEATHER])
+    request = parser.adjust_request(vllm.chat("required", [WEATHER], stream=True))
+    processor = vllm.Stream(request, parser, enable_auto_tools=True, parser_cls=type(parser))
+    text = "<think>\nCheck.\n</think>\n\n" + call
+    reasoning, names = [], []
+    for i in range(0, len(text), 7):
+        chunk = text[i:i + 7]
+        step = processor.step(chunk, [ord(c) for c in chunk], "stop" if i + 7 >= len(text) else None,
+                              [ord(c) for c in PROMPT])
+        if step.delta is not None:
+            reasoning.append(step.delta.reasoning or "")
+            names += [tc.function.name for tc in step.delta.tool_calls or () if tc.function and tc.function.name]
+    assert "".join(reasoning).strip() == "Check."
+    assert names == ["get_weather"]
 
 
 def test_vllm_passes_parallel_tool_calls_and_drops_reasoning_only_when_the_engine_would(vllm):

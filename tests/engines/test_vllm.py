@@ -28,6 +28,7 @@ with warnings.catch_warnings():  # (the engine's own imports warn about torch's 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 from conformance import load  # noqa: E402
+from char_tokens import CharTokenizer  # noqa: E402
 from goldens import all_goldens  # noqa: E402
 from token_streams import chunked  # noqa: E402
 from grammar_parse.chat_completions import chat_message  # noqa: E402
@@ -37,20 +38,6 @@ PLUGIN = "grammar_parse.integrations.vllm"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
 CASES = [g for g in all_goldens() if "error" not in g.expected and (g.path.parent.parent / g.grammar).is_dir()]
-
-
-class CharTokenizer:
-    """A tokenizer whose token ids are code points: what the plugin needs of one (decoding the prompt's
-    ids) with every text a token stream of its characters. Real vocabularies are in test_token_ids below."""
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(map(chr, ids))
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) for c in text]
-
-    def get_vocab(self):
-        return {}
 
 
 def serve_flags(tool: str | None, reasoning: str | None, plugin: str = PLUGIN):
