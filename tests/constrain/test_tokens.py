@@ -26,7 +26,7 @@ xgrammar = pytest.importorskip("xgrammar")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from test_constrain import cases, complete, cut, has_calls, tools_for  # noqa: E402
+from test_constrain import _malformed, cases, complete, cut, has_calls, tools_for  # noqa: E402
 
 #: Delimiter texts shaped like a model's control tokens: <|...|>, <｜...｜>, [UPPER], and the think and
 #: tool_call tags that Qwen-style tokenizers add.
@@ -149,6 +149,16 @@ def test_a_call_trigger_spelled_in_bytes_is_not_a_call(name: str, sample: Any) -
     lark = constrain.to_llguidance(grammar, tools=tools_for(sample), prefix=sample.prefix, tokens=vocab.ids)
     text = cut(grammar, sample.text)
     assert vocab.llguidance(lark, vocab.encode(text, spelled)).startswith("reject@"), text
+
+
+@pytest.mark.parametrize("kind", ["unknown_tool", "missing_required"])  # (the kinds every call can have)
+@pytest.mark.parametrize(("name", "sample"), tokened(lambda s: has_calls(s) and complete(s)))
+def test_a_malformed_call_written_with_the_tokens_is_rejected(name: str, sample: Any, kind: str) -> None:
+    grammar = gp.load_grammar(name)
+    vocab = vocabulary(grammar)
+    text, tools = _malformed(kind, sample, cut(grammar, sample.text))
+    lark = constrain.to_llguidance(grammar, tools=tools, prefix=sample.prefix, tokens=vocab.ids)
+    assert vocab.llguidance(lark, vocab.encode(text)).startswith("reject@"), text
 
 
 @pytest.mark.parametrize(("name", "sample"), tokened(lambda s: has_calls(s) and complete(s)))
