@@ -28,7 +28,9 @@ Two choices hold for every grammar:
 
 llguidance's lexer does not backtrack across lexemes, so "text up to a delimiter, then the delimiter" is
 one lazy lexeme (``head[lazy]: TEXT "<tool_call>"``): it ends at the first trigger, and a greedy text
-lexeme beside it could never give the trigger back. Grammars this module cannot express yet raise
+lexeme beside it could never give the trigger back. llguidance matches a tokenizer's added token only by a
+token reference, so with ``tokens=`` (:func:`added_tokens`) a delimiter that is one is written as
+``<[id]>``, after a greedy text that spells no trigger; xgrammar reads tokens by their text. Grammars this module cannot express yet raise
 :class:`~grammar_parse.errors.ArgumentError` with code ``constrain.unsupported`` and the reason.
 """
 
