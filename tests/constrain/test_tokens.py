@@ -11,61 +11,27 @@ accepted, the same text with a call trigger spelled in bytes is not, and ``tool_
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
 
 import grammar_parse as gp
 from grammar_parse import constrain
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
 from grammar_parse.errors import ArgumentError
+from vocabularies import EOS, byte_level, delimiter_tokens
 
 llguidance = pytest.importorskip("llguidance")
 xgrammar = pytest.importorskip("xgrammar")
 transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 from test_constrain import _malformed, cases, complete, cut, has_calls, tools_for  # noqa: E402
-
-#: Delimiter texts shaped like a model's control tokens: <|...|>, <｜...｜>, [UPPER], and the think and
-#: tool_call tags that Qwen-style tokenizers add.
-TOKEN_SHAPE = re.compile(r"<\|[^|<>\s]{1,60}\|>|<｜[^\s<>｜]{1,60}｜>|\[[A-Z_]{3,20}\]"
-                         r"|</?[a-z_]*think>|</?[a-z_]*tool_call>")
-EOS = "<eos>"
-
-
-def delimiter_tokens(grammar: gp.Grammar) -> list[str]:
-    """The grammar's delimiter texts (literals, and regexes read without their escapes) that look like tokens."""
-    texts: list[str] = []
-    for terminal in grammar.terminals.values():
-        if isinstance(terminal.matcher, LiteralMatcher):
-            texts += terminal.matcher.literals
-        elif isinstance(terminal.matcher, RegexMatcher):
-            texts.append(terminal.matcher.pattern.replace("\\", ""))
-    return sorted({m for text in texts for m in TOKEN_SHAPE.findall(text)})
-
-
-def _byte_chars() -> dict[int, str]:
-    """GPT-2's byte-to-character table, which a byte-level BPE vocabulary is written in."""
-    shown = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = dict(zip(shown, map(chr, shown))), 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return chars
-
 
 class Vocabulary:
     """A Hugging Face tokenizer: token i < 256 is byte i, then the end of sequence, then the added tokens."""
 
     def __init__(self, added: list[str]) -> None:
-        tk = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={c: b for b, c in _byte_chars().items()}, merges=[]))
-        tk.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-        tk.decoder = tokenizers.decoders.ByteLevel()
-        tk.add_special_tokens([tokenizers.AddedToken(EOS, special=True)])
-        tk.add_tokens([tokenizers.AddedToken(t, special=True) for t in added])
+        tk = byte_level(added)
         self.hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=EOS)
         self.ids = constrain.added_tokens(self.hf)
         self.added = sorted(added, key=len, reverse=True)
