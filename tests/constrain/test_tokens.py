@@ -6,6 +6,8 @@ writes. Each grammar is checked with a Hugging Face tokenizer built here (a byte
 text can be written, plus the grammar's control-token-shaped delimiters as added tokens), through
 llguidance's and xgrammar's own Hugging Face loaders: every golden sample written with the tokens is
 accepted, the same text with a call trigger spelled in bytes is not, and ``tool_choice`` still holds.
+And with real vocabularies (tests/data/token_streams: Qwen3's, Llama 3's, Gemma 4's, Mistral's Tekken):
+the golden outputs as those tokenizers wrote them, id by id, are accepted by both engines.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ xgrammar = pytest.importorskip("xgrammar")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from test_constrain import _malformed, cases, complete, cut, has_calls, tools_for  # noqa: E402
+from goldens import goldens  # noqa: E402
+from test_constrain import _exports, _malformed, cases, complete, cut, has_calls, tools_for  # noqa: E402
+from token_streams import fixture_names, load_fixture  # noqa: E402
 
 class Vocabulary:
     """A Hugging Face tokenizer: token i < 256 is byte i, then the end of sequence, then the added tokens."""
@@ -170,3 +174,63 @@ def test_without_tokens_an_added_token_is_refused_by_llguidance() -> None:
     assert vocab.llguidance(constrain.to_llguidance(grammar, tools=tools), vocab.encode(text)) == "reject@0"
     assert vocab.llguidance(constrain.to_llguidance(grammar, tools=tools, tokens=vocab.ids),
                             vocab.encode(text)) == "accept"
+
+
+# ---------------------------------------------------------------------------- real vocabularies
+class _RealVocabulary:
+    """A real vocabulary's ids, with the bytes of those its fixture uses (the others never come up: empty)
+    and its markers and special tokens special, as llguidance's Hugging Face loader makes added tokens;
+    one more id is the end of sequence. For llguidance's TokenizerWrapper (which never encodes here)."""
+
+    def __init__(self, name: str) -> None:
+        self.fixture = load_fixture(name)
+        decoder = self.fixture.decoder
+        size = max({*decoder.tokens, *self.fixture.markers.values()}) + 1
+        self.tokens = [decoder.tokens.get(i, b"") for i in range(size)] + [b"<eos>"]
+        self.eos_token_id, self.bos_token_id = size, None
+        self.special_token_ids = sorted({*self.fixture.markers.values(), *decoder.special, size})
+        self.llg = llguidance.LLTokenizer(llguidance.TokenizerWrapper(self))
+        info = xgrammar.TokenizerInfo(self.tokens, vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[size])
+        self.xgr = xgrammar.GrammarCompiler(info, cache_enabled=False)
+
+    def __call__(self, text: Any) -> list[int]:
+        raise AssertionError("the tests give token ids; nothing is encoded")
+
+
+_REAL: dict[str, _RealVocabulary] = {}
+
+
+def _real_cases() -> list[Any]:
+    out = []
+    for name in fixture_names():
+        for output in load_fixture(name).outputs:
+            sample = next((s for s in goldens(output.grammar) if f"{output.grammar}/{s.name}" == output.name), None)
+            if sample is not None and _exports(output.grammar) and "error" not in sample.expected and complete(sample):
+                out.append(pytest.param(name, output, sample, id=output.name))
+    return out
+
+
+@pytest.mark.parametrize(("vocabulary", "output", "sample"), _real_cases())
+def test_a_golden_output_as_a_real_vocabulary_s_ids_is_accepted(vocabulary: str, output: Any, sample: Any) -> None:
+    if vocabulary not in _REAL:
+        _REAL[vocabulary] = _RealVocabulary(vocabulary)
+    vocab = _REAL[vocabulary]
+    grammar = gp.load_grammar(output.grammar)
+    text = cut(grammar, sample.text)
+    # (the ids up to the end of turn the constraint leaves to the server)
+    ids = next(output.ids[:k] for k in range(len(output.ids) + 1) if vocab.fixture.decoder.decode(output.ids[:k]) == text)
+    tools = tools_for(sample)
+    lark = constrain.to_llguidance(grammar, tools=tools, prefix=sample.prefix, tokens=vocab.fixture.markers)
+    matcher = llguidance.LLMatcher(vocab.llg, lark, log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    assert all(matcher.consume_token(t) for t in ids) and matcher.is_accepting(), matcher.get_error()
+    tag = constrain.to_structural_tag(grammar, tools=tools, prefix=sample.prefix)
+    x = xgrammar.GrammarMatcher(vocab.xgr.compile_structural_tag(json.dumps(tag)), terminate_without_stop_token=False)
+    assert all(x.accept_token(t) for t in ids) and x.accept_token(vocab.eos_token_id)
+
+
+def test_the_real_vocabularies_hold_the_calls_their_grammars_constrain() -> None:
+    """(So the test above is not vacuous: most of its outputs write a call with the vocabulary's tokens.)"""
+    calls = [p for p in _real_cases() if has_calls(p.values[2])]
+    assert len(calls) >= 20
+    assert {p.values[0] for p in calls} == set(fixture_names())
