@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from goldens import all_goldens, goldens  # noqa: E402
+from goldens import all_goldens, called_tools, goldens  # noqa: E402
 from vocabularies import EOS as EOS_TEXT, byte_level, delimiter_tokens  # noqa: E402
 
 import grammar_parse as gp  # noqa: E402
@@ -56,22 +56,6 @@ def tools(count: int) -> list[dict[str, Any]]:
 
 def samples_of(name: str) -> list[Any]:
     return [s for s in goldens(name) if "error" not in s.expected and not s.name.startswith("truncated")]
-
-
-def _type(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), "null")
-
-
-def called_tools(sample: Any) -> list[dict[str, Any]]:
-    """A tool per tool the golden output calls, each argument typed as written (required where every call
-    of the tool has it)."""
-    seen: dict[str, list[dict[str, Any]]] = {}
-    for call in sample.expected.get("tool_calls", []):
-        seen.setdefault(call["function"]["name"], []).append(call["function"]["arguments"])
-    return [{"type": "function", "function": {"name": name, "parameters": {
-        "type": "object", "properties": {k: {"type": _type(v)} for args in calls for k, v in args.items()},
-        "required": sorted(set.intersection(*(set(a) for a in calls)))}}} for name, calls in seen.items()]
 
 
 def workload(engines: "Engines", grammar: gp.Grammar, count: int, encode: Any,

@@ -70,3 +70,25 @@ def parsed(grammar: Any, text: str, prefix: str, tools: Any, chunks: list[str] |
         return jsonable(parser.finalize()[0])
     except grammar_parse.GrammarParseError as e:
         return {"error": {"type": type(e).__name__, "code": e.code}}
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), "null")
+
+
+def called_tools(sample: Golden, *, open_arguments: bool = False) -> list[dict[str, Any]]:
+    """A tool definition per tool the sample's expected message calls: each argument typed as written,
+    required where every call of the tool has it; ``open_arguments`` allows others too."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for call in sample.expected.get("tool_calls", []):
+        seen.setdefault(call["function"]["name"], []).append(call["function"]["arguments"])
+    tools = []
+    for name, calls in seen.items():
+        parameters: dict[str, Any] = {
+            "type": "object", "properties": {k: {"type": _json_type(v)} for args in calls for k, v in args.items()},
+            "required": sorted(set.intersection(*(set(a) for a in calls)))}
+        if open_arguments:
+            parameters["additionalProperties"] = True
+        tools.append({"type": "function", "function": {"name": name, "parameters": parameters}})
+    return tools

@@ -52,9 +52,9 @@ def byte_level(added: Iterable[str], *, corpus: Iterable[str] = (), size: int = 
     ``size`` tokens (none when ``size`` is 0), then ``<eos>`` and the ``added`` tokens."""
     import tokenizers
 
-    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={c: b for b, c in _byte_chars().items()}, merges=[]))
-    if size:
-        tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+    model = tokenizers.models.BPE() if size else \
+        tokenizers.models.BPE(vocab={c: b for b, c in _byte_chars().items()}, merges=[])
+    tokenizer = tokenizers.Tokenizer(model)
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=bool(size))
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
     if size:

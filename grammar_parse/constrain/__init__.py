@@ -376,8 +376,8 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
             # close) when the canonical close is one, else at the first close written as text (lazy).
             closes = [c for c in fmt.reasoning.closes if _spelled_by(tokens, c)] \
                 if _spelled_by(tokens, fmt.reasoning.closes[0]) else []
-            excludes = [*(c for c in fmt.reasoning.closes if c not in closes), *(fmt.trigger if text == "NOTRIG" else ())]
-            elements = [{"type": "any_text", "excludes": excludes if closes else excludes[len(fmt.reasoning.closes):]},
+            spelled = [c for c in fmt.reasoning.closes if c not in closes] if closes else []
+            elements = [{"type": "any_text", "excludes": [*spelled, *(fmt.trigger if text == "NOTRIG" else ())]},
                         _choice([{"type": "const_string", "value": c} for c in closes]) if closes else
                         {"type": "regex", "pattern": fmt.reasoning.close_rx}]
             if state == "start":
@@ -408,7 +408,7 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
             heads = _lark_calls(out, writer, fmt, allowed, parallel_tool_calls)
         except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
-    free, free0 = _passing(out, grammar, fmt, tokens)
+    free, free0 = _passing(out, grammar, fmt, tokens, "body0" in starts)
     _lark_body(out, "body", "TEXT", free, mode, parallel_tool_calls, heads, free)
     if "body0" in starts:
         _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, heads, free)
@@ -416,13 +416,15 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     return "\n".join(out) + "\n"
 
 
-def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str, int]) -> tuple[str, str]:
+def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str, int],
+             first: bool) -> tuple[str, str]:
     """The free text between calls, where a tokenizer's tokens are given: text that spells no trigger, with
     the grammar's other delimiter tokens between (gpt-oss's ``<|end|><|start|>assistant`` header, Cohere's
     ``<|START_RESPONSE|>``), which a text lexeme cannot hold. A token a trigger starts with may pass, but
     the text after it may not go on as that trigger (gpt-oss's ``<|channel|>`` before ``final`` or
     ``commentary to=functions.``). Not the end of turn, the whole triggers or the reasoning's openers.
-    Returns the rules for the text and for the first text (``NOTRIG``, ``FIRSTNOTRIG`` when none pass)."""
+    ``first``: the output may start with the reasoning, so there is a first text. Returns the rules for the
+    text and for the first text (``NOTRIG``, ``FIRSTNOTRIG`` when none pass)."""
     delimiters = [lit for t in grammar.terminals.values() if isinstance(t.matcher, LiteralMatcher)
                   for lit in t.matcher.literals]
     delimiters += [t.matcher.pattern.replace("\\", "") for t in grammar.terminals.values()
@@ -451,7 +453,7 @@ def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str
         branches.append(f"<[{tokens[token]}]> {after}")
     out.append("passing: " + " | ".join(branches))
     out.append("free: NOTRIG passing*")
-    if "FIRSTNOTRIG: FIRST & NOTRIG" in out:
+    if first:
         out.append("free0: FIRSTNOTRIG passing*")
     return "free", "free0"
 
@@ -497,9 +499,10 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
     # The first call's head is the later calls' head when the first text is any text (no reasoning before).
     first_call = "call" if (first, first_notrig) == ("TEXT", notrig) else f"{rule}_call"
     for k, head in enumerate(heads):
-        for name, text, before in ((f"{rule}_head_{k}", first, first_notrig), (f"head_{k}", "TEXT", notrig)):
-            if first_call == "call" and name != f"head_{k}":
-                continue
+        forms = [(f"head_{k}", "TEXT", notrig)]
+        if first_call != "call":
+            forms.insert(0, (f"{rule}_head_{k}", first, first_notrig))
+        for name, text, before in forms:
             line = f"{name}[lazy]: {text} {head}" if head.startswith("TRIGGER_") else f"{name}: {before} {head}"
             if line not in out:
                 out.append(line)

@@ -55,6 +55,9 @@ class LarkWriter:
     count: int = 0
     named: dict[str, str] = field(default_factory=dict)  # an expression written before, and its rule
 
+    def __post_init__(self) -> None:
+        self._token_texts = {i: t for t, i in self.tokens.items()}
+
     def expression(self, node: dict[str, Any]) -> str:
         """The Lark expression of a structural-tag format (its helper rules go to ``rules``)."""
         return self._join(self._items(node))
@@ -99,7 +102,7 @@ class LarkWriter:
             return [("rx", _group(node["pattern"]))] if node["pattern"] else []
         if kind == "token":
             ident = node["token"]
-            text = next((t for t, i in self.tokens.items() if i == ident), None)
+            text = self._token_texts.get(ident)
             if text is None:
                 raise Unsupported(f"the token {ident!r} is not one of the tokenizer's added tokens given")
             return [("tok", f"<[{ident}]>", text)]

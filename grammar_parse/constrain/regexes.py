@@ -418,10 +418,9 @@ def regex_with_tokens(pattern: str, tokens: Mapping[str, int]) -> dict[str, Any]
     rx = Regex(items, frozenset(), dotall=False)
     ordered = sorted((t for t in tokens if t), key=len, reverse=True)
     try:
-        node = _split_items(rx, items, ordered, tokens)
+        return _split_items(rx, items, ordered, tokens)
     except Unsupported:
         return None
-    return node
 
 
 def _split_items(rx: Regex, items: Any, ordered: list[str], tokens: Mapping[str, int]) -> dict[str, Any] | None:

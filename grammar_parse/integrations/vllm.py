@@ -174,6 +174,7 @@ class _Joint:
 
     def __init__(self, grammar: Grammar, tokenizer: Any) -> None:
         self.grammar = grammar
+        self.reasoning_field = next((f for f in REASONING_FIELDS if f in grammar.fields), None)
         self.tokenizer = tokenizer
         self.tools: list[dict[str, Any]] | None = None
         self.prefix = ""
@@ -301,7 +302,7 @@ class GrammarReasoningParser(ReasoningParser):
         events = _replayed(self.joint.grammar, text)
         if events is None:  # (a prompt the grammar cannot start after: nothing is known)
             return False
-        reasoning = next((f for f in REASONING_FIELDS if f in self.joint.grammar.fields), None)
+        reasoning = self.joint.reasoning_field
         if self.joint.constrained_from_start:
             return not _reasoning_open(events, reasoning)
         return any((event["type"] == "region_close" and event["field"] == reasoning)
@@ -376,11 +377,11 @@ class GrammarToolParser(ToolParser):
         # gets it from the content on, as does a Responses request (vLLM asks its own reasoner there).
         reasoning = self.skip_reasoning_parsing or (isinstance(request, ChatCompletionRequest)
                                                     and not request.include_reasoning)
-        partnered = self.joint.reasoning_to_content is False and isinstance(request, ChatCompletionRequest)
+        partnered = not self.joint.reasoning_to_content and isinstance(request, ChatCompletionRequest)
         if not reasoning and partnered:
             events = _replayed(self.joint.grammar, self.joint.prefix)
-            field = next((f for f in REASONING_FIELDS if f in self.joint.grammar.fields), None)
-            reasoning = self.joint.constrained_from_start = events is not None and not _reasoning_open(events, field)
+            reasoning = self.joint.constrained_from_start = \
+                events is not None and not _reasoning_open(events, self.joint.reasoning_field)
         try:
             tag = to_structural_tag(self.joint.grammar, tools=tools, tool_choice=choice,
                                     parallel_tool_calls=request.parallel_tool_calls is not False,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import grammar_parse as gp
-from goldens import Golden, goldens
+from goldens import Golden, called_tools, goldens
 from grammar_parse import constrain
 from grammar_parse.session import ResponseParser
 from grammar_parse.toolstream import call_regions
@@ -109,23 +109,33 @@ _XGR_INFO = xgrammar.TokenizerInfo([bytes([i]) for i in range(256)] + [b"<eos>"]
 _XGR_COMPILER = xgrammar.GrammarCompiler(_XGR_INFO, cache_enabled=False)
 
 
-def run_llguidance(grammar: str, text: str) -> str:
-    """'accept' (complete: the stop token is allowed), 'prefix' (live, not complete) or 'reject@N'."""
-    matcher = llguidance.LLMatcher(_LLG_TOKENIZER, grammar, log_level=0)
+def drive_llguidance(tokenizer: Any, grammar: str, ids: list[int]) -> str:
+    """'accept' (complete: the stop token is allowed), 'prefix' (live, not complete) or 'reject@N', for the
+    token ids fed one by one to llguidance's matcher over ``tokenizer``."""
+    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
     assert not matcher.is_error(), matcher.get_error()
-    for i, byte in enumerate(text.encode()):
-        if not matcher.consume_token(byte):
+    for i, token in enumerate(ids):
+        if not matcher.consume_token(token):
             return f"reject@{i}"
     return "accept" if matcher.is_accepting() else "prefix"
 
 
-def run_xgrammar(tag: dict[str, Any], text: str) -> str:
-    compiled = _XGR_COMPILER.compile_structural_tag(json.dumps(tag))
-    matcher = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=False)
-    for i, byte in enumerate(text.encode()):
-        if not matcher.accept_token(byte):
+def drive_xgrammar(compiler: Any, tag: dict[str, Any], ids: list[int], eos: int) -> str:
+    """The same for xgrammar's matcher of a structural tag (complete: it takes the stop token ``eos``)."""
+    matcher = xgrammar.GrammarMatcher(compiler.compile_structural_tag(json.dumps(tag)),
+                                      terminate_without_stop_token=False)
+    for i, token in enumerate(ids):
+        if not matcher.accept_token(token):
             return f"reject@{i}"
-    return "accept" if matcher.accept_token(EOS) else "prefix"
+    return "accept" if matcher.accept_token(eos) else "prefix"
+
+
+def run_llguidance(grammar: str, text: str) -> str:
+    return drive_llguidance(_LLG_TOKENIZER, grammar, list(text.encode()))
+
+
+def run_xgrammar(tag: dict[str, Any], text: str) -> str:
+    return drive_xgrammar(_XGR_COMPILER, tag, list(text.encode()), EOS)
 
 
 BACKENDS = {
@@ -140,26 +150,12 @@ def verdict(backend: str, grammar: gp.Grammar, text: str, tools: Any, **options:
 
 
 # ---------------------------------------------------------------------------- samples and tools
-def _type(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), "null")
-
-
 def tools_for(sample: Golden) -> list[dict[str, Any]]:
     """The sample's tools, or a schema per called tool from its expected calls (each argument typed as
     written, required where every call of the tool has it); and a tool the model did not call."""
-    seen: dict[str, list[dict[str, Any]]] = {}
-    for call in sample.expected.get("tool_calls", []) if not sample.tools else []:
-        seen.setdefault(call["function"]["name"], []).append(call["function"]["arguments"])
-    tools = list(sample.tools or [])
-    for name, calls in seen.items():
-        props = {k: {"type": _type(v)} for args in calls for k, v in args.items()}
-        required = sorted(set.intersection(*(set(a) for a in calls))) if calls else []
-        parameters = {"type": "object", "properties": props, "required": required}
-        if sample.name.startswith("truncated"):
-            # (cut inside an argument's name, the argument is not in the expected calls: others are allowed)
-            parameters["additionalProperties"] = True
-        tools.append({"type": "function", "function": {"name": name, "parameters": parameters}})
+    # (cut inside an argument's name, the argument is not in the expected calls: others are allowed)
+    truncated = sample.name.startswith("truncated")
+    tools = list(sample.tools) if sample.tools else called_tools(sample, open_arguments=truncated)
     # A tool the model did not call, so the constraint chooses between several.
     tools.append({"type": "function", "function": {"name": "unused_tool", "parameters": {
         "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}})

@@ -12,7 +12,6 @@ the golden outputs as those tokenizers wrote them, id by id, are accepted by bot
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -28,7 +27,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from goldens import goldens  # noqa: E402
-from test_constrain import _exports, _malformed, cases, complete, cut, has_calls, tools_for  # noqa: E402
+from test_constrain import (  # noqa: E402
+    _exports, _malformed, cases, complete, cut, drive_llguidance, drive_xgrammar, has_calls, tools_for)
 from token_streams import fixture_names, load_fixture  # noqa: E402
 
 class Vocabulary:
@@ -57,20 +57,10 @@ class Vocabulary:
         return out
 
     def llguidance(self, lark: str, ids: list[int]) -> str:
-        matcher = llguidance.LLMatcher(self.llg, lark, log_level=0)
-        assert not matcher.is_error(), matcher.get_error()
-        for i, token in enumerate(ids):
-            if not matcher.consume_token(token):
-                return f"reject@{i}"
-        return "accept" if matcher.is_accepting() else "prefix"
+        return drive_llguidance(self.llg, lark, ids)
 
     def xgrammar(self, tag: dict[str, Any], ids: list[int]) -> str:
-        matcher = xgrammar.GrammarMatcher(self.xgr.compile_structural_tag(json.dumps(tag)),
-                                          terminate_without_stop_token=False)
-        for i, token in enumerate(ids):
-            if not matcher.accept_token(token):
-                return f"reject@{i}"
-        return "accept" if matcher.accept_token(self.ids[EOS]) else "prefix"
+        return drive_xgrammar(self.xgr, tag, ids, self.ids[EOS])
 
 
 _VOCABULARIES: dict[str, Vocabulary] = {}
@@ -221,12 +211,9 @@ def test_a_golden_output_as_a_real_vocabulary_s_ids_is_accepted(vocabulary: str,
     ids = next(output.ids[:k] for k in range(len(output.ids) + 1) if vocab.fixture.decoder.decode(output.ids[:k]) == text)
     tools = tools_for(sample)
     lark = constrain.to_llguidance(grammar, tools=tools, prefix=sample.prefix, tokens=vocab.fixture.markers)
-    matcher = llguidance.LLMatcher(vocab.llg, lark, log_level=0)
-    assert not matcher.is_error(), matcher.get_error()
-    assert all(matcher.consume_token(t) for t in ids) and matcher.is_accepting(), matcher.get_error()
+    assert drive_llguidance(vocab.llg, lark, ids) == "accept", text
     tag = constrain.to_structural_tag(grammar, tools=tools, prefix=sample.prefix)
-    x = xgrammar.GrammarMatcher(vocab.xgr.compile_structural_tag(json.dumps(tag)), terminate_without_stop_token=False)
-    assert all(x.accept_token(t) for t in ids) and x.accept_token(vocab.eos_token_id)
+    assert drive_xgrammar(vocab.xgr, tag, ids, vocab.eos_token_id) == "accept", text
 
 
 def test_the_real_vocabularies_hold_the_calls_their_grammars_constrain() -> None:
