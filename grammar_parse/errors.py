@@ -115,6 +115,7 @@ ERROR_CODES: dict[str, str] = {
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type, or a batch row cannot be read: no output "
                    "text, a prompt that is not text, a table without the named column, a row number past the end",
+    "usage.calls_in_reasoning": "calls_in_reasoning was not one of \"never\", \"fallback\", \"always\" (or a bool)",
     "usage.finalized": "the parser was used after finalize()",
     "usage.not_finished": "a stream's final result was asked for before finish()",
     "usage.no_trace": "spans were asked for from a parser created without trace=True",

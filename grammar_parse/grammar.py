@@ -89,6 +89,9 @@ class Grammar:
     #: whole run): an object with ``settle(output text) -> message`` and ``prompt_error``/``prompt_hint``
     #: (it takes no prompt); None for every other grammar.
     settle: Any = dataclass_field(default=None, repr=False)
+    #: How a call written inside reasoning is read by default (the ``calls_in_reasoning`` directive:
+    #: "never", "fallback" or "always"; see grammar_parse.drafts).
+    calls_in_reasoning: str = "never"
 
     @property
     def lark_source(self) -> str:
@@ -141,7 +144,7 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
                 raise _directive_error(source_name, lineno, f"region {rule} is declared twice")
             regions[rule] = (lineno, spec)
         elif key in ("defaults", "start_anchor", "start_anchor_pattern", "name", "aliases", "legacy_schema",
-                     "legacy_timeout"):
+                     "legacy_timeout", "calls_in_reasoning"):
             try:
                 settings[key] = json.loads(rest)
                 check_depth(settings[key], key)
@@ -155,7 +158,7 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
         else:
             raise _directive_error(
                 source_name, lineno,
-                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases, legacy_schema, legacy_timeout",
+                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases, legacy_schema, legacy_timeout, calls_in_reasoning",
             )
     return settings, regions
 
@@ -246,6 +249,10 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     _check_named_groups(regions, terminals, source_name)
     legacy = settings.get("legacy_schema")
     timeout = _legacy_timeout(settings) if legacy is not None else None
+    calls_in_reasoning = settings.get("calls_in_reasoning", "never")
+    if calls_in_reasoning not in ("never", "fallback", "always"):
+        raise GrammarError('calls_in_reasoning must be "never", "fallback" or "always"', code="grammar.directive",
+                           source=source_name)
     return Grammar(
         source=text,
         name=name if name is not None else settings.get("name"),
@@ -258,6 +265,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         legacy_schema=legacy,
         legacy_timeout=timeout,
         settle=_legacy_settle(legacy, timeout) if legacy is not None else None,
+        calls_in_reasoning=calls_in_reasoning,
     )
 
 

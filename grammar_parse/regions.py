@@ -112,6 +112,17 @@ class RegionBuilder:
         self.frames[:] = [f.copy() for f in frames]
         self._content_chunks = list(chunks)
 
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything the builder holds between events, typed values and loose text included, for a
+        draft the session may rewind to (see grammar_parse.drafts)."""
+        return (copy.deepcopy(self.output), [f.copy() for f in self.frames], list(self._content_chunks),
+                list(self._loose))
+
+    def rewind(self, state: tuple[Any, ...]) -> None:
+        """Go back to a :meth:`snapshot` (used once: it is taken as it is)."""
+        self.output, self.frames[:], self._content_chunks, self._loose = state
+        self.shifting = None
+
     def callbacks(self) -> Callbacks:
         """The parser's callbacks (each takes a RegionBuilder): an opener per region-opening terminal and a
         closer per region rule. Built once per grammar."""

@@ -14,6 +14,7 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
+import copy
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -21,10 +22,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
+from .drafts import Draft, interrupts, reading, reasoning_region
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .regions import Frame, RegionBuilder
+from .salvage import is_call_region
 from .scanner import SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
@@ -110,6 +113,14 @@ class ResponseParser:
     ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values. With ``extended_events=True`` each ``region_open``
     also carries ``captures``, the named groups of its open delimiter.
 
+    Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
+    quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
+    Until that is known, what follows such markup is held back (grammar_parse.drafts).
+    ``calls_in_reasoning`` chooses the reading (default: the grammar's ``calls_in_reasoning`` directive,
+    else ``"never"``): ``"never"`` as above; ``"fallback"``, a call in a closed reasoning block is a call
+    when no call follows the block (families known to call from inside their reasoning, Qwen3); ``"always"``
+    (or True), every call written in reasoning is a call.
+
     >>> p = ResponseParser("qwen3", prefix="")
     >>> events = p.feed("<think>hm</think>Hi")
     >>> message, final_events = p.finalize()
@@ -119,8 +130,16 @@ class ResponseParser:
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
                  strict: bool = True, extended_events: bool = False, trace: bool = False,
-                 max_region_chars: int = MAX_REGION_CHARS, max_json_depth: int = JSON_MAX_DEPTH):
+                 max_region_chars: int = MAX_REGION_CHARS, max_json_depth: int = JSON_MAX_DEPTH,
+                 calls_in_reasoning: str | bool | None = None):
         self._grammar = grammar = resolve_grammar(template)
+        self._reading = reading(grammar.calls_in_reasoning if calls_in_reasoning is None else calls_in_reasoning)
+        # Markup in an open reasoning block is read as a draft (grammar_parse.drafts) unless calls are asked
+        # for; not while the prompt is replayed (a prompt's tail ends where the output starts).
+        self._drafts = False
+        self._drafts_wanted = self._reading != "always"
+        self._draft: Draft | None = None
+        self._out: list[Event] = []
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
         self._settle = grammar.settle
         self._log: list[str] | None = None
@@ -174,6 +193,7 @@ class ResponseParser:
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(max_json_depth, self._consume_prefix, prefix)
+        self._drafts = self._drafts_wanted
 
     # ------------------------------------------------------------------ public API
     @property
@@ -212,7 +232,9 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
-            if self._held_space and not text.strip(REGEX_SPACE):
+            if self._draft is not None:
+                self._draft.raw.append(text)
+            elif self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
             fast = self._fast
@@ -267,6 +289,7 @@ class ResponseParser:
         try:
             self._process(events, eos)
         except GrammarParseError as e:
+            self._release()  # (an error inside a draft is the draft's reading: it stands)
             if self._strict:
                 if isinstance(e, ParseError) and e.line is None and e.position is not None:
                     e.line, e.column = self._line_column(e.position) or (None, None)
@@ -296,6 +319,8 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
+            if self._draft is not None:
+                self._draft.raw.append(text)
         events: list[Event] = []
         self._guarded(events, eos=True)
         self._regions.settle_loose()
@@ -436,7 +461,8 @@ class ResponseParser:
         self._held_space = self._holds_space()
 
     def _process(self, events: list[Event], eos: bool) -> None:
-        self._regions.events = events
+        self._out = events
+        self._regions.events = events if self._draft is None else self._draft.held
         states = self._states
         parser_stack = self._stack
         while True:
@@ -448,6 +474,8 @@ class ResponseParser:
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
+                    continue
+                if self._drafts and self._drafted(info, term, start, end):
                     continue
                 if term.role == "repeat":
                     self._repeat(term, hit)
@@ -466,6 +494,8 @@ class ResponseParser:
                         continue
                     if idle or marker == self._last_empty:
                         if eos:
+                            if self._undraft():
+                                continue
                             self._discard(len(buf))  # transformers leaves the rest unparsed
                             self._end()
                         break
@@ -474,6 +504,8 @@ class ResponseParser:
                 continue
             if eos:
                 if pos < len(buf) and self._route(info, len(buf)):
+                    continue
+                if self._undraft():
                     continue
                 self._end()
                 break
@@ -484,6 +516,58 @@ class ResponseParser:
             self._trim()
             self._fast = self._fast_path()
             self._held_space = self._holds_space()
+
+    # ------------------------------------------------------------------ drafts (grammar_parse.drafts)
+    def _drafted(self, info: StateInfo, term: Terminal, start: int, end: int) -> bool:
+        """Read a delimiter found in an open reasoning block as reasoning text, taking a draft to rewind to
+        if the block is never closed; False when the delimiter is not one to hold back."""
+        region = reasoning_region(self._grammar, info)
+        if region is None or (self._draft is not None and region is not self._draft.region) \
+                or not interrupts(self._grammar, self._stack, term, region):
+            return False
+        if end == start:  # a lookahead opener: the character it looked at is text
+            if start >= len(self._buf):
+                return False
+            end = start + 1
+        if self._draft is None:
+            buf = self._buf
+            self._draft = Draft(
+                region=region, stack=list(self._stack), head=buf[:start], base=self._base,
+                lines=(self._lines_before, self._line_start), run=self._run, last_empty=self._last_empty,
+                discarded=[list(d) for d in self._discarded], errors=copy.deepcopy(self.errors),
+                trace=None if self._trace is None else len(self._trace), regions=self._regions.snapshot(),
+                raw=[buf[start:]])
+            self._regions.events = self._draft.held
+        self._route(info, end)
+        return True
+
+    def _release(self) -> None:
+        """The draft was reasoning after all: its held events go out."""
+        draft, self._draft = self._draft, None
+        if draft is not None:
+            self._out.extend(draft.held)
+            self._regions.events = self._out
+
+    def _undraft(self) -> bool:
+        """At the end of the output, with a draft still open: go back to it and read its delimiter as
+        markup (the rest of the output is read as it comes, with no further drafts). False with no draft."""
+        draft, self._draft = self._draft, None
+        if draft is None:
+            return False
+        self._drafts = False
+        self._stack[:] = draft.stack
+        self._buf = draft.head + "".join(draft.raw)
+        self._pos, self._base = len(draft.head), draft.base
+        self._lines_before, self._line_start = draft.lines
+        self._run, self._last_empty = draft.run, draft.last_empty
+        self._discarded = draft.discarded
+        self.errors[:] = draft.errors
+        if self._trace is not None and draft.trace is not None:
+            del self._trace[draft.trace:]
+        self._regions.rewind(draft.regions)
+        self._regions.events = self._out
+        self._cache = SearchCache()
+        return True
 
     def _value_end(self, region: Region) -> int:
         """Where the open ``region``'s JSON value ends in the buffer (-1: not yet, or it is not on top).
@@ -503,7 +587,7 @@ class ResponseParser:
         info = self._states[self._stack[-1]]
         quiet, text = info.scanner.quiet, info.text
         if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
-                or self._run is not text or self._trace is not None:
+                or self._run is not text or self._trace is not None or self._draft is not None:
             return None
         if text.role != "text":
             return (quiet.trigger, quiet.hits, quiet.hold_space, None)
@@ -516,6 +600,8 @@ class ResponseParser:
         """Whether the scan stopped at a whitespace run that only a leading ``\\s*`` may claim (a region's
         opener followed by a flood, before any text): more whitespace then cannot change what the scan
         decides, so feed() holds it aside without scanning or copying the buffer."""
+        if self._draft is not None:
+            return False  # (a draft keeps every piece of output it may read again)
         scanner = self._states[self._stack[-1]].scanner
         run = len(self._buf) - self._pos
         quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
@@ -629,6 +715,15 @@ class ResponseParser:
         self._regions.shifting = (term, self._base + hit[0], text, hit[2])
         self._shift(term.name)
         self._regions.shifting = None
+        draft = self._draft
+        if draft is not None:
+            if term.role == "close" and term.region is draft.region:
+                if self._reading == "fallback":
+                    draft.closed = True  # reasoning, unless the output ends with no call after the block
+                else:
+                    self._release()  # the reasoning block closed: what it held was reasoning
+            elif draft.closed and term.role == "open" and term.region is not None and is_call_region(term.region):
+                self._release()  # a call after the block: the one in it was a draft
 
     def _shift(self, name: str) -> None:
         stack, table = self._stack, self._table

@@ -1,0 +1,107 @@
+"""Drafts: markup written inside an open reasoning block, which only the rest of the output can explain.
+
+Models write call markup in their reasoning without calling: they draft a call before the real one, or
+quote the format (`<tool_call>`, `[TOOL_CALLS]`). They also start calling without closing the reasoning.
+The two look the same until the output goes on: if the reasoning block closes later, everything inside it
+was reasoning text; if the output ends with the block still open, the markup was a call after all.
+
+So when a delimiter that would end or interrupt an open reasoning block appears (a call opener, a call
+section's wrapper, another region's opener), the session takes a :class:`Draft`: a snapshot of its state
+at the delimiter. It then reads on as if the delimiter were reasoning text, holding back every event.
+When the block's own close comes, the held events are released (reasoning, whole). When the output ends
+first, the session rewinds to the snapshot and reads the delimiter as markup. One-shot and streamed
+parsing take the same decisions, because both depend only on whether the close comes before the end.
+
+The readings (``calls_in_reasoning``, per parser, defaulted by the grammar's directive of that name):
+``"never"`` (the default: what the peers' parsers do, reading calls only outside the reasoning),
+``"fallback"`` (the draft stays open after its block closes, until a call outside the block shows it was a
+draft, or the output ends without one and it was the call: families known to call from inside their
+reasoning, Qwen3 among them), and ``"always"`` (no drafts: formats whose markup is special tokens heading
+each message, which no text can quote, and formats whose reasoning holds calls by design).
+
+The cost: while a draft is open, nothing after it streams, and the text after it is read twice when the
+output ends inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ArgumentError
+from .events import Event
+from .grammar import Grammar, Region, StateInfo, Terminal
+from .tables import feed, reduce
+
+#: The message keys that hold reasoning.
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def reasoning_region(grammar: Grammar, info: StateInfo) -> Region | None:
+    """The reasoning region a parser state routes text into, when the state also watches for the region's
+    own close (a block with no close can only end with the output: nothing to wait for)."""
+    text = info.text
+    if text is None or text.role != "text" or text.region is None:
+        return None
+    region = text.region
+    if region.parent is not None or region.field not in REASONING_FIELDS:
+        return None
+    if not any(w.role == "close" and w.region is region for w in info.watch):
+        return None
+    return region
+
+
+def interrupts(grammar: Grammar, stack: list[int], term: Terminal, region: Region) -> bool:
+    """Whether ``term``, found in the open reasoning ``region``, would end or interrupt it with markup that
+    leads somewhere (a call, a section, another region): not the block's own close or repeated opener, and
+    not an end of turn (after which the parser takes nothing but trailing text)."""
+    if term.region is region and term.role in ("close", "repeat"):
+        return False
+    if term.role == "open" and term.region is not None:
+        return True
+    trial = list(stack)  # (a trial on a copy, without callbacks: it changes nothing)
+    if not feed(grammar.tables.parse_table.states, trial, term.name, {}):
+        return False
+    states = grammar.tables.states
+    table = grammar.tables.parse_table.states
+    while (rule := states[trial[-1]].default_rule) is not None:
+        reduce(table, trial, rule, None)
+    after = states[trial[-1]]
+    return any(w.role == "open" for w in after.watch) or (after.text is not None and after.text.role == "text")
+
+
+@dataclass
+class Draft:
+    """A session's state where an interrupting delimiter was found in an open reasoning block, and what
+    happened since: the output text from there on (to read again) and the events held back."""
+
+    region: Region
+    stack: list[int]
+    head: str  # the buffer before the delimiter (what delimiters may look back at)
+    base: int
+    lines: tuple[int, int]
+    run: Terminal | None
+    last_empty: tuple[int, str] | None
+    discarded: list[list[int]]
+    errors: list[dict[str, Any]]
+    trace: int | None
+    regions: tuple[Any, ...]
+    raw: list[str]  # the output from the delimiter on, as it arrives
+    held: list[Event] = field(default_factory=list)
+    closed: bool = False  # the block has closed (the "fallback" reading waits for a call after it)
+
+
+#: The readings of a call written inside reasoning (see ResponseParser's ``calls_in_reasoning``).
+READINGS = ("never", "fallback", "always")
+
+
+def reading(value: object) -> str:
+    """A ``calls_in_reasoning`` value as one of READINGS (True is ``"always"``, False ``"never"``)."""
+    if value is True or value is False:
+        return "always" if value else "never"
+    if isinstance(value, str) and value in READINGS:
+        return value
+    raise ArgumentError(f"calls_in_reasoning must be one of {', '.join(READINGS)} (or a bool), not {value!r}",
+                        code="usage.calls_in_reasoning",
+                        hint='"never": a call inside a closed reasoning block is reasoning text; "fallback": '
+                             'it is a call when no call follows the block; "always": it is a call.')
