@@ -139,6 +139,7 @@ class ResponseParser:
         self._drafts = False
         self._drafts_wanted = self._reading != "always"
         self._draft: Draft | None = None
+        self._closing = False  # the delimiter being shifted closes the open reasoning block
         self._out: list[Event] = []
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
         self._settle = grammar.settle
@@ -525,12 +526,16 @@ class ResponseParser:
         if region is None or (self._draft is not None and region is not self._draft.region) \
                 or not interrupts(self._grammar, self._stack, term, region):
             return False
+        buf = self._buf
+        if any(w.role == "close" and w.region is region and w.matcher is not None
+               and (h := w.matcher.search(buf, start)) is not None and h[0] == start for w in info.watch):
+            self._closing = True  # the block's own close, spelled like another delimiter (plamo3's stray one)
+            return False
         if end == start:  # a lookahead opener: the character it looked at is text
             if start >= len(self._buf):
                 return False
             end = start + 1
         if self._draft is None:
-            buf = self._buf
             self._draft = Draft(
                 region=region, stack=list(self._stack), head=buf[:start], base=self._base,
                 lines=(self._lines_before, self._line_start), run=self._run, last_empty=self._last_empty,
@@ -715,9 +720,9 @@ class ResponseParser:
         self._regions.shifting = (term, self._base + hit[0], text, hit[2])
         self._shift(term.name)
         self._regions.shifting = None
-        draft = self._draft
+        draft, closing, self._closing = self._draft, self._closing, False
         if draft is not None:
-            if term.role == "close" and term.region is draft.region:
+            if closing or term.role == "close" and term.region is draft.region:
                 if self._reading == "fallback":
                     draft.closed = True  # reasoning, unless the output ends with no call after the block
                 else:

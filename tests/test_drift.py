@@ -265,6 +265,96 @@ def alternative_spelling(grammar: Grammar, sample: Sample) -> list[Sample]:
     return out
 
 
+DRAFT_BEFORE, DRAFT_AFTER = " I could write ", " but first let me check the unit."
+QUOTE_BEFORE, QUOTE_AFTER = " The format starts with ", " and then the arguments."
+
+
+def reasoning_close(grammar: Grammar, sample: Sample) -> tuple[int, int] | None:
+    """Where the sample's reasoning block's close delimiter is, if it is written."""
+    found = first_hit(terminals(grammar, "close", REASONING_FIELDS), sample.text, 0)
+    return None if found is None else (found[0][0], found[0][1])
+
+
+def call_blocks(grammar: Grammar, sample: Sample, after: int = 0) -> list[tuple[int, int]]:
+    """The spans of the sample's call markup after ``after`` (an opener through its close, a section's
+    wrapper included): runs of delimiters and call text, ended by content or reasoning text or an end of
+    turn."""
+    blocks: list[tuple[int, int]] = []
+    start = end = None
+    for span in [s for s in spans(grammar, sample) if s["start"] >= after]:
+        term = grammar.terminals.get(span.get("terminal", ""))
+        ends_turn = term is not None and term.region is None and term.name.startswith("END")
+        outside = span["kind"] == "text" and span.get("field") in TEXT_FIELDS
+        if span["kind"] == "discarded" or outside or ends_turn or (
+                term is not None and term.region is not None and term.region.field in REASONING_FIELDS):
+            if start is not None and not (outside and not sample.text[span["start"]:span["end"]].strip()):
+                blocks.append((start, end))
+                start = None
+            continue
+        if start is None:
+            start = span["start"]
+        end = span["end"]
+    if start is not None:
+        blocks.append((start, end))
+    return [b for b in blocks if sample.text[b[0]:b[1]].strip()]
+
+
+def drafted_call(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The model drafts the call inside its reasoning, closes the reasoning, then makes the call (issue 31:
+    Seed-OSS "The format is <seed:tool_call>...", Qwen3 drafts): the draft is reasoning text, whole, and
+    the call is made once. The same with only the opener quoted."""
+    found = reasoning_close(grammar, sample)
+    if found is None or not sample.expected.get("tool_calls"):
+        return []
+    close = found[0]
+    blocks = call_blocks(grammar, sample, found[1])
+    if not blocks:
+        return []
+    block = sample.text[blocks[0][0]:blocks[0][1]]
+    opener = next((sample.text[s["start"]:s["end"]] for s in spans(grammar, sample)
+                   if s["kind"] == "delimiter" and s["start"] == blocks[0][0]), "")
+    rfield = next((f for f in REASONING_FIELDS if f in sample.expected), "reasoning_content")
+    out = []
+    for i, inserted in enumerate((DRAFT_BEFORE + block + DRAFT_AFTER, QUOTE_BEFORE + opener + QUOTE_AFTER)):
+        if i and not opener.strip():
+            continue
+        expected = {**sample.expected, rfield: (sample.expected.get(rfield) or "") + inserted}
+        out.append(replace(sample, name=f"{sample.name}/drafted{i}", text=sample.text[:close] + inserted +
+                           sample.text[close:], expected=expected, words_only=True))
+    return out
+
+
+def drafted_only(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """A call drafted inside a closed reasoning block with no call after it: reasoning text (the default
+    reading, the peers'), or the call when the family is known to call from inside its reasoning (the
+    grammar's ``calls_in_reasoning "fallback"``)."""
+    found = reasoning_close(grammar, sample)
+    if found is None or sample.expected.get("tool_calls") or not any(f in sample.expected for f in REASONING_FIELDS):
+        return []
+    close = found[0]
+    donor = next((g for g in golden(grammar.name or "") if g.expected.get("tool_calls")
+                  and call_blocks(grammar, g, (reasoning_close(grammar, g) or (0, 0))[1])), None)
+    if donor is None:
+        return []
+    first = call_blocks(grammar, donor, (reasoning_close(grammar, donor) or (0, 0))[1])[0]
+    block = donor.text[first[0]:first[1]]
+    rfield = next((f for f in REASONING_FIELDS if f in sample.expected), "reasoning_content")
+    if grammar.calls_in_reasoning == "fallback":  # (the calls the block makes, read as a whole output)
+        expected = {**sample.expected, rfield: (sample.expected.get(rfield) or "") + DRAFT_BEFORE + DRAFT_AFTER,
+                    "tool_calls": parsed(grammar, block, "", donor.tools, None).get("tool_calls")}
+    else:
+        expected = {**sample.expected, rfield: (sample.expected.get(rfield) or "") + DRAFT_BEFORE + block + DRAFT_AFTER}
+    return [replace(sample, name=f"{sample.name}/drafted_only", tools=donor.tools, expected=expected,
+                    text=sample.text[:close] + DRAFT_BEFORE + block + DRAFT_AFTER + sample.text[close:],
+                    words_only=True)]
+
+
+def drafts_apply(grammar: Grammar) -> bool:
+    """A grammar that reads calls drafted in reasoning as drafts (not one whose reasoning holds calls)."""
+    return has_reasoning(grammar) and "tool_calls" in fields(grammar) and grammar.calls_in_reasoning != "always" \
+        and bool(terminals(grammar, "close", REASONING_FIELDS))
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -283,6 +373,8 @@ TRANSFORMS = {
     "opener_repeated": Transform(opener_repeated, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                  and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
     "alternative_spelling": Transform(alternative_spelling, lambda g: g.name in SPELLINGS),
+    "drafted_call": Transform(drafted_call, drafts_apply),
+    "drafted_only": Transform(drafted_only, drafts_apply),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
