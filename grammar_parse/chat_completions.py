@@ -57,8 +57,10 @@ class ChatCompletionsStream:
         reasoning_field: str = "reasoning_content",
         ids: Callable[[str], str] | None = None,
         strict: bool = True,
+        calls_in_reasoning: str | bool | None = None,
     ) -> None:
-        self.tools, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict)
+        self.tools, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
+                                                          calls_in_reasoning=calls_in_reasoning)
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
@@ -171,11 +173,12 @@ class ChatCompletionsStream:
 
 def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None, tools: Iterable[Any] | None = None,
                  reasoning_field: str = "reasoning_content", ids: Callable[[str], str] | None = None,
-                 truncated: bool = False, strict: bool = True, length: bool = False) -> tuple[dict[str, Any], str]:
+                 truncated: bool = False, strict: bool = True, length: bool = False,
+                 calls_in_reasoning: str | bool | None = None) -> tuple[dict[str, Any], str]:
     """One-shot: the Chat Completions message and finish_reason for a complete output (``truncated`` and
     ``length``, kept for compatibility, as in :meth:`ChatCompletionsStream.finish`)."""
     stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids,
-                                   strict=strict)
+                                   strict=strict, calls_in_reasoning=calls_in_reasoning)
     stream.feed(text)
     stream.finish(truncated=truncated or length)
     assert stream.finish_reason is not None  # finish() sets it

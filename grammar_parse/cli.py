@@ -188,7 +188,8 @@ def _parser(args: argparse.Namespace) -> ResponseParser:
         prefix = ""
     grammar = _model_grammar(args)
     with _loading():
-        return ResponseParser(grammar, prefix, tools=tools, strict=not args.lenient)
+        return ResponseParser(grammar, prefix, tools=tools, strict=not args.lenient,
+                              calls_in_reasoning=args.calls_in_reasoning)
 
 
 def _dump(obj: Any, out: TextIO, compact: bool = False) -> None:
@@ -576,6 +577,9 @@ def build_argparser() -> argparse.ArgumentParser:
         p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
         p.add_argument("--lenient", action="store_true",
                        help="never fail on model output: keep unparseable text and report it under parse_errors")
+        p.add_argument("--calls-in-reasoning", choices=("never", "fallback", "always"),
+                       help="how a call written inside the reasoning is read: never (reasoning text), fallback (a call "
+                            "when no call follows the reasoning), always (a call); default: the grammar's")
 
     p = command("parse", "parse a complete output and print the message as JSON")
     grammar_options(p)

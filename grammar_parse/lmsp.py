@@ -85,10 +85,12 @@ class ResponseStream:
     """
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
-                 response_id: str | None = None, ids: IdFactory, strict: bool = True) -> None:
+                 response_id: str | None = None, ids: IdFactory, strict: bool = True,
+                 calls_in_reasoning: str | bool | None = None) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
-        _, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict)
+        _, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
+                                                 calls_in_reasoning=calls_in_reasoning)
         self.kinds = TextKinds(self.calls.field)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []

@@ -783,6 +783,7 @@ def parse_response(
     prefix: str | None = None,
     tools: Iterable[Any] | None = None,
     strict: bool = True,
+    calls_in_reasoning: str | bool | None = None,
 ) -> Message: ...
 
 
@@ -794,6 +795,7 @@ def parse_response(
     prefix: str | list[str] | None = None,
     tools: Iterable[Any] | None = None,
     strict: bool = True,
+    calls_in_reasoning: str | bool | None = None,
 ) -> list[Message]: ...
 
 
@@ -804,12 +806,14 @@ def parse_response(
     prefix: str | list[str] | None = None,
     tools: Iterable[Any] | None = None,
     strict: bool = True,
+    calls_in_reasoning: str | bool | None = None,
 ) -> Message | list[Message]:
     """Parse a complete model output (or a list of them) into a message (or a list of messages).
 
     Equivalent to feeding the whole text to a :class:`ResponseParser` and finalizing it. For a batch,
     ``prefix`` is one prompt for all texts or a list with one per text. ``strict=False`` is lenient
     mode (see :class:`ResponseParser`): problems are reported under ``"parse_errors"``, never raised.
+    ``calls_in_reasoning`` reads calls written inside reasoning (see :class:`ResponseParser`).
     """
     if isinstance(text, (list, tuple)):
         prefixes: list[str | None]
@@ -823,10 +827,11 @@ def parse_response(
             prefixes = list(prefix)
         else:
             prefixes = [prefix] * len(text)
-        return [parse_response(t, template, prefix=p, tools=tools, strict=strict) for t, p in zip(text, prefixes)]
+        return [parse_response(t, template, prefix=p, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
+                for t, p in zip(text, prefixes)]
     if isinstance(prefix, (list, tuple)):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
-    parser = ResponseParser(template, prefix, tools=tools, strict=strict)
+    parser = ResponseParser(template, prefix, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
     if parser.grammar.settle is not None:
         # One-shot settling needs no streaming regions: the hook's own run is the result.
         parser._log = [text]

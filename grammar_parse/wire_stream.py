@@ -33,11 +33,12 @@ class OpenStream(NamedTuple):
 
 
 def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[Any] | None = None,
-                strict: bool = True) -> OpenStream:
+                strict: bool = True, calls_in_reasoning: str | bool | None = None) -> OpenStream:
     """What every adapter streams from (the template is resolved once, by the parser; the streamer reads
     its grammar)."""
     tools = list(tools) if tools is not None else None
-    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict)
+    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict,
+                            calls_in_reasoning=calls_in_reasoning)
     return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth))
 
 
