@@ -95,6 +95,8 @@ ERROR_CODES: dict[str, str] = {
     "parse.json_constant": "a call's arguments hold NaN or Infinity, which strict JSON has not: the wire sends null",
     "parse.region_too_large": "a region's text is longer than max_region_chars",
     "parse.timeout": "a pattern ran past its time limit and the linear matcher cannot read it",
+    "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
+                           "first): the call keeps it as \"\" with an error",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
     # legacy response_schema (transformers <= 5.14)
     "legacy.groups": "a schema regex matched but has several unnamed groups, or none",

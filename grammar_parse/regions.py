@@ -229,6 +229,13 @@ class RegionBuilder:
         shifting = self.shifting
         close_text = shifting[2] if shifting is not None and shifting[0].role == "close" and \
             shifting[0].region is region else ""
+        if region.entry_key is not None and shifting is not None and not (shifting[0].role == "close" and
+                                                                          shifting[0].region is region) \
+                and not any(chunk.strip() for chunk in frame.chunks):
+            # A key/value argument ended by another delimiter (the next key, the call's close) before any
+            # value; at the end of the output it is cut off instead, with nothing to report.
+            self._missing_value(frame)
+            return
         try:
             value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
             if self._tools is not None and region.parent is None:
@@ -261,6 +268,21 @@ class RegionBuilder:
             self._store_component(frame, value)
             return
         self._store(frame, value)
+
+    def _missing_value(self, frame: Frame) -> None:
+        """A key the model wrote without a value: the argument is ``""`` and its call carries an error, in
+        both modes (a strict error would lose the calls after it for one missing value); lenient mode also
+        reports it in ``parse_errors``."""
+        region = frame.region
+        entry = str(frame.path[-1]) if frame.path else ""
+        message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
+        self._parent(region).problems.append({"key": region.key, "entry": entry, "message": message,
+                                              "code": "parse.missing_value"})
+        if not self._strict:
+            start = frame.start - self.prefix_len
+            self._report("parse.missing_value", message, frame.field,
+                         [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
+        self._store_component(frame, "")
 
     def _close_broken_calls(self, frame: Frame, close_text: str, problem: dict[str, str]) -> None:
         """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
