@@ -324,6 +324,35 @@ def _literal(node: ast.expr) -> Any:
 _KEYWORD_ARGUMENT = regex.compile(r"[(,]\s*(?:%s)\s*=(?!=)" % "|".join(keyword.kwlist))
 
 
+_LINE_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]|\n[^\S\n]+""")
+
+
+def _unindented(text: str) -> str:
+    """Calls written one a line, without the whitespace that starts a line: whitespace around the newline
+    between two calls belongs to the separator, but Python reads an indented line as a block
+    ("unexpected indent"). Whitespace inside brackets and strings is left as written."""
+    out: list[str] = []
+    depth, quote, pos, kept = 0, "", 0, 0
+    while (m := _LINE_TOKEN.search(text, pos)) is not None:
+        token, pos = m.group(), m.end()
+        if quote:
+            if token == "\\":
+                pos += 1
+            elif token == quote:
+                quote = ""
+        elif token in ("'", '"', "'''", '"""'):
+            quote = token
+        elif token in "([{":
+            depth += 1
+        elif token in ")]}":
+            depth -= 1
+        elif token[0] == "\n" and depth <= 0:
+            out.append(text[kept:m.start() + 1])
+            kept = pos
+    out.append(text[kept:])
+    return "".join(out)
+
+
 def _rename_keyword_arguments(body: str) -> tuple[str, dict[str, str]]:
     """Models name arguments after Python keywords (``search_flights(from="SFO", to="JFK")``), which
     Python's own parser rejects: such names are renamed to placeholders before parsing, and the map
@@ -394,6 +423,8 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _python_calls(text: str) -> list[dict[str, Any]]:
+    if not text.startswith("["):
+        text = _unindented(text)
     body, renamed = _rename_keyword_arguments(text)
     tree: ast.expr | list[ast.stmt]
     try:
