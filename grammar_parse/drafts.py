@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .delimiters import LiteralMatcher, RegexMatcher
 from .errors import ArgumentError
 from .events import Event
 from .grammar import Grammar, Region, StateInfo, Terminal
@@ -68,6 +69,15 @@ def interrupts(grammar: Grammar, stack: list[int], term: Terminal, region: Regio
         reduce(table, trial, rule, None)
     after = states[trial[-1]]
     return any(w.role == "open" for w in after.watch) or (after.text is not None and after.text.role == "text")
+
+
+def closes_at(close: Terminal, buf: str, pos: int) -> bool:
+    """Whether the block's close delimiter matches at ``pos`` (anchored: a search would rescan the rest of
+    the buffer at every delimiter of a long draft)."""
+    matcher = close.matcher
+    if isinstance(matcher, LiteralMatcher):
+        return any(buf.startswith(literal, pos) for literal in matcher.literals)
+    return isinstance(matcher, RegexMatcher) and matcher.match(buf, pos) is not None
 
 
 @dataclass

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
-from .drafts import Draft, interrupts, reading, reasoning_region
+from .drafts import Draft, closes_at, interrupts, reading, reasoning_region
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
@@ -526,9 +526,7 @@ class ResponseParser:
         if region is None or (self._draft is not None and region is not self._draft.region) \
                 or not interrupts(self._grammar, self._stack, term, region):
             return False
-        buf = self._buf
-        if any(w.role == "close" and w.region is region and w.matcher is not None
-               and (h := w.matcher.search(buf, start)) is not None and h[0] == start for w in info.watch):
+        if any(w.role == "close" and w.region is region and closes_at(w, self._buf, start) for w in info.watch):
             self._closing = True  # the block's own close, spelled like another delimiter (plamo3's stray one)
             return False
         if end == start:  # a lookahead opener: the character it looked at is text
@@ -537,11 +535,11 @@ class ResponseParser:
             end = start + 1
         if self._draft is None:
             self._draft = Draft(
-                region=region, stack=list(self._stack), head=buf[:start], base=self._base,
+                region=region, stack=list(self._stack), head=self._buf[:start], base=self._base,
                 lines=(self._lines_before, self._line_start), run=self._run, last_empty=self._last_empty,
                 discarded=[list(d) for d in self._discarded], errors=copy.deepcopy(self.errors),
                 trace=None if self._trace is None else len(self._trace), regions=self._regions.snapshot(),
-                raw=[buf[start:]])
+                raw=[self._buf[start:]])
             self._regions.events = self._draft.held
         self._route(info, end)
         return True
