@@ -21,7 +21,7 @@ from .grammar import Grammar, Region, Terminal
 from .tables import Callbacks, RuleHandle
 from .salvage import check_calls, component_errors, is_call_region, salvage_calls
 from .tools import ToolTypes
-from .values import copy_json, fill
+from .values import copy_json, fill, reads_elements
 
 #: Lenient mode: (code, message, field, output span) of a problem, for the session to record.
 Report = Callable[[str, str, "str | None", "list[int] | None"], None]
@@ -239,7 +239,7 @@ class RegionBuilder:
         try:
             value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
             if self._tools is not None and region.parent is None:
-                value = self._tools.apply(value)
+                value = self._tools.apply(value, elements=reads_elements(spec))
             if spec.join is not None and not isinstance(value, str):
                 raise ParseError(
                     f"Field '{region.field}': 'join' requires each match to parse to a string, got "
@@ -291,7 +291,8 @@ class RegionBuilder:
         found = salvage_calls(frame.region, body, frame.captures, frame.children, problem)
         if found.calls:
             value: Any = found.calls if getattr(frame.region.spec, "transform_each", False) else found.calls[0]
-            self._store(frame, self._tools.apply(value) if self._tools is not None else value)
+            typed = self._tools.apply(value, elements=reads_elements(frame.region.spec)) if self._tools is not None else value
+            self._store(frame, typed)
         else:
             # the stream learns that the region gave no call (its text follows as content)
             self.events.append({"type": "region_close", "field": frame.field, "value": None})

@@ -41,6 +41,9 @@ _CONTENT_ARGS: dict[str, frozenset[str]] = {
     "pythonic": frozenset(),
     "json-name-keys": frozenset({"strip", "unquoted_keys", "string_delims", "allow_non_json"}),
 }
+# Arguments only a .lark grammar's regions may use (transformers' templates keep its exact parsers): the
+# template's own separators around a text value, and nested elements for xml-inline (MiniMax-M3).
+_AUTHORED_ARGS: dict[str, frozenset[str]] = {"text": frozenset({"separators"}), "xml-inline": frozenset({"elements"})}
 
 
 @dataclass(frozen=True)
@@ -230,13 +233,22 @@ def _check_bool(path: str, value: Any) -> bool:
 def _check_content_args(path: str, content: str, args: Any, *, authored: bool = False) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise _fail(path, f"must be a dict, got {type(args).__name__}", "template.type")
-    if unknown := sorted(set(args) - _CONTENT_ARGS[content]):
+    known = _CONTENT_ARGS[content] | (_AUTHORED_ARGS.get(content, frozenset()) if authored else frozenset())
+    if unknown := sorted(set(args) - known):
         raise _fail(
             path,
             f"unknown argument(s) {unknown} for content parser '{content}'",
             "template.content",
-            hint=f"'{content}' reads {sorted(_CONTENT_ARGS[content])}.",
+            hint=f"'{content}' reads {sorted(known)}.",
         )
+    if "separators" in args:
+        seps = args["separators"]
+        if not isinstance(seps, list) or len(seps) != 2 or not all(isinstance(x, str) for x in seps):
+            raise _fail(f"{path}.separators", f"must be [after_open, before_close] strings, got {seps!r}",
+                        "template.content")
+        if args.get("strip", True):
+            raise _fail(f"{path}.separators", "separators are removed from a value that is not stripped",
+                        "template.content", hint='Add "strip": false (a stripped value has lost them anyway).')
     for key in ("strip", "unquoted_keys", "allow_non_json", "merge_duplicates"):
         if key in args and not (authored and key == "unquoted_keys" and args[key] == "spaced"):
             _check_bool(f"{path}.{key}", args[key])
@@ -268,6 +280,8 @@ def _check_content_args(path: str, content: str, args: Any, *, authored: bool = 
                 f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {args['tag_pattern']}",
                 "template.content",
             )
+        if "elements" in args:
+            _check_elements(f"{path}.elements", args["elements"])
     if "value_parser" in args:
         _check_value_parser(f"{path}.value_parser", args["value_parser"])
     if "value_parser_when" in args:  # an xml-inline key only, so `tag` is its compiled tag_pattern
@@ -280,6 +294,19 @@ def _check_content_args(path: str, content: str, args: Any, *, authored: bool = 
                         "template.content")
         _check_value_parser(f"{path}.value_parser_when.parser", when["parser"])
     return args
+
+
+def _check_elements(path: str, elements: Any) -> None:
+    """xml-inline's nested elements: open and close tag patterns, each with a 'key' group, and an optional
+    list element name."""
+    if not isinstance(elements, dict) or not {"open", "close"} <= set(elements) or set(elements) - {"open", "close", "item"}:
+        raise _fail(path, f"must be {{\"open\": ..., \"close\": ..., \"item\": ...}}, got {elements!r}",
+                    "template.content")
+    for part in ("open", "close"):
+        if "key" not in _compile_regex(f"{path}.{part}", elements[part]).groupindex:
+            raise _fail(f"{path}.{part}", f"the {part} tag pattern must have a named group 'key'", "template.content")
+    if "item" in elements and not (isinstance(elements["item"], str) and elements["item"]):
+        raise _fail(f"{path}.item", "must be a non-empty string (the list element's name)", "template.content")
 
 
 def _check_value_parser(path: str, parser: Any) -> None:

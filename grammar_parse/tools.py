@@ -79,6 +79,52 @@ def coerce(raw: str, types_: tuple[str, ...]) -> Any:
     return raw
 
 
+def _declaring(schema: Any, type_name: str) -> dict[str, Any]:
+    """The part of a schema that declares ``type_name`` (itself, or the anyOf/oneOf choice that does)."""
+    if not isinstance(schema, dict):
+        return {}
+    declared = schema.get("type")
+    if declared == type_name or (isinstance(declared, list) and type_name in declared):
+        return schema
+    for union in ("anyOf", "oneOf"):
+        for choice in schema.get(union) or []:
+            if type_name in schema_types(choice):
+                return _declaring(choice, type_name)
+    return schema
+
+
+def typed_element(value: Any, schema: Any) -> Any:
+    """A value read from nested elements (MiniMax-M3's ``<hours><item>9</item></hours>``) typed by its schema:
+    text as a flat value is, an empty element as an empty list or object where the schema says so (and not
+    string), an object's members by ``properties`` (or ``additionalProperties``), a list's by ``items``; an
+    object whose schema says array is the list of its children (an element's children, whatever their name)."""
+    types_ = schema_types(schema)
+    if not types_:
+        return value
+    if isinstance(value, str):
+        if not value.strip() and "string" not in types_:
+            empty = next((t for t in types_ if t in ("array", "object")), None)
+            if empty is not None:
+                return [] if empty == "array" else {}
+        return coerce(value, types_)
+    if isinstance(value, dict):
+        if "object" in types_:
+            declared = _declaring(schema, "object")
+            properties = declared.get("properties")
+            properties = properties if isinstance(properties, dict) else {}
+            extra = declared.get("additionalProperties")
+            return {k: typed_element(v, properties[k] if k in properties else extra) for k, v in value.items()}
+        if "array" not in types_:
+            return value
+        value = list(value.values())
+    if isinstance(value, list):
+        if "array" not in types_:
+            return [typed_element(item, schema) for item in value]  # a repeated non-array argument
+        items = _declaring(schema, "array").get("items")
+        return [typed_element(item, items) for item in value]
+    return value
+
+
 _PY_TYPES: dict[Any, str] = {int: "integer", float: "number", bool: "boolean", str: "string",
                              list: "array", tuple: "array", dict: "object", type(None): "null"}
 
@@ -130,22 +176,27 @@ class ToolTypes:
         properties = (self.parameters.get(name) if name is not None else None) or {}
         return schema_types(properties[key]) if key in properties else ()
 
-    def retype(self, name: str | None, key: str, value: Any) -> Any:
+    def retype(self, name: str | None, key: str, value: Any, *, elements: bool = False) -> Any:
         """One argument value cast to its schema's types (strings, and lists of strings that
-        merge_duplicates collected for a non-array parameter, element-wise)."""
+        merge_duplicates collected for a non-array parameter, element-wise); ``elements``: a value read from
+        nested elements, typed all the way down (:func:`typed_element`)."""
         types_ = self.types_of(name, key)
         if not types_:
             return value
+        if elements and name is not None:
+            return typed_element(value, self.parameters[name][key])
         if isinstance(value, str):
             return coerce(value, types_)
         if isinstance(value, list) and "array" not in types_:
             return [coerce(item, types_) if isinstance(item, str) else item for item in value]
         return value
 
-    def apply(self, value: Any) -> Any:
-        """Cast the string arguments of every tool call in ``value`` in place; return ``value``."""
+    def apply(self, value: Any, *, elements: bool = False) -> Any:
+        """Cast the string arguments of every tool call in ``value`` in place; return ``value``.
+        ``elements``: the arguments were read from nested elements (values.reads_elements), whose objects
+        and lists are typed too; other formats' objects and lists are the model's typed JSON, left alone."""
         if isinstance(value, list):
-            return [self.apply(item) for item in value]
+            return [self.apply(item, elements=elements) for item in value]
         fn = call_function(value)
         if fn is None:
             return value
@@ -153,7 +204,7 @@ class ToolTypes:
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
         for key, argument in arguments.items():
-            arguments[key] = self.retype(name, key, argument)
+            arguments[key] = self.retype(name, key, argument, elements=elements)
         return value
 
 
@@ -238,4 +289,5 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     return CallValidator(tools).problems(call)
 
 
-__all__ = ["CallValidator", "ToolTypes", "call_function", "callable_schema", "coerce", "schema_types", "tool_specs", "validate_call"]
+__all__ = ["CallValidator", "ToolTypes", "call_function", "callable_schema", "coerce", "schema_types", "tool_specs", "typed_element",
+           "validate_call"]

@@ -15,7 +15,7 @@ import json
 import keyword
 import sys
 import tokenize
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -45,7 +45,23 @@ PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*(?:\|\w+(?:\.\w+)*)*)(\??)\}")
 
 
 def _text(text: str, args: Mapping[str, Any]) -> str:
-    return text.strip() if args.get("strip", True) else text
+    if args.get("strip", True):
+        return text.strip()
+    separators = args.get("separators")
+    return without_separators(text, separators) if separators else text
+
+
+def without_separators(text: str, separators: Sequence[str]) -> str:
+    """``text`` without the template's own text around a value: one ``separators[0]`` at its start and one
+    ``separators[1]`` at its end, each where present. Qwen3-Coder writes ``<parameter=k>\\nVALUE\\n</parameter>``,
+    so its ``"\\n    x\\n\\n"`` is ``"    x\\n"``: the value's own indentation and newlines stay (as vLLM's
+    parser, which removes one newline at each end)."""
+    lead, trail = separators
+    if lead and text.startswith(lead):
+        text = text[len(lead):]
+    if trail and text.endswith(trail):
+        text = text[:len(text) - len(trail)]
+    return text
 
 
 def _cast(text: str, args: Mapping[str, Any], cast: Callable[[str], _T], expected: str) -> _T:
@@ -238,7 +254,10 @@ def sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
 
 
 def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Shallow ``<key>value</key>``-style tags (any ``tag_pattern`` with groups key and value) into a dict."""
+    """Shallow ``<key>value</key>``-style tags (any ``tag_pattern`` with groups key and value) into a dict;
+    with ``elements``, nested elements (see :func:`_xml_elements`)."""
+    if "elements" in args:
+        return _xml_elements(text, args)
     tag_pattern = args["tag_pattern"]
     value_parser = args.get("value_parser")
     when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
@@ -269,6 +288,118 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _tags(pattern: str, text: str) -> list[Any]:
+    """Every match of a tag pattern in ``text``, in linear time past the search budget."""
+    try:
+        return _bounded(pattern).finditer(text, search_budget(len(text)))
+    except TimeoutError:
+        raise ParseError(f"xml-inline: a tag pattern ran past its time limit on this region: {pattern!r}",
+                         code="parse.timeout") from None
+
+
+@dataclass
+class _Element:
+    """An element being read: its name, open tag, where its inner text starts and the children it holds
+    so far (name, value, start, end)."""
+
+    key: str
+    tag: Any
+    start: int
+    inner: int
+    children: list[tuple[str, Any, int, int]] = field(default_factory=list)
+
+
+def _xml_elements(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested elements into a dict, as MiniMax-M3's template writes an object or list argument
+    (``<shipping><city>Singapore</city>...</shipping>``, a list as ``<item>`` elements).
+
+    ``elements`` gives the ``open`` and ``close`` tag patterns (each with a ``key`` group) and the list
+    element's name (``item``). An element holding elements is an object, or a list when its children are
+    all list elements or repeat one name; an object's repeated names collect into a list. Any other element
+    is its text as written (a leaf through ``value_parser``; one with text beside its child elements keeps
+    its inner markup). Typing by the tool's schema comes after (tools.ToolTypes, element by element). A
+    close tag ends the innermost open element of its name (those opened inside it end there too); a stray
+    close is text, and elements still open at the end (cut-off output) are left out. Arguments repeated at
+    the top collect into a list with ``merge_duplicates`` (else the last one wins)."""
+    spec = args["elements"]
+    item = spec.get("item")
+    tags = sorted([(m.start(), False, m) for m in _tags(spec["open"], text)]
+                  + [(m.start(), True, m) for m in _tags(spec["close"], text)], key=lambda t: t[0])
+    root = _Element("", None, 0, 0)
+    stack = [root]
+    open_names: dict[str, int] = {}  # how many elements of each name are open (a close finds its own in O(1))
+    limit = json_depth()
+    after = 0  # (an open and a close tag cannot overlap; a match inside an earlier one is skipped)
+    for start, closing, m in tags:
+        if start < after:
+            continue
+        key = m.group("key")
+        if not closing:
+            if len(stack) > limit:
+                raise ParseError(f"xml-inline: elements nest deeper than {limit} levels", code="parse.json_depth",
+                                 hint=_DEPTH_HINT)
+            stack.append(_Element(key, m, start, m.end()))
+            open_names[key] = open_names.get(key, 0) + 1
+            after = m.end()
+            continue
+        if not open_names.get(key):
+            continue  # a stray close: text of the element around it
+        while True:
+            element = stack.pop()
+            open_names[element.key] -= 1
+            done = element.key == key
+            value = _element_value(text, element, start, item, args)
+            stack[-1].children.append((element.key, value, element.start, m.end() if done else start))
+            if done:
+                break
+        after = m.end()
+    out: dict[str, Any] = {}
+    merge = args.get("merge_duplicates", False)
+    for key, value, _start, _end in root.children:
+        if merge and key in out:
+            if not isinstance(out[key], list):
+                out[key] = [out[key]]
+            out[key].append(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _element_value(text: str, element: _Element, end: int, item: str | None, args: Mapping[str, Any]) -> Any:
+    """The value of an element whose inner text ends at ``end`` (see :func:`_xml_elements`)."""
+    children = element.children
+    at = element.inner
+    mixed = False
+    for _key, _value, start, stop in children:
+        mixed = mixed or bool(text[at:start].strip())
+        at = stop
+    if not children or mixed or text[at:end].strip():
+        parser = args.get("value_parser")
+        when = args.get("value_parser_when")
+        if when is not None and element.tag.groupdict().get(when["group"]) == when["equals"]:
+            parser = when["parser"]
+        return sub_parse(text[element.inner:end], parser)
+    names = [key for key, _value, _start, _stop in children]
+    if (item is not None and all(n == item for n in names)) or (len(names) > 1 and len(set(names)) == 1):
+        return [value for _key, value, _start, _stop in children]
+    out: dict[str, Any] = {}
+    for key, value, _start, _stop in children:
+        if key in out:
+            if not isinstance(out[key], list):
+                out[key] = [out[key]]
+            out[key].append(value)
+        else:
+            out[key] = value
+    return out
+
+
+def reads_elements(spec: Any) -> bool:
+    """Whether a region's value is read from nested elements (xml-inline ``elements``): its tool calls'
+    arguments are then typed element by element (see tools.ToolTypes.apply)."""
+    args = getattr(spec, "content_args", None)
+    return getattr(spec, "content", None) == "xml-inline" and isinstance(args, Mapping) and "elements" in args
 
 
 def _kv_lines(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -703,4 +834,4 @@ class ValueSpec:
 
 
 __all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "with_json_depth", "mixed_placeholder", "sub_parse",
-           "parse_content"]
+           "parse_content", "reads_elements", "without_separators"]

@@ -46,7 +46,7 @@ from ..symbols import Region
 from ..toolstream import plan_for
 from ..tools import schema_types
 from ..values import PLACEHOLDER, ValueSpec
-from .regexes import Delim, Regex, Unsupported, delim_of, parse_regex, sre_c
+from .regexes import Delim, Regex, Unsupported, delim_of, escape, parse_regex, sre_c
 
 #: Whitespace between parameters, and between a parameter's tags and a JSON value.
 _SPACE = r"\s*"
@@ -239,6 +239,7 @@ class _Slot:
     excludes: tuple[str, ...]  # texts a text value may not hold (delimiters that would end it)
     banned_first: tuple[Any, ...]  # set items the value may not start with (a trailing lookahead)
     strip: bool  # whether the parser strips a text value
+    separators: tuple[str, str] = ("", "")  # the template's own text around an unstripped value (Qwen3-Coder's newlines)
 
     def opener_regex(self, key: str | None) -> str:
         """The opener with the key written, or (None) with the key group's own pattern."""
@@ -259,12 +260,13 @@ class _Slot:
         return Regex(negated, frozenset(), False).emit(negated, None)
 
 
-def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = ()) -> _Slot:
+def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = (),
+          separators: tuple[str, str] = ("", "")) -> _Slot:
     items, banned = _without_lookaheads(opener.items)
     if isinstance(closer, Regex):
         c_items, _ = _without_lookaheads(closer.items)
-        return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip)
-    return _Slot(opener, tuple(items), None, (), tuple(closer), json, excludes, tuple(banned), strip)
+        return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip, separators)
+    return _Slot(opener, tuple(items), None, (), tuple(closer), json, excludes, tuple(banned), strip, separators)
 
 
 def _expansions(grammar: Grammar, rule: str) -> list[list[str]]:
@@ -345,8 +347,9 @@ def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> 
             if not isinstance(open_t.matcher, RegexMatcher) or f"(?P<{group}>" not in open_t.matcher.pattern:
                 raise Unsupported(f"the argument opener {open_t.name} holds no (?P<{group}>...) group for the key")
             opener = parse_regex(open_t.matcher.pattern, open_t.matcher.flags, group)
+            seps = content_args.get("separators") or ("", "")
             slots.append(_slot(opener, closer, json=content == "json", strip=bool(content_args.get("strip", True)),
-                               excludes=excludes if optional else ()))
+                               excludes=excludes if optional else (), separators=(seps[0], seps[1])))
     return slots
 
 
@@ -419,8 +422,11 @@ def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[
     choices = _string_choices(schema)
     if choices is not None:
         one = {"type": "or", "elements": [{"type": "const_string", "value": v} for v in choices]}
-        space = [{"type": "regex", "pattern": _SPACE}] if slot.strip else []
-        content = {"type": "sequence", "elements": [*(lead if slot.strip else []), one, *space]}
+        # (around the value: whitespace the parser strips, or the separators it removes, each written or not)
+        before, after = ([{"type": "regex", "pattern": f"(?:{escape(s)})?"}] if s else []
+                         for s in slot.separators)
+        space = [{"type": "regex", "pattern": _SPACE}] if slot.strip else after
+        content = {"type": "sequence", "elements": [*(lead if slot.strip else before), one, *space]}
         return {"type": "tag", "begin": "", "content": content, "end": ends}
     text: dict[str, Any] = {"type": "any_text"}
     if slot.excludes:
