@@ -49,7 +49,12 @@ def _read(grammar: str, path: Path) -> Golden:
 @cache
 def goldens(grammar: str) -> tuple[Golden, ...]:
     """One grammar's samples, in name order."""
-    return tuple(_read(grammar, p) for p in sorted((GOLDEN / grammar).glob("*.txt"))
+    return samples(GOLDEN, grammar)
+
+
+def samples(root: Path, grammar: str) -> tuple[Golden, ...]:
+    """The samples in ``root``/<grammar>/ (laid out as tests/golden is), in name order."""
+    return tuple(_read(grammar, p) for p in sorted((root / grammar).glob("*.txt"))
                  if not p.name.endswith(".prefix.txt"))
 
 
@@ -58,11 +63,12 @@ def all_goldens() -> list[Golden]:
     return [g for d in sorted(GOLDEN.iterdir()) if d.is_dir() for g in goldens(d.name)]
 
 
-def parsed(grammar: Any, text: str, prefix: str, tools: Any, chunks: list[str] | None = None) -> Any:
+def parsed(grammar: Any, text: str, prefix: str, tools: Any, chunks: list[str] | None = None, *,
+           strict: bool = True) -> Any:
     """The message (JSON-comparable) one-shot or fed in ``chunks``, or the error it raises as
     ``{"error": {"type", "code"}}`` (the form a golden .json gives an expected error)."""
     try:
-        parser = grammar_parse.ResponseParser(grammar, prefix, tools=tools)
+        parser = grammar_parse.ResponseParser(grammar, prefix, tools=tools, strict=strict)
         if chunks is None:
             return jsonable(parser.finalize(text)[0])
         for chunk in chunks:
