@@ -21,7 +21,7 @@ PIPELINE = [
     "values", "tools", "wire",                                     # content parsers, argument typing, wire JSON
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
-    "toolstream", "salvage", "regions", "session",                 # the parser
+    "toolstream", "salvage", "regions", "drafts", "session",       # the parser
     "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
     "constrain.lark", "constrain",                                 # payloads, llguidance's dialect, the exports
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
