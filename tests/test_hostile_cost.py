@@ -57,16 +57,17 @@ def one_shot(grammar: str, build: Callable[[int], str], prefix: str = "") -> Cal
     return lambda n: lambda: gp.parse_response(build(n), grammar, prefix=prefix, strict=False)
 
 
-def streamed(grammar: str, build: Callable[[int], str], prefix: str = "", chat: bool = False):
+def streamed(grammar: str, build: Callable[[int], str], prefix: str = "", chat: bool = False,
+             calls_in_reasoning: str | None = None):
     def make(n: int) -> Callable[[], object]:
         def run() -> object:
             text = build(n)
             if chat:
-                s = ChatCompletionsStream(grammar, prefix, strict=False)
+                s = ChatCompletionsStream(grammar, prefix, strict=False, calls_in_reasoning=calls_in_reasoning)
                 for i in range(0, len(text), 16):
                     s.feed(text[i:i + 16])
                 return s.finish()
-            p = gp.ResponseParser(grammar, prefix, strict=False)
+            p = gp.ResponseParser(grammar, prefix, strict=False, calls_in_reasoning=calls_in_reasoning)
             for i in range(0, len(text), 16):
                 p.feed(text[i:i + 16])
             return p.finalize()
@@ -91,6 +92,13 @@ CASES = {
     "xlam </think> then whitespace, streamed": streamed("xlam", lambda n: "<think>a</think>" + " " * n + "ok"),
     "hunyuan_v3 unclosed arguments, Chat Completions": streamed(
         "hunyuan_v3", lambda n: "<tool_calls>\n<tool_call>f<tool_sep>\n" + "<arg_key>" * (n // 9), chat=True),
+    # drafts (issue 31): call markup in an open reasoning block is held, then read again when no close comes
+    "qwen3 openers quoted in reasoning never closed, streamed": streamed(
+        "qwen3", lambda n: "<think>" + "<tool_call>{} " * (n // 14), calls_in_reasoning="never"),
+    "qwen3 openers quoted in reasoning then closed, streamed": streamed(
+        "qwen3", lambda n: "<think>" + "<tool_call>{} " * (n // 14) + "</think>ok", calls_in_reasoning="never"),
+    "deepseek_r1 call sections quoted in reasoning, Chat Completions": streamed(
+        "deepseek_r1", lambda n: "<think>" + "<｜tool▁calls▁begin｜> " * (n // 21), chat=True),
 }
 # (Work inside one regex search, such as a lazy run retried from every start of a flood, is not visible
 # here: tests/test_linear_patterns.py rules those patterns out of the built-in grammars.)
