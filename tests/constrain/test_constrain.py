@@ -46,7 +46,8 @@ NOT_OFFERED = {
        for n in ("no_args", "parallel_calls", "semicolon_in_string", "text_after_call", "type_function")},
     ("kimi_k2", "section_ends_reasoning"): "a call section that ends an unclosed reasoning",
     **{("gpt_oss", n): "the recipient in the role header (<|start|>assistant to=functions.NAME<|channel|>...): "
-       "the constraint writes it in the channel" for n in ("recipient_in_role", "recipient_in_role_first")},
+       "the constraint writes it in the channel" for n in ("recipient_in_role", "recipient_in_role_first",
+                                                         "call_in_analysis_role")},
     ("lfm2", "json_parallel_calls"): "a JSON array of calls between the Python list's delimiters (lfm2's "
                                      "second call region)",
     ("poolside_v1", "prose_mentions_the_tag"): "prose holding the call's trigger (<tool_call>): it starts a call",
