@@ -270,9 +270,9 @@ class RegionBuilder:
         self._store(frame, value)
 
     def _missing_value(self, frame: Frame) -> None:
-        """A key the model wrote without a value: the argument is ``""`` and its call carries an error, in
-        both modes (a strict error would lose the calls after it for one missing value); lenient mode also
-        reports it in ``parse_errors``."""
+        """A key the model wrote without a value: the argument is ``""`` and its call carries an error
+        saying so, the same in both modes. Nothing raises (a strict error would lose the calls after it for
+        one missing value), so it is no ``parse_errors`` entry either: those are what strict mode raises for."""
         region = frame.region
         entry = str(frame.path[-1]) if frame.path else ""
         message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
