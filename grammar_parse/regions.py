@@ -278,10 +278,6 @@ class RegionBuilder:
         message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
         self._parent(region).problems.append({"key": region.key, "entry": entry, "message": message,
                                               "code": "parse.missing_value"})
-        if not self._strict:
-            start = frame.start - self.prefix_len
-            self._report("parse.missing_value", message, frame.field,
-                         [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
         self._store_component(frame, "")
 
     def _close_broken_calls(self, frame: Frame, close_text: str, problem: dict[str, str]) -> None:
