@@ -340,6 +340,7 @@ class _Params:
     connector: str  # regex between the key and the value
     close: str  # literal
     open_text: str  # the opener as written
+    separators: tuple[str, str] = ("", "")  # whitespace the template writes around every value (Qwen3's newlines)
 
 
 @dataclass
@@ -907,7 +908,23 @@ def _params(located: Mapping[str, tuple[str, list[_Block]]]) -> _Params:
         raise _Refusal("derive.shape", "the tagged arguments have no opening or closing marker")
     connectors = [b[k.end:v.start].rstrip() for b, bl in located.values() for blk in bl for k, v in _pairs(blk)]
     connector = _re_instances(connectors)
-    return _Params(_re_literal(opener), _name_class(connectors[0]), connector, closer, opener)
+    return _Params(_re_literal(opener), _name_class(connectors[0]), connector, closer, opener,
+                   _separators(located, closer))
+
+
+def _separators(located: Mapping[str, tuple[str, list[_Block]]], closer: str) -> tuple[str, str]:
+    """The whitespace the template writes around every value, after the value's opener and before its closer
+    (Qwen3-Coder's ``<parameter=city>\\nParis\\n</parameter>``): the markup a value loses, and only that, so
+    that the model's own whitespace (an indented line of code) stays. "" where the renderings disagree."""
+    leads, trails = set(), set()
+    for body, blocks in located.values():
+        for block in blocks:
+            for key, value in _pairs(block):
+                gap = body[key.end:value.start]
+                leads.add(gap[len(gap.rstrip()):])
+                at = body.find(closer, value.end)
+                trails.add(body[value.end:at] if at >= 0 and not body[value.end:at].strip() else "")
+    return (leads.pop() if len(leads) == 1 else "", trails.pop() if len(trails) == 1 else "")
 
 
 # ---------------------------------------------------------------------------------------------- grammar
@@ -942,7 +959,13 @@ def _region_directives(shape: _Shape) -> list[str]:
                               "function": {"name": "{name}", "arguments": "{arguments}"}}}
     out = [f"//@ region tool_calls {json.dumps(spec, ensure_ascii=False)}"]
     if shape.params is not None:
-        value: dict[str, Any] = {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
+        # A value is the model's text as written (an indented line of code keeps its indentation), less the
+        # whitespace the template itself writes around every value.
+        args: dict[str, Any] = {"strip": False}
+        if any(shape.params.separators):
+            args["separators"] = list(shape.params.separators)
+        value: dict[str, Any] = {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text",
+                                 "content_args": args}
         out.append(f"//@ region parameter {json.dumps(value, ensure_ascii=False)}")
     return out
 
