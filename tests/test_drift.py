@@ -355,6 +355,158 @@ def drafts_apply(grammar: Grammar) -> bool:
         and bool(terminals(grammar, "close", REASONING_FIELDS))
 
 
+EXTRA_KEY = "extra_key"
+
+
+def keyed_arguments(grammar: Grammar) -> bool:
+    """Whether the grammar's calls hold key/value arguments (components stored under a key they capture)."""
+    return any(r.parent is not None and r.entry_key is not None for r in grammar.regions.values())
+
+
+def key_without_value(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """The model writes one more argument key with no value right before a call's close (GLM-4.7 drops
+    <arg_value> and its value: vLLM PRs #47190, #51364), then another call (issue 31): the value ends at the
+    call's close instead of swallowing the rest, so the key's value is "" (the call's errors say so) and the
+    call's other arguments and the later call are kept. The key is the call's first argument opener as
+    written, up to the ">" after its key, with another key; the later call is the call written again."""
+    expected = sample.expected.get("tool_calls") or []
+    terms, text = grammar.terminals, sample.text
+    index, call_start, key_open = -1, 0, None
+    for s in spans(grammar, sample):
+        term = terms[s["terminal"]] if s["kind"] == "delimiter" else None
+        region = term.region if term is not None else None
+        if term is None or region is None:
+            continue
+        if term.role == "open" and region.parent is None and region.field == "tool_calls":
+            index, call_start, key_open = index + 1, s["start"], None
+        elif term.role == "open" and region.entry_key is not None and key_open is None:
+            key_open = (term, s)
+        elif term.role == "close" and region.parent is None and region.field == "tool_calls" \
+                and key_open is not None and s["end"] > s["start"] and 0 <= index < len(expected):
+            opener, at = key_open
+            hit = opener.matcher.search(text, at["start"]) if opener.matcher is not None else None
+            match = hit[2] if hit is not None else None
+            if match is None or match.groupdict().get("key") is None:
+                return []
+            gt = text.find(">", match.end("key"), at["end"])
+            key_only = text[at["start"]:match.start("key")] + EXTRA_KEY + \
+                text[match.end("key"):gt + 1 if gt >= 0 else at["end"]]
+            rewritten = text[:s["start"]] + key_only + text[s["start"]:s["end"]] + text[call_start:s["end"]] \
+                + text[s["end"]:]
+            call = expected[index]
+            arguments = call["function"]["arguments"]
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+            keyed = {**call, "function": {**call["function"], "arguments": {**arguments, EXTRA_KEY: ""}}}
+            calls = [*expected[:index], keyed, call, *expected[index + 1:]]
+            return [replace(sample, name=f"{sample.name}/key_without_value", text=rewritten,
+                            expected={**sample.expected, "tool_calls": calls})]
+    return []
+
+
+def value_separators(text: str, lines: bool) -> list[int]:
+    """Where the separators between the calls of one call region's text are: the commas of the list it
+    starts with, or (``lines``: one call a line) the newlines between calls. Strings and brackets are
+    skipped."""
+    listed = text.lstrip().startswith("[")
+    depth, quote, escaped, out = 0, "", False, []
+    for i, ch in enumerate(text):
+        if quote:
+            escaped, quote = (False, quote) if escaped else (ch == "\\", "" if ch == quote else quote)
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+            if listed and depth == 0:
+                break
+        elif depth == 1 and listed and ch == ",":
+            out.append(i)
+        elif depth == 0 and lines and not listed and ch == "\n" and text[:i].strip() and text[i:].strip():
+            out.append(i)
+    return out
+
+
+def call_pieces(grammar: Grammar, found: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The spans of each call in a traced parse, in order: its delimiters, its components' and its text. A
+    call starts at its opener, or at call text after anything else (an opener that matches no text)."""
+    pieces: list[list[dict[str, Any]]] = []
+    last = ""
+    for s in found:
+        term = grammar.terminals[s["terminal"]] if s["kind"] == "delimiter" else None
+        region = term.region if term is not None else None
+        top = grammar.regions[region.parent] if region is not None and region.parent is not None else region
+        if not ((s["kind"] == "text" and s.get("field") == "tool_calls") or (top is not None and top.field == "tool_calls")):
+            last = "other"
+            continue
+        if last != "call" or term is not None and term.role == "open" and region is top:
+            pieces.append([])
+        pieces[-1].append(s)
+        last = "closed" if term is not None and term.role == "close" and region is top else "call"
+    return pieces
+
+
+def space_around_separator(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """Whitespace (a space, a newline, several) on both sides of what separates parallel calls (issue 31:
+    llama3_json's '} ; {' lost the second call): the "; " between close-less calls, the next call's opener
+    after a call that ends with its value, the newline that ends a call a line, and the commas or newlines
+    between the calls of one list. The calls are the same. (Between calls that close with a tag of their
+    own, whitespace is text: space_around_delimiters.)"""
+    if len(sample.expected.get("tool_calls") or []) < 2:
+        return []
+    found = spans(grammar, sample)
+    terms, text = grammar.terminals, sample.text
+    pieces = call_pieces(grammar, found)
+    points: set[int] = set()
+    for piece in pieces:
+        regions = [terms[s["terminal"]].region for s in piece if s["kind"] == "delimiter"]
+        if any(r is not None and r.parent is not None for r in regions):
+            continue  # key/value arguments: whitespace there is an argument's own
+        region = next((r for r in regions if r is not None), None) or next(
+            r for r in grammar.regions.values() if r.field == "tool_calls" and r.parent is None)
+        content = getattr(region.spec, "content", None)
+        body = [s for s in piece if s["kind"] == "text"]
+        if body and content in ("json", "json-name-keys", "pythonic"):
+            start = body[0]["start"]
+            for at in value_separators(text[start:body[-1]["end"]], lines=content == "pythonic"):
+                points.update((start + at, start + at + 1))
+    for before, after in zip(pieces, pieces[1:]):
+        end, next_call = before[-1], after[0]
+        ends_with_value = end["kind"] == "text" or not text[end["start"]:end["end"]].strip()
+        between = [s for s in found if end["end"] <= s["start"] and s["end"] <= next_call["start"]]
+        separator = bool(between) and all(s["kind"] == "delimiter" and terms[s["terminal"]].region is None
+                                          and not any(c.isalnum() for c in text[s["start"]:s["end"]])
+                                          for s in between)
+        if not (ends_with_value or separator):
+            continue
+        if end["kind"] == "delimiter" and not text[end["start"]:end["end"]].strip():
+            points.add(end["start"])  # before the newline that ends a call a line
+        points.update((end["end"], next_call["start"]))
+        opener = terms[next_call["terminal"]] if next_call["kind"] == "delimiter" else None
+        if opener is not None and opener.role == "open" and "(?=" not in getattr(opener.matcher, "pattern", ""):
+            points.add(next_call["end"])  # before the next call's payload (not where its opener looks ahead)
+    if not points:
+        return []
+    out = []
+    for i, ws in enumerate((" ", "\n", "  \n\n\t ")):
+        rewritten = text
+        for at in sorted(points, reverse=True):
+            rewritten = rewritten[:at] + ws + rewritten[at:]
+        out.append(replace(sample, name=f"{sample.name}/separated{i}", text=rewritten, words_only=True))
+    return out
+
+
+def separated_calls(grammar: Grammar) -> bool:
+    """Whether parallel calls can sit side by side without closing tags: a call that ends with its value
+    or at a newline, or several calls in one list (JSON or Python call syntax)."""
+    calls = [r for r in grammar.regions.values() if r.parent is None and r.field == "tool_calls"]
+    listed = any(getattr(r.spec, "transform_each", False) or getattr(r.spec, "content", None) == "pythonic"
+                 for r in calls)
+    line_closed = any(t.role == "close" and t.region in calls and t.matcher is not None
+                      and t.matcher.search("\n", 0) is not None for t in grammar.terminals.values())
+    return bool(value_ended(grammar)) or listed or line_closed
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -375,6 +527,8 @@ TRANSFORMS = {
     "alternative_spelling": Transform(alternative_spelling, lambda g: g.name in SPELLINGS),
     "drafted_call": Transform(drafted_call, drafts_apply),
     "drafted_only": Transform(drafted_only, drafts_apply),
+    "key_without_value": Transform(key_without_value, keyed_arguments),
+    "space_around_separator": Transform(space_around_separator, separated_calls),
     "opener_written": Transform(opener_written, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                 and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
 }
