@@ -45,10 +45,10 @@ __all__ = ["Derived", "DeriveReport", "derive_grammar"]
 
 _SOURCE = "<derived>"  # the derived grammar's source name in its own errors
 
-# A marker unit: a special token (<|im_end|>, <｜Assistant｜>, <|turn>, <channel|>, [TOOL_CALLS]), a tag
-# (<think>, </tool_call>, <parameter=city>), a word, a whitespace run, or one other character. Boundaries
-# between units are the only places a marker may start or end.
-_SPECIAL = r"<[^<>\n]{1,128}>|\[/?[A-Z][A-Z0-9_ ]{0,40}\]"
+# A marker unit: a special token (<|im_end|>, <｜Assistant｜>, <|turn>, <channel|>, [TOOL_CALLS], MiniMax's
+# namespace marker ]<]minimax[>[), a tag (<think>, </tool_call>, <parameter=city>), a word, a whitespace run,
+# or one other character. Boundaries between units are the only places a marker may start or end.
+_SPECIAL = r"\]<\][a-z_]{1,32}\[>\[|<[^<>\n]{1,128}>|\[/?[A-Z][A-Z0-9_ ]{0,40}\]"
 _SPECIAL_RE = regex.compile(_SPECIAL)
 _UNITS = regex.compile(rf"{_SPECIAL}|\w+|\s+|.", regex.DOTALL)
 
@@ -119,7 +119,7 @@ def _bounds(text: str, phrases: bool = True) -> set[int]:
     out = {0, len(text)}
     for prev, cur in zip(units, units[1:]):
         a, b = prev.group(), cur.group()
-        if not phrases or a.isspace() or b.isspace() or (a[-1] in ">]" and b[0] in "<["):
+        if not phrases or a.isspace() or b.isspace() or ((a[-1] in ">]" or _is_special(a)) and b[0] in "<["):
             out.add(cur.start())
     return out
 
@@ -343,6 +343,29 @@ class _Params:
     separators: tuple[str, str] = ("", "")  # whitespace the template writes around every value (Qwen3's newlines)
 
 
+@dataclass(frozen=True)
+class _Elements:
+    """Arguments written as elements named by their key, objects and lists nested (MiniMax-M3's
+    ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``): the marker before every tag and the list element's name."""
+
+    marker: str
+    item: str | None
+
+    @property
+    def open_text(self) -> str:
+        return self.marker + "<"
+
+    def content_args(self) -> dict[str, Any]:
+        """The xml-inline content parser's arguments that read them (as the built-in minimax_m3 grammar)."""
+        m = regex.escape(self.marker, special_only=True)
+        key = r"[^/>\s][^>\s]{0,127}"
+        elements: dict[str, Any] = {"open": f"{m}<(?P<key>{key})>", "close": f"{m}</(?P<key>{key})>"}
+        if self.item is not None:
+            elements["item"] = self.item
+        return {"tag_pattern": f"{m}<(?P<key>{key})>(?P<value>(?:(?!{m}<).)*?){m}</(?P=key)>",
+                "merge_duplicates": True, "elements": elements}
+
+
 @dataclass
 class _Shape:
     """Everything the grammar is written from."""
@@ -360,6 +383,7 @@ class _Shape:
     call_close: str = ""  # literal ("" = where the JSON value ends)
     separator: str = ""
     params: _Params | None = None
+    elements: _Elements | None = None
     first_key: str = "name"
     has_id: bool = False
 
@@ -779,11 +803,53 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
                     return None
                 slots += [_Slot("key", key_at, key_at + len(key)), _Slot("value", where[0], where[1])]
                 cur = where[1]
+                closed = _element_close(body, key, key_at, where)
+                if closed is not None:  # (the value's close tag is the argument's, not the call's)
+                    slots.append(_Slot("element_close", cur, closed))
+                    cur = closed
             hit = _Block(slots[0].start, cur, 1, tuple(slots))
         blocks.append(hit)
         pos = hit.end
         index += hit.calls
     return blocks
+
+
+def _element_close(body: str, key: str, key_at: int, value: tuple[int, int]) -> int | None:
+    """Where an argument written as an element closes (``<city>Paris</city>``, or MiniMax-M3's
+    ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``: the same marker before both tags), or None when the
+    argument is not written so."""
+    tag_end = key_at + len(key)
+    if key_at == 0 or body[key_at - 1] != "<" or body[tag_end:tag_end + 1] != ">" or value[0] != tag_end + 1:
+        return None
+    at = body.find(f"</{key}>", value[1])
+    marker = body[value[1]:at] if at >= 0 else ""
+    if at < 0 or len(marker) > 32 or regex.search(r"\s", marker) or not body[:key_at - 1].endswith(marker):
+        return None
+    return at + len(key) + 3
+
+
+def _elements(located: Mapping[str, tuple[str, list[_Block]]], by: Mapping[str, _Turn], header: str) -> _Elements | None:
+    """The element form of tagged arguments, when every argument of every call is written so with one marker;
+    the list element's name from the typed probe (how it writes a list argument), if it is rendered."""
+    markers = set()
+    for body, blocks in located.values():
+        for block in blocks:
+            parts = [s for s in block.slots if s.kind in ("key", "value", "element_close")]
+            if not parts or [s.kind for s in parts] != ["key", "value", "element_close"] * (len(parts) // 3):
+                return None
+            for key, close in zip(parts[0::3], parts[2::3]):  # (the close is marker + "</" + key + ">")
+                markers.add(body[close.start:close.end - (key.end - key.start) - 3])
+    if len(markers) != 1:
+        return None
+    marker = markers.pop()
+    item = None
+    typed = by.get("typed_arguments")
+    if typed is not None:
+        for name, value in typed.probe.calls[0][1].items():
+            if isinstance(value, list) and value:
+                found = regex.search(regex.escape(f"{marker}<{name}>{marker}<") + r"([^/>\s<]+)>", typed.text[len(header):])
+                item = found.group(1) if found is not None else item
+    return _Elements(marker, item)
 
 
 def _group(kind: str, after: str, head: str) -> str:
@@ -841,7 +907,9 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         out["call_close"] = call_close
         return out
     # The name (and a call id) are in the opener: its pattern runs from the open marker to the arguments.
-    params = _params(located) if encoding.kind == "tagged" else None
+    elements = _elements(located, by, header) if encoding.kind == "tagged" else None
+    params = _params(located) if encoding.kind == "tagged" and elements is None else None
+    tags = params or elements
     heads: list[list[tuple[str, str]]] = []  # per call: (slot kind, text before it) ..., ("", text before the payload)
     for body_i, blocks_i in located.values():
         for block in blocks_i:
@@ -849,8 +917,8 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
             head = [s for s in block.slots if s.start < payload.start]
             seq = [(s.kind, body_i[head[k - 1].end:s.start] if k else "") for k, s in enumerate(head)]
             final = body_i[head[-1].end:payload.start]
-            if params is not None:
-                cut = final.rfind(params.open_text)
+            if tags is not None:
+                cut = final.rfind(tags.open_text)
                 final = final[:cut] if cut >= 0 else final
             heads.append([*seq, ("", final)])
     shapes = {tuple(kind for kind, _ in h) for h in heads}
@@ -875,8 +943,10 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         out["params"] = params
         if call_close.startswith(params.close):
             call_close = call_close[len(params.close):].strip()
-        if not call_close:
-            raise _Refusal("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
+    if elements is not None:
+        out["elements"] = elements
+    if tags is not None and not call_close:
+        raise _Refusal("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
     out["call_close"] = call_close
     return out
 
@@ -948,6 +1018,9 @@ def _region_directives(shape: _Shape) -> list[str]:
         spec = {"content": "json-name-keys" if enc.kind == "json_name_keys" else "pythonic", "repeats": True,
                 "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}},
                 "transform_each": True, "extend": True}
+    elif shape.elements is not None:
+        spec = {"content": "xml-inline", "content_args": shape.elements.content_args(), "repeats": True,
+                "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}
     elif enc.kind == "name_json":
         spec = {"content": "json", "repeats": True,
                 "transform": {**call_id, "type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}
@@ -1174,4 +1247,7 @@ def _argument_encoding(shape: _Shape) -> str:
         return "JSON object after the name"
     if kind == "pythonic":
         return "pythonic keyword arguments" + (" (a list of calls)" if shape.encoding.listed else "")
+    if shape.elements is not None:
+        item = f", lists as <{shape.elements.item}> elements" if shape.elements.item else ""
+        return f"elements named by the key, nested for objects{item} (text, typed by the tool's schema)"
     return "tagged key/value (text, typed by the tool's schema)"

@@ -51,8 +51,6 @@ NOT_DERIVED = {
     # ended by [BEGIN FINAL RESPONSE]: unmarked text at the start is reasoning or content depending on what
     # comes later, which an LALR grammar cannot tell (the built-in apriel grammar assumes reasoning).
     "Apriel-1.6-15b-Thinker-fixed": "derive.shape",
-    # Typed arguments are nested XML (<hours><item>9</item>...</hours>), not text or JSON.
-    "MiniMax-M3": "derive.shape",
 }
 
 
@@ -158,6 +156,20 @@ REALISTIC = [
      "<parameter=timezone>\nAmerica/New_York\n</parameter>\n</function>\n</tool_call><|im_end|>",
      None, "I will check both.", [call("get_weather", {"city": "New York", "days": 5}),
                                    call("get_time", {"timezone": "America/New_York"})]),
+    # A value's own whitespace is the model's (an indented line of code); only the template's newlines go.
+    ("Qwen3-Coder",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=note>\n    indented\n\n"
+     "    twice\n\n</parameter>\n</function>\n</tool_call><|im_end|>",
+     None, None, [call("get_weather", {"city": "Oslo", "note": "    indented\n\n    twice\n"})]),
+    # Objects and lists written as nested elements, typed by the tool's schema; a leaf's whitespace kept.
+    ("MiniMax-M3",
+     "<mm:think>Rome, twice a day.</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">"
+     "]<]minimax[>[<city>Rome]<]minimax[>[</city>]<]minimax[>[<hours>]<]minimax[>[<item>8]<]minimax[>[</item>"
+     "]<]minimax[>[<item>20]<]minimax[>[</item>]<]minimax[>[</hours>]<]minimax[>[<options>]<]minimax[>[<units>metric"
+     "]<]minimax[>[</units>]<]minimax[>[</options>]<]minimax[>[<note>  first\n\n  second\n]<]minimax[>[</note>"
+     "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>[e~[\n",
+     "Rome, twice a day.", None, [call("get_weather", {"city": "Rome", "hours": [8, 20], "options": {"units": "metric"},
+                                                      "note": "  first\n\n  second\n"})]),
     ("moonshotai-Kimi-K2",
      "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0<|tool_call_argument_begin|>"
      '{"timezone": "Europe/Berlin"}<|tool_call_end|><|tool_call_begin|>functions.get_weather:1'

@@ -38,7 +38,7 @@ FAMILY = {
     "Kimi-K2-Instruct": "kimi_k2", "Kimi-K2-Thinking": "kimi_k2", "moonshotai-Kimi-K2": "kimi_k2", "Kimi-K3": "kimi_k3",
     "LFM2-8B-A1B": "lfm2", "LFM2.5-8B-A1B": "lfm2", "LFM2.5-Instruct": "lfm2",
     "MiMo-VL": "qwen3",  # (MiMo-VL writes Hermes calls; the mimo grammar is MiMo-V2's XML format)
-    "MiniMax-M1": "minimax_m1", "MiniMax-M2": "minimax_m2",
+    "MiniMax-M1": "minimax_m1", "MiniMax-M2": "minimax_m2", "MiniMax-M3": "minimax_m3",
     "Mistral-Small-3.2-24B-Instruct-2506": "mistral_v11", "mistralai-Ministral-3-14B-Reasoning-2512": "mistral_v11",
     "unsloth-mistral-Devstral-Small-2507": "mistral_v11", "mistralai-Mistral-Nemo-Instruct-2407": "mistral",
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "qwen3_coder", "NVIDIA-Nemotron-Nano-v2": "nemotron_nano_v2",
@@ -61,7 +61,6 @@ FAMILY = {
 
 #: Templates whose family has a grammar that does not read them back: the closest grammar, and why.
 MISSES = {
-    "MiniMax-M3": ("minimax_m3", "typed_arguments"),  # nested <item>/<key> elements flattened into arguments
     "llama-cpp-deepseek-r1": ("deepseek_r1", "renders none"),  # tojson on a generator: transformers raises too
 }
 
