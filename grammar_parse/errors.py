@@ -98,6 +98,14 @@ ERROR_CODES: dict[str, str] = {
     "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
                            "first): the call keeps it as \"\" with an error",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
+    # known model glitches lenient mode repairs (a grammar's repair directive; strict mode reads them as text)
+    "repair.tool_call_opener": "a call written without its wrapper's opener (Qwen3-Coder's <function=NAME> with no "
+                               "<tool_call>, or Seed-OSS's <seed:tool_call>, before it) was read as a call",
+    "repair.tool_call_section": "a call written without the section marker around it (Kimi K2's "
+                                "<|tool_call_begin|> with no <|tool_calls_section_begin|>) was read as a call",
+    "repair.args_token": "a call written without the token between its name and arguments (Mistral's "
+                         "[TOOL_CALLS]NAME{...} with no [ARGS], as vLLM's Mistral tokenizer mode decodes it) was read "
+                         "as a call",
     # legacy response_schema (transformers <= 5.14)
     "legacy.groups": "a schema regex matched but has several unnamed groups, or none",
     "legacy.schema": "a schema node cannot handle the value it received (wrong node type or shape)",

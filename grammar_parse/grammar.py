@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from typing import Any
 
@@ -43,7 +43,7 @@ import regex
 from lark.lexer import Lexer
 
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
-from .errors import GrammarError, TemplateError
+from .errors import ERROR_CODES, GrammarError, TemplateError
 from .regex_safety import RegexSafetyError, refusal
 from .symbols import Region, Terminal
 from .tables import StateInfo, Tables, build_tables
@@ -152,13 +152,23 @@ def _read_directives(text: str, source_name: str) -> tuple[dict[str, Any], dict[
                 raise _directive_error(source_name, lineno, str(e)) from None
             except (json.JSONDecodeError, RecursionError) as e:
                 raise _directive_error(source_name, lineno, f"{key}: value is not valid JSON ({e})") from None
+        elif key == "repair":
+            terminal, _, code_text = rest.partition(" ")
+            try:
+                code = json.loads(code_text)
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise _directive_error(source_name, lineno, f"repair {terminal}: the code is not valid JSON ({e})") from None
+            if not isinstance(code, str) or not code.startswith("repair.") or code not in ERROR_CODES:
+                raise _directive_error(source_name, lineno, f"repair {terminal}: {code!r} is not a repair.* code of "
+                                       "grammar_parse.errors.ERROR_CODES")
+            settings.setdefault("repair", {})[terminal] = (lineno, code)
         elif key == "grammar_parse":
             if rest != "1":
                 raise _directive_error(source_name, lineno, f"unsupported grammar format version {rest!r}")
         else:
             raise _directive_error(
                 source_name, lineno,
-                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases, legacy_schema, legacy_timeout, calls_in_reasoning",
+                f"unknown directive {key!r}; expected region, defaults, start_anchor, start_anchor_pattern, name, aliases, legacy_schema, legacy_timeout, calls_in_reasoning, repair",
             )
     return settings, regions
 
@@ -246,6 +256,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     regions = _regions(parser, roles, region_specs, settings, source_name)
     lark_table = parser.parser.parser.parser.parse_table
     terminals = _terminals(parser, lark_table.states, roles, regions, source_name)
+    _mark_repairs(terminals, settings.get("repair", {}), source_name)
     _check_named_groups(regions, terminals, source_name)
     legacy = settings.get("legacy_schema")
     timeout = _legacy_timeout(settings) if legacy is not None else None
@@ -381,6 +392,17 @@ def _terminals(parser: lark.Lark, lark_states: Mapping[int, Mapping[str, Any]],
     for sym in sorted(used - defined):
         terminals[sym] = _declared_terminal(sym, roles, by_upper, source_name)
     return terminals
+
+
+def _mark_repairs(terminals: dict[str, Terminal], repairs: Mapping[str, tuple[int, str]], source_name: str) -> None:
+    """Give each opener a ``repair`` directive names its code (see Terminal.repair). A repair opens a
+    message field's region: lenient mode records it on the call, strict mode passes its text through."""
+    for name, (lineno, code) in repairs.items():
+        term = terminals.get(name)
+        if term is None or term.role != "open" or term.region is None or term.region.parent is not None:
+            raise _directive_error(source_name, lineno, f"repair {name}: not a defined opener of a message "
+                                   "field's region")
+        terminals[name] = replace(term, repair=code)
 
 
 def _owner(name: str, roles: Mapping[str, list[tuple[str, str]]],

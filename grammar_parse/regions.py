@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-from .errors import ParseError
+from .errors import ERROR_CODES, ParseError
 from .events import Event, Message, RegionChunk, RegionOpen
 from .delimiters import JsonWalk
 from .grammar import Grammar, Region, Terminal
@@ -43,7 +43,7 @@ class Frame:
     values of its component regions, and where its events point (``path``, None for a message field)."""
 
     __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk",
-                 "problems")
+                 "problems", "repair", "passthrough")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
                  field: str, path: list[str | int] | None) -> None:
@@ -58,6 +58,9 @@ class Frame:
         self.size = 0
         self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
         self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
+        self.repair: str | None = None  # lenient mode: the repair.* code of the glitch its opener read
+        # strict mode: a repair opener's region (and all inside it) is text of the region around it
+        self.passthrough = False
 
     def copy(self) -> Frame:
         """A frame with the same state that shares nothing mutable with this one."""
@@ -68,6 +71,7 @@ class Frame:
         frame.size = self.size
         frame.walk = copy.copy(self.walk)  # (its fields are immutable: a shallow copy shares nothing)
         frame.problems = [dict(p) for p in self.problems]
+        frame.repair, frame.passthrough = self.repair, self.passthrough
         return frame
 
 
@@ -141,6 +145,8 @@ class RegionBuilder:
 
     def chunk(self, frame: Frame, text: str) -> RegionChunk:
         """Add text to an open region; the region_chunk event that streams it."""
+        if frame.passthrough:
+            return self._text_around(text)
         frame.chunks.append(text)
         event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
         if frame.path is not None:
@@ -150,7 +156,12 @@ class RegionBuilder:
     def _loose_text(self, text: str) -> None:
         """Text of a broken tool-call region that names no function: it joins the text region the call
         was written in (content, or reasoning), or else the content, and streams as that field's text."""
-        frame = self.frames[-1] if self.frames else None
+        self.events.append(self._text_around(text))
+
+    def _text_around(self, text: str) -> RegionChunk:
+        """``text`` added to the text region around the open regions passed through (the innermost other
+        one, if it holds text: content, or reasoning), or else to the content; the chunk that streams it."""
+        frame = next((f for f in reversed(self.frames) if not f.passthrough), None)
         if frame is not None and frame.path is None and getattr(frame.region.spec, "content", None) == "text":
             frame.chunks.append(text)
             frame.size += len(text)
@@ -158,7 +169,7 @@ class RegionBuilder:
         else:
             self._loose.append(text)  # the next content region starts with it, or finalize adds it
             field = "content"
-        self.events.append({"type": "region_chunk", "field": field, "text": text, "dirty": False})
+        return {"type": "region_chunk", "field": field, "text": text, "dirty": False}
 
     def settle_loose(self) -> None:
         """At the end (a no-op without loose text): loose text no content region took joins the content (as a stream concatenates it)."""
@@ -181,11 +192,23 @@ class RegionBuilder:
 
     def _push(self, region: Region, captures: dict[str, str], start: int, open_text: str) -> None:
         """Open a region: a message field, or a component of the nearest open region it belongs to."""
+        opener = self.shifting[0] if self.shifting is not None else None
+        repair = opener.repair if opener is not None and opener.region is region else None
+        if (repair is not None and self._strict) or (self.frames and self.frames[-1].passthrough):
+            # Strict mode reads a glitch as the text it is (what the grammar gave before the repair): the
+            # region's delimiters and text go to the text region around it as they come.
+            frame = Frame(region, captures, start, open_text, region.field, None)
+            frame.passthrough = True
+            self.frames.append(frame)
+            if open_text:
+                self.events.append(self._text_around(open_text))
+            return
         if region.parent is None:
             frame = Frame(region, captures, start, open_text, region.field, None)
             if self._loose and region.field == "content":
                 frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
                 frame.size = sum(map(len, frame.chunks))
+            frame.repair = repair
             event: RegionOpen = {"type": "region_open", "field": region.field}
             if self.extended:
                 event["captures"] = captures
@@ -229,6 +252,17 @@ class RegionBuilder:
         shifting = self.shifting
         close_text = shifting[2] if shifting is not None and shifting[0].role == "close" and \
             shifting[0].region is region else ""
+        if frame.passthrough:
+            if close_text:
+                self.events.append(self._text_around(close_text))
+            return
+        if frame.repair is not None:
+            start = frame.start - self.prefix_len
+            # (a region its next delimiter ends, without a close of its own, ends where that delimiter starts)
+            closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
+            end = shifting[1] if shifting is not None and not closing else self._position()
+            self._report(frame.repair, f"repaired: {ERROR_CODES[frame.repair]} ({frame.open_text[:80]!r})",
+                         frame.field, [start, end - self.prefix_len])
         if region.entry_key is not None and shifting is not None and not (shifting[0].role == "close" and
                                                                           shifting[0].region is region) \
                 and not any(chunk.strip() for chunk in frame.chunks):

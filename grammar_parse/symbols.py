@@ -48,6 +48,9 @@ class Terminal:
     region: Region | None
     matcher: Matcher | None
     priority: int = 0
+    #: The ``repair.*`` error code of an opener that reads a known model glitch as its region (the
+    #: grammar's ``repair`` directive): lenient mode records the repair, strict mode reads the text as text.
+    repair: str | None = None
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
