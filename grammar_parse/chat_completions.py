@@ -159,7 +159,7 @@ class ChatCompletionsStream:
             if self.tools is not None and call and not broken:
                 if validator is None:
                     validator = CallValidator(self.tools)
-                errors += validator.problems(call)
+                errors += [p for p in validator.problems(call) if p not in errors]  # (the parser names an unknown tool too)
             errors += sent.wire.problems  # what the wire changed or left out of the model's arguments
             if errors:
                 entry["errors"] = errors

@@ -191,8 +191,25 @@ class ToolTypes:
             return [coerce(item, types_) if isinstance(item, str) else item for item in value]
         return value
 
+    def resolve(self, name: str) -> str:
+        """The name the request offers for a call's ``name``: ``name`` itself when offered; ``X.X`` as ``X``
+        when ``X`` is offered and ``X.X`` is not (Muse Glimmer's chat template lists a tool named without a
+        namespace as the recipient namespace ``X.*``, so the model calls it ``X.X``, as vLLM's muse_glimmer
+        parser reads it). Any other name stays as written: matching on its last segment alone could pick
+        another namespace's tool."""
+        if name in self.parameters:
+            return name
+        head, dot, tail = name.partition(".")
+        return head if dot and head == tail and head in self.parameters else name
+
+    def unknown(self, name: str) -> dict[str, str]:
+        """The ``errors`` entry of a call to a tool the request does not offer (as :class:`CallValidator`
+        words it, so the Chat Completions message does not repeat it)."""
+        return {"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(self.parameters)}"}
+
     def apply(self, value: Any, *, elements: bool = False) -> Any:
-        """Cast the string arguments of every tool call in ``value`` in place; return ``value``.
+        """Name every tool call in ``value`` as the request does (:meth:`resolve`; a name it does not offer
+        gets an ``errors`` entry) and cast its string arguments, in place; return ``value``.
         ``elements``: the arguments were read from nested elements (values.reads_elements), whose objects
         and lists are typed too; other formats' objects and lists are the model's typed JSON, left alone."""
         if isinstance(value, list):
@@ -201,6 +218,10 @@ class ToolTypes:
         if fn is None:
             return value
         name, arguments = fn.get("name"), fn.get("arguments")
+        if isinstance(name, str) and name:
+            name = fn["name"] = self.resolve(name)
+            if name not in self.parameters and self.unknown(name) not in value.get("errors", []):
+                value["errors"] = [*value.get("errors", []), self.unknown(name)]
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
         for key, argument in arguments.items():

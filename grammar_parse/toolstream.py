@@ -676,6 +676,8 @@ class ToolCallStreamer:
         # (an empty name names nothing: such a call is never sent)
         if call.sent_head or not call.name or (call.wants_id and call.id is None and not call.closed):
             return
+        if self.types is not None:
+            call.name = self.types.resolve(call.name)  # the request's name for it (as the message has it)
         call.sent_head = True
         delta: ToolCallDelta = {"index": call.index}
         if call.id is not None:
