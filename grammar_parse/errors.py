@@ -96,7 +96,7 @@ ERROR_CODES: dict[str, str] = {
     "parse.region_too_large": "a region's text is longer than max_region_chars",
     "parse.timeout": "a pattern ran past its time limit and the linear matcher cannot read it",
     "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
-                           "first): the call keeps it as \"\" with an error",
+                           "first): the call keeps it as \"\" with an error (reported in strict mode too)",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
     # known model glitches lenient mode repairs (a grammar's repair directive; strict mode reads them as text)
     "repair.tool_call_opener": "a call written without its wrapper's opener (Qwen3-Coder's <function=NAME> with no "
@@ -143,6 +143,11 @@ ERROR_CODES: dict[str, str] = {
     "usage.not_legacy": "convert was given a document that is not a legacy response_schema",
     "usage.grammar": "a command needs a grammar or a chat template and was given neither",
 }
+
+#: Problems strict mode reports instead of raising: the message is the one lenient mode gives (the call kept,
+#: its ``errors`` entry and the ``parse_errors`` entry), since what is wrong is certain and raising would lose
+#: the calls after it. Every other code under ``parse_errors`` is one strict mode raises.
+REPORTED_IN_STRICT = frozenset({"parse.missing_value"})
 
 
 class GrammarParseError(Exception):
@@ -328,6 +333,7 @@ class AnchorWarning(UserWarning):
 
 __all__ = [
     "ERROR_CODES",
+    "REPORTED_IN_STRICT",
     "AnchorWarning",
     "ArgumentError",
     "ChatTemplateError",

@@ -304,14 +304,17 @@ class RegionBuilder:
         self._store(frame, value)
 
     def _missing_value(self, frame: Frame) -> None:
-        """A key the model wrote without a value: the argument is ``""`` and its call carries an error
-        saying so, the same in both modes. Nothing raises (a strict error would lose the calls after it for
-        one missing value), so it is no ``parse_errors`` entry either: those are what strict mode raises for."""
+        """A key the model wrote without a value: the argument is ``""``, its call carries an error and the
+        message a ``parse_errors`` entry, the same in both modes: the call is certain apart from one value,
+        and a strict error would lose the calls after it (see errors.REPORTED_IN_STRICT)."""
         region = frame.region
         entry = str(frame.path[-1]) if frame.path else ""
         message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
         self._parent(region).problems.append({"key": region.key, "entry": entry, "message": message,
                                               "code": "parse.missing_value"})
+        start = frame.start - self.prefix_len
+        self._report("parse.missing_value", message, frame.field,
+                     [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
         self._store_component(frame, "")
 
     def _close_broken_calls(self, frame: Frame, close_text: str, problem: dict[str, str]) -> None:

@@ -25,7 +25,7 @@ import grammar_parse as gp
 from conformance import jsonable, strict_equal
 from goldens import goldens
 from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
-from grammar_parse.errors import ERROR_CODES
+from grammar_parse.errors import ERROR_CODES, REPORTED_IN_STRICT
 from grammar_parse.lmsp import ResponseStream, schema_validator
 from strategies import chunkings, examples
 from test_tool_streaming import accumulate
@@ -157,7 +157,9 @@ def check_message(sample: Sample, text: str, cut: int, message: dict[str, Any]) 
         assert names == full, "the name was complete before the cut"
     else:
         assert names == full or names == full[:-1] or (names[:-1] == full[:-1] and full[-1].startswith(names[-1]))
-    broken = any(e["field"] == "tool_calls" for e in message.get("parse_errors", []))
+    # (a key written without a value, in a call before the cut, is a problem of that complete call)
+    broken = any(e["field"] == "tool_calls" and e["code"] not in REPORTED_IN_STRICT
+                 for e in message.get("parse_errors", []))
     if broken and names == full:  # the cut call is broken, or all of it was there
         assert calls[-1].get("errors") or calls[-1]["function"]["arguments"] == sample.arguments, calls[-1]
     if broken and names == full[:-1]:
