@@ -828,7 +828,8 @@ def _element_close(body: str, key: str, key_at: int, value: tuple[int, int]) -> 
     return at + len(key) + 3
 
 
-def _elements(located: Mapping[str, tuple[str, list[_Block]]], by: Mapping[str, _Turn], header: str) -> _Elements | None:
+def _elements(located: Mapping[str, tuple[str, list[_Block]]], by: Mapping[str, _Turn],
+              header: str) -> _Elements | None:
     """The element form of tagged arguments, when every argument of every call is written so with one marker;
     the list element's name from the typed probe (how it writes a list argument), if it is rendered."""
     markers = set()
@@ -847,7 +848,8 @@ def _elements(located: Mapping[str, tuple[str, list[_Block]]], by: Mapping[str, 
     if typed is not None:
         for name, value in typed.probe.calls[0][1].items():
             if isinstance(value, list) and value:
-                found = regex.search(regex.escape(f"{marker}<{name}>{marker}<") + r"([^/>\s<]+)>", typed.text[len(header):])
+                opened = regex.escape(f"{marker}<{name}>{marker}<")
+                found = regex.search(opened + r"([^/>\s<]+)>", typed.text[len(header):])
                 item = found.group(1) if found is not None else item
     return _Elements(marker, item)
 

@@ -31,6 +31,7 @@ from goldens import GOLDEN, goldens, parsed
 from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
 from grammar_parse.grammar import Grammar, Terminal
 from strategies import chunkings, examples
+from test_xml_values import indent, raw_value_regions, value_spans, with_argument
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 TEXT_FIELDS = ("content",) + REASONING_FIELDS
@@ -507,6 +508,22 @@ def separated_calls(grammar: Grammar) -> bool:
     return bool(value_ended(grammar)) or listed or line_closed
 
 
+def indented_value(grammar: Grammar, sample: Sample) -> list[Sample]:
+    """Code passed to an edit tool (issue 31): a string argument the grammar writes as raw text becomes one
+    with leading indentation, an inner blank line and a trailing newline, and the message's argument must be
+    exactly that text (only the template's own separators around a value are markup). The values rewritten
+    are those tests/test_xml_values.py finds: the whole text of their parameter, not cut off."""
+    out = []
+    for index, key, start, end in value_spans(grammar, sample.text, sample.prefix, sample.tools, sample.expected):
+        call = sample.expected["tool_calls"][index]
+        value = call.get("function", call)["arguments"][key]
+        at = sample.text.index(value, start, end)
+        out.append(replace(sample, name=f"{sample.name}/indented_{index}_{key}",
+                           text=sample.text[:at] + indent(value) + sample.text[at + len(value):],
+                           expected=with_argument(sample.expected, index, key, indent(value))))
+    return out
+
+
 @dataclass(frozen=True)
 class Transform:
     rewrite: Callable[[Grammar, Sample], list[Sample]]
@@ -522,6 +539,7 @@ TRANSFORMS = {
     # the family's template pre-writes the opener: the authoring guide asks for a `prefilled` case there
     "text_after_call": Transform(text_after_call, lambda g: bool(value_ended(g))),
     "space_around_delimiters": Transform(space_around_delimiters, lambda g: True),
+    "indented_value": Transform(indented_value, lambda g: bool(raw_value_regions(g))),
     "opener_repeated": Transform(opener_repeated, lambda g: bool(terminals(g, "open", REASONING_FIELDS))
                                  and g.name is not None and (GOLDEN / g.name / "prefilled.txt").exists()),
     "alternative_spelling": Transform(alternative_spelling, lambda g: g.name in SPELLINGS),

@@ -54,7 +54,8 @@ def indent(value: str) -> str:
     return f"    {value}\n\n    {value}\n"
 
 
-def value_spans(grammar: Grammar, text: str, prefix: str, tools: Any, expected: dict[str, Any]) -> list[tuple[int, str, int, int]]:
+def value_spans(grammar: Grammar, text: str, prefix: str, tools: Any,
+                expected: dict[str, Any]) -> list[tuple[int, str, int, int]]:
     """Where the sample's string arguments are written as raw text: (call index, key, start, end) of each value
     that is the whole of its parameter's text (not a JSON string inside it; for xml-inline, its tag's value
     group) and is followed by a delimiter (not cut off by the end of the output)."""
@@ -111,7 +112,8 @@ def indented_cases(name: str) -> tuple[tuple[str, str, str, Any, dict[str, Any]]
             value = g.expected["tool_calls"][index].get("function", {}).get("arguments", {})[key]
             at = g.text.index(value, start, end)
             text = g.text[:at] + indent(value) + g.text[at + len(value):]
-            out.append((f"{g.name}/{key}", text, g.prefix, g.tools, with_argument(g.expected, index, key, indent(value))))
+            expected = with_argument(g.expected, index, key, indent(value))
+            out.append((f"{g.name}/{index}/{key}", text, g.prefix, g.tools, expected))
     return tuple(out)
 
 
@@ -288,11 +290,12 @@ def element_grammars() -> tuple[Grammar, ...]:
 def test_nested_elements(which: int, case: str, body: str, plain: dict[str, Any], typed: dict[str, Any]) -> None:
     grammar = element_grammars()[which]
     text = f"{NS}<tool_call>\n{NS}<invoke name=\"order\">{body}{NS}</invoke>\n{NS}</tool_call>[e~["
+    pairs, fives = [text[i:i + 2] for i in range(0, len(text), 2)], [text[i:i + 5] for i in range(0, len(text), 5)]
     for tools, want in ((None, plain), ([ORDER], typed)):
         got = parsed(grammar, text, "]~b]ai\n", tools)
         assert call_arguments(got) == [want]
-        assert strict_equal(parsed(grammar, text, "]~b]ai\n", tools, [text[i:i + 2] for i in range(0, len(text), 2)]), got)
-        assert arguments_streamed(grammar, text, "]~b]ai\n", tools, [text[i:i + 5] for i in range(0, len(text), 5)]) == [want]
+        assert strict_equal(parsed(grammar, text, "]~b]ai\n", tools, pairs), got)
+        assert arguments_streamed(grammar, text, "]~b]ai\n", tools, fives) == [want]
 
 
 def test_elements_nested_past_the_json_depth_are_an_error_not_a_crash() -> None:
