@@ -364,12 +364,13 @@ def keyed_arguments(grammar: Grammar) -> bool:
     return any(r.parent is not None and r.entry_key is not None for r in grammar.regions.values())
 
 
-def key_without_value(grammar: Grammar, sample: Sample) -> list[Sample]:
+def key_without_value(grammar: Grammar, sample: Sample, at_close: bool = True) -> list[Sample]:
     """The model writes one more argument key with no value right before a call's close (GLM-4.7 drops
     <arg_value> and its value: vLLM PRs #47190, #51364), then another call (issue 31): the value ends at the
     call's close instead of swallowing the rest, so the key's value is "" (the call's errors say so) and the
     call's other arguments and the later call are kept. The key is the call's first argument opener as
-    written, up to the ">" after its key, with another key; the later call is the call written again."""
+    written, up to the ">" after its key, with another key; the later call is the call written again. With
+    ``at_close=False`` the key comes first in the call instead, so the next key ends it."""
     expected = sample.expected.get("tool_calls") or []
     terms, text = grammar.terminals, sample.text
     index, call_start, key_open = -1, 0, None
@@ -392,14 +393,15 @@ def key_without_value(grammar: Grammar, sample: Sample) -> list[Sample]:
             gt = text.find(">", match.end("key"), at["end"])
             key_only = text[at["start"]:match.start("key")] + EXTRA_KEY + \
                 text[match.end("key"):gt + 1 if gt >= 0 else at["end"]]
-            rewritten = text[:s["start"]] + key_only + text[s["start"]:s["end"]] + text[call_start:s["end"]] \
-                + text[s["end"]:]
+            at_key = s["start"] if at_close else at["start"]
+            rewritten = text[:at_key] + key_only + text[at_key:s["end"]] + text[call_start:s["end"]] + text[s["end"]:]
             call = expected[index]
             arguments = call["function"]["arguments"]
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-            keyed = {**call, "function": {**call["function"], "arguments": {**arguments, EXTRA_KEY: ""}}}
+            keyed = {**call, "function": {**call["function"], "arguments": {EXTRA_KEY: "", **arguments}}}
             calls = [*expected[:index], keyed, call, *expected[index + 1:]]
-            return [replace(sample, name=f"{sample.name}/key_without_value", text=rewritten,
+            where = "" if at_close else "_before_key"
+            return [replace(sample, name=f"{sample.name}/key_without_value{where}", text=rewritten,
                             expected={**sample.expected, "tool_calls": calls})]
     return []
 
