@@ -26,11 +26,13 @@ class RegionOpen(_RegionOpenKeys, total=False):
 
     ``path`` (components only): where the component's value goes inside the field's value, e.g.
     ``["tool_calls", 0, "arguments", "city"]``. ``captures`` (with ``extended_events=True``): the named
-    groups of the open delimiter.
+    groups of the open delimiter. ``region`` (with ``extended_events=True``, message fields only): the grammar
+    rule of the region, where several fill the field (LFM2's Python and JSON call lists).
     """
 
     path: list[str | int]
     captures: dict[str, str]
+    region: str
 
 
 class _RegionChunkKeys(TypedDict):

@@ -212,6 +212,7 @@ class RegionBuilder:
             event: RegionOpen = {"type": "region_open", "field": region.field}
             if self.extended:
                 event["captures"] = captures
+                event["region"] = region.rule  # (a field of several regions: which one, for the call streamer)
             self.events.append(event)
         else:
             parent = next((f for f in reversed(self.frames) if f.region.rule == region.parent), None)

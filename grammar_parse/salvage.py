@@ -23,7 +23,7 @@ import regex
 from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
-from .toolstream import CallPlan, JsonWalker, call_name, plan_for
+from .toolstream import CALL_TOKEN, CallPlan, JsonWalker, call_name, plan_for, skip_chars
 from .values import PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content
 
 
@@ -301,13 +301,8 @@ def _name_key_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
 
 # ---------------------------------------------------------------------------- Python call syntax
 _CALLEE = regex.compile(r"[A-Za-z_][\w.]*")
-_CALL_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]""")
-
-
-def _skip(text: str, pos: int, chars: str) -> int:
-    while pos < len(text) and text[pos] in chars:
-        pos += 1
-    return pos
+# (the tool-call streamer walks a call's text the same way: toolstream._PythonicCallReader)
+_CALL_TOKEN, _skip = CALL_TOKEN, skip_chars
 
 
 def _call_end(text: str, open_paren: int) -> int | None:

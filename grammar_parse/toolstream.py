@@ -13,8 +13,17 @@ How the arguments are read depends on the grammar region of the call:
   JSON of the typed arguments. Cost per chunk is proportional to the chunk, not the arguments.
 * **XML-like parameters** (``xml-inline`` regions, parameter components): each argument is sent, typed,
   as soon as it is complete: ``{"city": "Paris"``, then ``, "days": 3``, then ``}``.
-* **Everything else** (pythonic calls, JS-like objects, legacy schemas): the call is sent when its region
-  closes, as ``json.dumps`` of the parsed arguments.
+* **Python call syntax** (``[f(a=1), g(b="x")]`` or one call a line): each call's name as soon as ``NAME(``
+  is written, and its arguments, typed, as ``json.dumps`` once its closing parenthesis and what follows it (a
+  comma, ``]``, ``;`` or a newline) show the call is complete, the way a lenient one-shot parse of the output
+  so far reads it (``grammar_parse.salvage``). A call that does not parse on its own, and what follows text
+  that is not a call, are sent from the region's value when it closes.
+* **Everything else** (JS-like objects, legacy schemas): the call is sent when its region closes, as
+  ``json.dumps`` of the parsed arguments.
+
+A field with several call regions (LFM2's Python list or JSON list) reads each region by its own plan when
+the parser's events name the region (``extended_events=True``, as the wire adapters ask); otherwise its
+calls are sent when their region closes.
 
 Every fragment passes through :class:`~grammar_parse.wire.WireArguments`, so the arguments string is
 strict JSON by construction: a JSON object text that a strict parser accepts (``NaN`` sent as ``null``,
@@ -41,7 +50,8 @@ from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, json_depth, load_json, sub_parse, with_json_depth
+from .values import (JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, fill, json_depth, load_json, parse_content, sub_parse,
+                     with_json_depth)
 from .wire import WireArguments, dumps
 
 
@@ -494,6 +504,162 @@ class _XmlCallReader:
         self.streamer._close_call(self.call)
 
 
+# ---------------------------------------------------------------------------- Python call syntax
+#: What a call's text is walked by, here and in grammar_parse.salvage: quotes, brackets and the escape.
+CALL_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]""")
+_NAME_START = regex.compile(r"[A-Za-z_]")
+_NAME_CHARS = regex.compile(r"[\w.]*")
+
+
+def skip_chars(text: str, pos: int, chars: str) -> int:
+    """The first position from ``pos`` whose character is not one of ``chars``."""
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
+
+
+class _PythonicCallReader:
+    """Streams Python-style calls as they complete (see the module doc), cutting the body into calls as
+    grammar_parse.salvage cuts a broken one: a name then ``(`` starts a call, the parenthesis that closes it
+    (strings and brackets skipped) ends it. Each piece of text is walked once; a call's text is kept until
+    it ends and is parsed then, on its own, as the region's value parser reads it."""
+
+    def __init__(self, streamer: ToolCallStreamer, spec: ValueSpec, captures: dict[str, str]) -> None:
+        self.streamer = streamer
+        self.transform = spec.transform
+        self.captures = captures
+        # lead (whitespace) | brackets (the list's "[") | sep (between calls) | callee | gap (before "(") | args |
+        # after (the call's text ended: is it complete?) | done (not a call: the region's close decides the rest)
+        self.state = "lead"
+        self.held = ""  # a quote that may open three, or an escape whose character has not come
+        self.text: list[str] = []  # the current call's text, from its name on
+        self.name: list[str] = []
+        self.depth = 0
+        self.quote = ""
+        self.call: _Call | None = None
+
+    def feed(self, text: str) -> None:
+        window, self.held = self.held + text, ""
+        i, n = 0, len(window)
+        while i < n and self.state != "done":
+            state = self.state
+            if state == "args":
+                i = self._args(window, i)
+            elif state in ("lead", "brackets"):
+                j = skip_chars(window, i, " \t\r\n" if state == "lead" else "[")
+                if j < n:
+                    self.state = "brackets" if state == "lead" else "sep"
+                i = j
+            elif state == "sep":
+                j = skip_chars(window, i, " \t\r\n,;")
+                if j < n:
+                    self.state = "done" if window[j] == "]" else "callee"
+                    self.text, self.name = [], []
+                i = j
+            elif state == "callee":
+                if not self.name and _NAME_START.match(window, i) is None:
+                    self.state = "done"
+                    break
+                m = _NAME_CHARS.match(window, i + (not self.name))
+                assert m is not None  # (it matches the empty string)
+                self.name.append(window[i:m.end()])
+                self.text.append(window[i:m.end()])
+                i = m.end()
+                if i < n:
+                    self.state = "gap"
+            elif state == "gap":
+                j = skip_chars(window, i, " \t")
+                self.text.append(window[i:j])
+                if j < n:
+                    if window[j] != "(":
+                        self.state = "done"
+                        break
+                    self._start("".join(self.name))
+                    self.text.append("(")
+                    self.depth, self.quote, self.state = 1, "", "args"
+                    j += 1
+                i = j
+            else:  # after
+                j = skip_chars(window, i, " \t\r")
+                if j < n:
+                    if window[j] in ",];\n":
+                        self._complete()
+                        self.state = "sep"
+                    else:
+                        self.state = "done"  # (f(a=1)(b=2), f(a=1).x: not a call list the parser reads)
+                i = j
+
+    def _args(self, window: str, i: int) -> int:
+        """Walk the arguments' text from ``i`` to the parenthesis that closes the call; where the walk stops."""
+        n = len(window)
+        while True:
+            m = CALL_TOKEN.search(window, i)
+            if m is None:
+                self.text.append(window[i:])
+                return n
+            token, start, end = m.group(), m.start(), m.end()
+            if (len(token) == 1 and token in "\"'" and start + 3 > n) or (token == "\\" and self.quote and end >= n):
+                self.text.append(window[i:start])
+                self.held = window[start:]  # (at most two characters)
+                return n
+            if token == "\\" and self.quote:
+                end += 1  # the escaped character
+            self.text.append(window[i:end])
+            i = end
+            if self.quote:
+                if token == self.quote:
+                    self.quote = ""
+            elif token in ("'", '"', "'''", '"""'):
+                self.quote = token
+            elif token in "([{":
+                self.depth += 1
+            elif token in ")]}":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.state = "after"
+                    return i
+
+    def _start(self, name: str) -> None:
+        streamer = self.streamer
+        self.call = _Call(index=len(streamer.calls), name=name)
+        streamer.calls.append(self.call)
+        streamer._send_head(self.call)
+
+    def _complete(self) -> None:
+        """The call's text ended before a separator: parsed on its own, it is sent whole (else its value at
+        the region's close is)."""
+        call, text = self.call, "".join(self.text)
+        self.call, self.text = None, []
+        try:
+            items = parse_content(text, "pythonic", {})
+            value = fill(self.transform, {**self.captures, **items[0]}) if len(items) == 1 else None
+        except ValueError:  # (a ParseError; Python's parser raises ValueError for some text too)
+            return
+        if self.streamer.types is not None:
+            value = self.streamer.types.apply(value)
+        fn = call_function(value)
+        if call is None or fn is None or not isinstance(fn.get("arguments"), dict):
+            return
+        call.value = value
+        self.streamer._send_arguments(call, dumps(fn["arguments"]))
+        self.streamer._close_call(call)
+
+    def close(self, values: list[Any]) -> None:
+        """The region closed with ``values``: the calls streamed take them in order (those not complete
+        are sent from them), and the calls the walk did not reach are sent whole."""
+        streamer = self.streamer
+        calls = streamer.calls[streamer.region_start:]
+        for k, call_value in enumerate(values):
+            if k >= len(calls):
+                streamer._send_whole(call_value)
+            elif calls[k].closed:
+                calls[k].value = call_value
+            else:
+                streamer._send_whole(call_value, calls[k])
+        for call in calls[len(values):]:
+            streamer._close_call(call)
+
+
 # ---------------------------------------------------------------------------- the streamer
 class ToolCallStreamer:
     """Turns a ResponseParser's events into OpenAI-style tool-call deltas.
@@ -509,10 +675,15 @@ class ToolCallStreamer:
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
         self.types = ToolTypes.from_tools(tools)
         regions = call_regions(grammar, field)
-        self.plan = plan_for(regions[0]) if len(regions) == 1 else CallPlan("at_close")
+        # Each region's plan, found by the rule an extended region_open names; without it, a field of several
+        # regions cannot tell which one opened: their calls go out when the region closes.
+        self.regions = {r.rule: (r, plan_for(r)) for r in regions}
+        self.default: tuple[Region | None, CallPlan] = (regions[0], plan_for(regions[0])) if len(regions) == 1 \
+            else (None, CallPlan("at_close"))
+        self.plan = self.default[1]  # the open region's
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
-        self.reader: _JsonCallReader | _XmlCallReader | None = None
+        self.reader: _JsonCallReader | _XmlCallReader | _PythonicCallReader | None = None
         self.component_call: _Call | None = None
         self.region_start = 0  # index of the open region's first call
         self.done_upto = 0  # calls before this index were reported done
@@ -567,9 +738,13 @@ class ToolCallStreamer:
     # region events
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
+        region, self.plan = self.regions.get(event.get("region", ""), self.default)
         mode = self.plan.mode
         self.region_start = len(self.calls)
-        if mode in ("json_body", "json_key", "json_array"):
+        spec = region.spec if region is not None else None
+        if mode == "at_close" and isinstance(spec, ValueSpec) and spec.content == "pythonic" and spec.transform_each:
+            self.reader = _PythonicCallReader(self, spec, captures)
+        elif mode in ("json_body", "json_key", "json_array"):
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
             self.reader = _XmlCallReader(self, self.plan, captures)
@@ -588,7 +763,10 @@ class ToolCallStreamer:
                 self.problems.append({"code": "parse.tool_call", "field": self.field, "span": None, "message":
                                       f"a {self.field} value that is not a call with a name was not sent: "
                                       f"{dumps(call_value)[:200]}"})
-        if self.reader is not None or self.component_call is not None:
+        if isinstance(self.reader, _PythonicCallReader):
+            self.reader.close(values)
+            self.reader = None
+        elif self.reader is not None or self.component_call is not None:
             pairs = self._match(values)
             if self.reader is not None:
                 self.reader.close()
@@ -599,19 +777,25 @@ class ToolCallStreamer:
             self._reconcile(pairs)
         else:
             for call_value in values:
-                if (fn := call_function(call_value)) is None:
-                    continue
-                call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
-                             id=call_value.get("id") if isinstance(call_value.get("id"), str) else None,
-                             value=call_value)
-                self.calls.append(call)
-                self._mark_broken(call, call_value)
-                self._send_head(call)
-                arguments = fn.get("arguments", {})
-                self._send_arguments(call, arguments if isinstance(arguments, str) else dumps(arguments))
-                self._close_call(call)
+                self._send_whole(call_value)
         for call in self.calls[self.region_start:]:
             call.dropped = call.dropped or not call.sent_head  # closed without a name: it sent nothing
+
+    def _send_whole(self, call_value: Any, call: _Call | None = None) -> None:
+        """Send a call from its value in a closed region: its head (unless ``call``, streamed, sent it), its
+        arguments as the value has them (the model's text for a broken call), and its end."""
+        if (fn := call_function(call_value)) is None:
+            return
+        if call is None:
+            call = _Call(index=len(self.calls), name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+                         id=call_value.get("id") if isinstance(call_value.get("id"), str) else None)
+            self.calls.append(call)
+        call.value = call_value
+        self._mark_broken(call, call_value)
+        self._send_head(call)
+        arguments = fn.get("arguments", {})
+        self._send_arguments(call, arguments if isinstance(arguments, str) else dumps(arguments))
+        self._close_call(call)
 
     def _component(self, event: RegionOpen | RegionChunk | RegionClose) -> None:
         call = self.component_call
@@ -751,4 +935,5 @@ class ToolCallStreamer:
         return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
 
-__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions", "plan_for"]
+__all__ = ["CALL_TOKEN", "CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions",
+           "plan_for", "skip_chars"]

@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
-from grammar_parse.chat_completions import ChatCompletionsStream
+from goldens import goldens
+from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ERROR_CODES
+from grammar_parse.toolstream import call_regions
 from strategies import chunkings, examples, grammar_outputs
 
 
@@ -255,3 +257,60 @@ def test_strict_mode_reads_any_output_as_before(grammar, data):
     text = data.draw(st.lists(st.sampled_from(PIECES) | grammar_outputs(grammar, 8), max_size=4).map("".join))
     assert strict_equal(parse(grammar, "", text, strict=True), parse(unrepaired(grammar), "", text, strict=True))
     assert strict_equal(parse(grammar, "", text, data.draw(chunkings(text))), parse(grammar, "", text))
+
+
+# ---------------------------------------------------------------------------- (d) Python-style calls stream as they are written
+def pythonic_grammars() -> list[str]:
+    return sorted(n for n in gp.list_grammars()
+                  if any(getattr(r.spec, "content", None) == "pythonic" for r in call_regions(gp.load_grammar(n))))
+
+
+PYTHONIC = [(g, case.path.stem) for g in pythonic_grammars() for case in goldens(g)]
+
+
+def golden(grammar: str, stem: str) -> Any:
+    return next(c for c in goldens(grammar) if c.path.stem == stem)
+
+
+@pytest.mark.parametrize("grammar, stem", PYTHONIC, ids=[f"{g}/{s}" for g, s in PYTHONIC])
+def test_a_python_style_call_streams_what_a_one_shot_parse_of_the_output_so_far_gives(grammar, stem):
+    """Fed a character at a time, the stream has sent, after every character, the names of the calls a
+    lenient one-shot parse of the output so far makes, and the whole arguments of every call but the last
+    (those it has finished are the one-shot ones)."""
+    case = golden(grammar, stem)
+    stream = ChatCompletionsStream(grammar, case.prefix, tools=case.tools, strict=False, ids=lambda kind: f"{kind}_1")
+    for k in range(1, len(case.text) + 1):
+        stream.feed(case.text[k - 1])
+        want = gp.parse_response(case.text[:k], grammar, prefix=case.prefix, tools=case.tools, strict=False)
+        want = [c["function"] for c in want.get("tool_calls", [])]
+        sent = stream.calls.sent_calls()
+        assert [c.name for c in sent] == [w["name"] for w in want], f"after {case.text[:k]!r}"
+        for call, made in zip(sent, want):
+            if call.closed and not isinstance(made["arguments"], str):  # (a broken call's text: the wire sends its valid part)
+                assert strict_equal(json.loads(call.arguments), made["arguments"]), f"after {case.text[:k]!r}"
+        assert all(call.closed for call in sent[:-1]), f"a call before the last is still open after {case.text[:k]!r}"
+
+
+@pytest.mark.parametrize("grammar, stem", PYTHONIC, ids=[f"{g}/{s}" for g, s in PYTHONIC])
+def test_a_python_style_output_cut_anywhere_streams_its_one_shot_message(grammar, stem):
+    """Every prefix, streamed in 3 and 7-character chunks and finished, gives the one-shot Chat Completions
+    message of that prefix and the parser's one-shot calls."""
+    case = golden(grammar, stem)
+    for k in range(1, len(case.text) + 1):
+        text = case.text[:k]
+        one_shot, _ = chat_message(text, grammar, prefix=case.prefix, tools=case.tools, strict=False,
+                                   ids=lambda kind: f"{kind}_1")
+        parsed = gp.parse_response(text, grammar, prefix=case.prefix, tools=case.tools, strict=False)
+        assert [c["function"]["name"] for c in one_shot.get("tool_calls", [])] == \
+            [c["function"]["name"] for c in parsed.get("tool_calls", [])]
+        for size in (3, 7):
+            stream = ChatCompletionsStream(grammar, case.prefix, tools=case.tools, strict=False,
+                                           ids=lambda kind: f"{kind}_1")
+            for i in range(0, k, size):
+                stream.feed(text[i:i + size])
+            stream.finish()
+            assert stream.message == one_shot, f"{text!r} in {size}-character chunks"
+
+
+def test_every_pythonic_grammar_is_streamed():
+    assert {g for g, _ in PYTHONIC} == set(pythonic_grammars()) >= {"lfm2", "llama3_pythonic", "llama4_pythonic", "olmo3"}
