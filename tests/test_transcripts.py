@@ -1,5 +1,5 @@
 """Transcripts (issue 31): long, realistic outputs per model family, written by hand from the family's
-documentation (the grammar's header, docs FORMATS.md, its goldens and chat template). Each one reasons about
+documentation (the grammar's header, its goldens and chat template). Each one reasons about
 the tool format (quotes the call markup inside the reasoning, then closes it), passes code with indentation,
 inner blank lines and a trailing newline as an argument, makes several calls and writes text between and
 after them.
