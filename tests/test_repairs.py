@@ -121,6 +121,7 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str]]]] = [
      [("repair.args_token", "[TOOL_CALLS]b{}")]),
     ("mistral_v11", "", "[TOOL_CALLS]Sure, {name} is it.", {"content": "[TOOL_CALLS]Sure, {name} is it."}, []),
     ("mistral_v11", "", '[TOOL_CALLS]add {"a": 1}', {"content": '[TOOL_CALLS]add {"a": 1}'}, []),
+    ("mistral_v11", "", '[TOOL_CALLS]add</s>{"a": 1}', {"content": "[TOOL_CALLS]add"}, []),  # (the turn ended)
     ("mistral_v11", "", '[THINK]Try [TOOL_CALLS]add{"a": 1}', {"reasoning_content": 'Try [TOOL_CALLS]add{"a": 1}'}, []),
 ]
 IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
