@@ -330,7 +330,9 @@ def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> 
         if content not in ("text", "json"):
             raise Unsupported(f"the argument region {child.rule} reads its value as {content or 'no content'}")
         openers = [t for t in terminals.values() if t.region is child and t.role == "open"]
-        closers = [t for t in terminals.values() if t.region is child and t.role == "close"]
+        # (a zero-width closer ends a value the model left open, at what follows: the constraint writes the close)
+        closers = [t for t in terminals.values() if t.region is child and t.role == "close"
+                   and not (isinstance(t.matcher, RegexMatcher) and t.matcher.pattern.startswith("(?="))]
         if len(closers) != 1 or not isinstance(closers[0].matcher, (LiteralMatcher, RegexMatcher)):
             raise Unsupported(f"the argument region {child.rule} has no closer that ends its value")
         close_t = closers[0]
