@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .errors import ChatTemplateError
+from .symbols import REASONING_FIELDS
 
 if TYPE_CHECKING:
     import jinja2
 
 # Names a message's reasoning is passed under; templates read one of them (transformers fills both).
-REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+REASONING_KEYS = REASONING_FIELDS  # (the name this module's readers know)
 
 #: The special tokens transformers passes to every template (``tokenizer.special_tokens_map``).
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")

@@ -31,12 +31,8 @@ from typing import Any
 from .delimiters import LiteralMatcher, RegexMatcher
 from .errors import ArgumentError
 from .events import Event
-from .grammar import Grammar, Region, StateInfo, Terminal
+from .grammar import CALLS_IN_REASONING, Grammar, Region, StateInfo, Terminal
 from .tables import feed, reduce
-
-#: The message keys that hold reasoning.
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
 
 def reasoning_region(grammar: Grammar, info: StateInfo) -> Region | None:
     """The reasoning region a parser state routes text into, when the state also watches for the region's
@@ -45,7 +41,7 @@ def reasoning_region(grammar: Grammar, info: StateInfo) -> Region | None:
     if text is None or text.role != "text" or text.region is None:
         return None
     region = text.region
-    if region.parent is not None or region.field not in REASONING_FIELDS:
+    if not region.is_reasoning:
         return None
     if not any(w.role == "close" and w.region is region for w in info.watch):
         return None
@@ -101,17 +97,13 @@ class Draft:
     closed: bool = False  # the block has closed (the "fallback" reading waits for a call after it)
 
 
-#: The readings of a call written inside reasoning (see ResponseParser's ``calls_in_reasoning``).
-READINGS = ("never", "fallback", "always")
-
-
 def reading(value: object) -> str:
-    """A ``calls_in_reasoning`` value as one of READINGS (True is ``"always"``, False ``"never"``)."""
+    """A ``calls_in_reasoning`` value as one of CALLS_IN_REASONING (True is ``"always"``, False ``"never"``)."""
     if value is True or value is False:
         return "always" if value else "never"
-    if isinstance(value, str) and value in READINGS:
+    if isinstance(value, str) and value in CALLS_IN_REASONING:
         return value
-    raise ArgumentError(f"calls_in_reasoning must be one of {', '.join(READINGS)} (or a bool), not {value!r}",
+    raise ArgumentError(f"calls_in_reasoning must be one of {', '.join(CALLS_IN_REASONING)} (or a bool), not {value!r}",
                         code="usage.calls_in_reasoning",
                         hint='"never": a call inside a closed reasoning block is reasoning text; "fallback": '
                              'it is a call when no call follows the block; "always": it is a call.')

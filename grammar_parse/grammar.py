@@ -66,6 +66,11 @@ class _ScannerLexer(Lexer):
         raise NotImplementedError("grammar_parse feeds tokens to the parser itself")
 
 
+#: The readings of a call written inside reasoning (the ``calls_in_reasoning`` directive and parser option;
+#: see grammar_parse.drafts).
+CALLS_IN_REASONING = ("never", "fallback", "always")
+
+
 @dataclass
 class Grammar:
     """A compiled grammar: Lark source, regions and terminals, and the tables the streaming session walks.
@@ -261,9 +266,9 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     legacy = settings.get("legacy_schema")
     timeout = _legacy_timeout(settings) if legacy is not None else None
     calls_in_reasoning = settings.get("calls_in_reasoning", "never")
-    if calls_in_reasoning not in ("never", "fallback", "always"):
-        raise GrammarError('calls_in_reasoning must be "never", "fallback" or "always"', code="grammar.directive",
-                           source=source_name)
+    if calls_in_reasoning not in CALLS_IN_REASONING:
+        raise GrammarError(f"calls_in_reasoning must be one of {', '.join(map(json.dumps, CALLS_IN_REASONING))}",
+                           code="grammar.directive", source=source_name)
     return Grammar(
         source=text,
         name=name if name is not None else settings.get("name"),

@@ -251,8 +251,9 @@ class RegionBuilder:
         frame = self.frames.pop()
         spec = region.spec
         shifting = self.shifting
-        close_text = shifting[2] if shifting is not None and shifting[0].role == "close" and \
-            shifting[0].region is region else ""
+        # closed by its own close delimiter (else by another delimiter, or at the end of the output)
+        closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
+        close_text = shifting[2] if shifting is not None and closing else ""
         if frame.passthrough:
             if close_text:
                 self.events.append(self._text_around(close_text))
@@ -260,12 +261,10 @@ class RegionBuilder:
         if frame.repair is not None:
             start = frame.start - self.prefix_len
             # (a region its next delimiter ends, without a close of its own, ends where that delimiter starts)
-            closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
             end = shifting[1] if shifting is not None and not closing else self._position()
             self._report(frame.repair, f"repaired: {ERROR_CODES[frame.repair]} ({frame.open_text[:80]!r})",
                          frame.field, [start, end - self.prefix_len])
-        if region.entry_key is not None and shifting is not None and not (shifting[0].role == "close" and
-                                                                          shifting[0].region is region) \
+        if region.entry_key is not None and shifting is not None and not closing \
                 and not any(chunk.strip() for chunk in frame.chunks):
             # A key/value argument ended by another delimiter (the next key, the call's close) before any
             # value; at the end of the output it is cut off instead, with nothing to report.

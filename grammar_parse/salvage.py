@@ -23,8 +23,9 @@ import regex
 from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
-from .toolstream import CALL_TOKEN, CallPlan, JsonWalker, call_name, plan_for, skip_chars
-from .values import PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content
+from .toolstream import CallPlan, JsonWalker, call_name, plan_for
+from .values import (CALL_TOKEN, PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_step,
+                     skip_chars)
 
 
 @dataclass
@@ -296,50 +297,41 @@ def _name_key_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
         tail = last.end if last.end is not None else len(body)
     else:
         tail = 0
-    return pieces, _skip(body, tail, " \t\r\n,]}")
+    return pieces, skip_chars(body, tail, " \t\r\n,]}")
 
 
 # ---------------------------------------------------------------------------- Python call syntax
 _CALLEE = regex.compile(r"[A-Za-z_][\w.]*")
-# (the tool-call streamer walks a call's text the same way: toolstream._PythonicCallReader)
-_CALL_TOKEN, _skip = CALL_TOKEN, skip_chars
 
 
 def _call_end(text: str, open_paren: int) -> int | None:
     """The offset after the parenthesis that closes the one at ``open_paren`` (strings and nested
     brackets skipped), or None if the text ends first."""
     depth, pos, quote = 0, open_paren, ""
-    while (m := _CALL_TOKEN.search(text, pos)) is not None:
+    while (m := CALL_TOKEN.search(text, pos)) is not None:
         token, pos = m.group(), m.end()
-        if quote:
-            if token == "\\":
-                pos += 1
-            elif token == quote:
-                quote = ""
-        elif token in ("'", '"', "'''", '"""'):
-            quote = token
-        elif token in "([{":
-            depth += 1
-        elif token in ")]}":
-            depth -= 1
-            if depth == 0:
-                return pos
+        if quote and token == "\\":
+            pos += 1
+            continue
+        quote, depth = python_step(token, quote, depth)
+        if depth == 0 and not quote and token in ")]}":
+            return pos
     return None
 
 
 def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piece], int]:
     """Calls in Python call syntax (``[f(a=1), g(b="x")]`` or one per line): a complete call parses as
     the content parser would; a cut-off one keeps the text after its ``(``."""
-    pos = _skip(body, 0, " \t\r\n")
-    pos = _skip(body, pos, "[")
+    pos = skip_chars(body, 0, " \t\r\n")
+    pos = skip_chars(body, pos, "[")
     pieces: list[_Piece] = []
     parse: Callable[[str], Any] = lambda text: parse_content(text, "pythonic", {})  # noqa: E731
     while True:
-        pos = _skip(body, pos, " \t\r\n,;")
+        pos = skip_chars(body, pos, " \t\r\n,;")
         if pos >= len(body) or body[pos] == "]":
             return pieces, pos + 1 if pos < len(body) else pos
         m = _CALLEE.match(body, pos)
-        paren = _skip(body, m.end(), " \t") if m is not None else pos
+        paren = skip_chars(body, m.end(), " \t") if m is not None else pos
         if m is None or paren >= len(body) or body[paren] != "(":
             return pieces, pos  # no name followed by "(": nothing certain from here on
         end = _call_end(body, paren)

@@ -16,6 +16,9 @@ from typing import Any
 from .delimiters import Matcher
 from .values import RegionValue
 
+#: The message keys that hold reasoning, in the order a reader looks for them.
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
 
 @dataclass(frozen=True)
 class Region:
@@ -30,6 +33,11 @@ class Region:
     entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
     scope: Mapping[str, Any] = dataclass_field(default_factory=dict)  # component values before any arrives
     extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
+
+    @property
+    def is_reasoning(self) -> bool:
+        """Whether this region is a message's reasoning (a top-level region under a reasoning key)."""
+        return self.parent is None and self.field in REASONING_FIELDS
 
     @cached_property
     def dirty(self) -> bool:

@@ -125,6 +125,12 @@ def typed_element(value: Any, schema: Any) -> Any:
     return value
 
 
+def unknown_tool(name: Any, offered: Iterable[str]) -> dict[str, str]:
+    """The ``errors`` entry of a call to a tool the request does not offer (one wording for the parser's
+    message and the validator, so the Chat Completions message can tell a repeat)."""
+    return {"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(offered)}"}
+
+
 _PY_TYPES: dict[Any, str] = {int: "integer", float: "number", bool: "boolean", str: "string",
                              list: "array", tuple: "array", dict: "object", type(None): "null"}
 
@@ -202,11 +208,6 @@ class ToolTypes:
         head, dot, tail = name.partition(".")
         return head if dot and head == tail and head in self.parameters else name
 
-    def unknown(self, name: str) -> dict[str, str]:
-        """The ``errors`` entry of a call to a tool the request does not offer (as :class:`CallValidator`
-        words it, so the Chat Completions message does not repeat it)."""
-        return {"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(self.parameters)}"}
-
     def apply(self, value: Any, *, elements: bool = False) -> Any:
         """Name every tool call in ``value`` as the request does (:meth:`resolve`; a name it does not offer
         gets an ``errors`` entry) and cast its string arguments, in place; return ``value``.
@@ -220,8 +221,9 @@ class ToolTypes:
         name, arguments = fn.get("name"), fn.get("arguments")
         if isinstance(name, str) and name:
             name = fn["name"] = self.resolve(name)
-            if name not in self.parameters and self.unknown(name) not in value.get("errors", []):
-                value["errors"] = [*value.get("errors", []), self.unknown(name)]
+            if name not in self.parameters and (problem := unknown_tool(name, self.parameters)) not in \
+                    value.get("errors", []):
+                value["errors"] = [*value.get("errors", []), problem]
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
         for key, argument in arguments.items():
@@ -287,7 +289,7 @@ class CallValidator:
         fn = call_function(call) or {}
         name = fn.get("name")
         if name not in self._schemas:
-            return [{"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(self._schemas)}"}]
+            return [unknown_tool(name, self._schemas)]
         validator = self._validator(name)
         if isinstance(validator, dict):
             return [dict(validator)]

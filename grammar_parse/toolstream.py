@@ -50,8 +50,8 @@ from .tools import ToolTypes, call_function
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import (JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, fill, json_depth, load_json, parse_content, sub_parse,
-                     with_json_depth)
+from .values import (CALL_TOKEN, JSON_MAX_DEPTH, PLACEHOLDER, ValueSpec, fill, json_depth, load_json, parse_content,
+                     python_step, skip_chars, sub_parse, with_json_depth)
 from .wire import WireArguments, dumps
 
 
@@ -71,7 +71,7 @@ class ToolCallDelta(TypedDict, total=False):
 class CallPlan:
     """How a tool-call region carries its calls (derived once per region from its value spec)."""
 
-    mode: str  # json_body | json_key | json_array | xml | components | at_close
+    mode: str  # json_body | json_key | json_array | xml | components | pythonic | at_close
     name_capture: str | None = None  # the open delimiter's group holding the name
     name_key: str | None = None  # the body (or element) key holding the name
     args_key: str | None = None  # the body (or element) key holding the arguments
@@ -111,6 +111,8 @@ def plan_for(region: Region) -> CallPlan:
     pure_json = spec.content == "json" and not spec.content_args.get("string_delims") \
         and not spec.content_args.get("unquoted_keys") and not spec.content_args.get("allow_non_json")
     if spec.transform_each:
+        if spec.content == "pythonic":
+            return CallPlan("pythonic")  # (a list of Python-style calls, each its own value)
         if pure_json and isinstance(fn, dict):
             name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
             id_key = id_capture if id_capture and "." not in id_capture else None
@@ -505,17 +507,8 @@ class _XmlCallReader:
 
 
 # ---------------------------------------------------------------------------- Python call syntax
-#: What a call's text is walked by, here and in grammar_parse.salvage: quotes, brackets and the escape.
-CALL_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]""")
 _NAME_START = regex.compile(r"[A-Za-z_]")
 _NAME_CHARS = regex.compile(r"[\w.]*")
-
-
-def skip_chars(text: str, pos: int, chars: str) -> int:
-    """The first position from ``pos`` whose character is not one of ``chars``."""
-    while pos < len(text) and text[pos] in chars:
-        pos += 1
-    return pos
 
 
 class _PythonicCallReader:
@@ -606,18 +599,12 @@ class _PythonicCallReader:
                 end += 1  # the escaped character
             self.text.append(window[i:end])
             i = end
-            if self.quote:
-                if token == self.quote:
-                    self.quote = ""
-            elif token in ("'", '"', "'''", '"""'):
-                self.quote = token
-            elif token in "([{":
-                self.depth += 1
-            elif token in ")]}":
-                self.depth -= 1
-                if self.depth == 0:
-                    self.state = "after"
-                    return i
+            if token == "\\":
+                continue
+            self.quote, self.depth = python_step(token, self.quote, self.depth)
+            if self.depth == 0 and not self.quote and token in ")]}":
+                self.state = "after"
+                return i
 
     def _start(self, name: str) -> None:
         streamer = self.streamer
@@ -741,9 +728,8 @@ class ToolCallStreamer:
         region, self.plan = self.regions.get(event.get("region", ""), self.default)
         mode = self.plan.mode
         self.region_start = len(self.calls)
-        spec = region.spec if region is not None else None
-        if mode == "at_close" and isinstance(spec, ValueSpec) and spec.content == "pythonic" and spec.transform_each:
-            self.reader = _PythonicCallReader(self, spec, captures)
+        if mode == "pythonic" and region is not None and isinstance(region.spec, ValueSpec):
+            self.reader = _PythonicCallReader(self, region.spec, captures)
         elif mode in ("json_body", "json_key", "json_array"):
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
@@ -935,5 +921,4 @@ class ToolCallStreamer:
         return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
 
-__all__ = ["CALL_TOKEN", "CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions",
-           "plan_for", "skip_chars"]
+__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions", "plan_for"]

@@ -258,17 +258,9 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     with ``elements``, nested elements (see :func:`_xml_elements`)."""
     if "elements" in args:
         return _xml_elements(text, args)
-    tag_pattern = args["tag_pattern"]
-    value_parser = args.get("value_parser")
-    when = args.get("value_parser_when")  # e.g. DSML: parse as JSON only where string="false"
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
-    try:  # (past the limit the linear matcher finishes the scan, with the same matches)
-        matches = _bounded(tag_pattern).finditer(text, search_budget(len(text)))
-    except TimeoutError:
-        raise ParseError(f"xml-inline: tag_pattern ran past its time limit on this region: {tag_pattern!r}",
-                         code="parse.timeout") from None
-    for m in matches:
+    for m in _tags(args["tag_pattern"], text):
         groups = m.groupdict()
         key = groups.get("key")
         if key is None:
@@ -277,21 +269,32 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
                 code="parse.content",
                 hint="Make the key group of tag_pattern mandatory.",
             )
-        chosen = value_parser
-        if when is not None and groups.get(when["group"]) == when["equals"]:
-            chosen = when["parser"]
-        value = sub_parse(groups.get("value", ""), chosen)
-        if merge and key in out:
-            if not isinstance(out[key], list):
-                out[key] = [out[key]]
-            out[key].append(value)
-        else:
-            out[key] = value
+        _put(out, key, sub_parse(groups.get("value", ""), _value_parser(args, groups)), merge)
     return out
 
 
+def _value_parser(args: Mapping[str, Any], groups: Mapping[str, Any]) -> Any:
+    """The value parser for one tag: ``value_parser_when``'s where its group says so (DSML parses JSON only
+    where string="false"), else ``value_parser``."""
+    when = args.get("value_parser_when")
+    if when is not None and groups.get(when["group"]) == when["equals"]:
+        return when["parser"]
+    return args.get("value_parser")
+
+
+def _put(out: dict[str, Any], key: str, value: Any, merge: bool) -> None:
+    """Store an argument; with ``merge``, a repeated key collects its values into a list."""
+    if merge and key in out:
+        if not isinstance(out[key], list):
+            out[key] = [out[key]]
+        out[key].append(value)
+    else:
+        out[key] = value
+
+
 def _tags(pattern: str, text: str) -> list[Any]:
-    """Every match of a tag pattern in ``text``, in linear time past the search budget."""
+    """Every match of a tag pattern in ``text`` (past the search budget the linear matcher finishes the scan,
+    with the same matches)."""
     try:
         return _bounded(pattern).finditer(text, search_budget(len(text)))
     except TimeoutError:
@@ -358,12 +361,7 @@ def _xml_elements(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     merge = args.get("merge_duplicates", False)
     for key, value, _start, _end in root.children:
-        if merge and key in out:
-            if not isinstance(out[key], list):
-                out[key] = [out[key]]
-            out[key].append(value)
-        else:
-            out[key] = value
+        _put(out, key, value, merge)
     return out
 
 
@@ -376,22 +374,13 @@ def _element_value(text: str, element: _Element, end: int, item: str | None, arg
         mixed = mixed or bool(text[at:start].strip())
         at = stop
     if not children or mixed or text[at:end].strip():
-        parser = args.get("value_parser")
-        when = args.get("value_parser_when")
-        if when is not None and element.tag.groupdict().get(when["group"]) == when["equals"]:
-            parser = when["parser"]
-        return sub_parse(text[element.inner:end], parser)
+        return sub_parse(text[element.inner:end], _value_parser(args, element.tag.groupdict()))
     names = [key for key, _value, _start, _stop in children]
     if (item is not None and all(n == item for n in names)) or (len(names) > 1 and len(set(names)) == 1):
         return [value for _key, value, _start, _stop in children]
     out: dict[str, Any] = {}
     for key, value, _start, _stop in children:
-        if key in out:
-            if not isinstance(out[key], list):
-                out[key] = [out[key]]
-            out[key].append(value)
-        else:
-            out[key] = value
+        _put(out, key, value, True)
     return out
 
 
@@ -455,7 +444,31 @@ def _literal(node: ast.expr) -> Any:
 _KEYWORD_ARGUMENT = regex.compile(r"[(,]\s*(?:%s)\s*=(?!=)" % "|".join(keyword.kwlist))
 
 
-_LINE_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]|\n[^\S\n]+""")
+#: What Python call text is walked by (here, grammar_parse.salvage and the tool-call streamer): quotes,
+#: brackets and the escape.
+CALL_TOKEN = regex.compile(r"""'''|\"\"\"|["'()\[\]{}\\]""")
+_LINE_TOKEN = regex.compile(CALL_TOKEN.pattern + r"|\n[^\S\n]+")  # (and where a line's whitespace starts)
+
+
+def python_step(token: str, quote: str, depth: int) -> tuple[str, int]:
+    """The string quote and bracket depth after one CALL_TOKEN of Python call text (an escape inside a
+    string is the caller's to skip, with the character it escapes)."""
+    if quote:
+        return ("" if token == quote else quote), depth
+    if token in ("'", '"', "'''", '"""'):
+        return token, depth
+    if token in ("(", "[", "{"):
+        return quote, depth + 1
+    if token in (")", "]", "}"):
+        return quote, depth - 1
+    return quote, depth
+
+
+def skip_chars(text: str, pos: int, chars: str) -> int:
+    """The first position from ``pos`` whose character is not one of ``chars``."""
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
 
 
 def _unindented(text: str) -> str:
@@ -466,18 +479,11 @@ def _unindented(text: str) -> str:
     depth, quote, pos, kept = 0, "", 0, 0
     while (m := _LINE_TOKEN.search(text, pos)) is not None:
         token, pos = m.group(), m.end()
-        if quote:
-            if token == "\\":
-                pos += 1
-            elif token == quote:
-                quote = ""
-        elif token in ("'", '"', "'''", '"""'):
-            quote = token
-        elif token in "([{":
-            depth += 1
-        elif token in ")]}":
-            depth -= 1
-        elif token[0] == "\n" and depth <= 0:
+        if quote and token == "\\":
+            pos += 1
+            continue
+        quote, depth = python_step(token, quote, depth)
+        if token[0] == "\n" and not quote and depth <= 0:
             out.append(text[kept:m.start() + 1])
             kept = pos
     out.append(text[kept:])
@@ -833,5 +839,5 @@ class ValueSpec:
         return out
 
 
-__all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "with_json_depth", "mixed_placeholder", "sub_parse",
-           "parse_content", "reads_elements", "without_separators"]
+__all__ = ["CALL_TOKEN", "CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "with_json_depth", "mixed_placeholder", "sub_parse",
+           "parse_content", "python_step", "reads_elements", "skip_chars", "without_separators"]

@@ -54,7 +54,7 @@ from .regexes import Delim, Unsupported, delim_of, escape, text_with_tokens, wit
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens"]
 
 #: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
-SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "at_close")
+SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "pythonic", "at_close")
 #: The whitespace the constraint lets a model write around payloads and between calls: JSON's own (Unicode
 #: spaces such as \x0b pass a regex's \s but not json.loads, so a payload read as JSON would not parse).
 WS = r"[ \t\n\r]*"
@@ -189,7 +189,6 @@ def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Reg
 
 
 #: The message keys a reasoning region fills (grammars name it as the family's own template does).
-REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
 @dataclass(frozen=True)
@@ -206,8 +205,7 @@ class _Reasoning:
 
 def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
                calls: Region) -> tuple[_Reasoning | None, bool]:
-    reasoning = [r for r in grammar.regions.values() if r.field in REASONING_KEYS and r.parent is None
-                 and r.spec is not None and getattr(r.spec, "content", None) == "text"]
+    reasoning = [r for r in grammar.regions.values() if r.is_reasoning and r.spec is not None and getattr(r.spec, "content", None) == "text"]
     if not reasoning:
         return None, False
     upper = reasoning[0].rule.upper()
@@ -307,7 +305,7 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
         # Apertus: a JSON array of {"NAME": {arguments}} objects.
         return [(None, _json(_array([{"type": "object", "properties": {n: p}, "required": [n],
                                        "additionalProperties": False} for n, p in tools], parallel), fmt))]
-    if plan.mode == "at_close":
+    if plan.mode in ("pythonic", "at_close"):
         # A payload read by a value parser when the call closes: Python-style calls, or XML naming the tool.
         reasons = []
         for module in (pythonic, tagged):
