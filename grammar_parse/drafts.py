@@ -6,8 +6,8 @@ The two look the same until the output goes on: if the reasoning block closes la
 was reasoning text; if the output ends with the block still open, the markup was a call after all.
 
 So when a delimiter that would end or interrupt an open reasoning block appears (a call opener, a call
-section's wrapper, another region's opener), the session takes a :class:`Draft`: a snapshot of its state
-at the delimiter. It then reads on as if the delimiter were reasoning text, holding back every event.
+section's wrapper, another region's opener), the session takes a draft: a snapshot of its state
+at the delimiter (session._Draft). It then reads on as if the delimiter were reasoning text, holding back every event.
 When the block's own close comes, the held events are released (reasoning, whole). When the output ends
 first, the session rewinds to the snapshot and reads the delimiter as markup. One-shot and streamed
 parsing take the same decisions, because both depend only on whether the close comes before the end.
@@ -25,16 +25,13 @@ output ends inside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from .delimiters import LiteralMatcher, RegexMatcher
 from .errors import ArgumentError
-from .events import Event
 from .grammar import CALLS_IN_REASONING, Grammar, Region, StateInfo, Terminal
 from .tables import feed, reduce
 
-def reasoning_region(grammar: Grammar, info: StateInfo) -> Region | None:
+
+def reasoning_region(info: StateInfo) -> Region | None:
     """The reasoning region a parser state routes text into, when the state also watches for the region's
     own close (a block with no close can only end with the output: nothing to wait for)."""
     text = info.text
@@ -56,11 +53,10 @@ def interrupts(grammar: Grammar, stack: list[int], term: Terminal, region: Regio
         return False
     if term.role == "open" and term.region is not None:
         return True
+    table, states = grammar.tables.parse_table.states, grammar.tables.states
     trial = list(stack)  # (a trial on a copy, without callbacks: it changes nothing)
-    if not feed(grammar.tables.parse_table.states, trial, term.name, {}):
+    if not feed(table, trial, term.name, {}):
         return False
-    states = grammar.tables.states
-    table = grammar.tables.parse_table.states
     while (rule := states[trial[-1]].default_rule) is not None:
         reduce(table, trial, rule, None)
     after = states[trial[-1]]
@@ -74,27 +70,6 @@ def closes_at(close: Terminal, buf: str, pos: int) -> bool:
     if isinstance(matcher, LiteralMatcher):
         return any(buf.startswith(literal, pos) for literal in matcher.literals)
     return isinstance(matcher, RegexMatcher) and matcher.match(buf, pos) is not None
-
-
-@dataclass
-class Draft:
-    """A session's state where an interrupting delimiter was found in an open reasoning block, and what
-    happened since: the output text from there on (to read again) and the events held back."""
-
-    region: Region
-    stack: list[int]
-    head: str  # the buffer before the delimiter (what delimiters may look back at)
-    base: int
-    lines: tuple[int, int]
-    run: Terminal | None
-    last_empty: tuple[int, str] | None
-    discarded: list[list[int]]
-    errors: list[dict[str, Any]]
-    trace: int | None
-    regions: tuple[Any, ...]
-    raw: list[str]  # the output from the delimiter on, as it arrives
-    held: list[Event] = field(default_factory=list)
-    closed: bool = False  # the block has closed (the "fallback" reading waits for a call after it)
 
 
 def reading(value: object) -> str:

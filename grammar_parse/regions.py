@@ -101,30 +101,24 @@ class RegionBuilder:
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
 
-    def state(self) -> tuple[Any, ...] | None:
-        """What the builder holds between events, for a replayed prompt's snapshot (see
-        ResponseParser._consume_prefix); None when it holds what a snapshot does not carry (broken calls'
-        loose text, a value typed by the tools)."""
-        if self._loose or any(not isinstance(v, str) for k, v in self.output.items() if k not in self._grammar.defaults):
-            return None
-        return (copy_json(self.output), [f.copy() for f in self.frames], self.prefix_len, list(self._content_chunks))
-
-    def restore(self, state: tuple[Any, ...]) -> None:
-        """Take the state a snapshot holds (copied: snapshots are shared by parsers)."""
-        output, frames, self.prefix_len, chunks = state
-        self.output = copy_json(output)
-        self.frames[:] = [f.copy() for f in frames]
-        self._content_chunks = list(chunks)
-
-    def snapshot(self) -> tuple[Any, ...]:
-        """Everything the builder holds between events, typed values and loose text included, for a
-        draft the session may rewind to (see grammar_parse.drafts)."""
-        return (copy.deepcopy(self.output), [f.copy() for f in self.frames], list(self._content_chunks),
+    def state(self) -> tuple[Any, ...]:
+        """What the builder holds between events, copied: for a replayed prompt's snapshot (see
+        ResponseParser._consume_prefix) or a draft to go back to (grammar_parse.drafts)."""
+        return (copy_json(self.output), [f.copy() for f in self.frames], self.prefix_len, list(self._content_chunks),
                 list(self._loose))
 
-    def rewind(self, state: tuple[Any, ...]) -> None:
-        """Go back to a :meth:`snapshot` (used once: it is taken as it is)."""
-        self.output, self.frames[:], self._content_chunks, self._loose = state
+    def shareable(self) -> bool:
+        """Whether the state may start other parsers: not with broken calls' loose text or a value typed by
+        the tools (the next parser may have other tools)."""
+        return not self._loose and all(isinstance(v, str) for k, v in self.output.items()
+                                       if k not in self._grammar.defaults)
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take the state a :meth:`state` holds (copied: a replay's is shared by parsers)."""
+        output, frames, self.prefix_len, chunks, loose = state
+        self.output = copy_json(output)
+        self.frames[:] = [f.copy() for f in frames]
+        self._content_chunks, self._loose = list(chunks), list(loose)
         self.shifting = None
 
     def callbacks(self) -> Callbacks:

@@ -14,15 +14,15 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
-import copy
 import sys
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
-from .drafts import Draft, closes_at, interrupts, reading, reasoning_region
+from .drafts import closes_at, interrupts, reading, reasoning_region
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
@@ -48,19 +48,42 @@ MAX_REPLAYS = 256
 _RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
 
 
-class _Replay(NamedTuple):
-    """A parser's state after replaying a prompt tail (see ResponseParser._consume_prefix)."""
+class _State(NamedTuple):
+    """A parser's state between two scans, to start again from: a replayed prompt's (shared by the parsers
+    that start from it, so taken and restored as copies) or a draft's."""
 
     stack: list[int]
     buf: str
     pos: int
     base: int
-    prefix_len: int
+    lines: tuple[int, int]
     run: Terminal | None
     last_empty: tuple[int, str] | None
     discarded: list[list[int]]
-    events: list[Event]
+    errors: list[dict[str, Any]]
     regions: tuple[Any, ...]
+
+
+class _Replay(NamedTuple):
+    """A parser's state after replaying a prompt tail (see ResponseParser._consume_prefix)."""
+
+    state: _State
+    prefix_len: int
+    events: list[Event]
+
+
+@dataclass
+class _Draft:
+    """Where a delimiter that interrupts an open reasoning block was found (grammar_parse.drafts): the state
+    to go back to, and what happened since, the output from there on (to read again) and the events held
+    back."""
+
+    region: Region
+    state: _State  # (its buffer ends at the delimiter)
+    trace: int | None  # how many spans were traced before it
+    raw: list[str]  # the output from the delimiter on, as it arrives
+    held: list[Event] = field(default_factory=list)
+    closed: bool = False  # the block has closed (the "fallback" reading waits for a call after it)
 
 
 def resolve_grammar(template: TemplateLike) -> Grammar:
@@ -137,8 +160,7 @@ class ResponseParser:
         # Markup in an open reasoning block is read as a draft (grammar_parse.drafts) unless calls are asked
         # for; not while the prompt is replayed (a prompt's tail ends where the output starts).
         self._drafts = False
-        self._drafts_wanted = self._reading != "always"
-        self._draft: Draft | None = None
+        self._draft: _Draft | None = None
         self._closing = False  # the delimiter being shifted closes the open reasoning block
         self._out: list[Event] = []
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
@@ -194,7 +216,7 @@ class ResponseParser:
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(max_json_depth, self._consume_prefix, prefix)
-        self._drafts = self._drafts_wanted
+        self._drafts = self._reading != "always"
 
     # ------------------------------------------------------------------ public API
     @property
@@ -443,23 +465,34 @@ class ResponseParser:
     def _replay(self) -> _Replay | None:
         """The state the prompt's replay left, to start other parsers from (None when it holds what the
         snapshot does not carry: errors, or the region builder's exceptions)."""
-        regions = self._regions.state()
-        if regions is None or self.errors or self._degraded or self._log is not None:
+        if not self._regions.shareable() or self.errors or self._degraded or self._log is not None:
             return None
-        return _Replay(list(self._stack), self._buf, self._pos, self._base, self._prefix_len,
-                       self._run, self._last_empty, [list(d) for d in self._discarded], copy_json(self.initial_events),
-                       regions)
+        return _Replay(self._state(self._buf), self._prefix_len, copy_json(self.initial_events))
 
     def _resume(self, replay: _Replay) -> None:
         """Start from a replay's state, as if the prompt had just been replayed."""
-        self._stack[:] = replay.stack
-        self._buf, self._pos, self._base, self._prefix_len = replay.buf, replay.pos, replay.base, replay.prefix_len
-        self._run, self._last_empty = replay.run, replay.last_empty
-        self._discarded = [list(d) for d in replay.discarded]
+        self._restore(replay.state)
+        self._prefix_len = replay.prefix_len
         self.initial_events = copy_json(replay.events)
-        self._regions.restore(replay.regions)
         self._fast = self._fast_path()
         self._held_space = self._holds_space()
+
+    def _state(self, buf: str) -> _State:
+        """This parser's state, with ``buf`` as its buffer (the buffer, or the part of it a draft keeps)."""
+        return _State(list(self._stack), buf, self._pos, self._base, (self._lines_before, self._line_start),
+                      self._run, self._last_empty, [list(d) for d in self._discarded], copy_json(self.errors),
+                      self._regions.state())
+
+    def _restore(self, state: _State) -> None:
+        """Take a :meth:`_state` (copied: a replay's is shared)."""
+        self._stack[:] = state.stack
+        self._buf, self._pos, self._base = state.buf, state.pos, state.base
+        self._lines_before, self._line_start = state.lines
+        self._run, self._last_empty = state.run, state.last_empty
+        self._discarded = [list(d) for d in state.discarded]
+        self.errors[:] = copy_json(state.errors)
+        self._regions.restore(state.regions)
+        self._cache = SearchCache()
 
     def _process(self, events: list[Event], eos: bool) -> None:
         self._out = events
@@ -522,7 +555,7 @@ class ResponseParser:
     def _drafted(self, info: StateInfo, term: Terminal, start: int, end: int) -> bool:
         """Read a delimiter found in an open reasoning block as reasoning text, taking a draft to rewind to
         if the block is never closed; False when the delimiter is not one to hold back."""
-        region = reasoning_region(self._grammar, info)
+        region = reasoning_region(info)
         if region is None or (self._draft is not None and region is not self._draft.region) \
                 or not interrupts(self._grammar, self._stack, term, region):
             return False
@@ -533,13 +566,9 @@ class ResponseParser:
             if start >= len(self._buf):
                 return False
             end = start + 1
-        if self._draft is None:
-            self._draft = Draft(
-                region=region, stack=list(self._stack), head=self._buf[:start], base=self._base,
-                lines=(self._lines_before, self._line_start), run=self._run, last_empty=self._last_empty,
-                discarded=[list(d) for d in self._discarded], errors=copy.deepcopy(self.errors),
-                trace=None if self._trace is None else len(self._trace), regions=self._regions.snapshot(),
-                raw=[self._buf[start:]])
+        if self._draft is None:  # (the scan has reached the delimiter: _pos is its start)
+            self._draft = _Draft(region, self._state(self._buf[:start]), None if self._trace is None else len(self._trace),
+                                 [self._buf[start:]])
             self._regions.events = self._draft.held
         self._route(info, end)
         return True
@@ -558,18 +587,11 @@ class ResponseParser:
         if draft is None:
             return False
         self._drafts = False
-        self._stack[:] = draft.stack
-        self._buf = draft.head + "".join(draft.raw)
-        self._pos, self._base = len(draft.head), draft.base
-        self._lines_before, self._line_start = draft.lines
-        self._run, self._last_empty = draft.run, draft.last_empty
-        self._discarded = draft.discarded
-        self.errors[:] = draft.errors
+        self._restore(draft.state)
+        self._buf += "".join(draft.raw)
         if self._trace is not None and draft.trace is not None:
             del self._trace[draft.trace:]
-        self._regions.rewind(draft.regions)
         self._regions.events = self._out
-        self._cache = SearchCache()
         return True
 
     def _value_end(self, region: Region) -> int:
