@@ -25,24 +25,28 @@ output ends inside it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .delimiters import LiteralMatcher, RegexMatcher
 from .errors import ArgumentError
-from .grammar import CALLS_IN_REASONING, Grammar, Region, StateInfo, Terminal
+from .grammar import CALLS_IN_REASONING, Grammar, Region, Terminal
 from .tables import feed, reduce
 
 
-def reasoning_region(info: StateInfo) -> Region | None:
-    """The reasoning region a parser state routes text into, when the state also watches for the region's
-    own close (a block with no close can only end with the output: nothing to wait for)."""
-    text = info.text
-    if text is None or text.role != "text" or text.region is None:
-        return None
-    region = text.region
-    if not region.is_reasoning:
-        return None
-    if not any(w.role == "close" and w.region is region for w in info.watch):
-        return None
-    return region
+def reasoning_states(grammar: Grammar) -> Mapping[int, Region]:
+    """The parser states that route text into an open reasoning block, with its region, where the state also
+    watches for the region's own close (a block with no close can only end with the output: nothing to wait
+    for). Worked out once per grammar: the session looks a state up at every delimiter it finds."""
+    found: dict[int, Region] | None = grammar.tables.shared.get("reasoning_states")
+    if found is None:
+        found = {}
+        for state, info in grammar.tables.states.items():
+            text = info.text
+            if text is not None and text.role == "text" and text.region is not None and text.region.is_reasoning \
+                    and any(w.role == "close" and w.region is text.region for w in info.watch):
+                found[state] = text.region
+        grammar.tables.shared["reasoning_states"] = found
+    return found
 
 
 def interrupts(grammar: Grammar, stack: list[int], term: Terminal, region: Region) -> bool:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
-from .drafts import closes_at, interrupts, reading, reasoning_region
+from .drafts import closes_at, interrupts, reading, reasoning_states
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
@@ -157,9 +157,9 @@ class ResponseParser:
                  calls_in_reasoning: str | bool | None = None):
         self._grammar = grammar = resolve_grammar(template)
         self._reading = reading(grammar.calls_in_reasoning if calls_in_reasoning is None else calls_in_reasoning)
-        # Markup in an open reasoning block is read as a draft (grammar_parse.drafts) unless calls are asked
-        # for; not while the prompt is replayed (a prompt's tail ends where the output starts).
-        self._drafts = False
+        # The parser states of an open reasoning block, where markup is read as a draft (grammar_parse.drafts),
+        # unless calls are asked for; none while the prompt is replayed (its tail ends where the output starts).
+        self._drafts: Mapping[int, Region] = {}
         self._draft: _Draft | None = None
         self._closing = False  # the delimiter being shifted closes the open reasoning block
         self._out: list[Event] = []
@@ -216,7 +216,7 @@ class ResponseParser:
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(max_json_depth, self._consume_prefix, prefix)
-        self._drafts = self._reading != "always"
+        self._drafts = reasoning_states(grammar) if self._reading != "always" else {}
 
     # ------------------------------------------------------------------ public API
     @property
@@ -509,7 +509,7 @@ class ResponseParser:
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
                     continue
-                if self._drafts and self._drafted(info, term, start, end):
+                if parser_stack[-1] in self._drafts and self._drafted(info, term, start, end):
                     continue
                 if term.role == "repeat":
                     self._repeat(term, hit)
@@ -555,12 +555,13 @@ class ResponseParser:
     def _drafted(self, info: StateInfo, term: Terminal, start: int, end: int) -> bool:
         """Read a delimiter found in an open reasoning block as reasoning text, taking a draft to rewind to
         if the block is never closed; False when the delimiter is not one to hold back."""
-        region = reasoning_region(info)
-        if region is None or (self._draft is not None and region is not self._draft.region) \
+        region = self._drafts[self._stack[-1]]
+        if (self._draft is not None and region is not self._draft.region) \
                 or not interrupts(self._grammar, self._stack, term, region):
             return False
         if any(w.role == "close" and w.region is region and closes_at(w, self._buf, start) for w in info.watch):
-            self._closing = True  # the block's own close, spelled like another delimiter (plamo3's stray one)
+            # the block's own close, spelled like another delimiter (plamo3's stray one): a draft's end
+            self._closing = self._draft is not None
             return False
         if end == start:  # a lookahead opener: the character it looked at is text
             if start >= len(self._buf):
@@ -586,7 +587,7 @@ class ResponseParser:
         draft, self._draft = self._draft, None
         if draft is None:
             return False
-        self._drafts = False
+        self._drafts = {}
         self._restore(draft.state)
         self._buf += "".join(draft.raw)
         if self._trace is not None and draft.trace is not None:
@@ -740,8 +741,9 @@ class ResponseParser:
         self._regions.shifting = (term, self._base + hit[0], text, hit[2])
         self._shift(term.name)
         self._regions.shifting = None
-        draft, closing, self._closing = self._draft, self._closing, False
+        draft = self._draft
         if draft is not None:
+            closing, self._closing = self._closing, False
             if closing or term.role == "close" and term.region is draft.region:
                 if self._reading == "fallback":
                     draft.closed = True  # reasoning, unless the output ends with no call after the block
