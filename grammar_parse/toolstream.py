@@ -648,6 +648,15 @@ class _PythonicCallReader:
 
 
 # ---------------------------------------------------------------------------- the streamer
+def _plans(grammar: Grammar, field: str) -> dict[str, tuple[Region, CallPlan]]:
+    """The plan of each call region of ``field``, by rule: worked out once per grammar (a streamer per request
+    would derive them again, patterns compiled, for every response)."""
+    plans: dict[str, dict[str, tuple[Region, CallPlan]]] = grammar.tables.shared.setdefault("call_plans", {})
+    if field not in plans:
+        plans[field] = {r.rule: (r, plan_for(r)) for r in call_regions(grammar, field)}
+    return plans[field]
+
+
 class ToolCallStreamer:
     """Turns a ResponseParser's events into OpenAI-style tool-call deltas.
 
@@ -661,11 +670,10 @@ class ToolCallStreamer:
         self.field = field
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
         self.types = ToolTypes.from_tools(tools)
-        regions = call_regions(grammar, field)
         # Each region's plan, found by the rule an extended region_open names; without it, a field of several
         # regions cannot tell which one opened: their calls go out when the region closes.
-        self.regions = {r.rule: (r, plan_for(r)) for r in regions}
-        self.default: tuple[Region | None, CallPlan] = (regions[0], plan_for(regions[0])) if len(regions) == 1 \
+        self.regions = _plans(grammar, field)
+        self.default: tuple[Region | None, CallPlan] = next(iter(self.regions.values())) if len(self.regions) == 1 \
             else (None, CallPlan("at_close"))
         self.plan = self.default[1]  # the open region's
         self.calls: list[_Call] = []
