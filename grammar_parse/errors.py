@@ -56,13 +56,15 @@ ERROR_CODES: dict[str, str] = {
     "grammar.not_found": "no built-in grammar or file has that name",
     "grammar.encoding": "a grammar or template file is not UTF-8 text",
     "detect.no_match": "no built-in grammar reads a model's chat template back and none could be derived from it",
+    "detect.by_name": "a warning (DetectionWarning): the chat template renders none of the probes (it needs a "
+                      "variable it was not given), so the grammar was chosen by the model's name alone",
     "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
     "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
     # chat templates (grammar_parse.chat_template)
     "chat_template.missing": "a tokenizer config, chat_template.json or model directory holds no chat template",
     "chat_template.name": "a named chat template is not among the model's templates (or none is the default)",
     "chat_template.file": "a chat template file or model directory is missing, unreadable, not UTF-8 or not the "
-                          "JSON it should be",
+                          "JSON it should be (or its JSON nests deeper than MAX_FILE_JSON_DEPTH)",
     "chat_template.config": "a \"chat_template\" entry is neither Jinja text nor a list of {name, template} entries",
     "chat_template.syntax": "the chat template is not valid Jinja",
     "chat_template.input": "messages, tools or documents are not of the shape a chat template takes (dicts), or "
@@ -125,6 +127,11 @@ ERROR_CODES: dict[str, str] = {
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type, or a batch row cannot be read: no output "
                    "text, a prompt that is not text, a table without the named column, a row number past the end",
+    "usage.argument": "an argument to a public function is not of the type it takes (bytes or a chat message "
+                      "where text is expected, a number as a grammar, ...); the message says what it expected",
+    "usage.tools": "tools= is not a list of tool definitions (OpenAI's {type, function: {name, parameters}}, a bare "
+                   "{name, parameters} or Anthropic's {name, input_schema}, or Python functions), or one has no name, "
+                   "a misspelled key or a parameters schema that is not an object",
     "usage.calls_in_reasoning": "calls_in_reasoning was not one of \"never\", \"fallback\", \"always\" (or a bool)",
     "usage.finalized": "the parser was used after finalize()",
     "usage.not_finished": "a stream's final result was asked for before finish()",
