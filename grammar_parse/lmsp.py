@@ -27,7 +27,8 @@ Pure functions over events (no I/O, no clock: ids and timestamps come from the c
   (``internal_error``) rather than breaking it mid-way: a client always sees exactly one final event.
 
 Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
-event frames. Items are only added once they have something to say: whitespace-only text makes none.
+event frames whose data also carries the event's ``type`` and ``sequence_number``, as the OpenAI Responses
+API's events do (so its clients read the stream unchanged). Items are only added once they have something to say: whitespace-only text makes none.
 """
 
 from __future__ import annotations
@@ -258,8 +259,14 @@ class ResponseStream:
 
 
 def sse(event: dict[str, Any]) -> str:
-    """One server-sent event frame: ``id:``, ``event:`` and a one-line JSON ``data:``."""
-    return f"id: {event['id']}\nevent: {event['event']}\ndata: {wire_json(event['data'])}\n\n"
+    """One server-sent event frame: ``id:``, ``event:`` and a one-line JSON ``data:``.
+
+    The data also says the event's ``type`` (its name) and ``sequence_number`` (its id), as each event of
+    the OpenAI Responses API does: clients written for that API (the ``openai`` client's
+    ``responses.create(stream=True)``) read an event's kind from its data, never from the ``event:`` line.
+    LMSP lists the fields an event's data holds at least; these two repeat what the frame already says."""
+    data = {"type": event["event"], "sequence_number": event["id"], **event["data"]}
+    return f"id: {event['id']}\nevent: {event['event']}\ndata: {wire_json(data)}\n\n"
 
 
 #: What ends a line of an event stream: CRLF, LF or CR only (str.splitlines would also split at U+2028,
@@ -270,14 +277,18 @@ _SSE_LINE_END = re.compile(r"\r\n|\r|\n")
 def parse_sse(text: str) -> list[dict[str, Any]]:
     """Frames back into events (for clients and tests), read as the HTML event-stream format reads them:
     lines end at CR, LF or CRLF, a blank line ends a frame, ``field: value`` loses one space after the
-    colon, several ``data`` lines join with newlines, and lines starting with ``:`` are comments."""
+    colon, several ``data`` lines join with newlines, and lines starting with ``:`` are comments. The
+    ``type`` and ``sequence_number`` that :func:`sse` copies into the data are dropped where they repeat the
+    frame's event name and id, so ``parse_sse(sse(event)) == [event]``."""
     events = []
     fields: dict[str, str] = {}
     data: list[str] = []
     for line in [*_SSE_LINE_END.split(text), ""]:  # (a last frame without its blank line still counts)
         if not line:
             if "event" in fields:
-                events.append({"id": int(fields["id"]), "event": fields["event"], "data": json.loads("\n".join(data))})
+                event = {"id": int(fields["id"]), "event": fields["event"], "data": json.loads("\n".join(data))}
+                _drop_copies(event)
+                events.append(event)
             fields, data = {}, []
             continue
         if line.startswith(":"):
@@ -289,6 +300,15 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
         else:
             fields[key] = value
     return events
+
+
+def _drop_copies(event: dict[str, Any]) -> None:
+    """Take out of an event's data the ``type`` and ``sequence_number`` that repeat its name and id."""
+    data = event["data"]
+    if isinstance(data, dict):
+        for key, same in (("type", event["event"]), ("sequence_number", event["id"])):
+            if key in data and data[key] == same:
+                del data[key]
 
 
 def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str, created_at: int, ids: IdFactory,

@@ -381,6 +381,14 @@ CHAT_REQUEST_SCHEMA: dict[str, Any] = {
     }}
 
 
+def _input_items(given: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request's ``input`` as input items: a plain string is one user message with that text, as the OpenAI
+    Responses API reads it (its clients send ``input="..."``)."""
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": given}]}]
+    return given
+
+
 def _chat_unsupported(request: dict[str, Any]) -> str | None:
     """What a Chat Completions request asks for that this server cannot give, if anything."""
     if (request.get("n") or 1) > 1:
@@ -1002,7 +1010,7 @@ class LMSPApp:
         self._check_model(request)
         if (request.get("response_format") or {}).get("type") == "json_schema":
             raise _refuse("unsupported_capability", "structured output is not available for this model")
-        items = request["input"]
+        items = request["input"] = _input_items(request["input"])
         if (previous := request.get("previous_response_id")) is not None:
             stored = self.store.get(previous)
             if stored is None:
