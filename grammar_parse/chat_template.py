@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .errors import ChatTemplateError
+from .json_input import JSONDepthError, load_user_json
 from .symbols import REASONING_FIELDS
 
 if TYPE_CHECKING:
@@ -282,10 +283,13 @@ def _read_text(path: Path) -> str:
 
 def _read_json(path: Path) -> Mapping[str, Any]:
     try:
-        value = json.loads(_read_text(path))
+        value = load_user_json(_read_text(path))
     except json.JSONDecodeError as exc:
         raise ChatTemplateError(f"is not valid JSON: {exc}", code="chat_template.file", origin=str(path),
                                 hint="Fix the JSON (or pass the template itself).") from None
+    except JSONDepthError as exc:
+        raise ChatTemplateError(f"nests too deeply to read: {exc}", code="chat_template.file", origin=str(path),
+                                hint="A tokenizer config nests a few levels; this file is not one.") from None
     if not isinstance(value, dict):
         raise ChatTemplateError(f"holds a JSON {type(value).__name__}, not an object", code="chat_template.file",
                                 origin=str(path), hint="Pass a tokenizer_config.json or chat_template.json.")

@@ -24,6 +24,7 @@ from .chat_template import load_chat_template, render_prompt
 from .detect import detect
 from .errors import GrammarError, GrammarParseError, ParseError
 from .grammar import Grammar
+from .json_input import JSONDepthError, load_user_json
 from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from .session import ResponseParser
 
@@ -91,12 +92,12 @@ def _read_text(path: str, what: str) -> str:
 
 def _read_json(path: str, what: str) -> Any:
     try:
-        return json.loads(_read_text(path, what))
+        return load_user_json(_read_text(path, what))
     except json.JSONDecodeError as e:
         raise CommandLineError(f"the {what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
                                code="usage.json", hint="Fix the JSON.") from None
-    except RecursionError:
-        raise CommandLineError(f"the {what} {path} nests too deeply to read.", code="usage.json",
+    except JSONDepthError as e:
+        raise CommandLineError(f"the {what} {path} nests too deeply to read ({e}).", code="usage.json",
                                hint="Flatten the JSON.") from None
 
 
@@ -152,9 +153,12 @@ def _template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def _json_object(text: str, option: str, example: str = '{"skip_special_tokens": false}') -> dict[str, Any]:
     """An option's JSON object, or a usage error naming the option."""
     try:
-        value = json.loads(text)
+        value = load_user_json(text)
     except json.JSONDecodeError as e:
         raise CommandLineError(f"{option} is not valid JSON: {e.msg}.", code="usage.json",
+                               hint=f"Give a JSON object, e.g. '{example}'.") from None
+    except JSONDepthError as e:
+        raise CommandLineError(f"{option} nests too deeply to read ({e}).", code="usage.json",
                                hint=f"Give a JSON object, e.g. '{example}'.") from None
     if not isinstance(value, dict):
         raise CommandLineError(f"{option} is not a JSON object.", code="usage.json",

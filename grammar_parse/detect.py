@@ -23,6 +23,7 @@ from typing import Any
 from .chat_template import ChatTemplate
 from .errors import ChatTemplateError, GrammarError
 from .grammar import Grammar
+from .json_input import load_user_json
 from .library import list_grammars, load_grammar, normalise_name
 from .probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
 from .session import START_ANCHOR_LIMIT
@@ -249,8 +250,8 @@ def _load(source: Any) -> tuple[ChatTemplate, list[str]]:
         config = (path if path.is_dir() else path.parent) / "config.json"
         if config.is_file():
             try:
-                data = json.loads(config.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                data = load_user_json(config.read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # (JSONDepthError too: only names are read from it)
                 data = {}
             if isinstance(data, dict):
                 hints += [str(data.get("model_type") or ""), *map(str, data.get("architectures") or [])]

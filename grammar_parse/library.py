@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from .compiler import compile_template
 from .errors import GrammarError, TemplateError
 from .grammar import DIRECTIVE, Grammar, build_grammar
+from .json_input import JSONDepthError, load_user_json
 
 #: Keys that mark a JSON document as a tokenizer config (or chat_template.json) rather than a template.
 TOKENIZER_CONFIG_KEYS = frozenset({
@@ -130,7 +131,10 @@ def _model_dir(path: Path) -> Grammar:
     config = path / "tokenizer_config.json"
     if config.is_file():
         try:
-            data = json.loads(config.read_text(encoding="utf-8"))
+            data = load_user_json(config.read_text(encoding="utf-8"))
+        except JSONDepthError:
+            raise GrammarError("the JSON nests too deeply to read.", code="grammar.syntax", source=str(config),
+                               hint="A tokenizer config nests only a few levels.") from None
         except (OSError, ValueError):
             data = None
         if isinstance(data, dict) and ("response_template" in data or "response_schema" in data):
@@ -193,12 +197,12 @@ def _read_file(path: Path) -> Grammar:
     if not is_json:
         return build_grammar(text, source_name=str(path), name=path.stem)
     try:
-        data = json.loads(text)
+        data = load_user_json(text)
     except json.JSONDecodeError as e:
         raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=str(path),
                            line=e.lineno, column=e.colno) from None
-    except RecursionError:
-        raise GrammarError("the JSON nests too deeply to read.", code="grammar.syntax", source=str(path),
+    except JSONDepthError as e:
+        raise GrammarError(f"the JSON nests too deeply to read ({e}).", code="grammar.syntax", source=str(path),
                            hint="Templates need only a few levels of nesting.") from None
     return grammar_from_json(data, name=path.stem, source=str(path))
 
