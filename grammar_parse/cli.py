@@ -2,7 +2,8 @@
 grammar from its chat template and render prompts with it.
 
 Every error a user can cause ends as one line on stderr, ``grammar-parse: error [CODE]: what, and what to
-do``, and an exit status that tells a script which kind it was (see ``EXIT_STATUS``); no traceback.
+do``, and an exit status that tells a script which kind it was (see ``EXIT_STATUS``); no traceback. A
+warning is one line too, ``grammar-parse: warning [CODE]: what``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -41,6 +43,7 @@ exit status:
        name, or a grammar or template that does not load
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
 errors are one line on stderr: grammar-parse: error [CODE]: MESSAGE HINT
+warnings too: grammar-parse: warning [CODE]: MESSAGE
 """
 
 GRAMMAR_HELP = ("a built-in grammar name or alias (see `list`; case and -, _, . are ignored, and vLLM/SGLang "
@@ -703,6 +706,35 @@ def _one_line(error: GrammarParseError) -> str:
     return f"grammar-parse: error [{error.code}]: {detail}" + (f" {hint}" if hint else "")
 
 
+def _warning_line(message: Warning | str, category: type[Warning]) -> str:
+    """A warning as one line, as errors are printed: its code (grammar_parse warnings carry one, as errors do;
+    another's is its class name), then its text with newlines folded."""
+    code = getattr(message, "code", None) or getattr(category, "code", None) or category.__name__
+    text = re.sub(r"\s*\n\s*", " ", str(message)).strip()
+    if len(text) > _MAX_DETAIL:
+        text = text[:_MAX_DETAIL] + f"... ({len(text) - _MAX_DETAIL} more characters)"
+    return f"grammar-parse: warning [{code}]: {text}"
+
+
+@contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Warnings printed as one line each on stderr (Python's own format names a source line, here
+    ``sys.exit(main())``, which tells a user of the command nothing). Each is shown once per place, as by
+    default, unless -W or PYTHONWARNINGS says otherwise."""
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        try:
+            (file or sys.stderr).write(_warning_line(message, category) + "\n")
+        except OSError:  # (stderr gone: nothing to tell)
+            pass
+
+    with warnings.catch_warnings():
+        if not sys.warnoptions:
+            warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
 def _quiet_stdout() -> None:
     """After a broken pipe, send what is left to /dev/null so the interpreter's final flush stays quiet."""
     try:
@@ -719,7 +751,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except SystemExit as e:  # --help, --version (0) and argparse's usage errors (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_OK if e.code is None else EXIT_USAGE
     try:
-        return int(args.run(args, out or sys.stdout))
+        with _warnings_as_lines():
+            return int(args.run(args, out or sys.stdout))
     except CommandLineError as e:
         sys.stderr.write(_one_line(e) + "\n")
         return EXIT_USAGE
