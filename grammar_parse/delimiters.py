@@ -246,6 +246,57 @@ def _space_end(buf: str, j: int, stop: int) -> int:
     return j
 
 
+#: What an end-sensitive assertion becomes for partial matching (see edge_undecided): it also needs text
+#: after it, so at the end of the buffer it is undecided (a partial match) instead of decided.
+_UNDECIDED = {"\\b": r"(?:\b(?=[\s\S]))", "\\B": r"(?:\B(?=[\s\S]))", "\\Z": r"(?:\Z(?=[\s\S]))",
+              "$": r"(?:$(?=[\s\S]{2}))"}
+
+
+def edge_undecided(pattern: str) -> str | None:
+    """``pattern`` for partial matching, with ``\\b``, ``\\B``, ``\\Z`` and ``$`` left undecided at the end of
+    the buffer; None if it has none of them.
+
+    The regex module decides them there as if the text ended: ``null\\b`` holds after ``null``, so in
+    ``(?!null\\b)[^<]+`` a path that ``nullable`` keeps alive looks dead, and a streaming scan gave that text
+    away as plain text (issue 32: K2 Horizon's ``nullable`` argument dropped when fed 1-2 characters at a
+    time). Away from the end each stands for itself; ``$`` needs two characters because it also holds
+    before a final newline.
+    """
+    out: list[str] = []
+    changed = in_class = False
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < n:
+            token = pattern[i:i + 2]
+            if not in_class and token in _UNDECIDED:
+                out.append(_UNDECIDED[token])
+                changed = True
+            else:
+                out.append(token)
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+            i += 1
+            for lead in "^]":  # a "]" first in a class (after an optional "^") is a member
+                if i < n and pattern[i] == lead:
+                    out.append(lead)
+                    i += 1
+            continue
+        elif ch == "$":
+            out.append(_UNDECIDED["$"])
+            changed = True
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out) if changed else None
+
+
 class RegexMatcher:
     """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise)."""
 
@@ -253,6 +304,10 @@ class RegexMatcher:
         self.pattern = pattern
         self.compiled = regex.compile(pattern, flags)
         self.flags = flags
+        # Partial matches (what may still be arriving at the edge) are asked of a form whose end-sensitive
+        # assertions stay undecided at the end of the buffer; complete matches of the pattern itself.
+        undecided = edge_undecided(pattern)
+        self.partial_compiled = self.compiled if undecided is None else regex.compile(undecided, flags)
         shape = pattern_shape(pattern, flags)
         self.max_width = shape.max_width
         self.end_reach = shape.end_reach
@@ -402,11 +457,11 @@ class RegexMatcher:
         """Whether the text from ``pos`` is a proper prefix of a match (given no match at ``pos``)."""
         if self.limit:
             try:
-                m = self.compiled.match(buf, pos, partial=True, timeout=search_budget(len(buf) - pos))
+                m = self.partial_compiled.match(buf, pos, partial=True, timeout=search_budget(len(buf) - pos))
             except TimeoutError:
                 return self.linear.wants_more(buf, pos)
         else:
-            m = self.compiled.match(buf, pos, partial=True)
+            m = self.partial_compiled.match(buf, pos, partial=True)
         return m is not None and m.partial
 
     def _search_lowered(self, buf: str, pos: int, lowered: tuple[bool, tuple[str, ...], bool]) -> Hit | None:
@@ -445,13 +500,13 @@ class RegexMatcher:
         if self.limit:
             try:
                 for s in range(lo, hi):
-                    if self.compiled.fullmatch(buf, s, partial=True, timeout=search_budget(len(buf) - s)) is not None:
+                    if self.partial_compiled.fullmatch(buf, s, partial=True, timeout=search_budget(len(buf) - s)) is not None:
                         return s
                 return -1
             except TimeoutError:
                 return self.linear.first_alive(buf, lo, hi)
         for s in range(lo, hi):
-            if self.compiled.fullmatch(buf, s, partial=True) is not None:
+            if self.partial_compiled.fullmatch(buf, s, partial=True) is not None:
                 return s
         return -1
 
@@ -471,11 +526,11 @@ class RegexMatcher:
         n = len(buf)
         if self.limit:
             try:
-                m = self.compiled.search(buf, pos, partial=True, timeout=search_budget(n - pos))
+                m = self.partial_compiled.search(buf, pos, partial=True, timeout=search_budget(n - pos))
             except TimeoutError:
                 return self.linear.partial_search(buf, pos)
         else:
-            m = self.compiled.search(buf, pos, partial=True)
+            m = self.partial_compiled.search(buf, pos, partial=True)
         return -1 if m is None or m.start() >= n else m.start()
 
     def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
@@ -653,5 +708,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
+__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "edge_undecided", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
            "Repeat", "ValueEnd", "search_budget"]

@@ -3,6 +3,7 @@ same events once adjacent chunks of a field are merged."""
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -76,3 +77,94 @@ def outcome_with(grammar: grammar_parse.Grammar, prefix: str, tools: Any, chunks
         return ("ok", jsonable(message), jsonable(merge_chunks(events + final)))
     except grammar_parse.GrammarParseError as e:
         return ("error", type(e).__name__, e.code)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Typed arguments (issue 32, item 3): a type name that starts with a JSON type name and goes on
+# (``nullable``, ``integer64``) is a text type. K2 Horizon told them apart with ``(?!null\b)``; fed 1-2
+# characters at a time, the buffer could end right after ``null``, where ``\b`` holds at the end of the text
+# and the opener's partial match looked dead, so the argument became call text and was dropped: ``{}``.
+
+#: Type names that start like a JSON type (or like "string") and go on, then the plain ones.
+TYPE_NAMES = ["nullable", "integer64", "number_or_null", "Null", "int_or_str", "boolean_flag", "objects",
+              "arrays", "float32", "string_or_null", "stringify", "str", "string", "integer", "null"]
+#: Every built-in grammar whose arguments carry a type tag: where its samples write the type name.
+TYPE_TAGS = {"k2_horizon": r"(?<=<ifm\|arg_type>)\w+(?=</ifm\|arg_type>)", "kimi_k3": r'(?<=type=")\w+(?=")'}
+
+
+def test_every_grammar_with_typed_arguments_is_covered():
+    """A grammar whose argument delimiters read a type name is in TYPE_TAGS, so the property below covers it."""
+    typed = {name for name in GRAMMARS for term in grammar_parse.load_grammar(name).terminals.values()
+             if "ARGUMENT" in term.name and "type" in str(getattr(term.matcher, "pattern", ""))}
+    assert typed == set(TYPE_TAGS)
+
+
+def _retyped(name: str) -> list[tuple[Any, str, str]]:
+    import re
+
+    cases = []
+    for case in goldens(name):
+        if re.search(TYPE_TAGS[name], case.text):
+            for type_name in TYPE_NAMES:
+                cases.append((case, type_name, re.sub(TYPE_TAGS[name], type_name, case.text)))
+    return cases
+
+
+RETYPED = [(name, *c) for name in sorted(TYPE_TAGS) for c in _retyped(name)]
+
+
+def _small_chunks(text: str, sizes: list[int]) -> list[str]:
+    chunks, i = [], 0
+    while i < len(text):
+        size = sizes[len(chunks) % len(sizes)]
+        chunks.append(text[i:i + size])
+        i += size
+    return chunks
+
+
+@pytest.mark.parametrize("name, case, type_name, text", RETYPED,
+                         ids=[f"{n}/{c.name}/{t}" for n, c, t, _ in RETYPED])
+def test_a_typed_argument_streams_as_one_shot_whatever_its_type_name(name, case, type_name, text):
+    grammar = grammar_parse.load_grammar(name)
+    expected = outcome_with(grammar, case.prefix, case.tools, None, text)
+    assert expected[0] == "ok"
+    for sizes in ([1], [2], [1, 2], [2, 1], [2, 1, 1], [3]):
+        got = outcome_with(grammar, case.prefix, case.tools, _small_chunks(text, sizes))
+        assert strict_equal(got, expected), sizes
+
+
+@pytest.mark.parametrize("type_name", ["nullable", "integer64", "number_or_null", "string"])
+def test_the_issue_k2_shape_streams_as_one_shot(type_name, tmp_path):
+    """The issue's reproducer on K2 Horizon as it was filed (its argument opener ended in a required
+    ``<ifm|arg_value>``; the grammar has since made it optional, which hid the engine's fault)."""
+    import re
+
+    source = resources.files("grammar_parse.grammars").joinpath("k2_horizon.lark").read_text(encoding="utf-8")
+    source, count = re.subn(r"(?m)^(ARGUMENT_OPEN\.1: .*)\(\?:<ifm\\\|arg_value>\)\?/$", r"\1<ifm\\|arg_value>/", source)
+    assert count == 1
+    path = tmp_path / "k2_as_filed.lark"
+    path.write_text(source)
+    grammar = grammar_parse.load_grammar(path)
+    text = ("<ifm|tool_calls>\n<ifm|tool_call>f\n<ifm|arg_key>x</ifm|arg_key>\n"
+            f"<ifm|arg_type>{type_name}</ifm|arg_type>\n<ifm|arg_value>7</ifm|arg_value>\n</ifm|tool_call>\n"
+            "</ifm|tool_calls>")
+    expected = outcome_with(grammar, "", None, None, text)
+    assert expected[1]["tool_calls"][0]["function"]["arguments"] == {"x": "7"}
+    for sizes in ([1], [2], [1, 2], [2, 1]):
+        assert strict_equal(outcome_with(grammar, "", None, _small_chunks(text, sizes)), expected), sizes
+
+
+@pytest.mark.parametrize("pattern, buf", [
+    (r"x(?!null\b)[a-z]+;", "xnull"),  # \b holds at the end of the text, not once "a" follows
+    (r"x(?!a-\B)[a-z-]+;", "xa-"),  # \B holds after "-" at the end, not once a letter follows
+    (r"x(?!ab$)[a-z]+;", "xab"),  # $ holds at the end
+    (r"x(?!ab$)[a-z\n]+;", "xab\n"),  # and before a final newline
+    (r"x(?!ab\Z)[a-z]+;", "xab"),
+])
+def test_an_assertion_at_the_edge_keeps_a_partial_match_alive(pattern, buf):
+    """What holds at the end of the text so far may not hold once more arrives: the match from 0 is pending."""
+    from grammar_parse.delimiters import RegexMatcher
+
+    matcher = RegexMatcher(pattern)
+    assert matcher.probe(buf, 0, matcher.search(buf, 0)) == (None, 0)
+    assert matcher.search(buf + "c;", 0) is not None  # (it does go on to match)
