@@ -2,10 +2,18 @@
 
 :func:`parse_many` parses an iterable of outputs (plain strings, or records with the output under a key,
 plus optional prompt, tools and id keys) into one result per row, in order: the message's reasoning,
-content and tool calls as plain columns, the parse errors by code, and the row's id. The grammar and the
+content and tool calls as plain columns, the parse errors by code, the number of characters the parser
+discarded (text after the end of turn, or where the grammar allows none), and the row's id. The grammar and the
 tools' schemas are built once (once per worker process with ``workers > 1``), never per row. A row that
 is not text, or whose parse raises in strict mode, is a result with an ``error``, not an exception: one
 bad row never fails the batch.
+
+JSONL input is read as bytes and split at ``\\n`` only (a raw CR or U+2028 inside a string is no line end), and
+each line is decoded on its own: a line that is not UTF-8 is its row's error, with its line number. A lone
+surrogate (a ``\\ud800`` escape in a JSON log or in the model's text) is kept: JSONL writes it as its
+``\\uXXXX`` escape (the same JSON value, valid UTF-8), a call's arguments in Arrow are JSON text written the
+same way, and the other Arrow strings, which must be UTF-8, hold U+FFFD in its place, their row saying
+``batch.surrogate`` in ``parse_errors``.
 
 :func:`parse_table` does the same for a pyarrow Table (or RecordBatch) or a pandas DataFrame, and answers
 in kind: Arrow columns, the tool calls a list of structs (:func:`result_schema`). :func:`read_parquet` and
@@ -15,6 +23,7 @@ DataFrames) are the ``tables`` extra, imported on first use.
 
 from __future__ import annotations
 
+import codecs
 import json
 import multiprocessing
 import os
@@ -23,14 +32,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
-from typing import TYPE_CHECKING, Any, TextIO
+from itertools import chain, islice
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import jmespath
 
 from .errors import ArgumentError, GrammarParseError
 from .grammar import Grammar, build_grammar
-from .session import parse_response, resolve_grammar
+from .session import ResponseParser, parse_response, resolve_grammar
 from .wire_stream import REASONING_FIELDS
 
 if TYPE_CHECKING:
@@ -40,6 +49,10 @@ if TYPE_CHECKING:
 #: parse (about 50 µs a short row), small enough that progress stays current.
 CHUNK_ROWS = 512
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What a blank JSONL line may hold: JSON's whitespace (a line of other characters is a row, and its error).
+_JSON_SPACE = " \t\r\n"
+_JSON_SPACE_BYTES = _JSON_SPACE.encode()
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,8 @@ class BadLine:
 
     line: int
     reason: str
+    #: what the line is not: "JSON", or "UTF-8 text" (the row's error says "line N is not ...")
+    not_what: str = "JSON"
 
 
 def _root(expression: str | None) -> str | None:
@@ -89,13 +104,16 @@ class Columns:
         return tuple(reader(e) for e in (self.text, self.prompt, self.tools, self.id, self.grammar))
 
 
-def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None) -> dict[str, Any]:
+def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None,
+               discarded: int | None = None) -> dict[str, Any]:
     """One output row: ``id``, ``reasoning``, ``content``, ``tool_calls`` (``{"name", "arguments"}``, plus
-    ``errors`` for a broken call), ``parse_errors`` (their codes, in order) and ``error`` (why the row
-    could not be parsed at all: not text, or a strict-mode failure), each None when absent."""
+    ``errors`` for a broken call), ``parse_errors`` (their codes, in order), ``discarded_chars`` (how many
+    characters of the output went into no field: text after the end of turn, or where the grammar allows
+    none; ``discarded``) and ``error`` (why the row could not be parsed at all: not text, or a strict-mode
+    failure), each None when absent."""
     if message is None:
         return {"id": row_id, "reasoning": None, "content": None, "tool_calls": None, "parse_errors": None,
-                "error": error}
+                "discarded_chars": None, "error": error}
     reasoning = next((message[k] for k in REASONING_FIELDS if isinstance(message.get(k), str)), None)
     calls = []
     for call in message.get("tool_calls") or []:
@@ -107,7 +125,8 @@ def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: 
     problems = [p.get("code") for p in message.get("parse_errors") or [] if isinstance(p, Mapping)]
     content = message.get("content")
     return {"id": row_id, "reasoning": reasoning, "content": content if isinstance(content, str) else None,
-            "tool_calls": calls or None, "parse_errors": problems or None, "error": error}
+            "tool_calls": calls or None, "parse_errors": problems or None, "discarded_chars": discarded,
+            "error": error}
 
 
 @dataclass(frozen=True)
@@ -147,7 +166,7 @@ def read_row(record: Any, getters: tuple[Callable[[Mapping[str, Any]], Any], ...
     if isinstance(record, str):
         return RowInput(record, prefix, tools)
     if isinstance(record, BadLine):
-        raise RowError(f"line {record.line} is not JSON: {record.reason}", code="usage.json",
+        raise RowError(f"line {record.line} is not {record.not_what}: {record.reason}", code="usage.json",
                        hint="Fix the line; the other rows are parsed.")
     if not isinstance(record, Mapping):
         raise RowError(f"a row is a {type(record).__name__}, not text or a record",
@@ -200,11 +219,18 @@ class _Parser:
                 return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
         if grammar is None:
             return result_row(None, row_id=given.id, error="usage.grammar: the row names no grammar, and none was given")
+        discarded: int | None = None  # (a legacy schema, settled by its regex over the whole output, tracks none)
         try:
-            message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools, strict=self.strict)
+            if grammar.settle is not None:
+                message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools,
+                                         strict=self.strict)
+            else:
+                parser = ResponseParser(grammar, given.prefix, tools=given.tools, strict=self.strict)
+                message = parser.finalize(given.text)[0]
+                discarded = sum(end - start for start, end in parser.discarded_spans)
         except GrammarParseError as e:
             return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
-        return result_row(message, row_id=given.id)
+        return result_row(message, row_id=given.id, discarded=discarded)
 
     def rows(self, records: list[Any]) -> list[dict[str, Any]]:
         return [self.row(record) for record in records]
@@ -266,42 +292,89 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
                 progress(len(rows))
 
 
-def jsonl_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """The rows of a JSONL stream with their line numbers: its lines, blank ones skipped (they are no rows,
-    so row N of the input is row N of the output)."""
-    return ((number, line) for number, line in enumerate(lines, 1) if line.strip())
+def _source_lines(source: IO[Any] | Iterable[str | bytes]) -> Iterable[str | bytes]:
+    """A JSONL source's lines, ended by ``\\n`` only. A text file is read through its binary buffer: its
+    universal newlines would also end a line at a CR inside a string, and its decoding would stop the
+    whole read at one bad byte."""
+    buffer = getattr(source, "buffer", None)
+    return buffer if buffer is not None else source  # (a binary file's lines and a StringIO's end at \n only)
 
 
-def decode_line(number: int, line: str) -> Any:
-    """One JSONL line's record, or a :class:`BadLine` saying why it is none."""
+def jsonl_lines(source: IO[Any] | Iterable[str | bytes]) -> Iterator[tuple[int, str | bytes]]:
+    """The rows of a JSONL stream with their line numbers: its lines (``source`` is a binary or text file,
+    or lines), blank ones skipped (they are no rows, so row N of the input is row N of the output). Only
+    ``\\n`` ends a line; a line of only JSON whitespace is blank."""
+    return ((number, line) for number, line in enumerate(_source_lines(source), 1)
+            if (line.strip(_JSON_SPACE_BYTES) if isinstance(line, bytes) else line.strip(_JSON_SPACE)))
+
+
+def decode_line(number: int, line: str | bytes) -> Any:
+    """One JSONL line's record, or a :class:`BadLine` saying why it is none. Bytes are decoded here, line by
+    line, so a bad byte is this row's problem; a raw control character in a string (a careless writer's
+    CR or tab) is read as the writer meant it."""
+    if isinstance(line, bytes):
+        if number == 1 and line.startswith(codecs.BOM_UTF8):
+            line = line[len(codecs.BOM_UTF8):]
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return BadLine(number, f"byte 0x{line[e.start]:02x} at byte {e.start + 1} of the line",
+                           not_what="UTF-8 text")
     try:
-        return json.loads(line)
+        return json.loads(line, strict=False)
     except ValueError as e:
         return BadLine(number, str(e))
     except RecursionError:
         return BadLine(number, "nested too deeply")
 
 
-def read_jsonl(lines: Iterable[str], *, skip: int = 0) -> Iterator[Any]:
-    """The records of a JSONL stream (blank lines skipped, a line that is not JSON a :class:`BadLine`),
-    after the first ``skip`` records (``--resume``), which are not decoded."""
-    for number, line in islice(jsonl_lines(lines), skip, None):
-        yield decode_line(number, line)
+def read_jsonl(source: IO[Any] | Iterable[str | bytes], *, skip: int = 0,
+               columns: Columns | None = None) -> Iterator[Any]:
+    """The records of a JSONL stream (blank lines skipped, a line that is not JSON or not UTF-8 a
+    :class:`BadLine`), after the first ``skip`` records (``--resume``), which are not decoded.
+
+    With ``columns``, the first record is read now and checked to hold the output's key (its root, for
+    a JMESPath): a wrong ``--text`` raises ArgumentError naming the keys the record has, before any row
+    is parsed, instead of making every row an error."""
+    lines = islice(jsonl_lines(source), skip, None)
+    first = next(lines, None)
+    if first is None:
+        return iter(())
+    record = decode_line(*first)
+    root = _root(columns.text) if columns is not None else None
+    if columns is not None and isinstance(record, Mapping) and root is not None and root not in record:
+        raise ArgumentError(f"the first record (line {first[0]}) has no {columns.text!r}: its keys are "
+                            f"{', '.join(sorted(map(str, record)))}", code="usage.batch",
+                            hint="Say where the records keep their output with --text (Columns(text=...)), a key "
+                                 "or JMESPath.")
+    return chain([record], (decode_line(number, line) for number, line in lines))
+
+
+def count_jsonl_rows(source: IO[Any] | Iterable[str | bytes]) -> int:
+    """The rows of a JSONL stream, counted as :func:`jsonl_lines` counts them (for --resume and the progress
+    line's total)."""
+    return sum(1 for _ in jsonl_lines(source))
 
 
 @dataclass
 class Summary:
-    """What a batch run did: rows, calls, and the rows with problems by code."""
+    """What a batch run did: rows, calls, the rows with problems by code, and the discarded text."""
 
     rows: int = 0
     calls: int = 0
     rows_with_errors: int = 0
+    #: rows whose output had text that went into no field, and how many characters of it
+    rows_discarding: int = 0
+    discarded_chars: int = 0
     codes: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.rows += 1
         self.calls += len(row["tool_calls"] or [])
+        if row.get("discarded_chars"):
+            self.rows_discarding += 1
+            self.discarded_chars += row["discarded_chars"]
         codes = list(row["parse_errors"] or [])
         codes += [c for call in row["tool_calls"] or [] for c in call.get("errors", [])]
         if row["error"]:
@@ -313,7 +386,8 @@ class Summary:
     def text(self) -> str:
         rate = f", {self.rows / self.seconds:,.0f} rows/s" if self.seconds > 0 else ""
         lines = [f"{self.rows:,} rows, {self.calls:,} tool calls, {self.rows_with_errors:,} rows with errors"
-                 f" ({self.seconds:.1f} s{rate})"]
+                 f" ({self.seconds:.1f} s{rate})",
+                 f"{self.rows_discarding:,} rows with discarded text ({self.discarded_chars:,} characters)"]
         lines += [f"  {code}: {count:,} rows" for code, count in self.codes.most_common()]
         return "\n".join(lines)
 
@@ -360,12 +434,28 @@ def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], object], 
     return summary
 
 
-def run_jsonl(source: TextIO, sink: TextIO, grammar: Any, *, columns: Columns | None = None, prefix: str = "",
-              tools: Any = None, strict: bool = False, workers: int = 1, skip: int = 0,
+def jsonl_row(row: Mapping[str, Any]) -> str:
+    """A result row as its JSONL line: UTF-8-encodable JSON text, a lone surrogate written as its ``\\uXXXX``
+    escape (the same JSON value: it reads back as it was, and no row can stop the writer)."""
+    text = json.dumps(row, ensure_ascii=False, default=_json_default)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    """A value JSON has no type for (a Parquet id: a date, a decimal, bytes) as its text."""
+    isoformat = getattr(value, "isoformat", None)
+    return isoformat() if callable(isoformat) else str(value)
+
+
+def run_jsonl(source: IO[Any] | Iterable[str | bytes], sink: TextIO, grammar: Any, *, columns: Columns | None = None,
+              prefix: str = "", tools: Any = None, strict: bool = False, workers: int = 1, skip: int = 0,
               progress: Callable[[int], None] | None = None) -> Summary:
     """Parse a JSONL stream of records (or of JSON strings) into a JSONL stream of result rows, one line
-    per input line, written as they come (so an interrupted run resumes with ``skip``)."""
-    summary = run_rows(read_jsonl(source, skip=skip), lambda row: sink.write(json.dumps(row, ensure_ascii=False) + "\n"),
+    per input line, written as they come (so an interrupted run resumes with ``skip``). ``source`` is
+    read as bytes where it can be (:func:`jsonl_lines`); a first record without ``columns.text`` raises
+    ArgumentError (:func:`read_jsonl`)."""
+    columns = columns or Columns()
+    summary = run_rows(read_jsonl(source, skip=skip, columns=columns), lambda row: sink.write(jsonl_row(row)),
                        grammar, columns=columns, prefix=prefix, tools=tools, strict=strict, workers=workers,
                        progress=progress)
     sink.flush()
@@ -392,48 +482,133 @@ def _pyarrow() -> Any:
 
 def result_schema(id_type: pa.DataType | None = None) -> pa.Schema:
     """The Arrow schema of result rows: ``id`` (of ``id_type``, null without one), ``reasoning``,
-    ``content`` and ``error`` strings, ``parse_errors`` a list of codes, and ``tool_calls`` a list of
-    ``{name, arguments, errors}`` structs. ``arguments`` is JSON text when the call's arguments parsed,
-    and the text as the model wrote it when they did not (then ``errors`` holds their codes): the
-    arguments of different tools have different shapes, which one Arrow column cannot type."""
+    ``content`` and ``error`` strings, ``parse_errors`` a list of codes, ``discarded_chars`` an int64, and
+    ``tool_calls`` a list of ``{name, arguments, errors}`` structs. ``arguments`` is JSON text when the
+    call's arguments parsed, and the text as the model wrote it when they did not (then ``errors`` holds
+    their codes): the arguments of different tools have different shapes, which one Arrow column cannot
+    type."""
     pa = _pyarrow()
     call = pa.struct([("name", pa.string()), ("arguments", pa.string()), ("errors", pa.list_(pa.string()))])
     return pa.schema([("id", id_type or pa.null()), ("reasoning", pa.string()), ("content", pa.string()),
-                      ("tool_calls", pa.list_(call)), ("parse_errors", pa.list_(pa.string())), ("error", pa.string())])
+                      ("tool_calls", pa.list_(call)), ("parse_errors", pa.list_(pa.string())),
+                      ("discarded_chars", pa.int64()), ("error", pa.string())])
 
 
-def _arrow_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if calls is None:
-        return None
-    return [{"name": c["name"], "errors": c.get("errors"),
-             "arguments": c["arguments"] if isinstance(c["arguments"], str) or c["arguments"] is None
-             else json.dumps(c["arguments"], ensure_ascii=False)} for c in calls]
+#: Codes an Arrow row's ``parse_errors`` gain where a value has no Arrow form.
+SURROGATE_CODE = "batch.surrogate"  # a lone surrogate replaced by U+FFFD (Arrow strings are UTF-8)
+ID_TYPE_CODE = "batch.id_type"  # an id not of the id column's type (the type of the first id), written as null
+_INT64 = (-(2 ** 63), 2 ** 63)
 
 
-def rows_to_arrow(rows: list[dict[str, Any]], id_type: pa.DataType | None = None) -> pa.Table:
-    """Result rows as an Arrow table of :func:`result_schema` (``id_type`` inferred from the ids without it)."""
+def id_type_of(value: Any) -> pa.DataType:
+    """The id column's Arrow type when ``value`` is the first id (JSONL ids are any JSON value): a whole
+    number int64 (string beyond its range), a float double, a bool bool, a list or object string (its JSON
+    text), anything else Arrow's own type for it."""
     pa = _pyarrow()
-    ids = [row["id"] for row in rows]
-    if id_type is None and any(i is not None for i in ids):
-        id_type = pa.array(ids).type
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64() if _INT64[0] <= value < _INT64[1] else pa.string()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, (str, list, dict)):
+        return pa.string()
+    try:
+        return pa.scalar(value).type
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return pa.string()
+
+
+def _fit_id(value: Any, id_type: Any) -> tuple[Any, bool]:
+    """``value`` as the id column of ``id_type`` holds it, and whether it fits: any id fits a string column
+    (a non-text id as its JSON text); a value of another type is no id of a typed column."""
+    pa = _pyarrow()
+    if value is None:
+        return None, True
+    if pa.types.is_string(id_type) or pa.types.is_large_string(id_type):
+        return (value, True) if isinstance(value, str) else (jsonl_row(value)[:-1], True)
+    if pa.types.is_int64(id_type):
+        fits = isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value < _INT64[1]
+    elif pa.types.is_float64(id_type):
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif pa.types.is_boolean(id_type):
+        fits = isinstance(value, bool)
+    elif pa.types.is_null(id_type):
+        fits = False
+    else:  # (a Parquet input's own type: its ids fit; anything else is checked by Arrow)
+        try:
+            pa.scalar(value, id_type)
+            fits = True
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            fits = False
+    return (value, True) if fits else (None, False)
+
+
+def _text(value: Any, problems: list[str]) -> Any:
+    """A string as an Arrow string holds it: a lone surrogate as U+FFFD (said once in ``problems``)."""
+    if isinstance(value, str) and _SURROGATE.search(value):
+        if SURROGATE_CODE not in problems:
+            problems.append(SURROGATE_CODE)
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def arrow_row(row: Mapping[str, Any], id_type: Any) -> tuple[dict[str, Any], list[str]]:
+    """A result row as an Arrow row of :func:`result_schema` with ``id_type`` holds it, and the codes of
+    what had to change (added to its ``parse_errors``): a lone surrogate in a string is U+FFFD
+    (``batch.surrogate``), an id that does not fit ``id_type`` is null (``batch.id_type``). A call's parsed
+    arguments are JSON text, a lone surrogate in them its escape: kept, so nothing to say."""
+    problems: list[str] = []
+    calls = None
+    if row["tool_calls"] is not None:
+        calls = [{"name": _text(c["name"], problems), "errors": c.get("errors"),
+                  "arguments": _text(c["arguments"], problems) if isinstance(c["arguments"], str) or
+                  c["arguments"] is None else jsonl_row(c["arguments"])[:-1]} for c in row["tool_calls"]]
+    row_id = _text(row["id"], problems)
+    row_id, fits = _fit_id(row_id, id_type) if id_type is not None else (row_id, True)
+    if not fits:
+        problems.append(ID_TYPE_CODE)
+    fitted = {"id": row_id, "reasoning": _text(row["reasoning"], problems), "content": _text(row["content"], problems),
+              "tool_calls": calls, "parse_errors": row["parse_errors"], "discarded_chars": row.get("discarded_chars"),
+              "error": _text(row["error"], problems)}
+    if problems:
+        fitted["parse_errors"] = [*(row["parse_errors"] or []), *problems]
+    return fitted, problems
+
+
+def _arrow_table(rows: list[dict[str, Any]], id_type: Any) -> pa.Table:
+    """Rows already made Arrow rows (:func:`arrow_row`) as a table of :func:`result_schema`."""
+    pa = _pyarrow()
     schema = result_schema(id_type)
-    arrays = [pa.array(ids, schema.field("id").type)]
-    arrays += [pa.array([row[name] for row in rows], schema.field(name).type) for name in ("reasoning", "content")]
-    arrays.append(pa.array([_arrow_calls(row["tool_calls"]) for row in rows], schema.field("tool_calls").type))
-    arrays += [pa.array([row[name] for row in rows], schema.field(name).type) for name in ("parse_errors", "error")]
+    arrays = [pa.array([row[name] for row in rows], schema.field(name).type) for name in schema.names]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _id_type(schema: pa.Schema, columns: Columns) -> Any:
-    """The id column's Arrow type in ``schema`` (None without a plain id column), once every column the
-    specs read is checked to be there: before any row is parsed."""
-    names = set(schema.names)
+def rows_to_arrow(rows: list[dict[str, Any]], id_type: pa.DataType | None = None) -> pa.Table:
+    """Result rows as an Arrow table of :func:`result_schema`: ``id_type`` taken from the first id
+    (:func:`id_type_of`) without one, every row made an Arrow row (:func:`arrow_row`), so no value stops
+    the table."""
+    if id_type is None:
+        first = next((row["id"] for row in rows if row["id"] is not None), None)
+        id_type = id_type_of(first) if first is not None else None
+    return _arrow_table([arrow_row(row, id_type)[0] for row in rows], id_type)
+
+
+def _check_columns(names: Iterable[Any], columns: Columns) -> None:
+    """Every column the specs read is among ``names``: checked before any row is parsed."""
+    names = set(map(str, names))
     missing = [spec for spec in columns.specs() if _root(spec) not in names]
     if missing:
         raise ArgumentError(f"the table has no column {missing[0]!r} (its columns: {', '.join(sorted(names))})",
                             code="usage.batch", hint="Name the output column (--text, or Columns(text=...)) and any "
                                                      "prompt, tools and id columns.")
-    return schema.field(columns.id).type if columns.id is not None and columns.id in names else None
+
+
+def _id_type(schema: pa.Schema, columns: Columns) -> Any:
+    """The id column's Arrow type in ``schema`` (None without a plain id column), once every column the
+    specs read is checked to be there: before any row is parsed."""
+    _check_columns(schema.names, columns)
+    return schema.field(columns.id).type if columns.id is not None and columns.id in schema.names else None
 
 
 def _table_records(table: Any, columns: Columns, batch_rows: int) -> Iterator[dict[str, Any]]:
@@ -468,9 +643,18 @@ def _in_kind(table: Any, columns: Columns, batch_rows: int,
         if type(table).__name__ != "DataFrame" or not hasattr(table, "index"):
             raise ArgumentError(f"parse_table takes a pyarrow Table or RecordBatch or a pandas DataFrame, not "
                                 f"{type(table).__name__}", code="usage.batch", hint="Use parse_many for other iterables.")
-        frame, table = table, pa.Table.from_pandas(table, preserve_index=False)
-    id_type = _id_type(table.schema, columns)
-    result = rows_to_arrow(parse(_table_records(table, columns, batch_rows)), id_type)
+        frame = table
+        try:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+        except (UnicodeError, pa.ArrowException):  # (text Arrow cannot hold, a lone surrogate: rows as pandas has them)
+            _check_columns(frame.columns, columns)
+            records = frame[columns.roots()].astype(object).where(frame[columns.roots()].notna(), None)
+            table = None
+    if table is not None:
+        id_type = _id_type(table.schema, columns)
+        result = rows_to_arrow(parse(_table_records(table, columns, batch_rows)), id_type)
+    else:  # (the id typed by its first value, as a JSONL id)
+        result = rows_to_arrow(parse(iter(records.to_dict("records"))))
     if frame is None:
         return result
     out = result.to_pandas()
@@ -534,43 +718,70 @@ class ParquetSink:
     """Result rows written to a Parquet file as they come, a row group every ``group_rows`` rows. With
     ``resume``, the rows an earlier run wrote to ``path`` are copied first (Parquet files cannot be
     appended to), and :attr:`kept` says how many; the file is replaced when the sink closes, so an
-    interrupted run leaves the previous file, or a whole new one."""
+    interrupted run leaves the previous file, or a whole new one.
+
+    The id column has ``id_type`` (the input's), or without one (JSONL ids, any JSON value) the type of the
+    first id (:func:`id_type_of`), held back until it comes: string when a whole row group passes without
+    one (any id fits as text), null when no row has one. Each row is made an Arrow row as it is written
+    (:func:`arrow_row`), and what that changed is added to the caller's row too, so a summary counts it."""
 
     def __init__(self, path: str, *, id_type: Any = None, resume: bool = False, group_rows: int = 8192) -> None:
         pa = _pyarrow()
         import pyarrow.parquet as pq
 
         self.path, self.group_rows, self.kept = path, group_rows, 0
-        earlier = pq.read_table(path) if resume and os.path.exists(path) else None
-        self.id_type = earlier.schema.field("id").type if earlier is not None else id_type
-        if earlier is not None and pa.types.is_null(self.id_type) and id_type is not None:
-            self.id_type = id_type
+        self.earlier = pq.read_table(path) if resume and os.path.exists(path) else None
+        self.id_type = id_type
+        if self.earlier is not None:
+            self.kept = self.earlier.num_rows
+            written = self.earlier.schema.field("id").type
+            if not pa.types.is_null(written):  # (a null column, no id so far, casts to the type this run finds)
+                self.id_type = written
         self.temporary = f"{path}.partial"
-        self.writer = pq.ParquetWriter(self.temporary, result_schema(self.id_type))
-        if earlier is not None:
-            self.writer.write_table(earlier.cast(result_schema(self.id_type)))
-            self.kept = earlier.num_rows
+        self.writer: Any = None
         self.pending: list[dict[str, Any]] = []
 
     def write(self, row: dict[str, Any]) -> None:
-        self.pending.append(row)
-        if len(self.pending) >= self.group_rows:
+        if self.id_type is None and row["id"] is not None:
+            self.id_type = id_type_of(row["id"])
+        fitted, problems = arrow_row(row, self.id_type)
+        if problems:
+            row["parse_errors"] = fitted["parse_errors"]
+        self.pending.append(fitted)
+        if len(self.pending) >= self.group_rows * (1 if self.id_type is not None else 2):
             self.flush()
+
+    def _open(self) -> None:
+        import pyarrow.parquet as pq
+
+        if self.id_type is None:
+            self.id_type = _pyarrow().string() if self.pending else _pyarrow().null()
+        self.writer = pq.ParquetWriter(self.temporary, result_schema(self.id_type))
+        if self.earlier is not None:
+            self.writer.write_table(self.earlier.cast(result_schema(self.id_type)))
+            self.earlier = None
 
     def flush(self) -> None:
         if self.pending:
-            self.writer.write_table(rows_to_arrow(self.pending, self.id_type))
+            if self.writer is None:
+                self._open()
+            self.writer.write_table(_arrow_table(self.pending, self.id_type))
             self.pending = []
 
     def close(self) -> None:
         """Write what is pending, end the file and put it in place (also after an interruption: the rows
         parsed so far are kept, and a resumed run goes on after them)."""
+        if self.writer is None and self.id_type is None:
+            self.id_type = _pyarrow().null()  # (no row had an id)
         self.flush()
+        if self.writer is None:
+            self._open()
         self.writer.close()
         os.replace(self.temporary, self.path)
 
 
-__all__ = ["CHUNK_ROWS", "BadLine", "Columns", "ParquetSink", "Progress", "RowError", "RowInput", "Summary",
-           "TableParser", "decode_line", "default_workers", "jsonl_lines", "parquet_rows", "parse_many",
-           "parse_table", "portable_grammar", "read_jsonl", "read_parquet", "read_row", "result_row",
-           "result_schema", "rows_to_arrow", "run_jsonl", "run_rows"]
+__all__ = ["CHUNK_ROWS", "ID_TYPE_CODE", "SURROGATE_CODE", "BadLine", "Columns", "ParquetSink", "Progress", "RowError",
+           "RowInput", "Summary", "TableParser", "arrow_row", "count_jsonl_rows", "decode_line", "default_workers",
+           "id_type_of", "jsonl_lines", "jsonl_row", "parquet_rows", "parse_many", "parse_table", "portable_grammar",
+           "read_jsonl", "read_parquet", "read_row", "result_row", "result_schema", "rows_to_arrow", "run_jsonl",
+           "run_rows"]

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import IO, Any, BinaryIO, TextIO
 
 from . import __version__
 from .chat_template import load_chat_template, render_prompt
@@ -323,7 +323,7 @@ def _is_parquet(path: str | None, given: str | None) -> bool:
 
 
 def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
-    from .batch import Columns, Progress, default_workers, read_jsonl, run_rows
+    from .batch import Columns, Progress, count_jsonl_rows, default_workers, read_jsonl, run_rows
 
     grammar = _model_grammar(args) if args.grammar or _model(args) or not args.grammar_column else None
     prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
@@ -344,13 +344,14 @@ def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
         if parquet_in:
             records, total, id_type = _parquet_records(args, columns, skip)
             total -= skip
-        else:
-            inputs: TextIO = sys.stdin if args.input in (None, "-") else stack.enter_context(
-                _open_text(args.input, "input file"))
-            if inputs is not sys.stdin and not args.quiet and sys.stderr.isatty():
-                total = sum(1 for line in inputs if line.strip()) - skip
+        else:  # (bytes, split at \n only and decoded line by line: a bad line is its row's error)
+            inputs: IO[Any] = (getattr(sys.stdin, "buffer", None) or sys.stdin) if args.input in (None, "-") else \
+                stack.enter_context(_open_binary(args.input, "input file"))
+            if args.input not in (None, "-") and not args.quiet and sys.stderr.isatty():
+                total = count_jsonl_rows(inputs) - skip
                 inputs.seek(0)
-            records = read_jsonl(inputs, skip=skip)
+            with _loading():  # (a first record without --text's key: exit 2 before any row is parsed)
+                records = read_jsonl(inputs, skip=skip, columns=columns)
         progress = Progress(sys.stderr, total) if not args.quiet and sys.stderr.isatty() else None
         if progress is not None:
             stack.callback(progress.close)
@@ -361,6 +362,14 @@ def _cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
     if not args.quiet:
         sys.stderr.write(summary.text() + "\n")
     return EXIT_PARSE if args.fail_on_error and summary.rows_with_errors else EXIT_OK
+
+
+def _open_binary(path: str, what: str) -> BinaryIO:
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller's stack closes it
+    except OSError as e:
+        raise CommandLineError(f"cannot read the {what} {path}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
 
 
 def _open_text(path: str, what: str) -> TextIO:
@@ -385,8 +394,10 @@ def _written_rows(path: str, parquet: bool) -> int:
         except Exception as e:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet vary
             raise CommandLineError(f"cannot resume {path}: it is not a whole Parquet file ({type(e).__name__}).",
                                    code="usage.file", hint="Remove it and run again without --resume.") from None
-    with open(path, encoding="utf-8") as written:
-        return sum(1 for line in written if line.strip())
+    from .batch import count_jsonl_rows
+
+    with open(path, "rb") as written:  # (counted as the input's rows are: lines ended by \n)
+        return count_jsonl_rows(written)
 
 
 def _parquet_records(args: argparse.Namespace, columns: Any, skip: int) -> tuple[Any, int, Any]:
@@ -413,13 +424,19 @@ def _batch_sink(stack: ExitStack, args: argparse.Namespace, out: TextIO, parquet
     if parquet:
         from .batch import ParquetSink
 
+        if id_type is None and args.id is None:  # (no id: the null type; with --id on JSONL, the first id's type)
+            from .batch import result_schema
+
+            id_type = result_schema().field("id").type
         sink = ParquetSink(args.output, id_type=id_type, resume=args.resume)
         stack.callback(sink.close)
         return sink.write
     stream = out if args.output in (None, "-") else stack.enter_context(
         open(args.output, "a" if args.resume else "w", encoding="utf-8"))
     stack.callback(stream.flush)
-    return lambda row: stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+    from .batch import jsonl_row
+
+    return lambda row: stream.write(jsonl_row(row))
 
 
 def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:

@@ -20,11 +20,12 @@ def test_rows_in_order_with_their_fields():
         "<tool_call>{broken</tool_call>",
     ], "qwen3"))
     assert rows == [
-        {"id": None, "reasoning": "hm", "content": "Hello.", "tool_calls": None, "parse_errors": None, "error": None},
+        {"id": None, "reasoning": "hm", "content": "Hello.", "tool_calls": None, "parse_errors": None,
+         "discarded_chars": 0, "error": None},
         {"id": None, "reasoning": None, "content": None, "tool_calls": [{"name": "get_weather",
-         "arguments": {"city": "Paris"}}], "parse_errors": None, "error": None},
+         "arguments": {"city": "Paris"}}], "parse_errors": None, "discarded_chars": 0, "error": None},
         {"id": None, "reasoning": None, "content": "<tool_call>{broken</tool_call>", "tool_calls": None,
-         "parse_errors": ["parse.json"], "error": None},
+         "parse_errors": ["parse.json"], "discarded_chars": 0, "error": None},
     ]
 
 
@@ -65,7 +66,10 @@ def test_every_golden_parses_in_a_batch_as_it_does_alone():
         records = [{"completion": g.text, "prompt": g.prefix, "tools": g.tools} for g in cases]
         rows = list(parse_many(records, grammar, columns=Columns(prompt="prompt", tools="tools")))
         for golden, row in zip(cases, rows, strict=True):
-            assert row == result_row(golden.expected), (grammar, golden.name)
+            parser = gp.ResponseParser(grammar, golden.prefix, tools=golden.tools, strict=False)
+            parser.finalize(golden.text)  # (what the parser discarded: the row's count of it)
+            discarded = None if parser.grammar.settle else sum(end - start for start, end in parser.discarded_spans)
+            assert row == result_row(golden.expected, discarded=discarded), (grammar, golden.name)
             checked += 1
     assert checked > 500
 
@@ -198,7 +202,8 @@ def test_parse_table_on_a_dataframe_keeps_its_index():
     frame = pd.DataFrame(MIXED, index=[100 + 2 * i for i in range(len(MIXED))])
     result = parse_table(frame, "qwen3", columns=MIXED_COLUMNS)
     assert list(result.index) == list(frame.index) and list(result["id"]) == list(frame["rid"])
-    assert list(result.columns) == ["id", "reasoning", "content", "tool_calls", "parse_errors", "error"]
+    assert list(result.columns) == ["id", "reasoning", "content", "tool_calls", "parse_errors", "discarded_chars",
+                                    "error"]
     assert result.loc[108, "reasoning"] == "thought" and result.loc[108, "content"] == "answer"  # (the row's prompt)
     joined = frame.join(result[["content"]])  # (joins back on the index)
     assert joined.loc[110, "content"] == "plain"
@@ -246,3 +251,285 @@ def test_the_batch_command_reads_and_writes_parquet_and_resumes(tmp_path, capsys
     assert len(capsys.readouterr().out.splitlines()) == len(MIXED)
     assert main(["batch", str(jsonl), "-g", "qwen3", "--input-format", "parquet", "-o", str(target)]) == 2
     assert "is not Parquet" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- issue 32: one bad row never stops a run
+# A lone surrogate reaches a row from a JSON escape in the model's text (an argument, a tool's name) or from the
+# record itself (a JSON log decodes "\ud800" in its text, its id or its keys). Each case: the record, and the
+# (field, value) its parse_many row holds.
+SURROGATE_CASES = {
+    "arguments": ({"id": "arguments", "completion": '<tool_call>{"name": "f", "arguments": {"x": "\\ud800"}}'
+                                                    '</tool_call>'}, "arguments", {"x": "\ud800"}),
+    "name": ({"id": "name", "completion": '<tool_call>{"name": "\\ud800", "arguments": {}}</tool_call>'},
+             "name", "\ud800"),
+    "content": ({"id": "content", "completion": "a\ud800b"}, "content", "a\ud800b"),
+    "reasoning": ({"id": "reasoning", "completion": "<think>\ud800</think>b"}, "reasoning", "\ud800"),
+    "id": ({"id": "\ud800", "completion": "ok"}, "id", "\ud800"),
+    "error": ({"id": "error", "\ud800": "x"}, "error",
+              "usage.batch: the row has no output at 'completion' (its keys: id, \ud800)"),
+}
+#: Cases whose input has no lone surrogate itself (an Arrow table cannot hold one): the escape is in the text.
+ESCAPED_CASES = ("arguments", "name")
+
+
+def surrogate_records(cases: tuple[str, ...]) -> list[dict]:
+    """The cases' records, each between two good rows."""
+    records: list[dict] = []
+    for n, case in enumerate(cases):
+        records += [{"id": f"good{n}", "completion": "<think>t</think>a"}, SURROGATE_CASES[case][0]]
+    return [*records, {"id": "last", "completion": "<think>t</think>a"}]
+
+
+def value_of(row: dict, field: str):
+    if field in ("arguments", "name"):
+        return row["tool_calls"][0][field]
+    return row[field]
+
+
+def test_a_lone_surrogate_round_trips_through_jsonl(tmp_path):
+    """JSONL keeps the value exactly (a lone surrogate is written as its \\uXXXX escape, which JSON allows)."""
+    import io
+    import json
+
+    from grammar_parse.batch import run_jsonl
+
+    records = surrogate_records(tuple(SURROGATE_CASES))
+    source = io.BytesIO("".join(json.dumps(r) + "\n" for r in records).encode("ascii"))
+    target = tmp_path / "rows.jsonl"
+    with open(target, "w", encoding="utf-8") as sink:  # (a real UTF-8 file: a raw surrogate cannot be written)
+        summary = run_jsonl(source, sink, "qwen3", columns=Columns(id="id"))
+    rows = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert summary.rows == len(rows) == len(records)
+    assert rows == list(parse_many(records, "qwen3", columns=Columns(id="id")))
+    for (record, field, value), row in zip(SURROGATE_CASES.values(), rows[1::2], strict=False):
+        assert value_of(row, field) == value, field
+
+
+@pytest.mark.parametrize("writer", ["arrow", "pandas", "parquet"])
+def test_a_lone_surrogate_in_a_table_is_replaced_and_said_in_its_row(writer, tmp_path):
+    """Arrow strings are UTF-8: a lone surrogate becomes U+FFFD and the row's parse_errors say
+    batch.surrogate; an argument keeps its escape in the arguments' JSON text (no loss, nothing to say)."""
+    import json
+
+    pa = pytest.importorskip("pyarrow")
+    cases = ESCAPED_CASES if writer in ("arrow", "pandas") else tuple(SURROGATE_CASES)
+    records = surrogate_records(cases)
+    if writer == "arrow":
+        rows = parse_table(pa.Table.from_pylist(records), "qwen3", columns=Columns(id="id")).to_pylist()
+    elif writer == "pandas":
+        pd = pytest.importorskip("pandas")
+        rows = parse_table(pd.DataFrame(records), "qwen3", columns=Columns(id="id")).to_dict("records")
+    else:
+        import pyarrow.parquet as pq
+
+        from grammar_parse.cli import main
+
+        source = tmp_path / "in.jsonl"
+        source.write_bytes("".join(json.dumps(r) + "\n" for r in records).encode("ascii"))
+        assert main(["batch", str(source), "-o", str(tmp_path / "out.parquet"), "-g", "qwen3", "--id", "id",
+                     "-j", "1", "--quiet"]) == 0
+        rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
+        assert not (tmp_path / "out.parquet.partial").exists()
+    assert len(rows) == len(records)
+    for n, case in enumerate(cases):
+        good, bad = rows[2 * n], rows[2 * n + 1]
+        assert (good["id"], good["content"], good["parse_errors"]) == (f"good{n}", "a", None)
+        _, field, value = SURROGATE_CASES[case]
+        if field == "arguments":
+            assert json.loads(value_of(bad, field)) == value and bad["parse_errors"] is None
+        else:
+            assert value_of(bad, field) == value.replace("\ud800", "\ufffd"), case
+            assert bad["parse_errors"] == ["batch.surrogate"], case
+    assert rows[-1]["id"] == "last"
+
+
+
+@pytest.mark.parametrize("bad, first_bad", [(b"caf\xe9", 3), (b"\x80", 0), (b"\xe2\x82", 0), (b"\xed\xa0\x80", 0),
+                                            (b"ok \xff\xfe", 3)],
+                         ids=["latin1", "continuation", "cut", "cesu_surrogate", "ff"])
+@pytest.mark.parametrize("last", [False, True], ids=["middle", "last_line_no_newline"])
+def test_bad_bytes_make_their_row_an_error_and_the_rows_around_it_parse(bad, first_bad, last, tmp_path):
+    """Rows are decoded line by line: bad UTF-8 in a line is that row's error (with its line number), and the
+    rows before it in the same read block (more than 8 KB of them here) and after it are parsed."""
+    import json
+
+    from grammar_parse.cli import main
+
+    count = 400  # (about 24 KB: several 8 KB blocks)
+    lines = [json.dumps({"id": i, "completion": f"<think>t</think>answer {i:04d}"}).encode() for i in range(count)]
+    where = count - 1 if last else 200
+    opening = b'{"id": %d, "completion": "' % where
+    lines[where] = opening + bad + b'"}'
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + (b"" if last else b"\n"))
+    target = tmp_path / "out.jsonl"
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--id", "id", "-j", "1", "--quiet"]) == 0
+    rows = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == count
+    assert rows[where]["error"] == (f"usage.json: line {where + 1} is not UTF-8 text: byte 0x{bad[first_bad]:02x} "
+                                    f"at byte {len(opening) + first_bad + 1} of the line")
+    assert [r["content"] for r in rows[:where]] == [f"answer {i:04d}" for i in range(where)]
+    assert [r["content"] for r in rows[where + 1:]] == [f"answer {i:04d}" for i in range(where + 1, count)]
+
+
+# Characters str.splitlines (and a text file's universal newlines) end a line at, which JSONL does not: only
+# \n ends a JSONL line. The control characters are not allowed raw in a JSON string, but a careless writer
+# leaves them: the batch reads them as the writer meant (lenient); the others are valid raw.
+SEPARATORS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS, ids=[f"U+{ord(s):04X}" for s in SEPARATORS])
+@pytest.mark.parametrize("how", ["cli", "run_jsonl_text_file", "run_jsonl_bytes"])
+def test_only_a_newline_ends_a_jsonl_row(separator, how, tmp_path):
+    import io
+    import json
+
+    from grammar_parse.batch import run_jsonl
+    from grammar_parse.cli import main
+
+    texts = ["one", f"two{separator}half", "three"]
+    body = "".join('{"id": %d, "completion": "%s"}\n' % (i, t) for i, t in enumerate(texts))
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(body.encode("utf-8"))
+    target = tmp_path / "out.jsonl"
+    if how == "cli":
+        assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--id", "id", "-j", "1",
+                     "--quiet"]) == 0
+    else:
+        with open(target, "w", encoding="utf-8") as sink, (
+                open(source, encoding="utf-8") if how == "run_jsonl_text_file" else
+                io.BytesIO(source.read_bytes())) as inputs:
+            run_jsonl(inputs, sink, "qwen3", columns=Columns(id="id"))
+    rows = [json.loads(line) for line in target.read_text(encoding="utf-8").split("\n") if line]
+    assert [(r["id"], r["content"], r["error"]) for r in rows] == [(i, t, None) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("ids", [
+    pytest.param([3, 1, 2], id="int"),
+    pytest.param(["a", "b", "c"], id="str"),
+    pytest.param([1.5, 2.0, -3.25], id="float"),
+    pytest.param([True, False, True], id="bool"),
+    pytest.param([None, 7, 8], id="first_missing"),
+])
+def test_jsonl_to_parquet_keeps_the_ids(ids, tmp_path):
+    """`batch x.jsonl -o y.parquet --id id`: the id column takes the type of the first id (before: the
+    writer's schema had a null id and the first row group crashed it, leaving a .partial file)."""
+    import json
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    from grammar_parse.cli import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "completion": "x"}) + "\n" for i in ids), encoding="utf-8")
+    target = tmp_path / "out.parquet"
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--id", "id", "-j", "1", "--quiet"]) == 0
+    assert not (tmp_path / "out.parquet.partial").exists()
+    table = pq.read_table(target)
+    assert table.column("id").to_pylist() == ids
+    assert [r["parse_errors"] for r in table.to_pylist()] == [None] * len(ids)
+
+
+def test_ids_that_do_not_fit_the_first_ids_type():
+    """Later ids of another type: text in a string column (their JSON text), otherwise null and
+    batch.id_type in the row's parse_errors; never an exception. Row groups of 2 rows, so the type is chosen
+    from the first id and held across groups."""
+    import os
+    import tempfile
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from grammar_parse.batch import ParquetSink
+
+    def written(ids: list) -> list[tuple]:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "rows.parquet")
+            sink = ParquetSink(path, group_rows=2)
+            for i in ids:
+                sink.write(result_row({"content": "x"}, row_id=i))
+            sink.close()
+            table = pq.read_table(path)
+            return list(zip(table.column("id").to_pylist(), table.column("parse_errors").to_pylist())), \
+                table.schema.field("id").type
+
+    rows, kind = written([None, None, 5, "x", 2 ** 70, 6])
+    assert kind == pa.int64()
+    assert rows == [(None, None), (None, None), (5, None), (None, ["batch.id_type"]), (None, ["batch.id_type"]),
+                    (6, None)]
+    rows, kind = written(["a", 5, {"k": [1]}, None])
+    assert kind == pa.string() and rows == [("a", None), ("5", None), ('{"k": [1]}', None), (None, None)]
+    rows, kind = written([None, None, None])  # (no id at all: the null type, as without --id)
+    assert kind == pa.null() and rows == [(None, None)] * 3
+
+
+DISCARD = {  # output -> characters the parser discards (the text after qwen3's end of turn, the marker kept)
+    "<think>a</think>b<|im_end|>" + "z" * 1000: 1000,
+    "hello<|im_end|>\nzz": 3,
+    "<think>a</think>b<|im_end|>": 0,
+    "plain": 0,
+}
+
+
+@pytest.mark.parametrize("writer", ["rows", "jsonl", "arrow", "parquet"])
+def test_discarded_text_is_counted_in_each_row_and_the_summary(writer, tmp_path):
+    import io
+    import json
+
+    from grammar_parse.batch import run_jsonl
+
+    records = [{"id": n, "completion": text} for n, text in enumerate(DISCARD)] + [{"id": 9}]  # (+ a row error)
+    want = [*DISCARD.values(), None]
+    if writer == "rows":
+        got = [r["discarded_chars"] for r in parse_many(records, "qwen3", columns=Columns(id="id"))]
+    elif writer == "jsonl":
+        out = io.StringIO()
+        summary = run_jsonl(io.StringIO("".join(json.dumps(r) + "\n" for r in records)), out, "qwen3",
+                            columns=Columns(id="id"))
+        got = [json.loads(line)["discarded_chars"] for line in out.getvalue().splitlines()]
+        assert (summary.rows_discarding, summary.discarded_chars) == (2, 1003)
+        assert "2 rows with discarded text (1,003 characters)" in summary.text()
+    elif writer == "arrow":
+        pa = pytest.importorskip("pyarrow")
+        got = parse_table(pa.Table.from_pylist(records), "qwen3", columns=Columns(id="id")).column(
+            "discarded_chars").to_pylist()
+    else:
+        pq = pytest.importorskip("pyarrow.parquet")
+        from grammar_parse.cli import main
+
+        source = tmp_path / "in.jsonl"
+        source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        assert main(["batch", str(source), "-o", str(tmp_path / "o.parquet"), "-g", "qwen3", "-j", "1"]) == 0
+        got = pq.read_table(tmp_path / "o.parquet").column("discarded_chars").to_pylist()
+    assert got == want
+
+
+@pytest.mark.parametrize("text, first", [
+    ("output", {"id": 1, "completion": "x"}),
+    ("response.text", {"id": 1, "r": {"text": "x"}}),
+    ('"the output"', {"id": 1, "completion": "x"}),
+])
+def test_a_wrong_text_key_stops_a_jsonl_run_before_any_row(text, first, tmp_path, capsys):
+    import json
+
+    from grammar_parse.cli import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n" + "".join(json.dumps(first) + "\n" for _ in range(5)), encoding="utf-8")
+    target = tmp_path / "out.jsonl"
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "--text", text, "-j", "1"]) == 2
+    keys = ", ".join(sorted(first))
+    assert f"the first record (line 2) has no {text!r}: its keys are {keys}" in capsys.readouterr().err
+    assert not target.exists() or target.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.parametrize("first", ['"an output as a JSON string"', "{not json", '{"completion": "x", "id": 0}'])
+def test_a_first_record_without_keys_to_check_runs_the_file(first, tmp_path):
+    import json
+
+    from grammar_parse.cli import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(first + "\n" + json.dumps({"completion": "y"}) + "\n", encoding="utf-8")
+    target = tmp_path / "out.jsonl"
+    assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "-j", "1", "--quiet"]) == 0
+    assert len(target.read_text(encoding="utf-8").splitlines()) == 2
