@@ -9,6 +9,7 @@ integer, number, boolean, null, object, array, and unions (``type`` lists, ``any
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import types
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any, Union
 
+from .errors import ArgumentError
 from .values import load_json
 
 
@@ -231,17 +233,142 @@ class ToolTypes:
         return value
 
 
-def tool_specs(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
-    """Each usable tool's function spec by name (dicts with or without a ``function`` wrapper, or
-    callables, as ``apply_chat_template`` takes them)."""
-    specs: dict[str, dict[str, Any]] = {}
-    for tool in tools or []:
-        if inspect.isfunction(tool) or inspect.ismethod(tool):
-            tool = callable_schema(tool)
-        spec = tool.get("function", tool) if isinstance(tool, dict) else None
-        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-            specs[spec["name"]] = spec
+#: The keys of a function spec: OpenAI's (Chat Completions nests them under "function", Responses writes
+#: them beside "type"), and Anthropic's input_schema and cache_control.
+_SPEC_KEYS = ("name", "description", "parameters", "strict", "type", "input_schema", "cache_control")
+_WRAPPER_KEYS = ("type", "function")
+_TOOLS_HINT = ('Pass a list of tools: [{"type": "function", "function": {"name": "get_weather", "parameters": '
+               '{"type": "object", "properties": {...}}}}], or Anthropic\'s {"name", "input_schema"}, or Python '
+               'functions.')
+
+
+def _tools_error(message: str, hint: str = _TOOLS_HINT) -> ArgumentError:
+    return ArgumentError(message, code="usage.tools", hint=hint)
+
+
+def _misspelled(keys: Iterable[str], known: tuple[str, ...]) -> tuple[str, str] | None:
+    """A key that is a near miss of a known key the dict lacks (``paramters``), and that key."""
+    present = set(keys)
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, [k for k in known if k not in present], n=1, cutoff=0.75)
+            if close:
+                return key, close[0]
+    return None
+
+
+def _looks_like_properties(schema: Mapping[str, Any]) -> bool:
+    """A parameters schema that is the properties map itself (``{"city": {"type": "string"}}``)."""
+    schema_words = {"type", "properties", "$ref", "$defs", "anyOf", "oneOf", "allOf", "additionalProperties",
+                    "required", "definitions", "$schema", "title", "description", "not", "enum", "const"}
+    return bool(schema) and not schema_words & set(schema) and all(
+        isinstance(v, dict) and ("type" in v or "anyOf" in v or "enum" in v) for v in schema.values())
+
+
+def _checked_spec(tool: Any, where: str) -> dict[str, Any] | None:
+    """One tool's function spec, or None for a hosted tool (``{"type": "code_interpreter"}``, which names no
+    function); an ArgumentError naming ``where`` for a shape that would be ignored without a word."""
+    if inspect.isfunction(tool) or inspect.ismethod(tool) or (callable(tool) and not isinstance(tool, (dict, type))):
+        name = getattr(tool, "__name__", None)
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _tools_error(f"{where} is a {'lambda' if name == '<lambda>' else type(tool).__name__} with no "
+                               "name a model can call.", hint="Pass a function defined with def (its name and type "
+                                                               "hints are the tool's schema), or a tool dict.")
+        try:
+            return callable_schema(tool)["function"]  # type: ignore[no-any-return]
+        except (TypeError, ValueError) as exc:  # no signature to read
+            raise _tools_error(f"{where} ({name}) has no signature to read parameters from: {exc}") from None
+    if not isinstance(tool, dict):
+        raise _tools_error(f"{where} is a {type(tool).__name__} ({repr(tool)[:60]}), not a tool definition (a dict).")
+    if "function" in tool:
+        wrapper = _misspelled(tool, _WRAPPER_KEYS + _SPEC_KEYS)
+        if wrapper:
+            raise _tools_error(f"{where} has a key {wrapper[0]!r}: did you mean {wrapper[1]!r}?")
+        spec = tool["function"]
+        if not isinstance(spec, dict):
+            raise _tools_error(f"{where}'s \"function\" is a {type(spec).__name__}, not an object with a name and "
+                               "parameters.")
+    else:
+        spec = tool
+        if "name" not in spec and "parameters" not in spec and "input_schema" not in spec:
+            misspelled = _misspelled(spec, _WRAPPER_KEYS + _SPEC_KEYS)
+            if misspelled:
+                raise _tools_error(f"{where} has a key {misspelled[0]!r}: did you mean {misspelled[1]!r}?")
+            if spec.get("type") not in (None, "function"):
+                return None  # a hosted tool (code_interpreter, web_search, ...): no function to read
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        got = "no name" if name is None else f"the name {name!r} (a {type(name).__name__})" if not isinstance(name, str) \
+            else "an empty name"
+        raise _tools_error(f"{where} is a function with {got}; every tool needs a name (a non-empty string).")
+    misspelled = _misspelled(spec, _SPEC_KEYS)
+    if misspelled:
+        raise _tools_error(f"tool {name!r} ({where}) has a key {misspelled[0]!r}: did you mean {misspelled[1]!r}? "
+                           "As written, its arguments would be neither typed nor validated.")
+    for key in ("parameters", "input_schema"):
+        schema = spec.get(key)
+        if schema is None:
+            continue
+        if not isinstance(schema, dict):
+            raise _tools_error(f"tool {name!r} ({where}): {key} is a {type(schema).__name__}, not a JSON Schema "
+                               "object.", hint=f'Give {key} as an object: {{"type": "object", "properties": {{...}}}} '
+                                               "(decode a JSON string first).")
+        if _looks_like_properties(schema):
+            raise _tools_error(f"tool {name!r} ({where}): {key} holds the properties themselves "
+                               f"({', '.join(list(schema)[:3])}), not a JSON Schema object.",
+                               hint=f'Wrap them: {{"type": "object", "properties": {{...}}}} as {key}.')
+        properties = schema.get("properties")
+        if properties is not None and not isinstance(properties, dict):
+            raise _tools_error(f"tool {name!r} ({where}): {key}.properties is a {type(properties).__name__}, not an "
+                               "object of parameter schemas.",
+                               hint='Give properties as {"param": {"type": ...}, ...}; the names that must be '
+                                    'given go in "required".')
+    if "parameters" not in spec and isinstance(spec.get("input_schema"), dict):
+        spec = {**spec, "parameters": spec["input_schema"]}  # Anthropic's name for it
+    return spec
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """The function spec of each tool in ``tools`` (as ``apply_chat_template``, the OpenAI and the Anthropic
+    APIs take them: dicts with or without a ``function`` wrapper, Anthropic's ``input_schema``, or Python
+    functions), in order; hosted tools without a function are left out. A shape that would otherwise be
+    ignored without a word (a ``{name: schema}`` dict, a list of names, a misspelled ``paramters``, a
+    function without a name) raises ArgumentError ``usage.tools`` naming the tool and what was expected."""
+    if tools is None:
+        return []
+    _check_container(tools)
+    specs = []
+    for index, tool in enumerate(tools):
+        spec = _checked_spec(tool, f"tools[{index}]")
+        if spec is not None:
+            specs.append(spec)
     return specs
+
+
+def _check_container(tools: Any) -> None:
+    if isinstance(tools, Mapping):
+        if "function" in tools or "name" in tools:
+            raise _tools_error("tools is a single tool definition, not a list of them.",
+                               hint="Wrap it in a list: tools=[tool].")
+        raise _tools_error(f"tools is a dict (keys {', '.join(repr(k) for k in list(tools)[:3])}), not a list of "
+                           "tool definitions.")
+    if isinstance(tools, (str, bytes, bytearray)) or not isinstance(tools, Iterable):
+        raise _tools_error(f"tools is a {type(tools).__name__}, not a list of tool definitions.")
+
+
+def tool_list(tools: Any) -> list[Any] | None:
+    """``tools`` as a list (None stays None), its container checked first: ``list()`` of a ``{name: schema}``
+    dict or a string would make a list of names or characters, and the error would then name those."""
+    if tools is None:
+        return None
+    _check_container(tools)
+    return list(tools)
+
+
+def tool_specs(tools: Iterable[Any] | None) -> dict[str, dict[str, Any]]:
+    """Each tool's function spec by name (:func:`check_tools`: a tool in a shape that would be ignored is an
+    ArgumentError)."""
+    return {spec["name"]: spec for spec in check_tools(tools)}
 
 
 def _schema_validator(schema: Any) -> Any:
@@ -312,5 +439,5 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     return CallValidator(tools).problems(call)
 
 
-__all__ = ["CallValidator", "ToolTypes", "call_function", "callable_schema", "coerce", "schema_types", "tool_specs", "typed_element",
+__all__ = ["CallValidator", "ToolTypes", "call_function", "callable_schema", "check_tools", "coerce", "tool_list", "schema_types", "tool_specs", "typed_element",
            "validate_call"]
