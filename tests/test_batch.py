@@ -312,13 +312,17 @@ def test_a_lone_surrogate_in_a_table_is_replaced_and_said_in_its_row(writer, tmp
     import json
 
     pa = pytest.importorskip("pyarrow")
-    cases = ESCAPED_CASES if writer in ("arrow", "pandas") else tuple(SURROGATE_CASES)
+    # (an Arrow table cannot hold a lone surrogate; a DataFrame can, in its cells but not as a key its
+    # records lack: every record of a frame has every column)
+    cases = {"arrow": ESCAPED_CASES, "pandas": tuple(c for c in SURROGATE_CASES if c != "error")}.get(
+        writer, tuple(SURROGATE_CASES))
     records = surrogate_records(cases)
     if writer == "arrow":
         rows = parse_table(pa.Table.from_pylist(records), "qwen3", columns=Columns(id="id")).to_pylist()
     elif writer == "pandas":
         pd = pytest.importorskip("pandas")
-        rows = parse_table(pd.DataFrame(records), "qwen3", columns=Columns(id="id")).to_dict("records")
+        frame = pd.DataFrame(records, dtype=object)  # (pandas 3's own str columns are Arrow: no surrogate)
+        rows = parse_table(frame, "qwen3", columns=Columns(id="id")).to_dict("records")
     else:
         import pyarrow.parquet as pq
 
