@@ -117,9 +117,11 @@ def assert_one_parser_per_process(log: Path, *, processes: int, calls: int) -> N
     were parsers, or the count would prove nothing).
 
     A process may build its parser and parse nothing: an engine's pool starts all its workers, and which
-    of them gets the batches is its scheduler's choice (Ray Data hands an actor up to four tasks at once,
-    so with four blocks the first actor ready may take them all). Asking every builder to have parsed
-    made the Ray test fail once in two runs; what the recipe promises is one parser per worker, reused."""
+    of them gets the batches is its scheduler's choice (Ray Data may queue several tasks on one actor,
+    ``max_tasks_in_flight_per_actor``, so with four blocks the first actor ready may take them all).
+    Asking every builder to have parsed made the Ray test fail once in two runs (reasoned from the
+    failure, builders [a, b] and parsers [a]; Ray is not installed where this was changed); what the
+    recipe promises is one parser per worker, reused."""
     inits, made = events(log)
     assert 1 <= len(inits) <= processes < calls
     assert sorted(inits) == sorted(set(inits)), f"a process built more than one parser: {inits}"
