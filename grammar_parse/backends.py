@@ -11,14 +11,15 @@ pieces are exhausted. Three backends:
 * :class:`CallableBackend` wraps a Python function, for a model embedded in the same process.
 
 An upstream that fails (refuses the connection, drops it, answers an HTTP error, sends what is not an
-event stream, stalls past the read timeout) raises :class:`UpstreamError` from the pieces iterator, with
-a stable ``code``; its message never holds the model's output.
+event stream, stalls past the read timeout, sends more than was asked for) raises :class:`UpstreamError`
+from the pieces iterator, with a stable ``code``; its message never holds the model's output.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import aclosing
 from collections.abc import (AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping,
                              Sequence)
@@ -34,6 +35,7 @@ from .lmsp import problem
 if TYPE_CHECKING:
     import httpx
 
+_log = logging.getLogger("grammar_parse.backends")
 _TOKENISH = regex.compile(r"\s*[^\s]{1,4}|\s+")
 
 
@@ -49,12 +51,16 @@ SAMPLING_FIELDS = ("top_p", "seed", "stop", "presence_penalty", "frequency_penal
 
 @dataclass
 class Generation:
-    """One generation in progress: text pieces, and what the backend says about them once done."""
+    """One generation in progress: text pieces, and what the backend says about them once done.
+
+    ``estimated`` says the token counts are the gateway's estimate (:func:`tokens` of the text), not the
+    model's: the gateway marks such usage so that no one bills by it unawares."""
 
     pieces: AsyncIterator[str]
     input_tokens: int = 0
     output_tokens: int = 0
     truncated: bool = False
+    estimated: bool = False
 
 
 class ReplayBackend:
@@ -80,7 +86,7 @@ class ReplayBackend:
         truncated = limit is not None and limit < len(pieces)
         kept = pieces[:limit] if truncated else pieces
         generation = Generation(pieces=self._emit(kept), input_tokens=len(tokens(prompt)), output_tokens=len(kept),
-                                truncated=truncated)
+                                truncated=truncated, estimated=True)
         return generation
 
     async def _emit(self, pieces: list[str]) -> AsyncIterator[str]:
@@ -116,8 +122,9 @@ class UpstreamError(GrammarParseError):
 
 # An upstream's error body is quoted up to this many characters: enough for its reason, not a dump.
 _BODY_QUOTE = 300
-# A stream line (one event's data) longer than this is not a completions chunk: refused, not buffered on.
-_MAX_LINE = 16 * 2**20
+# An upstream's usage count above this is no count a model server makes (a 2**31-token context): it is
+# dropped for the estimate, like a negative one or one that is not an integer.
+_MAX_COUNT = 2**31 - 1
 
 
 def _httpx() -> Any:
@@ -138,8 +145,14 @@ class UpstreamBackend:
     ``stop``, ...) as they are. A ``"length"`` finish reason makes the response incomplete, the upstream's
     usage counts are the response's (pieces counted without them), and an HTTP 400 that says the prompt is
     too long for the context window is ``upstream.context_length`` (the gateway's 400
-    ``context_length_exceeded``). ``extra_body`` is merged into every request body: vLLM, for instance, strips special tokens
+    ``context_length_exceeded``); usage counts that are not integers from 0 to 2**31 - 1 are logged and
+    replaced by the estimate (``Generation.estimated``). ``extra_body`` is merged into every request body: vLLM, for instance, strips special tokens
     from the text unless given ``{"skip_special_tokens": False}``, and some grammars need them.
+
+    An upstream that lies is bounded: the text it sends may hold at most ``chars_per_token`` characters per
+    token asked for (``max_tokens``) and never more than ``max_output_chars`` (a model that ignores
+    ``max_tokens``), and one server-sent event (its lines and their data) at most ``max_event_bytes``; a
+    breach is ``upstream.protocol`` and closes the upstream connection, so the model server stops too.
 
     One httpx client per backend, reused across requests and closed by :meth:`aclose`; ``client`` gives
     one configured otherwise (proxies, TLS, connection limits), which the caller then closes. Closing a
@@ -149,7 +162,8 @@ class UpstreamBackend:
 
     def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None,
                  connect_timeout: float = 10.0, read_timeout: float = 60.0, client: httpx.AsyncClient | None = None,
-                 extra_body: Mapping[str, Any] | None = None) -> None:
+                 extra_body: Mapping[str, Any] | None = None, max_output_chars: int = 8 * 2**20,
+                 chars_per_token: int = 64, max_event_bytes: int = 4 * 2**20) -> None:
         httpx = _httpx()
         self.url = url.rstrip("/")
         self.model = model
@@ -159,6 +173,11 @@ class UpstreamBackend:
         self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._client = client
         self._owns_client = client is None
+        # 64 characters per token is generous (the longest tokens of common vocabularies are runs of spaces or
+        # punctuation of 16 to 32 characters; text averages 3 to 4); 8 Mi characters is 2 M tokens at 4 each.
+        self.max_output_chars = max_output_chars
+        self.chars_per_token = chars_per_token
+        self.max_event_bytes = max_event_bytes
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -188,6 +207,13 @@ class UpstreamBackend:
         generation.pieces = self._stream(generation, self.body(request, prompt), prompt)
         return generation
 
+    def output_bound(self, max_tokens: Any) -> int:
+        """How many characters of text a generation of at most ``max_tokens`` tokens may send (None: no
+        limit asked for, so the ceiling)."""
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
+            return min(self.max_output_chars, max_tokens * self.chars_per_token)
+        return self.max_output_chars
+
     async def aclose(self) -> None:
         """Close the client this backend made (and its connections); a given client is the caller's."""
         if self._owns_client and self._client is not None:
@@ -197,13 +223,14 @@ class UpstreamBackend:
     async def _stream(self, generation: Generation, body: dict[str, Any], prompt: str) -> AsyncIterator[str]:
         httpx = _httpx()
         where = f"{self.url}/completions"
-        pieces, finish, usage, done, number = 0, None, None, False, 0
+        pieces, finish, usage, done, number, chars = 0, None, None, False, 0, 0
+        bound = self.output_bound(body.get("max_tokens"))
         try:
             async with self.client.stream("POST", where, json=body, headers=self.headers,
                                           timeout=self.timeout) as response:
                 if response.status_code >= 400:
                     raise _status_error(response.status_code, await _start_of(response), where)
-                async with aclosing(_sse_data(response.aiter_bytes())) as events:
+                async with aclosing(_sse_data(response.aiter_bytes(), self.max_event_bytes)) as events:
                     async for data in events:
                         # After [DONE] the body is read to its end, as the openai client does, so the
                         # connection goes back to the pool instead of being closed half-read.
@@ -216,6 +243,12 @@ class UpstreamBackend:
                         usage = counts or usage
                         if text:
                             pieces += 1
+                            chars += len(text)
+                            if chars > bound:  # (raised inside the stream's context: the connection is closed)
+                                raise UpstreamError(
+                                    f"{where} sent more than {bound:,} characters of text (max_tokens "
+                                    f"{body.get('max_tokens', 'not given')}): it does not keep to the limit",
+                                    code="upstream.protocol", hint="Check the model server's max_tokens handling.")
                             yield text
         except httpx.ConnectTimeout:
             raise UpstreamError(f"could not connect to {where} within {self.timeout.connect} s",
@@ -243,6 +276,7 @@ class UpstreamBackend:
         generation.truncated = finish == "length"
         generation.input_tokens = usage[0] if usage else len(tokens(prompt))
         generation.output_tokens = usage[1] if usage else pieces
+        generation.estimated = usage is None
 
 
 async def _no_pieces() -> AsyncIterator[str]:
@@ -279,21 +313,24 @@ _CONTEXT_LENGTH = regex.compile(r"context[ _]length|context[ _]size|context[ _]w
                                 regex.IGNORECASE)
 
 
-async def _sse_data(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
+async def _sse_data(chunks: AsyncIterable[bytes], limit: int) -> AsyncGenerator[bytes, None]:
     """The data of each server-sent event (its ``data:`` lines joined); comments and other fields skipped.
+    An event (the line still arriving, and the data lines gathered before it) of more than ``limit``
+    bytes is ``upstream.protocol``: ``data:`` lines without the blank line that ends an event, or a line
+    without its end, are not buffered on.
 
-    Read from the body's bytes rather than httpx's text lines so that a line can be bounded (``_MAX_LINE``;
-    text lines grow without limit) and json reads the UTF-8 itself. It costs the same per chunk: about
+    Read from the body's bytes rather than httpx's text lines so that a line can be bounded (text lines
+    grow without limit) and json reads the UTF-8 itself. It costs the same per chunk: about
     250 µs of CPU per paced chunk here, nearly all of it httpx's and the event loop's per read, against
     65 µs for a bare asyncio read (measured beside benchmarks/bench_gateway.py)."""
     data: list[bytes] = []
+    size = 0  # (bytes of data gathered for the event in progress)
     rest = bytearray()  # (the line still arriving: a bytearray grows in place, so a long line costs linear time)
     async for chunk in chunks:
         rest += chunk
+        if size + len(rest) > limit:
+            raise UpstreamError(f"an event of the stream is longer than {limit:,} bytes", code="upstream.protocol")
         if b"\n" not in chunk and b"\r" not in chunk:  # (nothing new to split)
-            if len(rest) > _MAX_LINE:
-                raise UpstreamError(f"a line of the stream is longer than {_MAX_LINE:,} bytes",
-                                    code="upstream.protocol")
             continue
         if b"\r" in rest:  # (CR LF and a lone CR end lines too; a CR last may be the first half of a CR LF)
             held = rest.endswith(b"\r")
@@ -305,9 +342,10 @@ async def _sse_data(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]
             if not line:
                 if data:
                     yield b"\n".join(data)
-                    data = []
+                    data, size = [], 0
             elif line.startswith(b"data:"):
                 data.append(bytes(line[6:] if line.startswith(b"data: ") else line[5:]))
+                size += len(data[-1]) + 1
     rest = rest.rstrip(b"\r")
     if rest.startswith(b"data:"):  # a last line without its line end
         data.append(bytes(rest[6:] if rest.startswith(b"data: ") else rest[5:]))
@@ -324,6 +362,9 @@ def _chunk(data: bytes, number: int) -> tuple[str, str | None, tuple[int, int] |
                             code="upstream.protocol") from None
     except UnicodeDecodeError as e:
         raise UpstreamError(f"event {number} of the stream is not UTF-8 (byte {e.start})", code="upstream.protocol"
+                            ) from None
+    except ValueError:  # (an integer of more digits than Python converts)
+        raise UpstreamError(f"event {number} of the stream holds a number too long to read", code="upstream.protocol"
                             ) from None
     except RecursionError:
         raise UpstreamError(f"event {number} of the stream nests too deep to read", code="upstream.protocol") from None
@@ -343,12 +384,28 @@ def _chunk(data: bytes, number: int) -> tuple[str, str | None, tuple[int, int] |
         raise UpstreamError(f"event {number} of the stream is not a completions chunk (choices[0].text)",
                             code="upstream.protocol")
     reason = choice.get("finish_reason")
-    counts = chunk.get("usage")
-    usage = None
-    if isinstance(counts, dict) and isinstance(counts.get("prompt_tokens"), int) \
-            and isinstance(counts.get("completion_tokens"), int):
-        usage = (counts["prompt_tokens"], counts["completion_tokens"])
-    return text or "", reason if isinstance(reason, str) else None, usage
+    return text or "", reason if isinstance(reason, str) else None, _usage(chunk.get("usage"), number)
+
+
+def _usage(counts: Any, number: int) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of a chunk's usage, when both are counts (integers from 0 to
+    ``_MAX_COUNT``); None otherwise, logged when the chunk had a usage that is not (the estimate stands in)."""
+    if counts is None:
+        return None
+    pair = (counts.get("prompt_tokens"), counts.get("completion_tokens")) if isinstance(counts, dict) else ()
+    if len(pair) == 2 and all(type(n) is int and 0 <= n <= _MAX_COUNT for n in pair):
+        return pair  # type: ignore[return-value]  # (both checked to be int)
+    said = ", ".join(f"{key}={_number(value)}" for key, value in zip(("prompt_tokens", "completion_tokens"), pair)) \
+        if pair else f"a JSON {type(counts).__name__}"
+    _log.warning("the model server's usage in event %d is not token counts (%s): estimated instead", number, said)
+    return None
+
+
+def _number(value: Any) -> str:
+    """A usage value as the log says it: a number shortened, anything else by its type."""
+    if type(value) is int:
+        return str(value) if -10**30 <= value <= 10**30 else f"an integer of about 2**{value.bit_length()}"
+    return repr(value)[:40] if isinstance(value, float) else f"a {type(value).__name__}"
 
 
 #: What a :class:`CallableBackend` function may return.
@@ -371,7 +428,7 @@ class CallableBackend:
         self.fn = fn
 
     def start(self, request: dict[str, Any], prompt: str) -> Generation:
-        generation = Generation(pieces=_no_pieces(), input_tokens=len(tokens(prompt)))
+        generation = Generation(pieces=_no_pieces(), input_tokens=len(tokens(prompt)), estimated=True)
         generation.pieces = self._emit(generation, request, prompt)
         return generation
 

@@ -71,13 +71,14 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import re
 import secrets
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .backends import SAMPLING_FIELDS, Generation, ReplayBackend, tokens
 from .chat_completions import ChatCompletionsStream, chunk
@@ -86,8 +87,9 @@ from .errors import ERROR_CODES, ChatTemplateError, GrammarParseError
 from .grammar import Grammar
 from .lmsp import ResponseStream, problem, schema_validator, sse
 from .session import resolve_grammar
+from .store import ResponseStorage, ResponseStore, StoredResponse, open_store
 from .toolstream import call_regions
-from .wire import wire_json
+from .wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -211,6 +213,9 @@ class Limits:
     max_items: int = 1024  # input items / messages, after a previous_response_id chain is merged
     max_tools: int = 128
     max_concurrent: int = 512  # requests in progress (health checks excepted); beyond it, 503 with Retry-After
+    # seconds one write of a response may wait on a client that does not read (its buffers full): past it
+    # the response is given up, its generation closed (an upstream's too) and the connection dropped
+    send_timeout: float = 30.0
 
 
 class HTTPProblem(Exception):
@@ -228,57 +233,17 @@ def _refuse(code: str, detail: str, **kwargs: Any) -> HTTPProblem:
     return HTTPProblem(PROBLEM_CODES[code][0], code, detail, **kwargs)
 
 
-class _Stored(NamedTuple):
-    response: dict[str, Any]
-    conversation: list[dict[str, Any]]  # the merged input and the response's output: what a follow-up continues
-    expires: float
-
-
-class ResponseStore:
-    """Responses kept with ``store: true``: at most ``max_entries`` (the oldest evicted first), each for
-    ``ttl`` seconds (``clock`` is monotonic seconds). Each entry keeps its whole conversation once (the
-    merged input and the output), so a ``previous_response_id`` follow-up copies one list."""
-
-    def __init__(self, max_entries: int = 1000, ttl: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_entries = max_entries
-        self.ttl = ttl
-        self.clock = clock
-        self._entries: OrderedDict[str, _Stored] = OrderedDict()
-
-    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        """Keep a response (evicting the oldest beyond ``max_entries``)."""
-        now = self.clock()
-        self._expire(now)
-        self._entries[response["id"]] = _Stored(response, conversation, now + self.ttl)
-        self._entries.move_to_end(response["id"])
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-
-    def get(self, response_id: str) -> _Stored | None:
-        """The entry, or None if it was never kept, was evicted, or has expired."""
-        self._expire(self.clock())
-        return self._entries.get(response_id)
-
-    def _expire(self, now: float) -> None:
-        while self._entries:
-            oldest = next(iter(self._entries.values()))
-            if oldest.expires > now:
-                break
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 # ---------------------------------------------------------------------------- request bodies
 class _NumberTooLong(ValueError):
     pass
 
 
 def read_json(body: bytes, limits: Limits) -> Any:
-    """The body as JSON, within the limits (depth, integer digits; NaN and Infinity are not JSON), or an
-    ``invalid_request`` problem."""
+    """The body as JSON, within the limits (depth, integer digits; NaN and Infinity are not JSON, nor is
+    a number too large for a double, like ``1e400``), or an ``invalid_request`` problem naming where.
+    A lone surrogate (a ``\\ud800`` escape: valid JSON, but no character) becomes U+FFFD, as a UTF-8
+    decoder reads a broken sequence, so it can be encoded for the model server: a client that sends
+    back the model's own output (which can hold one) is not refused."""
     def integer(text: str) -> int:
         if len(text) - text.startswith("-") > limits.max_int_digits:
             raise _NumberTooLong(text)
@@ -296,22 +261,50 @@ def read_json(body: bytes, limits: Limits) -> Any:
         raise _refuse("invalid_request", f"the body nests deeper than {limits.max_depth} levels") from None
     except ValueError as e:  # (not UTF-8, not JSON, a constant)
         raise _refuse("invalid_request", f"the body is not JSON: {_short(str(e))}") from None
-    if _deeper_than(value, limits.max_depth):
-        raise _refuse("invalid_request", f"the body nests deeper than {limits.max_depth} levels")
-    return value
+    return _checked(value, limits.max_depth)
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    if not isinstance(value, (dict, list)):
-        return False
-    stack = [(value, 1)]  # (no recursion: the check is for values too deep to recurse into)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # (json.loads joins a valid pair: any left is lone)
+
+
+def well_formed(value: Any) -> Any:
+    """``value`` (JSON data) with every lone surrogate in its strings and keys made U+FFFD: text that
+    can be encoded as UTF-8, for a model server or a store. Containers are changed in place."""
+    return _checked(value, None)
+
+
+def _checked(value: Any, limit: int | None) -> Any:
+    """``value`` with lone surrogates made U+FFFD (in place), refused if it nests deeper than ``limit``
+    or holds a number that is not finite (an ``invalid_request`` naming its path)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _refuse("invalid_request", "(body): the number is too large (it must fit a double)")
+    # (no recursion: the check is for values too deep to recurse into; a container's path is kept with it
+    # so that what is refused is named)
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
     while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
+        node, depth, path = stack.pop()
+        if limit is not None and depth > limit:
+            raise _refuse("invalid_request", f"the body nests deeper than {limit} levels")
+        if isinstance(node, dict):
+            if any(_SURROGATE.search(key) for key in node):
+                items = [(_SURROGATE.sub("\ufffd", key), child) for key, child in node.items()]
+                node.clear()
+                node.update(items)
+            entries: Iterable[tuple[Any, Any]] = node.items()
+        else:
+            entries = enumerate(node)
+        for key, child in entries:
+            if isinstance(child, str):
+                if _SURROGATE.search(child):
+                    node[key] = _SURROGATE.sub("\ufffd", child)
+            elif isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, (*path, key)))
+            elif isinstance(child, float) and not math.isfinite(child):
+                where = "/".join(str(p) for p in (*path, key))
+                raise _refuse("invalid_request", f"{where}: the number is too large (it must fit a double)")
+    return value
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -325,6 +318,42 @@ def _validate(validator: Draft202012Validator, request: Any) -> None:
         raise _refuse("invalid_request", f"{where}: {_short(errors[0].message)}")
     if not isinstance(request, dict):  # the schemas want an object: validation has refused the rest
         raise _refuse("invalid_request", "(body): the request must be a JSON object")
+
+
+#: The numeric request fields a model server reads, with the range each may take (OpenAI's, where it sets
+#: one) and whether it is an integer: a value outside it is the client's mistake, a 400 naming the field,
+#: never sent on for the model server to fail on. ``logit_bias`` maps token ids to a bias in [-100, 100].
+NUMERIC_FIELDS: dict[str, tuple[float, float, bool]] = {
+    "temperature": (0, 2, False), "top_p": (0, 1, False), "presence_penalty": (-2, 2, False),
+    "frequency_penalty": (-2, 2, False), "max_output_tokens": (1, 2**31 - 1, True),
+    "max_tokens": (1, 2**31 - 1, True), "max_completion_tokens": (1, 2**31 - 1, True),
+    "seed": (-2**63, 2**63 - 1, True), "n": (1, 128, True), "top_logprobs": (0, 20, True)}
+_BIAS = (-100, 100)
+
+
+def _check_numbers(request: dict[str, Any]) -> None:
+    """Every field of :data:`NUMERIC_FIELDS` (and each ``logit_bias`` entry) a number in its range."""
+    for name, (low, high, integer) in NUMERIC_FIELDS.items():
+        value = request.get(name)
+        if value is not None:
+            _in_range(name, value, low, high, integer)
+    bias = request.get("logit_bias")
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise _refuse("invalid_request", "logit_bias: must be an object of token ids to biases")
+    for token, value in bias.items():
+        if not token.isdigit() or len(token) > 12:
+            raise _refuse("invalid_request", f"logit_bias: {_short(token, 40)!r} is not a token id")
+        _in_range(f"logit_bias/{token}", value, *_BIAS, False)
+
+
+def _in_range(name: str, value: Any, low: float, high: float, integer: bool) -> None:
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise _refuse("invalid_request", f"{name}: must be {kind}")
+    if not low <= value <= high:
+        raise _refuse("invalid_request", f"{name}: must be {kind} from {low:g} to {high:g}, not {value:.6g}")
 
 
 def _count(what: str, values: Any, limit: int) -> None:
@@ -533,6 +562,13 @@ def _generic(code: str) -> str:
     return ERROR_CODES.get(code, "the model's output does not parse here")
 
 
+def _said(problem_: dict[str, Any]) -> str:
+    """A problem's message as a client may read it: its own when it quotes nothing of the output
+    (:class:`~grammar_parse.wire.ClientText`), its code's general description otherwise."""
+    message = problem_.get("message")
+    return message if isinstance(message, ClientText) else _generic(problem_.get("code", ""))
+
+
 class _Output:
     """One generation's wire output: LMSP events or Chat Completions chunks (see the subclasses). Outputs
     are dicts; ``frame`` writes one. ``failure`` is the (client-safe) problem once the generation failed."""
@@ -580,19 +616,22 @@ class _LMSPOutput(_Output):
         self.stream = ResponseStream(app.compiled, prompt, tools=tools, ids=ids, strict=strict,
                                      response_id=response_id)
         self.held: dict[str, Any] | None = None
+        self.estimated = False  # (the usage is the gateway's estimate: LMSP's usage object takes no mark)
 
     def _clean(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for event in events:
             if event["event"] == "response.failed":
-                self.failure = event["data"]["error"] = self.app.client_problem(event["data"]["error"])
+                self.failure = event["data"]["error"] = self.app.client_problem(event["data"]["error"],
+                                                                                said=self.stream.failure_text())
             elif event["event"] == "response.parse_error":
-                event["data"]["message"] = _generic(event["data"]["code"])
+                event["data"]["message"] = _said(event["data"])
         return events
 
     def feed(self, piece: str) -> list[dict[str, Any]]:
         return self._clean(self.stream.feed(piece))
 
     def finish(self, generation: Generation) -> list[dict[str, Any]]:
+        self.estimated = generation.estimated
         events = self._clean(self.stream.complete(generation.input_tokens, generation.output_tokens,
                                                   truncated=generation.truncated))
         if events and self.stream.final is events[-1]:
@@ -625,6 +664,8 @@ class _LMSPOutput(_Output):
         return again, outs + again.finish(generation)
 
     def frame(self, out: dict[str, Any]) -> bytes:
+        if self.estimated and out is self.stream.final and "usage" in out["data"]:
+            return _ESTIMATED_COMMENT + sse(out).encode()  # (a comment line: every SSE reader skips it)
         return sse(out).encode()
 
     @property
@@ -640,7 +681,9 @@ class _ChatOutput(_Output):
         self.stream = ChatCompletionsStream(app.compiled, prompt, tools=tools, ids=ids, strict=strict)
         self.finished = False
         self.violation: dict[str, Any] | None = None  # (the error chunk close() sends instead of the last one)
-        self.usage: dict[str, int] | None = None
+        self.checker = CallChecker(tools or [])
+        self.parse_failure: ClientText | None = None  # why the output failed to parse, as a client may read it
+        self.usage: dict[str, int | bool] | None = None
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         out = chunk(delta, completion_id=self.completion_id, model=self.app.model, created=self.created,
@@ -651,6 +694,7 @@ class _ChatOutput(_Output):
 
     def _parse_failed(self, error: GrammarParseError) -> list[dict[str, Any]]:
         self.app.log_failure("parse_failed", error)
+        self.parse_failure = parse_failure(error, open_call(self.stream.calls, self.checker.offered))
         return self.fail(problem("parse_failed", "the model's output could not be parsed", 500,
                                  "The model output could not be parsed"))
 
@@ -672,12 +716,14 @@ class _ChatOutput(_Output):
         self.finished = True
         self.usage = {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens,
                       "total_tokens": generation.input_tokens + generation.output_tokens}
+        if generation.estimated:  # (counted by the gateway, not the model's tokenizer: OpenAI's usage takes more keys)
+            self.usage["estimated"] = True
         return [self._chunk(d) for d in deltas]
 
     def fail(self, error: dict[str, Any]) -> list[dict[str, Any]]:
         if self.failure is not None:
             return []
-        self.failure = self.app.client_problem(error)
+        self.failure = self.app.client_problem(error, said=self.parse_failure)
         return [{"error": _openai_error(self.failure)}]
 
     def close(self) -> list[dict[str, Any]]:
@@ -715,15 +761,35 @@ class _ChatOutput(_Output):
         return self.failure is not None
 
     def message(self) -> dict[str, Any]:
-        """The final message, its problems said in general terms."""
+        """The final message, its problems said as a client may read them (see :meth:`_call_errors`)."""
         message = dict(self.stream.message)
         if "parse_errors" in message:
-            message["parse_errors"] = [{**e, "message": _generic(e["code"])} for e in message["parse_errors"]]
+            message["parse_errors"] = [{**e, "message": _said(e)} for e in message["parse_errors"]]
         if "tool_calls" in message:
-            message["tool_calls"] = [
-                {**call, "errors": [{**e, "message": _generic(e.get("code", ""))} for e in call["errors"]]}
-                if "errors" in call else call for call in message["tool_calls"]]
+            message["tool_calls"] = [self._call_errors(call) for call in message["tool_calls"]]
         return message
+
+    def _call_errors(self, call: dict[str, Any]) -> dict[str, Any]:
+        """A call with its ``errors`` said with their codes, in the request's words: what is wrong for the
+        tools is checked again on the arguments as sent (:class:`CallChecker`: the tool offered or not, the
+        argument path, the types), the parser's own entries keep their code with a path whose keys the
+        schema does not name shown as ``*``, and a message that could quote the output is its code's
+        description."""
+        name, sent = call["function"]["name"], call["function"]["arguments"]
+        coded = [e for e in call.get("errors", []) if "code" in e]  # (the rest are the schema checks, redone)
+        errors: list[dict[str, Any]] = []
+        if self.tools is not None:
+            broken = any(e["code"] != "parse.json_constant" for e in coded)
+            try:  # (a broken call's arguments are what was valid of it: only its tool is checked)
+                arguments = json.loads(sent) if not broken else {}
+            except ValueError:
+                arguments = {}
+            if not broken or name not in self.checker.offered:
+                errors += self.checker.client_problems(name, arguments)
+        errors += [{**e, **({"path": self.checker.path(name, e["path"])} if "path" in e else {}), "message": _said(e)}
+                   for e in coded]
+        out = {key: value for key, value in call.items() if key != "errors"}
+        return {**out, "errors": errors} if errors else out
 
 
 def _openai_error(document: dict[str, Any]) -> dict[str, Any]:
@@ -756,8 +822,10 @@ class LMSPApp:
     """The ASGI application. ``model`` is the id clients ask for; ``grammar`` parses its output;
     ``chat_template`` (the model's) renders each request's prompt, or ChatML ending in the grammar's
     start anchor without one. ``token`` (when set) is the bearer token every endpoint but ``/health``
-    needs; ``limits`` bound requests; ``store`` keeps ``store: true`` responses; ``template_kwargs`` are
-    variables for the chat template (``{"enable_thinking": False}``)."""
+    needs; ``limits`` bound requests; ``store`` keeps ``store: true`` responses (a
+    :class:`~grammar_parse.store.ResponseStorage`, or a URL for :func:`~grammar_parse.store.open_store`:
+    ``"redis://127.0.0.1:6379/0"`` shares them between replicas); ``template_kwargs`` are variables for
+    the chat template (``{"enable_thinking": False}``)."""
 
     grammar: Any = "qwen3"
     model: str = "qwen3"
@@ -766,11 +834,13 @@ class LMSPApp:
     backend: Any = field(default_factory=ReplayBackend)
     ids: Callable[[str], str] = random_ids
     clock: Callable[[], float] = time.time
-    store: ResponseStore = field(default_factory=ResponseStore)
+    store: ResponseStorage = field(default_factory=ResponseStore)
     limits: Limits = field(default_factory=Limits)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # variables for the chat template
 
     def __post_init__(self) -> None:
+        if isinstance(self.store, str):
+            self.store = open_store(self.store)
         self.compiled: Grammar = resolve_grammar(self.grammar)
         self.request_schema = schema_validator("request")
         import jsonschema
@@ -805,16 +875,17 @@ class LMSPApp:
             # the server's template, logged in full here and never sent (it names the template's internals).
             _log.warning("request_id=%s chat template: %s", ctx.id, e)
             if e.code == "chat_template.raised":
-                said = e.detail.partition("the template raised: ")[2] or "it raised an error"
+                said = _short(e.detail.partition("the template raised: ")[2] or "it raised an error")
                 raise _refuse("invalid_request", f"the model's chat template refuses this conversation: {said}"
                               ) from None
             raise _refuse("internal_error", "the model's chat template could not render this request",
                           title="The response could not be produced") from None
 
     # ------------------------------------------------------------------ problems
-    def client_problem(self, error: dict[str, Any]) -> dict[str, Any]:
+    def client_problem(self, error: dict[str, Any], *, said: ClientText | None = None) -> dict[str, Any]:
         """A problem as a client may see it: failures whose detail could quote the model's output, the
-        template or the upstream are said in general terms (the full one is logged)."""
+        template or the upstream are said in general terms (the full one is logged); ``said`` adds why, in
+        words that quote nothing of the output (a parse failure's code, region and call)."""
         code = error.get("code", "internal_error")
         safe = {"parse_failed": "the model's output could not be parsed",
                 "internal_error": "the response could not be produced",
@@ -824,7 +895,8 @@ class LMSPApp:
             return error
         if not str(error.get("detail", "")).startswith(safe[code]):
             self.log_failure(code, error.get("detail"))
-        return problem(code, f"{safe[code]} (request {_request_id.get()}; the server log has the details)",
+        why = f"{safe[code]}: {said}" if said else safe[code]
+        return problem(code, f"{why} (request {_request_id.get()}; the server log has the details)",
                        error.get("status", PROBLEM_CODES[code][0]), error.get("title"))
 
     def log_failure(self, code: str, detail: Any) -> None:
@@ -839,12 +911,35 @@ class LMSPApp:
         if scope["type"] != "http":
             return
         ctx = _Request(scope, receive, send, secrets.token_hex(8))
+        loop = asyncio.get_running_loop()
+        send_timeout = self.limits.send_timeout
 
         async def logged_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", ctx.id.encode())]}
-            await send(message)
+            # A client that does not read fills the connection's buffers and the server's send waits: bounded
+            # by cancelling the waiting task (a timer costs ~1 us a send, a wait_for task ~20 us).
+            task = asyncio.current_task()
+            stalled = False
+
+            def give_up() -> None:
+                nonlocal stalled
+                stalled = True
+                if task is not None:
+                    task.cancel()
+
+            timer = loop.call_later(send_timeout, give_up)
+            try:
+                await send(message)
+            except asyncio.CancelledError:
+                if not stalled:
+                    raise
+                if task is not None and hasattr(task, "uncancel"):
+                    task.uncancel()
+                raise _ClientStalled from None
+            finally:
+                timer.cancel()
 
         ctx.send = logged_send
         _request_id.set(ctx.id)  # (each ASGI call runs in its own task, so in its own context)
@@ -859,6 +954,11 @@ class LMSPApp:
             await self._problem(ctx, e)
         except _ClientGone:
             ctx.outcome = "client_closed"
+        except _ClientStalled:
+            # (the response is left unfinished: the ASGI server drops the connection)
+            ctx.outcome = "client_stalled"
+            _log.warning("request_id=%s the client read nothing for %g s: the response was given up", ctx.id,
+                         send_timeout)
         except Exception:  # noqa: BLE001 - a bug is logged and answered with a problem, never a traceback
             _log.exception("request_id=%s failed", ctx.id)
             if ctx.status == 0:
@@ -874,9 +974,10 @@ class LMSPApp:
         while (message := await receive())["type"] != "lifespan.shutdown":
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
-        aclose = getattr(self.backend, "aclose", None)  # (an upstream backend's connections)
-        if aclose is not None:
-            await aclose()
+        for owner in (self.backend, self.store):  # (an upstream backend's connections, a shared store's)
+            aclose = getattr(owner, "aclose", None)
+            if aclose is not None:
+                await aclose()
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _problem(self, ctx: _Request, e: HTTPProblem) -> None:
@@ -904,7 +1005,7 @@ class LMSPApp:
             await self._lmsp_create(ctx)
         elif path.startswith("/lmsp/v1/responses/"):
             self._allow(method, "GET")
-            stored = self.store.get(path.rsplit("/", 1)[1])
+            stored = await self.store.aget(path.rsplit("/", 1)[1])
             if stored is None:
                 raise _refuse("response_not_found", "no stored response has this id")
             await _json(ctx.send, 200, stored.response, headers=[_VERSION])
@@ -995,6 +1096,7 @@ class LMSPApp:
             _count(counted[0], request.get(counted[0]), self.limits.max_items)
             _count(counted[1], request.get(counted[1]), self.limits.max_tools)
         _validate(validator, request)
+        _check_numbers(request)
         return request  # type: ignore[no-any-return]  # (_validate has checked it is an object)
 
     def _check_model(self, request: dict[str, Any]) -> None:
@@ -1012,7 +1114,7 @@ class LMSPApp:
             raise _refuse("unsupported_capability", "structured output is not available for this model")
         items = request["input"] = _input_items(request["input"])
         if (previous := request.get("previous_response_id")) is not None:
-            stored = self.store.get(previous)
+            stored = await self.store.aget(previous)
             if stored is None:
                 raise _refuse("response_not_found", "previous_response_id is not a stored response (never stored, "
                                                     "evicted or expired)")
@@ -1038,14 +1140,16 @@ class LMSPApp:
         assert isinstance(done, _LMSPOutput)
         response = done.stream.response(model=self.model, created_at=created_at)
         if request.get("store"):
-            self.store.put(response, items + response["output"])
+            # The conversation is replayed as a follow-up's input: lone surrogates in the model's output (an
+            # upstream's \\ud800 escape) made U+FFFD, as in a client's input, so the prompt can be encoded.
+            await self.store.aput(response, well_formed(items + json.loads(json.dumps(response["output"]))))
         if streaming:
             await ctx.send({"type": "http.response.body", "body": b"", "more_body": False})
         elif response["status"] == "failed":
             error = response["error"]
             raise HTTPProblem(error["status"], error["code"], error["detail"], error["title"])
         else:
-            await _json(ctx.send, 200, response, headers=[_VERSION])
+            await _json(ctx.send, 200, response, headers=[_VERSION, *([_ESTIMATED] if done.estimated else [])])
 
     def _start(self, request: dict[str, Any], prompt: str) -> Generation:
         try:
@@ -1183,6 +1287,8 @@ class LMSPApp:
                         break
                 else:
                     exhausted = True
+            except _ClientStalled:
+                raise  # (nothing more can be sent: the pieces are closed below)
             except Exception as e:  # noqa: BLE001 - a backend failing mid-generation ends the response cleanly
                 exhausted = True  # (an iterator that raised is finished)
                 await emit(output.fail(self._backend_error(e)))
@@ -1254,7 +1360,15 @@ class _ClientGone(Exception):
     """The client closed the connection before its body arrived."""
 
 
+class _ClientStalled(Exception):
+    """A send waited ``Limits.send_timeout`` on a client that does not read."""
+
+
 _VERSION = (b"lmsp-version", b"1.0")
+# How an LMSP response says its usage is the gateway's estimate (the backend counted no tokens): a header on
+# a JSON response, a comment line before a stream's final event (LMSP's usage object takes no other keys).
+_ESTIMATED = (b"x-usage-estimated", b"true")
+_ESTIMATED_COMMENT = b": usage estimated (the model server counted no tokens)\n"
 
 
 def _header(scope: Scope, name: bytes) -> bytes:

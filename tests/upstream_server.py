@@ -15,7 +15,8 @@ user message (they reach the upstream in the rendered prompt):
   authorization header, the chunks sent, whether it finished or the client disconnected, and when;
 * ``[[slow:SECONDS]]``: wait that long before each chunk; ``[[timed]]``: record each chunk's send time
   (``time.monotonic()``, one clock for every process on the machine) and the text offset it ends at;
-* ``[[nousage]]``: send no usage chunk; ``[[lines:crlf]]``, ``[[lines:cr]]``: end the stream's lines so;
+* ``[[nousage]]``: send no usage chunk; ``[[usage:P,C]]``: send ``P`` and ``C`` (JSON as written, so
+  ``-5``, ``1e3`` or ``true`` too) as the usage's prompt and completion tokens; ``[[lines:crlf]]``, ``[[lines:cr]]``: end the stream's lines so;
 * ``[[fault:KIND]]`` or ``[[fault:KIND@N]]`` (after N chunks): ``status=CODE`` answers that HTTP status
   (with a megabyte of error body); ``context`` answers 400 with vLLM's error for a prompt longer than the
   context window; ``json`` answers a whole completion as JSON, not a stream;
@@ -23,7 +24,9 @@ user message (they reach the upstream in the rendered prompt):
   ``malformed`` sends an event that is not JSON (the rest of the output in a string left open, so an
   error that quoted it would show); ``binary`` an event that is not UTF-8; ``longline`` an event line
   that never ends (17 MiB); ``error`` sends an error object in the stream, as vLLM does;
-  ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``.
+  ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``; ``flood`` ignores
+  ``max_tokens`` and sends the sample's chunks over and over until the client leaves (a lying upstream);
+  ``noblank`` sends completions chunks as ``data:`` lines with no blank line between them, for ever.
 
 ``GET /_stats`` counts requests, streams in progress, open connections and client disconnects, and gives
 the process's CPU time. The process exits after ``--lifetime`` seconds, or when its parent goes away,
@@ -53,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MARKER = re.compile(r"\[\[(sample|id|slow|fault|nousage|timed|lines)(?::([^\]]*))?\]\]")
+MARKER = re.compile(r"\[\[(sample|id|slow|fault|nousage|usage|timed|lines)(?::([^\]]*))?\]\]")
 CHUNKS = re.compile(r"\s*\S{1,4}|\s+")  # token-sized, like a model's pieces
 
 
@@ -70,6 +73,7 @@ class Plan:
     fault_at: int = 0
     status: int = 500
     line_end: bytes = b"\n"
+    counts: tuple[str, str] | None = None  # (the usage's two counts as JSON text, [[usage:P,C]])
 
     @classmethod
     def read(cls, prompt: str) -> Plan:
@@ -83,6 +87,9 @@ class Plan:
                 plan.slow = float(value)
             elif name == "nousage":
                 plan.usage = False
+            elif name == "usage":
+                prompt_tokens, _, completion_tokens = value.partition(",")
+                plan.counts = (prompt_tokens, completion_tokens)
             elif name == "timed":
                 plan.timed = True
             elif name == "lines":
@@ -273,8 +280,14 @@ class UpstreamServer:
                 record["usage"] = {"prompt_tokens": len(prompt.split()),
                                    "completion_tokens": len("".join(chunks).split())}
                 record["usage"]["total_tokens"] = sum(record["usage"].values())
-                tail.append(event({"id": "cmpl-loopback", "object": "text_completion", "choices": [],
-                                   "usage": record["usage"]}))
+                if plan.counts is not None:  # (the counts as the test wrote them, whatever they are)
+                    record["usage"] = {"raw": list(plan.counts)}
+                    tail.append(event(b'{"id": "cmpl-loopback", "object": "text_completion", "choices": [], '
+                                      b'"usage": {"prompt_tokens": %s, "completion_tokens": %s}}'
+                                      % (plan.counts[0].encode(), plan.counts[1].encode())))
+                else:
+                    tail.append(event({"id": "cmpl-loopback", "object": "text_completion", "choices": [],
+                                       "usage": record["usage"]}))
             tail.append(event(b"[DONE]"))
             # [DONE] and the body's end in one write, as servers flush them: the client reads both at once
             if not await send(b"".join(tail)) or not await conn.write(b"0\r\n\r\n"):
@@ -305,6 +318,16 @@ class UpstreamServer:
             for _ in range(17):
                 if not await send(b"x" * 2**20):
                     break
+        elif plan.fault in ("flood", "noblank"):  # (for ever, until the client leaves)
+            text = self.samples.get(plan.sample or "default", "") or "x"
+            payload = json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": None}]}).encode()
+            frame = event(payload) if plan.fault == "flood" else b"data: " + payload + plan.line_end
+            while not gone.is_set():
+                if not await send(frame * 64):
+                    break
+                record["sent"] += 64
+                record["chars"] += 64 * len(text)
+                await asyncio.sleep(0)
         elif plan.fault == "error":
             await send(event({"error": {"message": "injected mid-stream failure", "type": "InternalError",
                                         "code": 500}}))
