@@ -33,12 +33,13 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from .arguments import expect_text, messages_problem, template_source_problem
 from .errors import ChatTemplateError
 from .json_input import JSONDepthError, load_user_json
 from .symbols import REASONING_FIELDS
@@ -83,7 +84,7 @@ class ChatTemplate:
     def __init__(self, source: str, *, special_tokens: Mapping[str, str] | None = None,
                  origin: str = "the chat template", tool_use: str | None = None, now: Now | None = None,
                  max_output_chars: int = MAX_OUTPUT_CHARS, time_limit: float = TIME_LIMIT) -> None:
-        self.source = source
+        self.source = expect_text(source, "source")
         self.special_tokens = dict(special_tokens or {})
         self.origin = origin
         self.tool_use = tool_use
@@ -106,6 +107,9 @@ class ChatTemplate:
         and override the special tokens; ``now``, ``max_output_chars`` and ``time_limit`` override the
         template's own for this render (they are not template variables). Raises :class:`ChatTemplateError`.
         """
+        if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Iterable):
+            raise messages_problem(messages)
+        messages = list(messages)
         if not messages:
             raise _input_error("the conversation is empty", self.origin, "Pass at least one message.")
         generation = not continue_final_message if add_generation_prompt is None else add_generation_prompt
@@ -167,6 +171,8 @@ def load_chat_template(source: str | os.PathLike[str] | Mapping[str, Any], *, na
     """
     if isinstance(source, Mapping):
         return _from_config(source, name, "the tokenizer config", _special_tokens(source))
+    if not isinstance(source, (str, os.PathLike)):
+        raise template_source_problem(source, "source")
     if isinstance(source, str) and ("{{" in source or "{%" in source):
         return _select("Jinja text", {"default": source}, name, {})
     path = Path(source)

@@ -34,7 +34,8 @@ from typing import Any
 
 import regex
 
-from .chat_template import ChatTemplate
+from .arguments import template_source_problem
+from .chat_template import ChatTemplate, load_chat_template
 from .errors import GrammarError, GrammarParseError
 from .grammar import Grammar, build_grammar
 from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
@@ -1155,11 +1156,19 @@ def _read_back(rendering: Rendering, grammar: Grammar, renders_reasoning: bool) 
 # ---------------------------------------------------------------------------------------------- entry
 
 
-def derive_grammar(template: ChatTemplate, *, name: str | None = None,
+def derive_grammar(template: ChatTemplate | str | os.PathLike[str] | Mapping[str, Any], *, name: str | None = None,
                    renderings: list[Rendering] | None = None) -> Derived:
     """A grammar for ``template``'s output, derived from its probe renderings (rendered here when not given)
     and checked by reading every one back; raises GrammarError ``derive.no_calls``, ``derive.shape`` or
-    ``derive.round_trip`` instead of returning a grammar that misreads them."""
+    ``derive.round_trip`` instead of returning a grammar that misreads them.
+
+    ``template`` is named as everywhere else: a :class:`ChatTemplate`, Jinja text, a path (a model directory,
+    tokenizer_config.json, chat_template.jinja or .json) or a tokenizer config dict; anything else is an
+    ArgumentError."""
+    if not isinstance(template, ChatTemplate):
+        if not isinstance(template, (str, os.PathLike, Mapping)):
+            raise template_source_problem(template)
+        template = load_chat_template(template)
     try:
         return _derive(template, name or "derived", renderings)
     except _Refusal as refusal:

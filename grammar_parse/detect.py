@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .arguments import template_source_problem
 from .chat_template import ChatTemplate
 from .errors import ChatTemplateError, GrammarError
 from .grammar import Grammar
@@ -241,6 +242,8 @@ def _load(source: Any) -> tuple[ChatTemplate, list[str]]:
         return source, []
     from .chat_template import load_chat_template
 
+    if not isinstance(source, (str, os.PathLike, Mapping)):
+        raise template_source_problem(source, "config_or_template")
     hints: list[str] = []
     if isinstance(source, (str, os.PathLike)) and not _is_jinja(source):
         path = Path(source)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .arguments import grammar_problem
 from .compiler import compile_template
 from .errors import GrammarError, TemplateError
 from .grammar import DIRECTIVE, Grammar, build_grammar
@@ -105,9 +107,12 @@ def grammar_from_json(data: Any, *, name: str | None = None, source: str = "the 
 
 
 def grammar_from_dict(data: Any, *, name: str | None = None) -> Grammar:
-    """The grammar of a response_template, or of a legacy response_schema (told apart by their keys)."""
+    """The grammar of a response_template, or of a legacy response_schema (told apart by their keys); a value
+    that is not a dict at all is an ArgumentError (what is reached with a grammar of no known type)."""
     from grammar_parse.compat.legacy import is_legacy_schema
 
+    if not isinstance(data, Mapping):
+        raise grammar_problem(data)
     if is_legacy_schema(data):
         from grammar_parse.compat import legacy_grammar
 
@@ -207,7 +212,7 @@ def _read_file(path: Path) -> Grammar:
     return grammar_from_json(data, name=path.stem, source=str(path))
 
 
-def load_grammar(name_or_path: str | Path) -> Grammar:
+def load_grammar(name_or_path: str | os.PathLike[str] | Mapping[str, Any] | Grammar) -> Grammar:
     """A built-in grammar by name or alias (``"qwen3"``, ``"Qwen3.5"``, a vLLM/SGLang parser name such as
     ``"hermes"``), a grammar file: ``.lark`` (an authored grammar) or ``.json`` (a response_template, a
     legacy response_schema, or a tokenizer_config.json that carries one), or a model: a model directory, a
@@ -217,8 +222,17 @@ def load_grammar(name_or_path: str | Path) -> Grammar:
 
     A ``Path`` is always a file; a string is a file when it holds a path separator or ends in ``.lark`` or
     ``.json``, and a built-in name otherwise. An unknown name raises GrammarError ``grammar.not_found``
-    whose hint suggests the closest names.
+    whose hint suggests the closest names. So that one argument names a grammar everywhere, a template or
+    tokenizer-config dict and a :class:`Grammar` are taken too; anything else is an ArgumentError.
     """
+    if isinstance(name_or_path, Grammar):
+        return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return grammar_from_json(dict(name_or_path))
+    if isinstance(name_or_path, os.PathLike):
+        name_or_path = Path(name_or_path)
+    if not isinstance(name_or_path, (str, Path)):
+        raise grammar_problem(name_or_path, "name_or_path")
     if isinstance(name_or_path, Path) or looks_like_path(name_or_path):
         path = Path(name_or_path)
         if path.is_dir() and path.suffix.lower() not in (".lark", ".json"):

@@ -10,6 +10,7 @@ and round-trip, by argument encoding, and each failure's reason).
 from __future__ import annotations
 
 import functools
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,49 @@ def test_errors(source: str, code: str) -> None:
 def test_probes_are_the_shared_ones() -> None:
     """derive reads the probes detect reads (a template is judged by one set of conversations)."""
     assert [r.probe for r in renderings("Qwen-Qwen2.5-7B-Instruct")] == list(PROBES)
+
+
+#: One way to name a chat template everywhere (issue 32, c): each form of the same template, as a function of
+#: a folder to write files in. Before, derive_grammar took only a ChatTemplate and raised AttributeError
+#: ("... has no attribute 'render'") for every other form.
+ONE_TEMPLATE = "Qwen-Qwen3-0.6B"
+
+
+def _model_dir(folder: Path) -> Path:
+    source = (TEMPLATES / f"{ONE_TEMPLATE}.jinja").read_text(encoding="utf-8")
+    (folder / "chat_template.jinja").write_text(source, encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": source, "eos_token": "<|im_end|>"}),
+                                                  encoding="utf-8")
+    return folder
+
+
+TEMPLATE_FORMS = {
+    "ChatTemplate": lambda folder: ChatTemplate((TEMPLATES / f"{ONE_TEMPLATE}.jinja").read_text(encoding="utf-8")),
+    "Jinja text": lambda folder: (TEMPLATES / f"{ONE_TEMPLATE}.jinja").read_text(encoding="utf-8"),
+    ".jinja path (str)": lambda folder: str(TEMPLATES / f"{ONE_TEMPLATE}.jinja"),
+    ".jinja Path": lambda folder: TEMPLATES / f"{ONE_TEMPLATE}.jinja",
+    "model directory": _model_dir,
+    "tokenizer_config.json": lambda folder: _model_dir(folder) / "tokenizer_config.json",
+    "tokenizer config dict": lambda folder: json.loads((_model_dir(folder) / "tokenizer_config.json").read_text()),
+}
+
+
+@pytest.mark.parametrize("form", sorted(TEMPLATE_FORMS))
+def test_derive_grammar_takes_every_way_to_name_a_template(form: str, tmp_path: Path) -> None:
+    expected = derive_grammar(ChatTemplate((TEMPLATES / f"{ONE_TEMPLATE}.jinja").read_text(encoding="utf-8")))
+    derived = derive_grammar(TEMPLATE_FORMS[form](tmp_path))
+    assert derived.grammar.fields == expected.grammar.fields
+    assert derived.round_trip == expected.round_trip and not any(derived.round_trip.values())
+    assert gp.parse_response('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>', derived.grammar,
+                             prefix="")["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
+
+
+@pytest.mark.parametrize("value", [42, None, b"{{ messages }}", [{"role": "user", "content": "hi"}]],
+                         ids=["int", "None", "bytes", "messages"])
+def test_derive_grammar_refuses_what_is_no_template(value: Any) -> None:
+    with pytest.raises(gp.ArgumentError) as raised:
+        derive_grammar(value)
+    assert raised.value.code == "usage.argument" and "chat template" in str(raised.value)
 
 
 def coverage_table() -> str:
