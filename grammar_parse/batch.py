@@ -436,9 +436,15 @@ def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], object], 
 
 def jsonl_row(row: Mapping[str, Any]) -> str:
     """A result row as its JSONL line: UTF-8-encodable JSON text, a lone surrogate written as its ``\\uXXXX``
-    escape (the same JSON value: it reads back as it was, and no row can stop the writer)."""
-    text = json.dumps(row, ensure_ascii=False, default=_json_default)
+    escape (the same JSON value: it reads back as it was, and no row can stop the writer), and so are
+    U+0085, U+2028 and U+2029 (line ends to str.splitlines)."""
+    text = json.dumps(row, ensure_ascii=False, default=_json_default).translate(_LINE_BREAKS)
     return text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
+
+
+#: Characters JSON allows raw in a string that str.splitlines (and JavaScript before ES2019) ends a line
+#: at: escaped, so that any reader finds one row per line.
+_LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
 
 
 def _json_default(value: Any) -> Any:

@@ -303,6 +303,15 @@ def test_a_lone_surrogate_round_trips_through_jsonl(tmp_path):
     assert rows == list(parse_many(records, "qwen3", columns=Columns(id="id")))
     for (record, field, value), row in zip(SURROGATE_CASES.values(), rows[1::2], strict=False):
         assert value_of(row, field) == value, field
+    # (the command, interrupted after the first surrogate's row and resumed: before, it died on that row again)
+    from grammar_parse.cli import main
+
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_bytes(source.getvalue())
+    target.write_text("".join(target.read_text(encoding="utf-8").splitlines(keepends=True)[:2]), encoding="utf-8")
+    assert main(["batch", str(source_file), "-o", str(target), "-g", "qwen3", "--id", "id", "-j", "1", "--resume",
+                 "--quiet"]) == 0
+    assert [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()] == rows
 
 
 @pytest.mark.parametrize("writer", ["arrow", "pandas", "parquet"])
@@ -406,6 +415,8 @@ def test_only_a_newline_ends_a_jsonl_row(separator, how, tmp_path):
             run_jsonl(inputs, sink, "qwen3", columns=Columns(id="id"))
     rows = [json.loads(line) for line in target.read_text(encoding="utf-8").split("\n") if line]
     assert [(r["id"], r["content"], r["error"]) for r in rows] == [(i, t, None) for i, t in enumerate(texts)]
+    # (written escaped: a reader that splits where str.splitlines does finds the same rows)
+    assert [json.loads(line) for line in target.read_bytes().decode("utf-8").splitlines()] == rows
 
 
 @pytest.mark.parametrize("ids", [
