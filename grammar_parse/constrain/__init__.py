@@ -37,21 +37,28 @@ token reference, so with ``tokens=`` (:func:`added_tokens`) a delimiter that is 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..delimiters import LiteralMatcher, RegexMatcher
+from ..arguments import text_problem
 from ..errors import ArgumentError
 from ..grammar import Grammar
 from ..symbols import Region, Terminal
 from ..toolstream import CallPlan, call_regions, plan_for
-from . import pythonic, tagged
+from . import cache, forms, pythonic, schemas, tagged
+from .cache import CACHE_BYTES, CACHE_ENTRIES
 from .lark import LarkWriter, lark_regex
 from .regexes import Delim, Unsupported, delim_of, escape, text_with_tokens, without_start
 
 
-__all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens"]
+__all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", "clear_cache", "cache_info"]
+
+#: What names a grammar here, as everywhere in the package: a built-in name or alias, a path to a grammar
+#: or model file, a response-template dict, or a compiled Grammar.
+GrammarLike = Grammar | str | os.PathLike[str] | Mapping[str, Any]
 
 #: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
 SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "pythonic", "at_close")
@@ -84,6 +91,26 @@ class _Format:
     plan: CallPlan
     grammar: Grammar
     region: Region
+    # Every opener the region reads in the documented opener's place (gpt-oss's recipient in the role header
+    # beside the one in the channel): each is offered, and checked, as the documented one is.
+    openers: tuple[Delim, ...] = ()
+    # Call openers of the grammar the constraint does not offer (a repaired <function=NAME> without its
+    # <tool_call>, xLAM's [TOOL_CALLS]): the free text of the answer may not spell their literal head, so
+    # that no call the parser reads gets through unchecked.
+    forbidden: tuple[str, ...] = ()
+    # The same for openers with no literal head (a zero-width lookahead such as Llama 4's bare
+    # ``[f(x=1)]`` at a line start), as regexes the answer's text may not hold.
+    forbidden_rx: tuple[str, ...] = ()
+    # Calls written at the start of the answer with no trigger (Llama 3's bare {"name": ...}, xLAM-2's bare
+    # array), offered there: the regex the parser's zero-width opener looks ahead for.
+    bare: str | None = None
+    bare_plan: CallPlan | None = None
+    bare_texts: tuple[str, ...] = ()  # the bare call's shortest text, which xgrammar's free text excludes
+
+    @property
+    def forms(self) -> tuple[Delim, ...]:
+        """Each opener's forms (a regex that is a choice of forms gives one per alternative)."""
+        return tuple(form for opener in (self.openers or (self.opener,)) for form in opener.alternatives())
 
     @property
     def trigger(self) -> tuple[str, ...]:
@@ -91,7 +118,7 @@ class _Format:
         if self.wrapper is not None:
             begin = self.wrapper[0]
             return begin.literals or (begin.lead(),)
-        return self.opener.literals or tuple(form.lead() for form in self.opener.alternatives())
+        return tuple(dict.fromkeys(form.lead() for form in self.forms))
 
 
 def _rules(grammar: Grammar) -> dict[str, list[list[str]]]:
@@ -125,8 +152,9 @@ def _call_format(grammar: Grammar) -> _Format:
     plan = plan_for(region)
     if plan.mode not in SUPPORTED_PAYLOADS:
         raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
-    # The region's own OPEN and CLOSE are the documented form; other delimiters of the region are variants
-    # the grammar tolerates (a bare Llama 4 call, gpt-oss's recipient before the channel), not offered.
+    # The region's own OPEN and CLOSE are the documented form, offered with the openers that stand in its
+    # place (gpt-oss's recipient before the channel); the other call openers are made impossible or offered
+    # at the answer's start (grammar_parse.constrain.forms).
     upper = region.rule.upper()
     openers = [t for t in grammar.terminals.values() if t.region is region and t.role == "open"]
     closers = [t for t in grammar.terminals.values() if t.region is region and t.role == "close"]
@@ -134,15 +162,20 @@ def _call_format(grammar: Grammar) -> _Format:
     closers = [t for t in closers if t.name == f"{upper}_CLOSE"] if len(closers) > 1 else closers
     if len(openers) != 1 or len(closers) > 1:
         raise _unsupported(grammar, "its call region has several open or close delimiters")
+    rules = _rules(grammar)
+    offered = forms.offered_openers(rules, region, openers[0], grammar)
     try:
         opener, closer = delim_of(openers[0]), delim_of(closers[0] if closers else None)
+        alike = tuple(delim_of(t) for t in offered)
     except Unsupported as e:
         raise _unsupported(grammar, str(e)) from None
-    rules = _rules(grammar)
     region_rules = set(grammar.regions)
     wrapper, separator = _wrapper(grammar, rules, region, region_rules)
     reasoning, in_reasoning = _reasoning(grammar, rules, region)
-    fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region)
+    fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region, alike)
+    other = forms.others(grammar, region, offered, fmt.trigger, wrapper is not None)
+    fmt = replace(fmt, forbidden=other.forbidden, forbidden_rx=other.forbidden_rx, bare=other.bare,
+                  bare_plan=other.bare_plan, bare_texts=other.bare_texts)
     if not all(fmt.trigger):
         raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener, "
                            "or a message header whose recipient names the tool, as in Beam's and Muse's channels, "
@@ -229,10 +262,10 @@ def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
     return _Reasoning(opens, closes, opener.regex_text(), closer.regex_text(), implicit), inside
 
 
-def end_of_turn(grammar: Grammar) -> tuple[str, ...]:
+def end_of_turn(grammar: GrammarLike) -> tuple[str, ...]:
     """The literals that end a turn (the ``END_OF_TURN`` delimiter), which the constraint leaves to the
     server's stop tokens; () when the grammar has none."""
-    t = grammar.terminals.get("END_OF_TURN")
+    t = _grammar(grammar).terminals.get("END_OF_TURN")
     return tuple(t.matcher.literals) if t is not None and isinstance(t.matcher, LiteralMatcher) else ()
 
 
@@ -258,22 +291,31 @@ def _start_state(grammar: Grammar, fmt: _Format, prefix: str | None) -> str:
 def _tools(grammar: Grammar, tools: Any, tool_choice: Any) -> tuple[list[tuple[str, dict[str, Any]]], str]:
     """(name, parameters schema) of each tool the constraint allows, and the mode: auto, required or none."""
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
-        raise ArgumentError("tools must be a list of tool definitions", code="constrain.tools")
+        raise ArgumentError(f"tools must be a list of tool definitions, not {type(tools).__name__}",
+                            code="constrain.tools", hint='Pass [{"type": "function", "function": {"name": ..., '
+                                                         '"parameters": {...}}}, ...].')
     out = []
+    named: dict[str, int] = {}
     for tool in tools:
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-            raise ArgumentError(f"a tool has no function name: {tool!r}", code="constrain.tools")
+            raise ArgumentError(f"a tool has no function name: {str(tool)[:200]}", code="constrain.tools")
         params = fn.get("parameters") or {"type": "object", "properties": {}}
-        out.append((fn["name"], dict(params)))
+        if not isinstance(params, Mapping):
+            raise ArgumentError(f"tool {fn['name']!r}: its parameters must be a JSON Schema object, not "
+                                f"{type(params).__name__}", code="constrain.tools")
+        # (references resolved, so the schema may be placed anywhere; recursive definitions named per tool)
+        seen = named[fn["name"]] = named.get(fn["name"], 0) + 1
+        out.append((fn["name"], dict(schemas.self_contained(fn["name"], params, f"{seen}." if seen > 1 else ""))))
     if isinstance(tool_choice, Mapping):
-        wanted = tool_choice.get("function", tool_choice).get("name")
+        chosen = tool_choice.get("function", tool_choice)
+        wanted = chosen.get("name") if isinstance(chosen, Mapping) else None
         out = [t for t in out if t[0] == wanted]
         if not out:
             raise ArgumentError(f"tool_choice names {wanted!r}, which is not one of the tools",
                                 code="constrain.tool_choice")
         return out, "required"
-    if tool_choice not in ("auto", "required", "none"):
+    if not isinstance(tool_choice, str) or tool_choice not in ("auto", "required", "none"):
         raise ArgumentError(f"tool_choice must be 'auto', 'required', 'none' or {{'name': ...}}, not {tool_choice!r}",
                             code="constrain.tool_choice")
     if not out and tool_choice == "required":
@@ -336,14 +378,15 @@ def _array(objects: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
 def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
     """A JSON payload: whitespace (unless the opener ends in a lookahead at the value, as phi4's
     ``functools(?=\\[)``), then a value the schema accepts."""
-    value = {"type": "json_schema", "json_schema": schema}
+    # (the tools' definitions moved up to the root of the document, where their references point)
+    value = {"type": "json_schema", "json_schema": schemas.rooted(schema)}
     if fmt.opener.regex is not None and fmt.opener.regex.lookahead:
         return value
     return {"type": "sequence", "elements": [{"type": "regex", "pattern": WS}, value]}
 
 
 # ---------------------------------------------------------------------------- llguidance
-def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
+def to_llguidance(grammar: GrammarLike, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
                   prefix: str | None = None, reasoning: bool = True, tokens: Mapping[str, int] | None = None) -> str:
     """The constraint as a grammar in llguidance's Lark dialect (``%llguidance {}``, lazy lexemes, ``%json``).
 
@@ -354,17 +397,39 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
     ``tokens`` are the tokenizer's added tokens, text to id (:func:`added_tokens`): llguidance matches an
     added token only by reference, so a delimiter spelled by one (``<tool_call>``, ``<|python_tag|>``) is
     written as ``<[id]>``; without them the constraint fits a tokenizer that spells delimiters in bytes.
+    ``grammar`` is a built-in name, a path, a response-template dict or a Grammar (as everywhere). Exports
+    are kept per (grammar, tools, options) (grammar_parse.constrain.cache).
     Raises ArgumentError ``constrain.unsupported`` for a grammar whose calls cannot be expressed yet.
     """
-    fmt = _checked_format(grammar)
+    found, fmt, state = _prepared(grammar, prefix, reasoning, parallel_tool_calls)
+    checked = _checked_tokens(tokens)
+    key = cache.canonical({"export": "llguidance", "tools": tools, "tool_choice": tool_choice, "state": state,
+                           "parallel": parallel_tool_calls, "tokens": checked})
+    return cache.cached(found, key, lambda: _llguidance(found, fmt, tools, tool_choice, parallel_tool_calls,
+                                                        state, checked))
+
+
+def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, parallel_tool_calls: bool,
+                state: str, tokens: dict[str, int]) -> str:
     allowed, mode = _tools(grammar, tools, tool_choice)
-    state = _start_state(grammar, fmt, prefix) if reasoning else "content"
-    tokens = _checked_tokens(tokens)
     writer = LarkWriter(tokens=tokens)
     out = ["%llguidance {}", ""]
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
-    out.append(f"NOTRIG: /(?s:.*)/ & ~/(?s:.*){trigger}(?s:.*)/")
+    # The answer's text: any, but no call form the constraint does not offer (grammar_parse.constrain.forms).
+    shut = [f"(?s:.*)(?:{escape(t)})" for t in fmt.forbidden] + [f"(?:(?s:.*)\n)?(?:{rx})" for rx in fmt.forbidden_rx]
+    answer = "TEXT"
+    if shut:
+        # (a line-start form at the text's start or after a newline)
+        answer = "ANSWER"
+        out.append(f"ANSWER: /(?s:.*)/ & ~/(?:{'|'.join(shut)})(?s:.*)/")
+    out.append(f"NOTRIG: {answer} & ~/(?s:.*){trigger}(?s:.*)/")
+    bare = _bare_block(fmt, allowed, parallel_tool_calls) if mode != "none" else None
+    if fmt.bare is not None:
+        # The answer's first text may not start as a bare call: that is the bare call's lexeme.
+        out.append(f"OPENTEXT: {answer} & ~/{WS}(?:{fmt.bare})(?s:.*)/")
+        out.append("OPENNOTRIG: OPENTEXT & NOTRIG")
+    opentext = "OPENTEXT" if fmt.bare is not None else answer
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
@@ -394,7 +459,7 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
             starts.append("reasoning body")
         else:
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
-            out.append(f"FIRST: /(?s:.*)/ & ~/\\s*(?:{opener})(?s:.*)/")
+            out.append(f"FIRST: {opentext} & ~/\\s*(?:{opener})(?s:.*)/")
             out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
             starts += ["reasoning body", "body0"]
     else:
@@ -407,9 +472,21 @@ def to_llguidance(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", pa
         except Unsupported as e:
             raise _unsupported(grammar, str(e)) from None
     free, free0 = _passing(out, grammar, fmt, tokens, "body0" in starts)
-    _lark_body(out, "body", "TEXT", free, mode, parallel_tool_calls, heads, free)
+    first_free = free
+    if fmt.bare is not None:
+        first_free = "OPENNOTRIG" if free == "NOTRIG" else "freeb"
+        if first_free == "freeb":
+            out.append("freeb: OPENNOTRIG passing*")
+    if bare is not None:
+        try:
+            out.append("bare_head[lazy]: " + lark_regex(f"{WS}(?:{bare[0]})"))
+            out.append("bare_call: bare_head " + writer.expression(bare[1]))
+        except Unsupported as e:
+            raise _unsupported(grammar, str(e)) from None
+    calls = _Calls(heads, "bare_call" if bare is not None else None, answer)
+    _lark_body(out, "body", opentext, first_free, mode, parallel_tool_calls, calls, free)
     if "body0" in starts:
-        _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, heads, free)
+        _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, calls, free)
     out.extend(writer.rules)
     return "\n".join(out) + "\n"
 
@@ -486,18 +563,30 @@ def _choice(formats: list[dict[str, Any]]) -> dict[str, Any]:
     return formats[0] if len(formats) == 1 else {"type": "or", "elements": formats}
 
 
+@dataclass(frozen=True)
+class _Calls:
+    """What the free text of an answer holds calls by: the triggers' heads, the bare call at its start (a
+    rule, or None) and the lexeme of its text."""
+
+    heads: list[str]
+    bare: str | None
+    text: str
+
+
 def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: str, parallel: bool,
-               heads: list[str], notrig: str) -> None:
+               calls_by: _Calls, notrig: str) -> None:
     """``rule``: free text with calls at their triggers; its first text is ``first``. A call is the free
     text up to trigger k (one lazy lexeme; or, for a trigger that starts with a token, a greedy text that
-    spells no trigger, then the token), then ``block_k``, what may follow that trigger."""
+    spells no trigger, then the token), then ``block_k``, what may follow that trigger; or, first, the
+    bare call the answer may start with."""
     if mode == "none":
         out.append(f"{rule}: {first_notrig}")
         return
+    heads, answer = calls_by.heads, calls_by.text
     # The first call's head is the later calls' head when the first text is any text (no reasoning before).
-    first_call = "call" if (first, first_notrig) == ("TEXT", notrig) else f"{rule}_call"
+    first_call = "call" if (first, first_notrig) == (answer, notrig) else f"{rule}_call"
     for k, head in enumerate(heads):
-        forms = [(f"head_{k}", "TEXT", notrig)]
+        forms = [(f"head_{k}", answer, notrig)]
         if first_call != "call":
             forms.insert(0, (f"{rule}_head_{k}", first, first_notrig))
         for name, text, before in forms:
@@ -511,9 +600,10 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
     more = " call*" if parallel else ""
     # Text a lazy head would end at a trigger; a token-led head ends at no text, so no free text spells one.
     spelled = parallel and all(head.startswith("TRIGGER_") for head in heads)
-    tail = "TEXT" if spelled else notrig
-    out.append(f"{rule}: {first_call}{more} {tail}" + ("" if mode == "required" else
-                                                      f" | {first if spelled else first_notrig}"))
+    tail = answer if spelled else notrig
+    bare = f" | {calls_by.bare}{more} {tail}" if calls_by.bare is not None else ""
+    out.append(f"{rule}: {first_call}{more} {tail}{bare}" + ("" if mode == "required" else
+                                                             f" | {first if spelled else first_notrig}"))
 
 
 def _lark_calls(out: list[str], writer: LarkWriter, fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
@@ -543,24 +633,71 @@ def _lark_calls(out: list[str], writer: LarkWriter, fmt: _Format, tools: list[tu
 
 
 def _checked_format(grammar: Grammar) -> _Format:
-    try:
-        return _call_format(grammar)
-    except Unsupported as e:
-        raise _unsupported(grammar, str(e)) from None
+    def build() -> _Format:
+        try:
+            return _call_format(grammar)
+        except Unsupported as e:
+            raise _unsupported(grammar, str(e)) from None
+    fmt: _Format = cache.memo(grammar, build)
+    return fmt
+
+
+# ---------------------------------------------------------------------------- the public functions' arguments
+def _grammar(grammar: Any) -> Grammar:
+    """The grammar named as every other API names one (grammar_parse.load_grammar: a built-in name, a path,
+    a template dict or a Grammar; anything else is an ArgumentError ``usage.argument`` saying so)."""
+    if isinstance(grammar, Grammar):
+        return grammar
+    from ..library import load_grammar  # (the library compiles grammars; the exports need it only here)
+
+    return load_grammar(grammar)
+
+
+def _prepared(grammar: Any, prefix: Any, reasoning: Any, parallel_tool_calls: Any) -> tuple[Grammar, _Format, str]:
+    """The grammar, its call format and the state the output starts in, the options' types checked."""
+    for option, value in (("parallel_tool_calls", parallel_tool_calls), ("reasoning", reasoning)):
+        if not isinstance(value, bool):
+            raise ArgumentError(f"`{option}` should be True or False, but got {type(value).__name__}",
+                                code="usage.argument")
+    if prefix is not None and not isinstance(prefix, str):
+        raise text_problem(prefix, "prefix")
+    found = _grammar(grammar)
+    fmt = _checked_format(found)
+    return found, fmt, _start_state(found, fmt, prefix) if reasoning else "content"
+
+
+def clear_cache() -> None:
+    """Forget every export kept (grammar_parse.constrain.cache)."""
+    cache.clear()
+
+
+def cache_info() -> dict[str, int]:
+    """How many exports are kept, and their size in bytes: ``{"entries": n, "bytes": n}``."""
+    return cache.info()
 
 
 # ---------------------------------------------------------------------------- xgrammar structural tags
-def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
+def to_structural_tag(grammar: GrammarLike, *, tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
                       prefix: str | None = None, reasoning: bool = True) -> dict[str, Any]:
     """The constraint as an xgrammar structural tag: ``{"type": "structural_tag", "format": {...}}``.
 
     The same constraint as :func:`to_llguidance`, in the JSON that vLLM (``structured_outputs.structural_tag``,
     or ``response_format``) and SGLang accept; it uses xgrammar's ``sequence``, ``tag``, ``triggered_tags``,
-    ``any_text``, ``regex`` and ``json_schema`` formats (xgrammar 0.1.25 and later).
+    ``any_text``, ``regex`` and ``json_schema`` formats (xgrammar 0.1.25 and later). Each call returns a
+    dict of its own (the kept export is its JSON text).
     """
-    fmt = _checked_format(grammar)
+    found, fmt, state = _prepared(grammar, prefix, reasoning, parallel_tool_calls)
+    key = cache.canonical({"export": "structural_tag", "tools": tools, "tool_choice": tool_choice,
+                           "state": state, "parallel": parallel_tool_calls})
+    text = cache.cached(found, key, lambda: json.dumps(schemas.rooted_documents(
+        _structural_tag(found, fmt, tools, tool_choice, parallel_tool_calls, state))))
+    tag: dict[str, Any] = json.loads(text)
+    return tag
+
+
+def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, parallel_tool_calls: bool,
+                    state: str) -> dict[str, Any]:
     allowed, mode = _tools(grammar, tools, tool_choice)
-    state = _start_state(grammar, fmt, prefix) if reasoning else "content"
     elements: list[dict[str, Any]] = []
     if fmt.reasoning is not None and state != "content":
         opens, closes = fmt.reasoning.opens, fmt.reasoning.closes
@@ -573,11 +710,14 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
             tags = [{"type": "tag", "begin": o, "content": text, "end": list(closes)} for o in opens]
             elements.append({"type": "optional", "content": {"type": "sequence", "elements": [
                 {"type": "regex", "pattern": r"\s*"}, tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}]}})
-    # xgrammar matches each tag to one trigger: the canonical literal (the others stay excluded with "none").
-    triggers = list(fmt.trigger) if fmt.wrapper is None else [fmt.trigger[0]]
+    answer_at = len(elements)
+    triggers = list(fmt.trigger)
     # xgrammar cannot say "text that does not start with the reasoning opener" (llguidance's FIRST): where
-    # the reasoning may open, the free text after it may not hold the opener at all.
+    # the reasoning may open, the free text after it may not hold the opener at all. Nor can it exclude a
+    # regex: the call forms not offered are kept out by their literal heads, a bare call's by its shortest
+    # text (grammar_parse.constrain.forms).
     shut = list(fmt.reasoning.opens) if fmt.reasoning is not None and state == "start" else []
+    shut += [*fmt.forbidden, *fmt.bare_texts]
     no_call = {"type": "any_text", "excludes": [*fmt.trigger, *shut]}
     if mode == "none":
         elements.append(no_call)
@@ -603,6 +743,15 @@ def to_structural_tag(grammar: Grammar, *, tools: Any, tool_choice: Any = "auto"
             one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
             elements.append(no_call)
             elements.append({"type": "optional", "content": {"type": "sequence", "elements": [one, no_call]}})
+        bare = _bare_block(fmt, allowed, parallel_tool_calls)
+        if bare is not None:
+            # The answer may start with a bare call, then go on as after any call.
+            after = calls if parallel_tool_calls else no_call
+            opened = {"type": "sequence", "elements": [{"type": "regex", "pattern": f"{WS}(?:{bare[0]})"}, bare[1],
+                                                       after]}
+            rest = elements[answer_at:]
+            elements[answer_at:] = [{"type": "or", "elements": [
+                opened, rest[0] if len(rest) == 1 else {"type": "sequence", "elements": rest}]}]
     return {"type": "structural_tag", "format": elements[0] if len(elements) == 1 else
             {"type": "sequence", "elements": elements}}
 
@@ -614,7 +763,7 @@ def _call_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
     # its literal tail is a regex before the end.
     tail, ends = tagged.call_end(fmt.closer) if fmt.plan.mode in tagged.TAGGED_MODES \
         else ("", fmt.closer.canonical())
-    for (name, body), form in ((p, f) for p in _payloads(fmt, tools, parallel) for f in fmt.opener.alternatives()):
+    for (name, body), form in ((p, f) for p in _payloads(fmt, tools, parallel) for f in fmt.forms):
         begin, rest = form.split(name)
         content: list[dict[str, Any]] = []
         if rest:
@@ -657,6 +806,16 @@ def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel:
         return calls
     begin, end = fmt.wrapper
     one: dict[str, Any] = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+    inner = _wrapped(fmt, one, parallel)
+    # Every spelling of the section's begin is one tag (DeepSeek V4's <｜DSML｜toolcalls> beside
+    # <｜DSML｜tool_calls>), each closed by any spelling of the end, as the grammar reads them.
+    return [{"type": "tag", "begin": text, "content": {"type": "sequence", "elements": inner},
+             "end": end.canonical() if end is not None else ""} for text in begin.canonical()]
+
+
+def _wrapped(fmt: _Format, one: dict[str, Any], parallel: bool) -> list[dict[str, Any]]:
+    """What a section holds: its calls (``one`` each) with their separators."""
+    end = fmt.wrapper[1] if fmt.wrapper is not None else None
     space = {"type": "regex", "pattern": WS}
     sep = {"type": "regex", "pattern": WS + fmt.separator.regex_text()} if fmt.separator is not None else space
     inner: list[dict[str, Any]] = [space, one]
@@ -668,5 +827,33 @@ def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel:
                      {"type": "repeat", "min": 0, "max": MAX_CALLS - 1, "content": again})
     if end is not None:
         inner.append(space)
-    return [{"type": "tag", "begin": begin.canonical()[0], "content": {"type": "sequence", "elements": inner},
-             "end": end.canonical() if end is not None else ""}]
+    return inner
+
+
+def _bare_block(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
+                parallel: bool) -> tuple[str, dict[str, Any]] | None:
+    """(head, rest) of the calls an answer may start with bare (grammar_parse.constrain.forms): the regex
+    the parser's zero-width opener looks ahead for, which ends at the first call's name key, and the
+    structural-tag format of the rest, whose first call is written key by key; None when there is none."""
+    plan = fmt.bare_plan
+    if fmt.bare is None or plan is None or plan.name_key is None or plan.args_key is None:
+        return None
+    if not fmt.bare.replace("[\\s]*", "").endswith(f'"{plan.name_key}":'):
+        raise Unsupported("a bare call's opener does not end at its name key")
+    keys = "|".join(escape(json.dumps(k)) for k in (plan.args_key, *plan.args_alternatives))
+    firsts = [{"type": "sequence", "elements": [
+        {"type": "regex", "pattern": f"{WS}{escape(json.dumps(name))}{WS},{WS}(?:{keys}){WS}:"},
+        {"type": "regex", "pattern": WS}, {"type": "json_schema", "json_schema": params},
+        {"type": "regex", "pattern": WS + r"\}"}]} for name, params in tools]
+    first = _choice(firsts)
+    if plan.mode == "json_key":
+        # The calls after the first as the section writes them (Llama 3's "; " between objects).
+        rest = _wrapped(fmt, _choice(_call_tags(fmt, tools, parallel)), parallel)[2:] \
+            if fmt.wrapper is not None and fmt.wrapper[1] is None else []
+        return fmt.bare, {"type": "sequence", "elements": [first, *rest]}
+    objects = [_call_object(plan, n, p, with_id=True) for n, p in tools]
+    more = {"type": "sequence", "elements": [{"type": "regex", "pattern": f"{WS},{WS}"}, {
+        "type": "json_schema", "json_schema": objects[0] if len(objects) == 1 else {"anyOf": objects}}]}
+    elements = [first, *([{"type": "star", "content": more}] if parallel else []),
+                {"type": "regex", "pattern": WS + r"\]"}]
+    return fmt.bare, {"type": "sequence", "elements": elements}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .regexes import Unsupported, escape, regex_with_tokens, text_with_tokens
+from .schemas import rooted
 
 #: A bounded repeat at least this long is written as ``*``: the bound is xgrammar's (it refuses an unbounded
 #: repeat in a tag with no end text), llguidance needs none.
@@ -107,7 +108,7 @@ class LarkWriter:
                 raise Unsupported(f"the token {ident!r} is not one of the tokenizer's added tokens given")
             return [("tok", f"<[{ident}]>", text)]
         if kind == "json_schema":
-            return [("expr", "%json " + json.dumps(node["json_schema"], ensure_ascii=False))]
+            return [("expr", "%json " + json.dumps(rooted(node["json_schema"]), ensure_ascii=False))]
         if kind == "any_text":
             return [("text", tuple(node.get("excludes") or ()))]
         if kind == "sequence":

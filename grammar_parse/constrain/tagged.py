@@ -47,6 +47,7 @@ from ..toolstream import plan_for
 from ..tools import schema_types
 from ..values import PLACEHOLDER, ValueSpec
 from .regexes import Delim, Regex, Unsupported, delim_of, escape, parse_regex, sre_c
+from .schemas import placed
 
 #: Whitespace between parameters, and between a parameter's tags and a JSON value.
 _SPACE = r"\s*"
@@ -483,14 +484,15 @@ def _arguments(slots: list[_Slot], parameters: dict[str, Any]) -> dict[str, Any]
     required = [k for k in parameters.get("required", []) if isinstance(k, str)]
     elements: list[dict[str, Any]] = []
     for key in [*properties, *(k for k in required if k not in properties)]:
-        one = _argument(slots, key, properties.get(key, {}))
+        # (an argument's schema is a document of its own: it takes the definitions it refers to along)
+        one = _argument(slots, key, placed(properties.get(key, {}), parameters))
         elements.append(one if key in required else {"type": "optional", "content": one})
     # Extra keys: where the schema says so, or has no "properties" (a schema-less tool). Where it declares
     # properties (even none: a tool without parameters) and says nothing, none (as xgrammar's JSON Schema).
     extra = parameters.get("additionalProperties", None if "properties" in parameters else True)
     if extra is True or isinstance(extra, dict):
         try:
-            free = _argument(slots, None, extra if isinstance(extra, dict) else {})
+            free = _argument(slots, None, placed(extra, parameters) if isinstance(extra, dict) else {})
         except Unsupported:
             pass  # (the closer repeats the key: free keys cannot be written, so none are offered)
         else:
