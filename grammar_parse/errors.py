@@ -100,6 +100,12 @@ ERROR_CODES: dict[str, str] = {
     "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
                            "first): the call keeps it as \"\" with an error (reported in strict mode too)",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
+    # a call that is wrong for the request's tools (grammar_parse.wire; a call's errors, never raised)
+    "call.unknown_tool": "a call names a tool the request does not offer",
+    "call.type": "a call's argument has a JSON type its tool's schema does not allow",
+    "call.required": "a call lacks an argument its tool's schema requires",
+    "call.schema": "a call's arguments break another keyword of its tool's schema (additionalProperties, enum, "
+                   "minimum, ...), or the schema itself is invalid",
     # known model glitches lenient mode repairs (a grammar's repair directive; strict mode reads them as text)
     "repair.tool_call_opener": "a call written without its wrapper's opener (Qwen3-Coder's <function=NAME> with no "
                                "<tool_call>, or Seed-OSS's <seed:tool_call>, before it) was read as a call",

@@ -22,13 +22,20 @@ Pure functions over events (no I/O, no clock: ids and timestamps come from the c
   ``grammar_parse.wire``): where the wire had to change the model's arguments (``NaN`` sent as ``null``,
   arguments that are not an object sent as ``{}``), and where a value of the tool-call field is not a call
   with a name (not sent), a ``response.parse_error`` with ``span`` null says so, in either mode;
+* with ``tools``, a finished call is checked against them, and each way it is wrong is a
+  ``response.parse_error`` (``span`` null) before its ``response.output_item.done``: ``call.unknown_tool``,
+  ``call.type``, ``call.required`` or ``call.schema``, its message ``path: why`` in words that quote nothing
+  of the output (``grammar_parse.wire.CallChecker``; a path's keys the tool's schema does not name show as
+  ``*``, in the wire's problems too). :meth:`ResponseStream.failure_text` says why a stream failed to parse
+  in the same words;
 * nothing after the final event: feeding a stream that has ended (failed, cancelled, completed) gives no
   events. A failure that is not a parse error (a bug) also ends the stream with ``response.failed``
   (``internal_error``) rather than breaking it mid-way: a client always sees exactly one final event.
 
 Every event has an integer ``id``, strictly increasing from 1. :func:`sse` writes them as server-sent
 event frames whose data also carries the event's ``type`` and ``sequence_number``, as the OpenAI Responses
-API's events do (so its clients read the stream unchanged). Items are only added once they have something to say: whitespace-only text makes none.
+API's events do (so its clients read the stream unchanged). Items are only added once they have something
+to say: whitespace-only text makes none.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from .events import Event
 from .session import TemplateLike
 from .toolstream import ToolCallDelta
 from .values import copy_json
-from .wire import wire_json
+from .wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 from .wire_stream import IdFactory, StrippedText, TextKinds, open_stream
 
 if TYPE_CHECKING:
@@ -90,8 +97,14 @@ class ResponseStream:
                  calls_in_reasoning: str | bool | None = None) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
-        _, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
-                                                 calls_in_reasoning=calls_in_reasoning)
+        tools_, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
+                                                      calls_in_reasoning=calls_in_reasoning)
+        # Says what is wrong with a call in words a client may read (the request's tool names and schemas);
+        # with no tools given, calls are not checked.
+        self.checker = CallChecker(tools_ or [])
+        self.check_calls = tools_ is not None
+        #: The parse error that failed the stream (None: it did not fail so)
+        self.parse_error: GrammarParseError | None = None
         self.kinds = TextKinds(self.calls.field)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
@@ -112,6 +125,7 @@ class ResponseStream:
         try:
             return out + self._translate(self.parser.feed(text))
         except GrammarParseError as e:
+            self.parse_error = e
             return out + self.fail(parse_failed(str(e)))
         except Exception as e:  # noqa: BLE001 - a bug must still end the stream with its one final event
             return out + self.fail(internal_error(e))
@@ -126,6 +140,7 @@ class ResponseStream:
             _, events = self.parser.finalize()
             out += self._translate(events)
         except GrammarParseError as e:
+            self.parse_error = e
             return out + self.fail(parse_failed(str(e)))
         except Exception as e:  # noqa: BLE001 - see feed()
             return out + self.fail(internal_error(e))
@@ -154,6 +169,13 @@ class ResponseStream:
         out, self.pending = self.pending, []
         self.final = self._event("response.cancelled", {"status": "cancelled"})
         return [*out, self.final]
+
+    def failure_text(self) -> ClientText | None:
+        """Why the stream failed to parse, quoting nothing of the output (:func:`grammar_parse.wire.parse_failure`:
+        the code, the region, the offered tool whose call was being read); None if it did not."""
+        if self.parse_error is None:
+            return None
+        return parse_failure(self.parse_error, open_call(self.calls, self.checker.offered))
 
     @property
     def status(self) -> str:
@@ -241,15 +263,37 @@ class ResponseStream:
         index = self.call_items[call]
         item = self.output[index]
         if delta.get("done"):
-            # what the wire changed or left out of the model's arguments
-            changes = [self._problem({"code": p["code"], "field": self.calls.field, "span": None,
-                                      "message": f"{p['path']}: {p['message']}"})
-                       for p in self.calls.calls[call].wire.problems]
-            return [*changes, self._event("response.output_item.done", {"output_index": index,
-                                                                        "item": copy_json(item)})]
+            state = self.calls.calls[call]
+            # what the wire changed or left out of the model's arguments, then what is wrong for the tools
+            problems = [self._call_problem(item["name"], p) for p in state.wire.problems]
+            problems += [self._call_problem(item["name"], p) for p in self._check(item, state)]
+            return [*problems, self._event("response.output_item.done", {"output_index": index,
+                                                                         "item": copy_json(item)})]
         item["arguments"] += delta["arguments"]
         return [self._event("response.function_call_arguments.delta",
                             {"item_id": item["id"], "output_index": index, "delta": delta["arguments"]})]
+
+    def _call_problem(self, name: str, problem_: dict[str, Any]) -> dict[str, Any]:
+        """A call's problem as a ``response.parse_error``: ``path: message``, the path's keys shown only
+        where the tool's schema names them, so a message that quotes nothing of the output stays so."""
+        path = self.checker.path(name, problem_["path"])
+        said = problem_["message"]
+        message = ClientText(f"{path}: {said}") if isinstance(said, ClientText) else f"{path}: {said}"
+        return self._problem({"code": problem_["code"], "field": self.calls.field, "span": None, "message": message})
+
+    def _check(self, item: dict[str, Any], state: Any) -> list[dict[str, str]]:
+        """What is wrong with a finished call for the request's tools (an unknown tool, arguments against
+        its schema); nothing for a call whose text did not parse (its arguments are what was valid of it)."""
+        if not self.check_calls:
+            return []
+        broken = state.broken or any(p["code"] != "parse.json_constant" for p in state.wire.problems)
+        if broken and item["name"] in self.checker.offered:
+            return []  # (only its tool is checked: a call named for a tool that is not offered is flagged)
+        try:
+            arguments = {} if broken else json.loads(item["arguments"])
+        except ValueError:  # (the wire sends strict JSON; a limit of Python's own is the only way here)
+            arguments = {}
+        return self.checker.client_problems(item["name"], arguments)
 
     def _close_all(self) -> list[dict[str, Any]]:
         out = []

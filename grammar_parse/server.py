@@ -46,7 +46,12 @@ Errors are problem documents (``application/problem+json``, RFC 9457 shape, code
 :data:`PROBLEM_CODES`. What reaches a client never holds the model's raw output, a template's internals or
 an upstream's address: a parse failure, a template failure and an upstream failure are said in general
 terms, and the full error goes to the server log (logger ``grammar_parse.server``) under the request id
-that every response carries in ``X-Request-ID``.
+that every response carries in ``X-Request-ID``. What the request itself names is said: a parse failure
+gives its code, region and offset, and the offered tool whose call it broke; a call's errors (LMSP
+``response.parse_error`` events, a Chat Completions call's ``errors``) give their code, the argument's path
+in the tool schema's own names and the JSON types (``grammar_parse.wire.CallChecker``), never a value.
+LMSP requests take ``input`` as a plain string too (one user message), and each event's data carries its
+``type`` and ``sequence_number``, so the ``openai`` client's Responses API works against ``{url}/lmsp/v1``.
 
 Hardening (the defaults of :class:`Limits`): bodies of at most 4 MiB (a declared ``Content-Length`` above
 it is refused before anything is read, a chunked body as soon as it passes it), read within 10 s of the

@@ -21,20 +21,38 @@ valid, sending stops; :meth:`WireArguments.finish` closes what was sent. The map
 * arguments that end before their JSON does (a call cut off) are closed (``parse.arguments``).
 
 Each problem is ``{"path", "message", "code"}`` with the JSON path of the value it concerns
-(``$.function.arguments.city``), as a call's ``errors`` are. Cost is linear in the text: string runs are
+(``$.function.arguments.city``), as a call's ``errors`` are. Its message quotes nothing the model wrote
+(a :class:`ClientText`), so a server may send it; the path's keys are the model's, for a server to show
+as :meth:`CallChecker.path` does. Cost is linear in the text: string runs are
 skipped with one search, and nothing is scanned twice.
 
 :func:`wire_json` writes a whole wire object (an event, a response) as JSON text that is valid UTF-8.
+
+What a client is told about a call that is wrong quotes nothing of the model's output: a gateway sends that
+output to clients it does not fully trust, and it can hold anything (text from the prompt, secrets meant
+for a tool). Per-call errors say what is wrong in the request's own terms: a stable code
+(``call.unknown_tool``, ``call.type``, ``call.required``, ``call.schema``, or the wire's ``parse.*`` code), a
+JSON path whose keys are the tool schema's property names (a key the schema does not name shows as ``*``),
+the JSON types involved, the schema keyword broken and the tools offered; never an argument value, a key
+or a tool name only the model wrote. :class:`ClientText` marks text built that way (a server sends it as it
+is, anything else in general terms); :class:`CallChecker` checks a call against the request's tools and
+says each problem so, and rewrites any path into a call the same way; :func:`parse_failure` says why
+output failed to parse (the code, the region, where, the call being read).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
-
 import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .errors import ERROR_CODES, GrammarParseError
+from .tools import CallValidator
 from .values import int_digits_limit, json_depth
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 _STRING_STOP = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
 # A run of string text that needs no look: plain characters and complete, valid escapes (one match for a
@@ -119,7 +137,7 @@ class WireArguments:
                     self._start_token("\\")
                     self._state = _ESCAPE
                 elif ch < " ":
-                    self._break(out, f"a raw control character {ch!r} in a string", "parse.arguments")
+                    self._break(out, "a raw control character in a string", "parse.arguments")
                 else:  # a lone surrogate: its escape is the same JSON value, in text UTF-8 can encode
                     self._string_text(out, f"\\u{ord(ch):04x}")
             elif state == _ESCAPE:
@@ -132,7 +150,7 @@ class WireArguments:
                     self._start_token("\\u")
                     self._state = _UNICODE
                 else:
-                    self._break(out, f"an invalid escape \\{ch}", "parse.arguments")
+                    self._break(out, "an invalid escape in a string", "parse.arguments")
             elif state == _UNICODE:
                 j = _run_end(_HEX_RUN, text, i, min(n, i + 6 - self._token_len))
                 self._add_token(text[i:j])
@@ -156,7 +174,7 @@ class WireArguments:
                 self._add_token(text[i:j])
                 i = j
                 if self._token_len > _LONGEST_LITERAL:
-                    self._break(out, f"{''.join(self._token)!r}... is not a JSON value", "parse.arguments")
+                    self._break(out, "a word that is not a JSON value", "parse.arguments")
                 elif i < n:
                     self._end_literal(out)
             elif state in (_DONE, _BROKEN):
@@ -213,14 +231,14 @@ class WireArguments:
             elif ch == "}" and state == _KEY_OR_END:
                 self._close(out, ch)
             else:
-                self._break(out, f"{ch!r} where a key belongs", "parse.arguments")
+                self._break(out, "something other than a key where a key belongs", "parse.arguments")
         elif state == _COLON:
             if ch == ":":
                 self._members[-1] = "".join(self._pending[self._key_start:])
                 self._pending.append(":")
                 self._state = _VALUE
             else:
-                self._break(out, f"{ch!r} where ':' belongs", "parse.arguments")
+                self._break(out, "something other than ':' after a key", "parse.arguments")
         elif state in (_VALUE, _VALUE_OR_END):
             if ch == "]" and state == _VALUE_OR_END:
                 self._close(out, ch)
@@ -238,7 +256,7 @@ class WireArguments:
                 self._start_token(ch)
                 self._state = _LITERAL_TOKEN
             else:
-                self._break(out, f"{ch!r} where a value belongs", "parse.arguments")
+                self._break(out, "something other than a value where a value belongs", "parse.arguments")
         elif state == _AFTER_VALUE:
             if ch == ",":
                 self._pending.append(",")
@@ -250,7 +268,7 @@ class WireArguments:
             elif ch == self._closers[-1]:
                 self._close(out, ch)
             else:
-                self._break(out, f"{ch!r} where ',' or {self._closers[-1]!r} belongs", "parse.arguments")
+                self._break(out, f"something other than ',' or {self._closers[-1]!r} after a value", "parse.arguments")
 
     def _open(self, out: list[str], ch: str) -> None:
         if len(self._closers) >= (limit := json_depth()):
@@ -276,7 +294,7 @@ class WireArguments:
     def _end_number(self, out: list[str]) -> None:
         token = "".join(self._token)
         if not _NUMBER.fullmatch(token):
-            self._break(out, f"{token[:40]!r} is not a JSON number", "parse.arguments")
+            self._break(out, "a number that is not a JSON number", "parse.arguments")
             return
         limit, digits = int_digits_limit(), token.lstrip("-")
         if limit and len(digits) > limit and digits.isdigit():
@@ -288,10 +306,10 @@ class WireArguments:
     def _end_literal(self, out: list[str]) -> None:
         token = "".join(self._token)
         if token in _NOT_JSON:
-            self._problem(f"{token} is not JSON: sent as null", "parse.json_constant")
+            self._problem("NaN or Infinity, which JSON has not: sent as null", "parse.json_constant")
             token = "null"
         elif token not in _LITERALS:
-            self._break(out, f"{token!r} is not a JSON value", "parse.arguments")
+            self._break(out, "a word that is not a JSON value", "parse.arguments")
             return
         self._pending.append(token)
         self._after_value(out)
@@ -322,7 +340,8 @@ class WireArguments:
         self._state = _BROKEN
 
     def _problem(self, message: str, code: str) -> None:
-        self.problems.append({"path": self._where(), "message": message, "code": code})
+        # The message names no character or token of the model's: the wire's words, sent to clients as they are.
+        self.problems.append({"path": self._where(), "message": ClientText(message), "code": code})
 
     def _where(self) -> str:
         """The JSON path of the value being read."""
@@ -359,4 +378,235 @@ def wire_json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-__all__ = ["WireArguments", "dumps", "wire_json"]
+# ---------------------------------------------------------------------------- what a client is told
+ARGUMENTS = "$.function.arguments"
+NAME = "$.function.name"
+_INDEX = re.compile(r"\[(\d+)\]")
+_SHOWN_TOOLS = 20  # tool names listed in an unknown tool's message (a request may offer 128)
+_SHOWN_VALUE = 80  # characters of a schema value (an enum, a pattern) quoted in a message
+
+
+class ClientText(str):
+    """Text that holds nothing of the model's output (only codes, JSON types, numbers and names the
+    request's own tool schemas gave): what a server may send to a client as it is."""
+
+    __slots__ = ()
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a decoded JSON value (``integer`` for whole numbers, as JSON Schema says)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object" if isinstance(value, dict) else "value"
+
+
+def _shown(value: Any) -> str:
+    """A schema value (the request's, never the model's) short enough to quote."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = "..."
+    return text if len(text) <= _SHOWN_VALUE else text[:_SHOWN_VALUE] + "..."
+
+
+class _SchemaWalk:
+    """Steps down a tool's parameters schema along a path into its arguments (properties, items, the
+    choices of anyOf/oneOf/allOf, local ``$ref``s), naming each step as a client may see it."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root if isinstance(root, dict) else {}
+
+    def _choices(self, schema: Any, depth: int = 0) -> list[dict[str, Any]]:
+        if not isinstance(schema, dict) or depth > 8:  # (bounded: schemas can refer to themselves)
+            return []
+        found = [schema]
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            target: Any = self.root
+            for part in ref[2:].split("/"):
+                target = target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, dict) else None
+            found += self._choices(target, depth + 1)
+        for union in ("anyOf", "oneOf", "allOf"):
+            choices = schema.get(union)
+            for choice in choices if isinstance(choices, list) else []:
+                found += self._choices(choice, depth + 1)
+        return found
+
+    def names(self, schema: Any) -> list[str]:
+        """The property names the schema declares at this level."""
+        return [name for choice in self._choices(schema) if isinstance(props := choice.get("properties"), dict)
+                for name in props if isinstance(name, str)]
+
+    def step(self, schema: Any, key: str | int) -> tuple[str, Any]:
+        """(the step as shown, the schema below it)."""
+        choices = self._choices(schema)
+        if isinstance(key, int):
+            for choice in choices:
+                prefix = choice.get("prefixItems")
+                if isinstance(prefix, list) and key < len(prefix):
+                    return f"[{key}]", prefix[key]
+                if isinstance(choice.get("items"), dict):
+                    return f"[{key}]", choice["items"]
+            return f"[{key}]", {}
+        for choice in choices:
+            props = choice.get("properties")
+            if isinstance(props, dict) and key in props:
+                return f".{key}", props[key]
+        extra: Any = next((c["additionalProperties"] for c in choices
+                           if isinstance(c.get("additionalProperties"), dict)), {})
+        return ".*", extra  # a key the schema does not name: the model's, never shown
+
+    def render(self, steps: Iterable[str | int]) -> ClientText:
+        shown, schema = [ARGUMENTS], self.root
+        for key in steps:
+            text, schema = self.step(schema, key)
+            shown.append(text)
+        return ClientText("".join(shown))
+
+    def parse(self, path: str) -> ClientText:
+        """A path written as text (``$.function.arguments.a.b[0]``, keys unquoted) as a client may see it:
+        keys are matched against the schema's names, longest first; from a key it does not name on, the
+        path ends in ``*`` (where such a key ends cannot be told)."""
+        if path in (NAME, ARGUMENTS, "$", "$.function"):
+            return ClientText(path)
+        if not path.startswith(ARGUMENTS):
+            return ClientText("$.function")
+        rest, steps = path[len(ARGUMENTS):], []
+        schema: Any = self.root
+        while rest:
+            index = _INDEX.match(rest)
+            if index is not None:
+                key: str | int = int(index.group(1))
+                rest = rest[index.end():]
+            elif rest.startswith("."):
+                fits = [n for n in self.names(schema)
+                        if rest[1:].startswith(n) and rest[1 + len(n):][:1] in ("", ".", "[")]
+                if not fits:
+                    steps.append(".*")
+                    break
+                key = max(fits, key=len)
+                rest = rest[1 + len(key):]
+            else:
+                steps.append(".*")
+                break
+            text, schema = self.step(schema, key)
+            steps.append(text)
+        return ClientText(ARGUMENTS + "".join(steps))
+
+
+class CallChecker(CallValidator):
+    """Checks tool calls against the request's tools, saying each problem as :class:`ClientText` with a
+    stable code (see the module doc). Each tool's validator is built once (:class:`CallValidator`)."""
+
+    @property
+    def offered(self) -> list[str]:
+        """The names of the tools the request offers."""
+        return list(self._schemas)
+
+    def path(self, name: str | None, path: str) -> ClientText:
+        """``path`` (into a call of tool ``name``) with the keys its schema does not name shown as ``*``."""
+        schema = self._schemas.get(name) if name is not None else None
+        return _SchemaWalk(schema).parse(path)
+
+    def client_problems(self, name: str, arguments: Any) -> list[dict[str, str]]:
+        """``{"code", "path", "message"}`` for each way a call of ``name`` with these (decoded) arguments
+        is wrong for the request's tools; empty when it is right."""
+        if name not in self._schemas:
+            offered = sorted(self._schemas)
+            listed = ", ".join(offered[:_SHOWN_TOOLS]) + (f" and {len(offered) - _SHOWN_TOOLS} more"
+                                                          if len(offered) > _SHOWN_TOOLS else "")
+            return [{"code": "call.unknown_tool", "path": ClientText(NAME),
+                     "message": ClientText(f"the call names a tool that is not offered; the request offers: {listed}")}]
+        validator = self._validator(name)
+        if isinstance(validator, dict):
+            return [{"code": "call.schema", "path": ClientText(ARGUMENTS), "message": ClientText(
+                "the tool's parameters are not a valid JSON Schema, so its arguments cannot be checked")}]
+        walk = _SchemaWalk(self._schemas[name])
+        try:
+            errors = list(validator.iter_errors(arguments))
+        except RecursionError:  # a recursive schema over deeply nested arguments
+            return [{"code": "call.schema", "path": ClientText(ARGUMENTS),
+                     "message": ClientText("the arguments nest too deeply to check")}]
+        problems: list[dict[str, str]] = []
+        for error in errors:
+            for problem in _said(error, walk):
+                if problem not in problems:  # (jsonschema says a missing argument once per name it lacks)
+                    problems.append(problem)
+        return sorted(problems, key=lambda p: (p["path"], p["code"], p["message"]))
+
+
+def _said(error: ValidationError, walk: _SchemaWalk) -> list[dict[str, str]]:
+    """One jsonschema error as client problems (several for ``required``: one per missing name)."""
+    path = walk.render(error.absolute_path)
+    keyword, value = error.validator, error.validator_value
+    if keyword == "type":
+        expected = " or ".join(str(t) for t in (value if isinstance(value, list) else [value]))
+        return [{"code": "call.type", "path": path,
+                 "message": ClientText(f"expected {expected}, got {json_type(error.instance)}")}]
+    if keyword == "required" and isinstance(value, list) and isinstance(error.instance, dict):
+        missing = [n for n in value if isinstance(n, str) and n not in error.instance]  # (the schema's names)
+        return [{"code": "call.required", "path": ClientText(f"{path}.{n}"),
+                 "message": ClientText("a required argument is missing")} for n in missing]
+    if keyword == "additionalProperties" and value is False:
+        why = "holds an argument the schema does not define (additionalProperties is false)"
+    elif keyword in ("enum", "const"):
+        allowed = "one of the values" if keyword == "enum" else "the value"
+        why = f"is not {allowed} the schema's {keyword} allows ({_shown(value)})"
+    elif keyword in ("anyOf", "oneOf"):
+        why = f"fits {'none' if keyword == 'anyOf' else 'not exactly one'} of the schema's {keyword} choices"
+    elif keyword == "not":
+        why = "fits the schema's 'not'"
+    else:
+        why = f"breaks the schema's {keyword} ({_shown(value)})"
+    return [{"code": "call.schema", "path": path, "message": ClientText(why)}]
+
+
+def parse_failure(error: GrammarParseError, call: str | None = None) -> ClientText:
+    """Why output that does not parse failed, as a client may read it: the error's code and what it
+    means, the region and where it starts, and ``call``, the offered tool whose call was being read (a
+    name the request gave, or None)."""
+    code = error.code if error.code in ERROR_CODES else "parse.unexpected"
+    parts = [f"{code} ({ERROR_CODES.get(code, 'the output does not parse')})"]
+    field = getattr(error, "field", None)
+    if isinstance(field, str) and field:  # (the grammar's own field names)
+        parts.append(f"in the {field} region")
+    if call is not None:
+        parts.append(f"of the call to {call}")
+    line, column = getattr(error, "line", None), getattr(error, "column", None)
+    position = getattr(error, "position", None)
+    if isinstance(line, int) and isinstance(column, int):
+        parts.append(f"starting at line {line}, column {column} of the output")
+    elif isinstance(position, int) and position >= 0:  # (a streamed parse keeps offsets, not lines)
+        parts.append(f"starting at character {position} of the output")
+    return ClientText(" ".join(parts))
+
+
+class _ReadCall(Protocol):
+    name: str | None
+    closed: bool
+
+
+class _CallReader(Protocol):
+    """What :func:`open_call` reads of a ``toolstream.ToolCallStreamer`` (a later stage than the wire)."""
+
+    @property
+    def calls(self) -> Sequence[_ReadCall]: ...
+
+
+def open_call(streamer: _CallReader, offered: Iterable[str]) -> str | None:
+    """The tool of the last call the streamer was still reading, when the request offers it: the call a
+    parse failure broke, named only by the request's own word (None otherwise)."""
+    names = [call.name for call in streamer.calls if not call.closed and call.name is not None]
+    return names[-1] if names and names[-1] in set(offered) else None
+
+
+__all__ = ["ARGUMENTS", "NAME", "CallChecker", "ClientText", "WireArguments", "dumps", "json_type", "open_call",
+           "parse_failure", "wire_json"]

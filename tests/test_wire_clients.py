@@ -141,3 +141,91 @@ def test_every_frame_carries_its_type_and_sequence_number_in_its_data(output, st
         assert data["type"] == event["event"] and data["sequence_number"] == event["id"]
         assert parse_sse(frame) == [event]
         valid(EVENT, {"id": event["id"], "event": event["event"], "data": data})
+
+
+# ---------------------------------------------------------------------------- b. per-call errors
+#: Calls that are wrong for the request's tools, and what a client is told: the error's code, its path
+#: (keys the tool's schema does not name shown as ``*``) and words its message must hold. The model's
+#: own text (SECRET) must never be in it.
+CALL_ERRORS = [
+    pytest.param(call(f"zz_{SECRET}", '{"city": "Paris"}'), "call.unknown_tool", "$.function.name",
+                 ["not offered", "get_time, get_weather"], id="unknown tool"),
+    pytest.param(call("get_weather", f'{{"city": "Paris", "location": {{"lat": "{SECRET}"}}}}'), "call.type",
+                 "$.function.arguments.location.lat", ["expected number, got string"], id="type mismatch"),
+    pytest.param(call("get_weather", f'{{"city": "Paris", "counts": {{"{SECRET}": "{SECRET}"}}}}'), "call.type",
+                 "$.function.arguments.counts.*", ["expected integer, got string"], id="type under a free key"),
+    pytest.param(call("get_weather", '{"location": {"lat": 1.5}}'), "call.required", "$.function.arguments.city",
+                 ["required argument is missing"], id="missing required"),
+    pytest.param(call("get_time", f'{{"zone": "UTC", "{SECRET}": 1}}'), "call.schema", "$.function.arguments",
+                 ["an argument the schema does not define", "additionalProperties"], id="undeclared argument"),
+    pytest.param(call("get_weather", '{"city": "Paris", "location": {"lat": NaN}}'), "parse.json_constant",
+                 "$.function.arguments.location.lat", ["sent as null"], id="NaN"),
+    pytest.param(call("get_weather", f'{{"city": "Paris", "{SECRET}": -Infinity}}'), "parse.json_constant",
+                 "$.function.arguments.*", ["sent as null"], id="Infinity under an unknown key"),
+]
+
+
+def said_safely(error: dict[str, Any], code: str, path: str, words: list[str]) -> None:
+    assert error["code"] == code, error
+    text = json.dumps(error)
+    assert SECRET not in text and "does not parse here" not in text, error
+    for word in words:
+        assert word in error["message"], error
+
+
+@pytest.mark.parametrize("output, code, path, words", CALL_ERRORS)
+def test_a_chat_call_error_says_which_tool_or_argument_and_why(url, output, code, path, words):
+    replay(output)
+    reply = post(url, "/v1/chat/completions", {"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}],
+                                               "tools": CHAT_TOOLS})
+    assert reply.status_code == 200, reply.text
+    (tool_call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    errors = [e for e in tool_call["errors"] if e.get("code") == code]
+    assert len(errors) == 1, tool_call["errors"]  # (before: no code, "the model's output does not parse here")
+    said_safely(errors[0], code, path, words)
+    assert errors[0]["path"] == path
+    for error in tool_call["errors"]:
+        assert SECRET not in json.dumps(error) and error.get("code"), tool_call["errors"]
+
+
+@pytest.mark.parametrize("output, code, path, words", CALL_ERRORS)
+def test_an_lmsp_call_error_is_a_parse_error_event_saying_which_tool_or_argument_and_why(url, output, code, path,
+                                                                                        words):
+    replay(output)
+    reply = post(url, "/lmsp/v1/responses", {"model": "qwen3", "input": "Hi", "tools": LMSP_TOOLS, "stream": True})
+    events = parse_sse(reply.text)
+    check_stream(events)
+    assert events[-1]["event"] == "response.completed"
+    problems = [e["data"] for e in events if e["event"] == "response.parse_error"]
+    errors = [p for p in problems if p["code"] == code]
+    assert len(errors) == 1, problems  # (before: none for a tool or schema error, a general text for NaN)
+    said_safely(errors[0], code, path, words)
+    assert errors[0]["message"].startswith(f"{path}: ")
+    assert SECRET not in json.dumps(problems)
+
+
+#: Broken JSON in a call fails the whole response (the gateway parses strictly): the failure says the code,
+#: the region and where, never the text.
+BROKEN = "Let me see.\n" + call("get_weather", f'{{"city": {SECRET}}}')
+
+
+@pytest.mark.parametrize("path", ["/lmsp/v1/responses", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_broken_call_json_fails_saying_the_code_and_region_not_the_text(url, path, stream):
+    replay(BROKEN)
+    body = {"model": "qwen3", "stream": stream, **({"input": "Hi", "tools": LMSP_TOOLS} if path.startswith("/lmsp")
+                                                   else {"messages": [{"role": "user", "content": "Hi"}],
+                                                         "tools": CHAT_TOOLS})}
+    reply = post(url, path, body)
+    if not stream:
+        assert reply.status_code == 500
+        detail = reply.json()["detail"]
+    elif path.startswith("/lmsp"):
+        detail = parse_sse(reply.text)[-1]["data"]["error"]["detail"]
+    else:
+        (error,) = [json.loads(line[6:])["error"] for line in reply.text.splitlines() if '"error"' in line]
+        detail = error["message"]
+    assert SECRET not in reply.text
+    # (before: "the model's output could not be parsed", whatever was wrong)
+    assert "parse.json" in detail and "tool_calls" in detail and "get_weather" in detail, detail
+    assert "starting at character 12 of the output" in detail, detail  # (where the call's region opens)
