@@ -24,6 +24,8 @@ def pytest_addoption(parser):
     parser.addoption("--browser", action="store_true", help="run the headless-browser test of the view (tests/browser)")
     parser.addoption("--constrain", action="store_true",
                      help="run the decoding-constraint tests (tests/constrain: llguidance and xgrammar)")
+    parser.addoption("--redis", action="store_true",
+                     help="run the Redis response store's tests (tests/redis: a redis-server they start themselves)")
     parser.addoption("--update-golden", action="store_true", help="rewrite golden .json files (review them!)")
 
 
@@ -35,6 +37,7 @@ OPT_IN = {
     "distributed": "--distributed",  # Ray, Spark, Dask and Daft
     "browser": "--browser",         # Chromium and Playwright
     "constrain": "--constrain",     # llguidance and xgrammar
+    "redis": "--redis",             # redis-server and the redis package (the `redis` extra)
 }
 
 
