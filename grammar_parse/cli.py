@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
@@ -441,51 +441,83 @@ def _batch_sink(stack: ExitStack, args: argparse.Namespace, out: TextIO, parquet
 
 def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
     from .batch import Columns
-    from .view import jsonl_record, row_html, to_html
+    from .view import FOLD_CHARS, jsonl_record, row_html, to_html
 
-    record_options = [f"--{o.replace('_', '-')}" for o in ("text", "prompt", "tools", "id", "grammar_column",
+    record_options = [f"--{o.replace('_', '-')}" for o in ("text", "prompt", "tools", "id_column", "grammar_column",
                                                             "input_format") if getattr(args, o) is not None]
-    if args.row is None and record_options:
-        raise CommandLineError(f"{record_options[0]} reads a record of a batch input: it needs --row N.",
-                               code="usage.batch", hint="Add --row N, the record's number (1 for the first).")
-    if args.row is not None and args.row < 1:
-        raise CommandLineError(f"there is no row {args.row}: rows are counted from 1.", code="usage.batch",
-                               hint="Give --row 1 or more.")
+    if args.row is not None and args.id is not None:
+        raise CommandLineError("give --row N or --id VALUE, not both.", code="usage.batch",
+                               hint="--row N is the record's place (0 for the first); --id VALUE its id column's "
+                                    "value. The id column itself is --id-column (before this release, --id).")
+    if args.row is None and args.id is None and record_options:
+        raise CommandLineError(f"{record_options[0]} reads a record of a batch input: it needs --row N or --id VALUE.",
+                               code="usage.batch", hint="Add --row N (0 for the first record), or --id VALUE.")
+    if args.row is not None and args.row < 0:
+        raise CommandLineError(f"there is no row {args.row}: rows are counted from 0.", code="usage.batch",
+                               hint="Give --row 0 for the first record (before this release rows were counted from 1).")
     prefix = _read_text(args.prefix_file, "prefix file") if args.prefix_file else ""
+    fold = FOLD_CHARS if args.fold is None else args.fold
     grammar: Grammar | None
-    if args.row is None:
+    if args.row is None and args.id is None:
         grammar = _model_grammar(args)
         text = _read_text(args.input or "-", "model output file")
         with _loading():
-            page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title)
+            page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title, fold=fold)
     else:  # one record of a batch input, read as `batch` reads it
-        columns = Columns(text=args.text or "completion", prompt=args.prompt, tools=args.tools, id=args.id,
-                          grammar=args.grammar_column)
+        columns = Columns(text=args.text or "completion", prompt=args.prompt, tools=args.tools,
+                          id=args.id_column or ("id" if args.id is not None else None), grammar=args.grammar_column)
         grammar = _model_grammar(args) if args.grammar or _model(args) or not args.grammar_column else None
         if _is_parquet(args.input, args.input_format):
-            records, total, _ = _parquet_records(args, columns, args.row - 1)
-            record = next(records, None)
-            if record is None:
-                raise CommandLineError(f"there is no row {args.row}: the input has {total} rows.",
-                                       code="usage.batch", hint="Rows are counted from 1.")
-        else:
+            records, total, _ = _parquet_records(args, columns, args.row or 0)
+            if args.id is not None:
+                row, record = _record_by_id(enumerate(records), columns, args.id, total)
+            else:
+                row, record = args.row, next(records, None)
+                if record is None:
+                    raise CommandLineError(f"there is no row {args.row}: the input has {total} row{'s' * (total != 1)}"
+                                           f"{f' (0 to {total - 1})' if total else ''}.", code="usage.batch",
+                                           hint="Rows are counted from 0, as pandas counts them.")
+        else:  # (bytes, decoded line by line as batch reads them: a bad byte elsewhere is no matter)
             with ExitStack() as stack:
-                inputs: TextIO = sys.stdin if args.input in (None, "-") else stack.enter_context(
-                    _open_text(args.input, "input file"))
-                try:
-                    with _loading():
-                        record = jsonl_record(inputs, args.row)
-                except UnicodeDecodeError:
-                    raise CommandLineError(f"the input file {args.input or '-'} is not UTF-8 text.",
-                                           code="usage.file", hint="Give a JSONL file saved as UTF-8.") from None
+                inputs: IO[Any] = (getattr(sys.stdin, "buffer", None) or sys.stdin) if args.input in (None, "-") \
+                    else stack.enter_context(_open_binary(args.input, "input file"))
+                with _loading():
+                    if args.id is not None:
+                        from .batch import read_jsonl
+
+                        row, record = _record_by_id(enumerate(read_jsonl(inputs)), columns, args.id)
+                    else:
+                        row, record = args.row, jsonl_record(inputs, args.row)
         with _loading():
             page = row_html(record, grammar, columns=columns, prefix=prefix, tools=_tools(args), title=args.title,
-                            row=args.row)
+                            row=row, fold=fold)
     if args.output:
         Path(args.output).write_text(page, encoding="utf-8")
-    else:
-        out.write(page)
+    else:  # (UTF-8, as the page's <meta charset> says, whatever the terminal's encoding)
+        buffer: BinaryIO | None = getattr(out, "buffer", None)
+        if buffer is None:
+            out.write(page)
+        else:
+            out.flush()
+            buffer.write(page.encode("utf-8"))
+            buffer.flush()
     return EXIT_OK
+
+
+def _record_by_id(records: Iterable[tuple[int, Any]], columns: Any, wanted: str, total: int | None = None
+                  ) -> tuple[int, Any]:
+    """The first record whose id column holds ``wanted`` (as written on the command line: text as it is,
+    anything else as JSON writes it, so --id 7 finds the number 7), with its row number."""
+    from .view import id_matches
+
+    getter = columns.getters()[3]
+    seen = -1
+    for seen, record in records:
+        if isinstance(record, Mapping) and id_matches(getter(record), wanted):
+            return seen, record
+    count = seen + 1 if total is None else total
+    raise CommandLineError(f"no row has the id {wanted} at {columns.id!r} ({count} row{'s' * (count != 1)}).",
+                           code="usage.batch", hint="Check the value, or say where the id is with --id-column.")
 
 
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
@@ -687,26 +719,32 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     p.set_defaults(run=_cmd_batch)
-    p = command("view", "write one self-contained HTML page showing how an output parses: each region by field, "
-                        "delimiters, discarded text and errors, and the message; --row N shows a record of a "
-                        "batch input")
-    p.add_argument("input", nargs="?", help="model output file, or with --row a batch input (JSONL or Parquet) "
+    p = command("view", "write one self-contained HTML page showing how an output parses: a summary of its "
+                        "problems, each region by field, delimiters, discarded text and errors, and the message; "
+                        "--row N (from 0) or --id VALUE shows a record of a batch input")
+    p.add_argument("input", nargs="?", help="model output file, or with --row/--id a batch input (JSONL or Parquet) "
                                             "(default, or -: stdin)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
     model_options(p)
     p.add_argument("--prefix-file", help="the prompt the model continued (with --row: for a record without one)")
     p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments (with --row: for "
                                         "a record without its own)")
-    p.add_argument("--row", type=int, metavar="N", help="show record N (1 for the first; blank lines are none) of "
-                                                        "a batch input: the row the batch's Nth output row answers")
-    p.add_argument("--text", help="with --row: the record's output, a key or JMESPath (default completion)")
-    p.add_argument("--prompt", help="with --row: the record's prompt (the prefix), a key or JMESPath")
-    p.add_argument("--tools", help="with --row: the record's tool schemas, a key or JMESPath")
-    p.add_argument("--id", help="with --row: the record's id, shown in the title, a key or JMESPath")
-    p.add_argument("--grammar-column", help="with --row: the record's grammar name, a key or JMESPath")
+    p.add_argument("--row", type=int, metavar="N", help="show record N of a batch input, counted from 0 as pandas "
+                                                        "counts (before this release, from 1); blank lines are none: "
+                                                        "the batch's output row N answers it")
+    p.add_argument("--id", metavar="VALUE", help="show the first record of a batch input whose id (--id-column) is "
+                                                 "VALUE (before this release --id named the id column)")
+    p.add_argument("--id-column", help="with --row or --id: the record's id, shown in the title, a key or JMESPath "
+                                       "(default with --id: id)")
+    p.add_argument("--text", help="with --row or --id: the record's output, a key or JMESPath (default completion)")
+    p.add_argument("--prompt", help="with --row or --id: the record's prompt (the prefix), a key or JMESPath")
+    p.add_argument("--tools", help="with --row or --id: the record's tool schemas, a key or JMESPath")
+    p.add_argument("--grammar-column", help="with --row or --id: the record's grammar name, a key or JMESPath")
     p.add_argument("--input-format", choices=["jsonl", "parquet"],
-                   help="with --row: the input's format (default: by its name)")
+                   help="with --row or --id: the input's format (default: by its name)")
     p.add_argument("--title", help="the page's title")
+    p.add_argument("--fold", type=int, metavar="N",
+                   help="fold regions longer than N characters, showing their head and tail (default 2000; 0: never)")
     p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
     p.set_defaults(run=_cmd_view)
     p = command("list", "list the built-in grammars and their aliases")
