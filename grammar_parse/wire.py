@@ -579,14 +579,14 @@ def parse_failure(error: GrammarParseError, call: str | None = None) -> ClientTe
     if isinstance(field, str) and field:  # (the grammar's own field names)
         parts.append(f"in the {field} region")
     if call is not None:
-        parts.append(f"of the call to {call}")
+        parts.append(f"in the call to {call}")
     line, column = getattr(error, "line", None), getattr(error, "column", None)
     position = getattr(error, "position", None)
     if isinstance(line, int) and isinstance(column, int):
         parts.append(f"starting at line {line}, column {column} of the output")
     elif isinstance(position, int) and position >= 0:  # (a streamed parse keeps offsets, not lines)
         parts.append(f"starting at character {position} of the output")
-    return ClientText(" ".join(parts))
+    return ClientText(", ".join(parts))
 
 
 class _ReadCall(Protocol):
