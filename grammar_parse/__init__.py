@@ -40,7 +40,7 @@ if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).p
 
 from .chat_template import ChatTemplate, load_chat_template, render_prompt
 from .compiler import compile_template
-from .detect import Detection, detect, load_model_grammar
+from .detect import Detection, DetectionWarning, detect, load_model_grammar
 from .errors import (
     AnchorWarning,
     ArgumentError,
@@ -66,6 +66,7 @@ __all__ = [
     "ChatTemplateError",
     "Correction",
     "Detection",
+    "DetectionWarning",
     "Event",
     "FinalizedError",
     "Grammar",

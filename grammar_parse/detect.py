@@ -8,13 +8,21 @@ single tokens), the grammar's number of aliases (the format's main grammar, whic
 share of its markers the template writes, and last by name. A template
 no grammar reads back is reported with the closest grammar and what differs; :func:`load_model_grammar`
 then derives one (grammar_parse.derive) and never guesses silently.
+
+A lone template file comes without the tokenizer config that holds its special tokens: the ones it reads
+(``bos_token``, ``eos_token``, ...) are given placeholders (:data:`PLACEHOLDER_TOKENS`), so it renders. A
+template that still renders no probe (it needs a variable such as firefunction-v2's ``functions``) cannot
+be checked; when the model's name matches a grammar, that grammar is chosen by name with a
+:class:`DetectionWarning` saying which variable to pass.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +35,31 @@ from .grammar import Grammar
 from .json_input import load_user_json
 from .library import list_grammars, load_grammar, normalise_name
 from .probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
-from .session import START_ANCHOR_LIMIT
+from .session import START_ANCHOR_LIMIT, _caller_level
 
 #: Template kwargs whose generation prompts are compared, to say where reasoning opens.
 THINKING_SWITCHES: tuple[Mapping[str, Any], ...] = (
     {}, {"enable_thinking": True}, {"enable_thinking": False}, {"thinking": True}, {"thinking": False},
 )
 _REASONING_READ = re.compile(r"""(?:\.|\[\s*['"]|\bget\(\s*['"])(reasoning_content|thinking|reasoning)\b""")
+
+#: Stand-ins for the special tokens a template reads when none came with it (the SentencePiece spellings,
+#: which the built-in grammars read after a turn as the probes expect).
+PLACEHOLDER_TOKENS: Mapping[str, str] = {
+    "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "<sep>", "pad_token": "<pad>",
+    "cls_token": "<cls>", "mask_token": "<mask>",
+}
+_SPECIAL_READ = re.compile(r"\b(" + "|".join(PLACEHOLDER_TOKENS) + r")\b")
+_UNDEFINED = re.compile(r"'(\w+)' is undefined")
+#: The shortest grammar name or alias a model's name must hold for a choice by name alone.
+_MIN_NAME_MATCH = 3
+
+
+class DetectionWarning(UserWarning):
+    """A grammar chosen by the model's name alone (code ``detect.by_name``): the chat template renders none
+    of the probe conversations, so no grammar could be checked against it."""
+
+    code = "detect.by_name"
 
 
 @dataclass(frozen=True)
@@ -88,6 +114,10 @@ class Detection:
     template: ChatTemplate = field(repr=False)
     #: Why the template rendered no probe at all (the first probe's error), when it did not.
     failure: str | None = None
+    #: Special tokens the template reads that came without values, and the placeholders rendered for them.
+    placeholders: Mapping[str, str] = field(default_factory=dict)
+    #: The template rendered no probe and ``grammar`` was chosen by the model's name alone (DetectionWarning).
+    by_name: bool = False
 
     @property
     def closest(self) -> Candidate | None:
@@ -95,18 +125,49 @@ class Detection:
 
     def explain(self) -> str:
         """A paragraph for an error or a log: what fits, or the closest grammar and what differs."""
+        tokens = ""
+        if self.placeholders:
+            tokens = ("; rendered with placeholder special tokens " +
+                      ", ".join(f"{k}={v!r}" for k, v in self.placeholders.items()) +
+                      " (none came with the template: give its tokenizer_config.json for the real ones)")
         if not self.renderings:
-            return f"the chat template renders none of the probe conversations ({self.failure})"
+            failed = f"the chat template renders none of the probe conversations ({self.failure}{_pass(self.failure)})"
+            if self.by_name and self.grammar is not None:
+                return f"{self.grammar}, chosen by the model's name alone: {failed}{tokens}"
+            return failed + tokens
         if self.grammar is not None:
             more = f" (as do {', '.join(self.alternatives)})" if self.alternatives else ""
             calls = "" if self.renders_calls else "; the template renders no tool calls, so only text was checked"
-            return f"{self.grammar} reads every probe rendering back{more}{calls}; reasoning {self.reasoning.describe()}"
+            return (f"{self.grammar} reads every probe rendering back{more}{calls}; reasoning "
+                    f"{self.reasoning.describe()}{tokens}")
         closest = self.closest
         assert closest is not None
         lines = [f"no built-in grammar reads this template's renderings back; the closest is {closest.name} "
-                 f"({closest.read} of {closest.of} probes):"]
+                 f"({closest.read} of {closest.of} probes){tokens}:"]
         lines += [f"  {probe}: {'; '.join(d)[:300]}" for probe, d in closest.differences.items()]
         return "\n".join(lines)
+
+
+def _pass(failure: str | None) -> str:
+    """What to do about a render failure that names an undefined variable."""
+    missing = _UNDEFINED.search(failure or "")
+    if missing is None:
+        return ""
+    return (f"; pass {missing[1]!r} in template_kwargs (--template-kwargs on the command line), or the "
+            "tokenizer_config.json that defines it")
+
+
+def _with_placeholders(template: ChatTemplate, given: Collection[str]) -> tuple[ChatTemplate, dict[str, str]]:
+    """``template`` with placeholders for the special tokens its source reads and nobody gave (neither its
+    tokenizer config nor ``given``, the template kwargs), and those placeholders."""
+    read = set(_SPECIAL_READ.findall(template.source + (template.tool_use or "")))
+    missing = {key: PLACEHOLDER_TOKENS[key] for key in PLACEHOLDER_TOKENS
+               if key in read and key not in template.special_tokens and key not in given}
+    if not missing:
+        return template, {}
+    filled = copy.copy(template)  # (the compiled template is shared: only the variables differ)
+    filled.special_tokens = {**template.special_tokens, **missing}
+    return filled, missing
 
 
 def _anchor_misses(rendering: Rendering, grammar: Grammar) -> bool:
@@ -206,12 +267,14 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
     'qwen3'
     """
     template, found_hints = _load(config_or_template)
+    template, placeholders = _with_placeholders(template, template_kwargs or {})
     hints = [*hints, *found_hints]
     renderings = tuple(render_probes(template, PROBES, **(template_kwargs or {})))
     library = list_grammars()  # (once: it copies the library's table)
     names = list(grammars) if grammars is not None else list(library)
     keys = reasoning_keys(template)
     ranked: list[tuple[tuple[float, ...], str, Candidate]] = []
+    named: list[tuple[int, str]] = []  # (how long a name of the grammar the model's names hold, grammar)
     for name in names:
         grammar = load_grammar(name)
         candidate = score(grammar, name, renderings)
@@ -219,21 +282,32 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
         rank = (-candidate.read, -_hint_score([name, *aliases], hints), -_reasoning_key_score(grammar, keys),
                 -_vocab_score(literals, vocab), -len(aliases), -_marker_share(literals, template.source))
         ranked.append((rank, name, candidate))
+        named.append((_hint_score([name, *aliases], hints), name))
     ranked.sort(key=lambda item: (item[0], item[1]))
     candidates = tuple(c for _, _, c in ranked)
     best = candidates[0] if candidates else None
     fits = best is not None and best.exact
     alternatives = tuple(c.name for c in candidates[1:] if fits and c.exact)
     chosen = best.name if fits and best is not None else None
-    mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings, template_kwargs)
     failure = None
     if not renderings:
         try:
             render_probe(template, PROBES[0], **(template_kwargs or {}))
         except ChatTemplateError as exc:
             failure = exc.detail
+    by_name = False
+    if not renderings and named:
+        # Nothing to check a grammar against: the model's name is all there is, and it is said.
+        length, name = max(named, key=lambda item: (item[0], -names.index(item[1])))
+        if length >= _MIN_NAME_MATCH:
+            chosen, by_name = name, True
+            warnings.warn(DetectionWarning(
+                f"the chat template renders none of the probe conversations ({failure}"
+                f"{_pass(failure)}), so grammar {name} was chosen by the model's name alone, unchecked."),
+                stacklevel=_caller_level())
+    mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings, template_kwargs)
     return Detection(chosen, candidates, alternatives, mode, any(r.calls_rendered for r in renderings),
-                     renderings, template, failure)
+                     renderings, template, failure, placeholders, by_name)
 
 
 def _load(source: Any) -> tuple[ChatTemplate, list[str]]:
@@ -289,4 +363,5 @@ def load_model_grammar(source: Any, *, vocab: Collection[str] | None = None, hin
     return grammar
 
 
-__all__ = ["Candidate", "Detection", "ReasoningMode", "detect", "load_model_grammar", "reasoning_keys"]
+__all__ = ["PLACEHOLDER_TOKENS", "Candidate", "Detection", "DetectionWarning", "ReasoningMode", "detect",
+           "load_model_grammar", "reasoning_keys"]

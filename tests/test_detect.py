@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -56,12 +57,18 @@ FAMILY = {
     "meta-llama-Llama-3.1-8B-Instruct": "llama3_json", "meta-llama-Llama-3.2-3B-Instruct": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct": "llama3_json", "muse-glimmer": "muse_glimmer",
     "openai-gpt-oss-120b": "gpt_oss", "openbmb-MiniCPM5-1B": "minicpm5", "poolside-Laguna-S-2.1": "poolside_v1",
+    "llama-cpp-deepseek-r1": "deepseek_r1",  # (by name: see BY_NAME)
     "poolside-Laguna-XS-2.1": "poolside_v1", "poolside-Laguna-XS.2": "poolside_v1", "tencent-Hy3": "hunyuan_v3",
 }
 
 #: Templates whose family has a grammar that does not read them back: the closest grammar, and why.
-MISSES = {
-    "llama-cpp-deepseek-r1": ("deepseek_r1", "renders none"),  # tojson on a generator: transformers raises too
+MISSES: dict[str, tuple[str, str]] = {}
+
+#: Templates that render no probe at all (a variable they need is not given, or they fail as transformers does),
+#: whose grammar is chosen by the model's name alone, with a DetectionWarning: the name, and what the explanation
+#: says of the failure.
+BY_NAME = {
+    "llama-cpp-deepseek-r1": "generator",  # tojson on a generator: transformers raises too
 }
 
 #: Templates of families without a built-in grammar: what detect says of them.
@@ -91,7 +98,9 @@ _detections: dict[str, gp.Detection] = {}
 
 def detection(name: str) -> gp.Detection:
     if name not in _detections:
-        _detections[name] = gp.detect(template(name), hints=[name], template_kwargs=TEMPLATE_KWARGS.get(name))
+        with warnings.catch_warnings():  # (a template chosen by name says so: test_by_path checks the warning)
+            warnings.simplefilter("ignore", gp.DetectionWarning)
+            _detections[name] = gp.detect(template(name), hints=[name], template_kwargs=TEMPLATE_KWARGS.get(name))
     return _detections[name]
 
 
@@ -99,6 +108,7 @@ def test_every_vendored_template_is_classified():
     vendored = {p.stem for p in TEMPLATES.glob("*.jinja")}
     assert vendored == FAMILY.keys() | MISSES.keys() | NO_FAMILY.keys()
     assert not (FAMILY.keys() & MISSES.keys()) and not (FAMILY.keys() & NO_FAMILY.keys())
+    assert BY_NAME.keys() <= FAMILY.keys()
     assert set(FAMILY.values()) | {g for g, _ in MISSES.values()} <= set(gp.list_grammars())
 
 
@@ -106,8 +116,71 @@ def test_every_vendored_template_is_classified():
 def test_detect_names_the_family_grammar(name):
     found = detection(name)
     assert found.grammar == FAMILY[name], found.explain()
+    if name in BY_NAME:
+        assert found.by_name and not found.renderings and BY_NAME[name] in found.explain()
+        return
     closest = found.closest
     assert closest is not None and closest.exact and closest.differences == {}
+
+
+# ---------------------------------------------------------------------------- a lone template file, by path
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_by_path_a_lone_template_names_its_family(name):
+    """As a user runs `grammar-parse detect x.jinja`: no tokenizer config beside it (so no special tokens) and
+    no template kwargs. A template that reads bos_token / eos_token is rendered with placeholders and read
+    back; one that needs another variable (firefunction-v2's `functions`) is named by its file name, with a
+    DetectionWarning that says which variable to pass. Before, 57 of these 62 gave no grammar."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = gp.detect(str(TEMPLATES / f"{name}.jinja"))
+    assert found.grammar == FAMILY[name], found.explain()
+    said = [w.message for w in caught if issubclass(w.category, gp.DetectionWarning)]
+    if found.by_name:
+        assert len(said) == 1 and said[0].code == "detect.by_name" and found.grammar in str(said[0])
+        assert found.grammar in found.explain() and "name" in found.explain()
+    else:
+        assert not said
+        closest = found.closest
+        assert closest is not None and closest.exact
+
+
+READS_SPECIAL_TOKENS = {  # (read from each template's source: the variables it uses)
+    "mistralai-Mistral-Nemo-Instruct-2407": {"bos_token", "eos_token"},
+    "meetkai-functionary-medium-v3.1": {"bos_token"},
+    "unsloth-Apriel-1.5": {"bos_token", "eos_token"},
+    "Qwen-Qwen3-0.6B": set(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READS_SPECIAL_TOKENS))
+def test_placeholders_fill_only_the_special_tokens_a_template_reads_and_lacks(name):
+    source = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+    assert {t for t in ("bos_token", "eos_token") if t in source} == READS_SPECIAL_TOKENS[name]  # (the table's premise)
+    found = gp.detect(str(TEMPLATES / f"{name}.jinja"))
+    assert set(found.placeholders) == READS_SPECIAL_TOKENS[name]
+    assert all(token in found.explain() for token in found.placeholders)
+    given = gp.detect(gp.ChatTemplate(source, special_tokens=TOKENS))  # (given tokens are never replaced)
+    assert not given.placeholders and given.grammar == FAMILY[name]
+
+
+def test_by_name_the_warning_names_the_variable_to_pass():
+    path = TEMPLATES / "fireworks-ai-llama-3-firefunction-v2.jinja"
+    with pytest.warns(gp.DetectionWarning, match=r"'functions'.*template_kwargs") as caught:
+        found = gp.detect(str(path))
+    assert found.grammar == "firefunction_v2" and found.by_name and caught[0].message.code == "detect.by_name"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        given = gp.detect(str(path), template_kwargs=TEMPLATE_KWARGS["fireworks-ai-llama-3-firefunction-v2"])
+    assert given.grammar == "firefunction_v2" and not given.by_name and given.closest.exact
+
+
+def test_a_template_that_renders_nothing_and_matches_no_name_stays_unnamed(tmp_path):
+    lone = tmp_path / "some-model.jinja"
+    lone.write_text("{{ raise_exception('no') }}", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = gp.detect(str(lone))
+    assert found.grammar is None and not found.by_name
 
 
 @pytest.mark.parametrize("name", sorted(MISSES))
