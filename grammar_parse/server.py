@@ -55,12 +55,15 @@ LMSP requests take ``input`` as a plain string too (one user message), and each 
 
 Hardening (the defaults of :class:`Limits`): bodies of at most 4 MiB (a declared ``Content-Length`` above
 it is refused before anything is read, a chunked body as soon as it passes it), read within 10 s of the
-headers (408 after), JSON of at most 64 levels of nesting and integers of at most 32 digits (NaN and
-Infinity refused), at most 1024 input items or messages (after a ``previous_response_id`` chain is
-merged) and 128 tools. Request validation and prompt rendering run in worker threads, so one large
-request does not hold up the others. Stored responses (:class:`ResponseStore`) are bounded in number
-(oldest evicted first) and time. The bearer token is compared in constant time. At most 512 requests are
-served at once (503 ``overloaded`` with ``Retry-After`` beyond). Under :func:`serve`, a request's head
+headers (408 after), JSON of at most 64 levels of nesting and integers of at most 32 digits (NaN,
+Infinity and numbers too large for a double refused, by path), sampling fields and token limits in
+their ranges (:data:`NUMERIC_FIELDS`), at most 1024 input items or messages (after a
+``previous_response_id`` chain is merged) and 128 tools; a lone surrogate in a string becomes U+FFFD.
+Request validation and prompt rendering run in worker threads, so one large request does not hold up
+the others. Stored responses (:mod:`grammar_parse.store`: in memory, or Redis for replicas) are bounded
+in number, bytes (oldest evicted first) and time. The bearer token is compared in constant time. At most
+512 requests are served at once (503 ``overloaded`` with ``Retry-After`` beyond), and a response whose
+client does not read is given up after one write has waited 30 s (its generation closed). Under :func:`serve`, a request's head
 must arrive within 10 s and be at most 64 KiB, idle keep-alive connections are closed after 5 s, and at
 most 2048 connections are open (see :func:`uvicorn_config`). A client that goes away stops
 its generation, streaming or not. A backend that fails mid-generation ends the response cleanly:
@@ -209,7 +212,8 @@ def chatml_prompt(items: list[dict[str, Any]], anchor: str = "<|im_start|>assist
 # ---------------------------------------------------------------------------- limits, problems, the store
 @dataclass(frozen=True)
 class Limits:
-    """What one request may hold, and how long its body may take to arrive."""
+    """What one request may hold, how long its body may take to arrive, and how long a response may wait
+    on a client that does not read."""
 
     max_body: int = 4 * 1024 * 1024  # bytes
     body_timeout: float = 10.0  # seconds from the first read of the body to its end
@@ -1482,6 +1486,6 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-__all__ = ["CHAT_REQUEST_SCHEMA", "Generation", "LMSPApp", "Limits", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
+__all__ = ["CHAT_REQUEST_SCHEMA", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
            "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "random_ids", "read_json",
-           "serve", "template_tools", "tokens", "uvicorn_config"]
+           "serve", "template_tools", "tokens", "uvicorn_config", "well_formed"]

@@ -25,7 +25,8 @@ user message (they reach the upstream in the rendered prompt):
   error that quoted it would show); ``binary`` an event that is not UTF-8; ``longline`` an event line
   that never ends (17 MiB); ``error`` sends an error object in the stream, as vLLM does;
   ``eof`` ends a close-delimited body cleanly with no finish_reason and no ``[DONE]``; ``flood`` ignores
-  ``max_tokens`` and sends the sample's chunks over and over until the client leaves (a lying upstream);
+  ``max_tokens`` and sends the sample's chunks over and over until the client leaves (a lying upstream;
+  ``flood=N``: chunks of N characters of words instead);
   ``noblank`` sends completions chunks as ``data:`` lines with no blank line between them, for ever.
 
 ``GET /_stats`` counts requests, streams in progress, open connections and client disconnects, and gives
@@ -320,13 +321,16 @@ class UpstreamServer:
                     break
         elif plan.fault in ("flood", "noblank"):  # (for ever, until the client leaves)
             text = self.samples.get(plan.sample or "default", "") or "x"
+            if plan.fault == "flood" and plan.status != 500:  # (flood=N)
+                text = ("word " * plan.status)[:plan.status]
             payload = json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": None}]}).encode()
             frame = event(payload) if plan.fault == "flood" else b"data: " + payload + plan.line_end
+            repeat = max(1, 4096 // len(frame))  # (about 4 KiB a write)
             while not gone.is_set():
-                if not await send(frame * 64):
+                if not await send(frame * repeat):
                     break
-                record["sent"] += 64
-                record["chars"] += 64 * len(text)
+                record["sent"] += repeat
+                record["chars"] += repeat * len(text)
                 await asyncio.sleep(0)
         elif plan.fault == "error":
             await send(event({"error": {"message": "injected mid-stream failure", "type": "InternalError",
@@ -364,15 +368,17 @@ async def outlive(lifetime: float) -> None:
         await asyncio.sleep(0.5)
 
 
-async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime: float) -> None:
+async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime: float,
+                        send_timeout: float = 30.0) -> None:
     """An LMSP app with an UpstreamBackend on ``upstream``, served as serve() serves it on 127.0.0.1, with
     ``GET /_gateway`` answering what the tests count: tasks, connections, stored responses, RSS, CPU."""
     import uvicorn
 
     from grammar_parse.backends import UpstreamBackend
-    from grammar_parse.server import LMSPApp, uvicorn_config
+    from grammar_parse.server import Limits, LMSPApp, uvicorn_config
 
-    app = LMSPApp(grammar="qwen3", backend=UpstreamBackend(upstream, read_timeout=read_timeout))
+    app = LMSPApp(grammar="qwen3", backend=UpstreamBackend(upstream, read_timeout=read_timeout),
+                  limits=Limits(send_timeout=send_timeout))
     logging.getLogger("grammar_parse.server").setLevel(logging.ERROR)  # (the tests' upstream faults are expected)
     server: Any = None
 
@@ -382,6 +388,7 @@ async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime:
             return
         figures = {"tasks": len(asyncio.all_tasks()) - 1, "connections": len(server.server_state.connections),
                    "stored": len(app.store), "store_bound": getattr(app.store, "max_entries", None),
+                   "in_progress": app.in_progress,
                    "rss_mib": rss_mib(), "cpu": time.process_time(), "cpu_user": os.times().user,
                    "cpu_system": os.times().system}
         data = json.dumps(figures).encode()
@@ -425,10 +432,11 @@ def main() -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--gateway", metavar="URL", help="serve the LMSP gateway in front of this upstream instead")
     parser.add_argument("--read-timeout", type=float, default=10.0, help="the gateway's upstream read timeout")
+    parser.add_argument("--send-timeout", type=float, default=30.0, help="the gateway's Limits.send_timeout")
     parser.add_argument("--lifetime", type=float, default=300.0, help="seconds before the process exits")
     args = parser.parse_args()
     if args.gateway:
-        asyncio.run(serve_gateway(args.gateway, args.port, args.read_timeout, args.lifetime))
+        asyncio.run(serve_gateway(args.gateway, args.port, args.read_timeout, args.lifetime, args.send_timeout))
         return
     if not args.samples:
         parser.error("--samples is needed (or --gateway)")
@@ -514,8 +522,10 @@ class GatewayProcess(Loopback):
     """The LMSP gateway in front of an upstream, as its own process (its own interpreter: load on it is
     not slowed by the test's client, nor its CPU mixed with the client's); ``url`` is its root."""
 
-    def __init__(self, upstream: str, *, read_timeout: float = 10.0, lifetime: float = 300.0) -> None:
-        super().__init__(["--gateway", upstream, "--read-timeout", str(read_timeout), "--lifetime", str(lifetime)])
+    def __init__(self, upstream: str, *, read_timeout: float = 10.0, lifetime: float = 300.0,
+                 send_timeout: float = 30.0) -> None:
+        super().__init__(["--gateway", upstream, "--read-timeout", str(read_timeout), "--lifetime", str(lifetime),
+                          "--send-timeout", str(send_timeout)])
 
     def __enter__(self) -> GatewayProcess:
         super().__enter__()
@@ -523,7 +533,8 @@ class GatewayProcess(Loopback):
         return self
 
     def figures(self) -> dict[str, Any]:
-        """Tasks in its loop, open client connections, stored responses (and the store's bound), RSS, CPU
+        """Tasks in its loop, open client connections, requests in progress, stored responses (and the
+        store's bound), RSS, CPU
         (``cpu`` its process time; ``cpu_user`` and ``cpu_system`` the two parts of it)."""
         result: dict[str, Any] = self.control.get("/_gateway").json()
         return result

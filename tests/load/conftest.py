@@ -19,11 +19,13 @@ def upstream() -> Iterator[Upstream]:
 
 @pytest.fixture()
 def gateway(upstream) -> Iterator[Callable[..., GatewayProcess]]:
-    """``gateway(read_timeout=...)``: an LMSP gateway process with an UpstreamBackend on the upstream."""
+    """``gateway(read_timeout=..., send_timeout=...)``: an LMSP gateway process with an UpstreamBackend on
+    the upstream."""
     opened: list[GatewayProcess] = []
 
-    def make(read_timeout: float = 10.0) -> GatewayProcess:
-        served = GatewayProcess(upstream.url, read_timeout=read_timeout, lifetime=600).__enter__()
+    def make(read_timeout: float = 10.0, send_timeout: float = 30.0) -> GatewayProcess:
+        served = GatewayProcess(upstream.url, read_timeout=read_timeout, lifetime=600,
+                                send_timeout=send_timeout).__enter__()
         opened.append(served)
         return served
 

@@ -6,7 +6,12 @@ all return to where they were."""
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import time
 from typing import Any
+
+import httpx
 
 from test_upstream import SAMPLES, TOOLS, bare, events, one_shot
 from traffic import client, run, settle, stream, user
@@ -140,3 +145,37 @@ def test_10000_stored_responses_stay_bounded(gateway, upstream):
     print("\nRSS growth (MiB) after n stored: " + ", ".join(f"{n:,}: {mib:.1f}" for n, mib in figures.items())
           + f" (store bound {bound:,})")
     assert served.figures()["stored"] == bound < 10_000
+
+
+def test_520_clients_that_never_read_free_every_slot_within_the_send_timeout(gateway, upstream):
+    """520 streaming clients that send a request and never read (more than the 512 request slots): each
+    response is given up once a write has waited the send timeout, its upstream stream is closed, and
+    the gateway serves again. (Before the send timeout they held every slot, and an upstream generation
+    each, for as long as they stayed connected.)"""
+    served = gateway(send_timeout=2.0)
+    port = int(served.url.rsplit(":", 1)[1])
+    body = json.dumps({"model": "qwen3", "input": [user("[[fault:flood=16384]]")], "stream": True}).encode()
+    head = (b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    sockets = []
+    try:
+        for _ in range(520):
+            stalled = socket.socket()
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.connect(("127.0.0.1", port))
+            stalled.sendall(head + body)
+            sockets.append(stalled)
+        busy = settle(served.figures, lambda f: f["in_progress"] >= 500, wait=30)
+        assert busy["in_progress"] >= 500
+        started = time.monotonic()
+        freed = settle(served.figures, lambda f: f["in_progress"] == 0, wait=120)
+        assert freed["in_progress"] == 0, f"{freed['in_progress']} requests still held"
+        took = time.monotonic() - started
+        after = settle(upstream.stats, lambda s: s["active"] == 0, wait=30)
+        assert after["active"] == 0  # (every upstream stream was closed)
+        answer = httpx.post(f"{served.url}/lmsp/v1/responses", timeout=30,
+                            json={"model": "qwen3", "input": [user("[[sample:answer]]")]})
+        assert answer.status_code == 200, (answer.status_code, took)
+    finally:
+        for stalled in sockets:
+            stalled.close()
