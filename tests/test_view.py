@@ -618,3 +618,27 @@ def test_the_prompts_prefilled_part_is_shown_apart_and_labelled(golden):
     else:
         assert "prefill" not in page.ids
     assert "".join(t for _, t in page.spans("output")) == golden.text
+
+
+def test_a_hostile_output_with_thousands_of_problems_costs_about_its_parse():
+    """2,500 broken calls: 2,500 parse errors and 7,500 spans. The page costs a small multiple of the parse
+    itself, about 2 (each span was checked against every error: 4.3 s of view over a 0.3 s parse), and
+    the summary lists MAX_SUMMARY of them, then counts the rest."""
+    import time
+
+    from grammar_parse.view import MAX_SUMMARY
+
+    text = "<tool_call>{bad</tool_call>x" * 2500 + "<|im_end|>junk"
+    started = time.perf_counter()
+    parser = gp.ResponseParser("qwen3", "", strict=False, trace=True)
+    parser.feed(text)
+    parser.finalize()
+    parse = time.perf_counter() - started
+    started = time.perf_counter()
+    page_html = to_html(text, "qwen3")
+    view = time.perf_counter() - started
+    assert view < 4 * parse + 0.2
+    page = Page()
+    page.feed(page_html)
+    assert len(page.links) == MAX_SUMMARY and "2,301 more, marked in the output" in page_html  # (2,500 + junk)
+    assert "".join(t for _, t in page.spans("output")) == text
