@@ -12,7 +12,9 @@ grammar_parse.errors.ArgumentError: `text` should be a str, but got bytes (b'Hel
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentError
@@ -99,10 +101,20 @@ def messages_problem(value: Any, name: str = "messages") -> ArgumentError:
                          code="usage.argument", hint=hint)
 
 
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning name the first line outside grammar_parse, the user's call
+    however deep inside the package it was raised (Python 3.12's ``skip_file_prefixes``, for 3.10)."""
+    package = str(Path(__file__).resolve().parent)
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def is_pathlike(value: Any) -> bool:
     """A str or an ``os.PathLike`` (what a path argument may be)."""
     return isinstance(value, (str, os.PathLike))
 
 
-__all__ = ["expect_text", "grammar_problem", "is_pathlike", "messages_problem", "template_source_problem",
+__all__ = ["caller_stacklevel", "expect_text", "grammar_problem", "is_pathlike", "messages_problem", "template_source_problem",
            "text_problem"]

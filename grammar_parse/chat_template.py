@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .arguments import expect_text, messages_problem, template_source_problem
 from .errors import ChatTemplateError
-from .json_input import JSONDepthError, load_user_json
+from .json_input import JSONLimitError, load_user_json
 from .symbols import REASONING_FIELDS
 
 if TYPE_CHECKING:
@@ -293,8 +293,8 @@ def _read_json(path: Path) -> Mapping[str, Any]:
     except json.JSONDecodeError as exc:
         raise ChatTemplateError(f"is not valid JSON: {exc}", code="chat_template.file", origin=str(path),
                                 hint="Fix the JSON (or pass the template itself).") from None
-    except JSONDepthError as exc:
-        raise ChatTemplateError(f"nests too deeply to read: {exc}", code="chat_template.file", origin=str(path),
+    except JSONLimitError as exc:
+        raise ChatTemplateError(f"cannot be read: {exc}", code="chat_template.file", origin=str(path),
                                 hint="A tokenizer config nests a few levels; this file is not one.") from None
     if not isinstance(value, dict):
         raise ChatTemplateError(f"holds a JSON {type(value).__name__}, not an object", code="chat_template.file",

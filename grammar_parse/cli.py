@@ -26,7 +26,7 @@ from .chat_template import load_chat_template, render_prompt
 from .detect import detect
 from .errors import GrammarError, GrammarParseError, ParseError
 from .grammar import Grammar
-from .json_input import JSONDepthError, load_user_json
+from .json_input import JSONLimitError, load_user_json
 from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from .session import ResponseParser
 
@@ -99,8 +99,8 @@ def _read_json(path: str, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise CommandLineError(f"the {what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
                                code="usage.json", hint="Fix the JSON.") from None
-    except JSONDepthError as e:
-        raise CommandLineError(f"the {what} {path} nests too deeply to read ({e}).", code="usage.json",
+    except JSONLimitError as e:
+        raise CommandLineError(f"the {what} {path} cannot be read: {e}.", code="usage.json",
                                hint="Flatten the JSON.") from None
 
 
@@ -160,8 +160,8 @@ def _json_object(text: str, option: str, example: str = '{"skip_special_tokens":
     except json.JSONDecodeError as e:
         raise CommandLineError(f"{option} is not valid JSON: {e.msg}.", code="usage.json",
                                hint=f"Give a JSON object, e.g. '{example}'.") from None
-    except JSONDepthError as e:
-        raise CommandLineError(f"{option} nests too deeply to read ({e}).", code="usage.json",
+    except JSONLimitError as e:
+        raise CommandLineError(f"{option} cannot be read: {e}.", code="usage.json",
                                hint=f"Give a JSON object, e.g. '{example}'.") from None
     if not isinstance(value, dict):
         raise CommandLineError(f"{option} is not a JSON object.", code="usage.json",

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .arguments import template_source_problem
+from .arguments import caller_stacklevel, template_source_problem
 from .chat_template import ChatTemplate
 from .errors import ChatTemplateError, GrammarError
 from .grammar import Grammar
 from .json_input import load_user_json
 from .library import list_grammars, load_grammar, normalise_name
 from .probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
-from .session import START_ANCHOR_LIMIT, _caller_level
+from .session import START_ANCHOR_LIMIT
 
 #: Template kwargs whose generation prompts are compared, to say where reasoning opens.
 THINKING_SWITCHES: tuple[Mapping[str, Any], ...] = (
@@ -304,7 +304,7 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
             warnings.warn(DetectionWarning(
                 f"the chat template renders none of the probe conversations ({failure}"
                 f"{_pass(failure)}), so grammar {name} was chosen by the model's name alone, unchecked."),
-                stacklevel=_caller_level())
+                stacklevel=caller_stacklevel())
     mode = reasoning_mode(template, load_grammar(chosen) if chosen else None, renderings, template_kwargs)
     return Detection(chosen, candidates, alternatives, mode, any(r.calls_rendered for r in renderings),
                      renderings, template, failure, placeholders, by_name)
@@ -328,7 +328,7 @@ def _load(source: Any) -> tuple[ChatTemplate, list[str]]:
         if config.is_file():
             try:
                 data = load_user_json(config.read_text(encoding="utf-8"))
-            except (OSError, ValueError):  # (JSONDepthError too: only names are read from it)
+            except (OSError, ValueError):  # (JSONLimitError too: only names are read from it)
                 data = {}
             if isinstance(data, dict):
                 hints += [str(data.get("model_type") or ""), *map(str, data.get("architectures") or [])]

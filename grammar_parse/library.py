@@ -22,7 +22,7 @@ from .arguments import grammar_problem
 from .compiler import compile_template
 from .errors import GrammarError, TemplateError
 from .grammar import DIRECTIVE, Grammar, build_grammar
-from .json_input import JSONDepthError, load_user_json
+from .json_input import JSONLimitError, load_user_json
 
 #: Keys that mark a JSON document as a tokenizer config (or chat_template.json) rather than a template.
 TOKENIZER_CONFIG_KEYS = frozenset({
@@ -137,8 +137,8 @@ def _model_dir(path: Path) -> Grammar:
     if config.is_file():
         try:
             data = load_user_json(config.read_text(encoding="utf-8"))
-        except JSONDepthError:
-            raise GrammarError("the JSON nests too deeply to read.", code="grammar.syntax", source=str(config),
+        except JSONLimitError as e:
+            raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=str(config),
                                hint="A tokenizer config nests only a few levels.") from None
         except (OSError, ValueError):
             data = None
@@ -206,8 +206,8 @@ def _read_file(path: Path) -> Grammar:
     except json.JSONDecodeError as e:
         raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=str(path),
                            line=e.lineno, column=e.colno) from None
-    except JSONDepthError as e:
-        raise GrammarError(f"the JSON nests too deeply to read ({e}).", code="grammar.syntax", source=str(path),
+    except JSONLimitError as e:
+        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=str(path),
                            hint="Templates need only a few levels of nesting.") from None
     return grammar_from_json(data, name=path.stem, source=str(path))
 

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Lowest layer first. ``grammar_parse`` is the package's facade (``__init__``); compat is a plug-in above
 #: the engine that imports only the engine's lower layers or its facade.
 PIPELINE = [
-    "errors", "events",                                            # what every stage reports
+    "errors", "events", "arguments",                               # what every stage reports; argument checks
     "regex_safety", "linear_regex", "regex_shape", "delimiters",   # regexes: refusal, linear matching, shape, matchers
-    "values", "tools", "wire",                                     # content parsers, argument typing, wire JSON
+    "values", "json_input", "tools", "wire",                       # content parsers, users' JSON, argument typing,
+                                                                   # wire JSON
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "drafts", "session",       # the parser
