@@ -28,7 +28,7 @@ class StoredResponse(NamedTuple):
 
     response: dict[str, Any]
     conversation: list[dict[str, Any]]
-    expires: float  # (the store's clock: monotonic seconds in memory, Redis's own clock there)
+    expires: float  # (when it expires, in this process's time.monotonic() seconds, or the store's clock)
 
 
 @runtime_checkable
@@ -165,11 +165,12 @@ class RedisResponseStore:
 
     async def aget(self, response_id: str) -> StoredResponse | None:
         """The entry, or None if it was never kept, was evicted, or has expired."""
-        value = await self.client.get(self.prefix + response_id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            value, left_ms = await pipe.get(self.prefix + response_id).pttl(self.prefix + response_id).execute()
         if value is None:
             return None
         response, conversation = await asyncio.to_thread(json.loads, value)
-        return StoredResponse(response, conversation, float("nan"))
+        return StoredResponse(response, conversation, time.monotonic() + max(0, left_ms) / 1000)
 
     async def aput(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         """Keep a response (evicting the oldest beyond the bounds), in one atomic script."""

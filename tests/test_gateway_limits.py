@@ -79,19 +79,24 @@ def endless(closed: list[bool]) -> CallableBackend:
     return CallableBackend(model)
 
 
-def test_a_client_that_never_reads_frees_its_slot_within_the_send_timeout():
+STALLED = [("/lmsp/v1/responses", {"input": [user("Hi")]}),
+           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})]
+
+
+@pytest.mark.parametrize("path, fields", STALLED, ids=["lmsp", "chat"])
+def test_a_client_that_never_reads_frees_its_slot_within_the_send_timeout(path, fields):
     """Over a real connection: a streaming client that reads nothing holds the only request slot until
     the send timeout, then its generation is closed and the slot serves the next client."""
     closed: list[bool] = []
     app = LMSPApp(backend=endless(closed), limits=Limits(max_concurrent=1, send_timeout=0.5))
-    body = json.dumps({"model": "qwen3", "input": [user("Hi")], "stream": True}).encode()
+    body = json.dumps({"model": "qwen3", **fields, "stream": True}).encode()
     with Gateway(app) as url:
         port = int(url.rsplit(":", 1)[1])
         stalled = socket.socket()
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (small buffers fill sooner)
         stalled.connect(("127.0.0.1", port))
-        stalled.sendall(b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        stalled.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
         try:
             deadline = time.monotonic() + 3
             while app.in_progress == 0 and time.monotonic() < deadline:

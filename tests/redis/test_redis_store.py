@@ -187,3 +187,18 @@ def test_the_gateway_bounds_a_chain_of_stored_responses(url):
         ids.append(previous := response["id"])
     found = [call(app, f"/lmsp/v1/responses/{i}", None)[0] for i in ids]
     assert found[-1] == 200 and found[0] == 404
+
+
+def test_an_entry_says_when_it_expires(url):
+    put(RedisResponseStore(url, ttl=60), entry(0, 10))
+
+    async def look() -> float:
+        store = RedisResponseStore(url)
+        try:
+            found = await store.aget("resp_0")
+            assert found is not None
+            return found.expires - time.monotonic()
+        finally:
+            await store.aclose()
+
+    assert 55 < asyncio.run(look()) <= 60
