@@ -106,6 +106,20 @@ class _Format:
     bare: str | None = None
     bare_plan: CallPlan | None = None
     bare_texts: tuple[str, ...] = ()  # the bare call's shortest text, which xgrammar's free text excludes
+    # Other call regions offered beside this one, and at the answer's start only (constrain.forms).
+    extras: tuple[_Format, ...] = ()
+    starts: tuple[_Format, ...] = ()
+
+    @property
+    def start_heads(self) -> tuple[str, ...]:
+        """Regexes of what the calls offered only at the answer's start begin with."""
+        return tuple([*([self.bare] if self.bare is not None else []),
+                      *(escape(t) for start in self.starts for t in start.trigger)])
+
+    @property
+    def start_texts(self) -> tuple[str, ...]:
+        """Their shortest texts (xgrammar, which cannot exclude a regex, keeps these out of free text)."""
+        return (*self.bare_texts, *(t for start in self.starts for t in start.trigger))
 
     @property
     def forms(self) -> tuple[Delim, ...]:
@@ -118,7 +132,8 @@ class _Format:
         if self.wrapper is not None:
             begin = self.wrapper[0]
             return begin.literals or (begin.lead(),)
-        return tuple(dict.fromkeys(form.lead() for form in self.forms))
+        return tuple(dict.fromkeys([*(form.lead() for form in self.forms),
+                                    *(t for extra in self.extras for t in extra.trigger)]))
 
 
 def _rules(grammar: Grammar) -> dict[str, list[list[str]]]:
@@ -173,9 +188,21 @@ def _call_format(grammar: Grammar) -> _Format:
     wrapper, separator = _wrapper(grammar, rules, region, region_rules)
     reasoning, in_reasoning = _reasoning(grammar, rules, region)
     fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region, alike)
-    other = forms.others(grammar, region, offered, fmt.trigger, wrapper is not None)
-    fmt = replace(fmt, forbidden=other.forbidden, forbidden_rx=other.forbidden_rx, bare=other.bare,
-                  bare_plan=other.bare_plan, bare_texts=other.bare_texts)
+    other = forms.others(grammar, region, offered, fmt.trigger, wrapper is not None, SUPPORTED_PAYLOADS)
+    extras: list[_Format] = []
+    starts: list[_Format] = []
+    forbidden = list(other.forbidden)
+    for found, kept in ((other.extras, extras), (other.starts, starts)):
+        for r, o, c in found:
+            try:
+                one = _Format(None, False, None, None, delim_of(o), delim_of(c), plan_for(r), grammar, r)
+                _own_tags(one, [("f", {"type": "object"})], True)
+                kept.append(one)
+            except Unsupported:
+                # (a form no constraint writes: made impossible)
+                forbidden.extend(o.matcher.literals if isinstance(o.matcher, LiteralMatcher) else ())
+    fmt = replace(fmt, forbidden=tuple(forbidden), forbidden_rx=other.forbidden_rx, bare=other.bare,
+                  bare_plan=other.bare_plan, bare_texts=other.bare_texts, extras=tuple(extras), starts=tuple(starts))
     if not all(fmt.trigger):
         raise _unsupported(grammar, "its calls start with no literal text to trigger them (a zero-width opener, "
                            "or a message header whose recipient names the tool, as in Beam's and Muse's channels, "
@@ -424,12 +451,12 @@ def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, pa
         answer = "ANSWER"
         out.append(f"ANSWER: /(?s:.*)/ & ~/(?:{'|'.join(shut)})(?s:.*)/")
     out.append(f"NOTRIG: {answer} & ~/(?s:.*){trigger}(?s:.*)/")
-    bare = _bare_block(fmt, allowed, parallel_tool_calls) if mode != "none" else None
-    if fmt.bare is not None:
+    bare = _bare_block(fmt, allowed, parallel_tool_calls) if mode != "none" else []
+    if fmt.start_heads:
         # The answer's first text may not start as a bare call: that is the bare call's lexeme.
-        out.append(f"OPENTEXT: {answer} & ~/{WS}(?:{fmt.bare})(?s:.*)/")
+        out.append(f"OPENTEXT: {answer} & ~/{WS}(?:{'|'.join(fmt.start_heads)})(?s:.*)/")
         out.append("OPENNOTRIG: OPENTEXT & NOTRIG")
-    opentext = "OPENTEXT" if fmt.bare is not None else answer
+    opentext = "OPENTEXT" if fmt.start_heads else answer
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
@@ -473,17 +500,19 @@ def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, pa
             raise _unsupported(grammar, str(e)) from None
     free, free0 = _passing(out, grammar, fmt, tokens, "body0" in starts)
     first_free = free
-    if fmt.bare is not None:
+    if fmt.start_heads:
         first_free = "OPENNOTRIG" if free == "NOTRIG" else "freeb"
         if first_free == "freeb":
             out.append("freeb: OPENNOTRIG passing*")
-    if bare is not None:
-        try:
-            out.append("bare_head[lazy]: " + lark_regex(f"{WS}(?:{bare[0]})"))
-            out.append("bare_call: bare_head " + writer.expression(bare[1]))
-        except Unsupported as e:
-            raise _unsupported(grammar, str(e)) from None
-    calls = _Calls(heads, "bare_call" if bare is not None else None, answer)
+    try:
+        for k, (head, rest) in enumerate(bare):
+            out.append(f"bare_head_{k}[lazy]: " + lark_regex(f"{WS}(?:{head})"))
+        if bare:
+            out.append("bare_call: " + " | ".join(f"bare_head_{k} {writer.expression(rest)}"
+                                                   for k, (_head, rest) in enumerate(bare)))
+    except Unsupported as e:
+        raise _unsupported(grammar, str(e)) from None
+    calls = _Calls(heads, "bare_call" if bare else None, answer)
     _lark_body(out, "body", opentext, first_free, mode, parallel_tool_calls, calls, free)
     if "body0" in starts:
         _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, calls, free)
@@ -717,7 +746,7 @@ def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any
     # regex: the call forms not offered are kept out by their literal heads, a bare call's by its shortest
     # text (grammar_parse.constrain.forms).
     shut = list(fmt.reasoning.opens) if fmt.reasoning is not None and state == "start" else []
-    shut += [*fmt.forbidden, *fmt.bare_texts]
+    shut += [*fmt.forbidden, *fmt.start_texts]
     no_call = {"type": "any_text", "excludes": [*fmt.trigger, *shut]}
     if mode == "none":
         elements.append(no_call)
@@ -744,20 +773,25 @@ def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any
             elements.append(no_call)
             elements.append({"type": "optional", "content": {"type": "sequence", "elements": [one, no_call]}})
         bare = _bare_block(fmt, allowed, parallel_tool_calls)
-        if bare is not None:
+        if bare:
             # The answer may start with a bare call, then go on as after any call.
             after = calls if parallel_tool_calls else no_call
-            opened = {"type": "sequence", "elements": [{"type": "regex", "pattern": f"{WS}(?:{bare[0]})"}, bare[1],
-                                                       after]}
-            rest = elements[answer_at:]
+            opened = [{"type": "sequence", "elements": [{"type": "regex", "pattern": f"{WS}(?:{head})"}, rest, after]}
+                      for head, rest in bare]
+            answer = elements[answer_at:]
             elements[answer_at:] = [{"type": "or", "elements": [
-                opened, rest[0] if len(rest) == 1 else {"type": "sequence", "elements": rest}]}]
+                *opened, answer[0] if len(answer) == 1 else {"type": "sequence", "elements": answer}]}]
     return {"type": "structural_tag", "format": elements[0] if len(elements) == 1 else
             {"type": "sequence", "elements": elements}}
 
 
 def _call_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
-    """One ``tag`` per call form: the canonical opener up to the tool's name as its begin."""
+    """One ``tag`` per call form: the canonical opener up to the tool's name as its begin; the forms of the
+    other call regions offered beside it (constrain.forms) too."""
+    return _merged([tag for one in (fmt, *fmt.extras) for tag in _own_tags(one, tools, parallel)])
+
+
+def _own_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
     tags = []
     # A tagged call's closer may hold whitespace a literal end cannot ("</function>\n</tool_call>"): all but
     # its literal tail is a regex before the end.
@@ -778,7 +812,7 @@ def _call_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: 
             tag: dict[str, Any] = {"type": "tag", "begin": begin,
                                    "content": {"type": "sequence", "elements": content}, "end": end}
             tags.append(tag)
-    return _merged(tags)
+    return tags
 
 
 def _merged(tags: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -831,10 +865,24 @@ def _wrapped(fmt: _Format, one: dict[str, Any], parallel: bool) -> list[dict[str
 
 
 def _bare_block(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
-                parallel: bool) -> tuple[str, dict[str, Any]] | None:
-    """(head, rest) of the calls an answer may start with bare (grammar_parse.constrain.forms): the regex
-    the parser's zero-width opener looks ahead for, which ends at the first call's name key, and the
-    structural-tag format of the rest, whose first call is written key by key; None when there is none."""
+                parallel: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(head, rest) of each call form offered only at the answer's start (grammar_parse.constrain.forms):
+    a regex the head lexeme matches and the structural-tag format of what follows it."""
+    out = []
+    for start in fmt.starts:
+        for tag in _call_tags(start, tools, parallel):
+            ends = tag["end"] if isinstance(tag["end"], list) else [tag["end"]]
+            out.append((escape(tag["begin"]), {"type": "sequence", "elements": [
+                tag["content"], _choice([{"type": "const_string", "value": e} for e in ends])]}))
+    bare = _bare_call(fmt, tools, parallel)
+    return out if bare is None else [bare, *out]
+
+
+def _bare_call(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
+               parallel: bool) -> tuple[str, dict[str, Any]] | None:
+    """(head, rest) of the calls an answer may start with bare: the regex the parser's zero-width opener
+    looks ahead for, which ends at the first call's name key, and the structural-tag format of the rest,
+    whose first call is written key by key; None when there is none."""
     plan = fmt.bare_plan
     if fmt.bare is None or plan is None or plan.name_key is None or plan.args_key is None:
         return None
