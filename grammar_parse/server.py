@@ -95,7 +95,7 @@ from .errors import ERROR_CODES, ChatTemplateError, GrammarParseError
 from .grammar import Grammar
 from .lmsp import ResponseStream, problem, schema_validator, sse
 from .session import resolve_grammar
-from .store import ResponseStorage, ResponseStore, StoredResponse, open_store
+from .store import ResponseStorage, ResponseStore, open_store
 from .toolstream import call_regions
 from .wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 

@@ -26,6 +26,7 @@ from grammar_parse.store import ResponseStore, entry_json
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
+from test_upstream import generate, run  # noqa: E402  (one generation through an UpstreamBackend, bounded)
 from upstream_server import Gateway, Upstream  # noqa: E402
 
 LONE = "\ud800"  # (what json.loads makes of the escape "\\ud800": no character, and no UTF-8 for it)
@@ -244,20 +245,6 @@ SAMPLES = {"default": "Hello there, a few words.<|im_end|>"}
 def upstream() -> Iterator[Upstream]:
     with Upstream(SAMPLES, lifetime=120) as running:
         yield running
-
-
-async def generate(url: str, prompt: str, request: dict[str, Any] | None = None, **options: Any
-                   ) -> tuple[list[str], Any]:
-    backend = UpstreamBackend(url, **options)
-    try:
-        generation = backend.start({"model": "qwen3", **(request or {})}, prompt)
-        return [piece async for piece in generation.pieces], generation
-    finally:
-        await backend.aclose()
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, 10))
 
 
 @pytest.mark.parametrize("request_, options, bound", [
