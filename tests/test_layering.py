@@ -23,6 +23,7 @@ PIPELINE = [
     "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "drafts", "session",       # the parser
+    "constrain.schemas", "constrain.cache",                        # a tool's schema made self-contained; kept exports
     "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
     "constrain.lark", "constrain",                                 # payloads, llguidance's dialect, the exports
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
