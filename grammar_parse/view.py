@@ -263,7 +263,7 @@ def _problems(message: Mapping[str, Any], spans: Sequence[Mapping[str, Any]],
         start = call_starts[i] if call_starts is not None else None
         said = "; ".join(f"{e.get('path', '')}: {e.get('message', '')}" if isinstance(e, Mapping) else str(e)
                          for e in errors)
-        out.append(_Problem("call", f"call-{i}", start, f"call {i + 1}",
+        out.append(_Problem("call", f"call-{i}", start, f"tool_calls[{i}]",
                             f"({name})" if isinstance(name, str) else "", _short(said)))
     return sorted(out, key=lambda p: (p.start is None, p.start or 0))
 

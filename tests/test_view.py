@@ -14,7 +14,7 @@ import pytest
 import grammar_parse as gp
 from goldens import all_goldens, goldens
 from grammar_parse.batch import Columns, parse_many, result_row
-from grammar_parse.view import row_html, to_html
+from grammar_parse.view import FOLD_CHARS, row_html, to_html
 from test_cli import assert_one_error_line
 
 
@@ -642,3 +642,40 @@ def test_a_hostile_output_with_thousands_of_problems_costs_about_its_parse():
     page.feed(page_html)
     assert len(page.links) == MAX_SUMMARY and "2,301 more, marked in the output" in page_html  # (2,500 + junk)
     assert "".join(t for _, t in page.spans("output")) == text
+
+
+class Tags(HTMLParser):
+    """Every element and attribute the page holds."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.attributes: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attributes.update(k for k, _ in attrs)
+
+
+HOSTILE = '</pre></nav><script>alert(1)</script><img src=x onerror="alert(2)"><!-- \'"&amp;'
+
+
+@pytest.mark.parametrize("fold", [0, 7, FOLD_CHARS])
+def test_hostile_text_in_the_new_parts_stays_text(fold):
+    """Hostile text where the page now quotes the output or the prompt: a parse error's message in the
+    summary, a failed call's name, the pre-filled part, a folded region cut anywhere. No element or
+    attribute comes from it, and the output is whole."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    text = (f"{HOSTILE}</think>{HOSTILE}<tool_call>{{\"name\": {json.dumps(HOSTILE)}, \"arguments\": {{}}}}"
+            f"</tool_call><tool_call>{{{HOSTILE}</tool_call><|im_end|>{HOSTILE}")
+    page_html = to_html(text, "qwen3", prefix=f"<|im_start|>assistant\n<think>{HOSTILE}", tools=tools, fold=fold)
+    found = Tags()
+    found.feed(page_html)
+    assert found.tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "nav", "p", "b", "ol",
+                          "li", "a", "span", "div", "pre", "section", "details", "summary"}
+    assert not {a for a in found.attributes if a.startswith("on")} and "src" not in found.attributes
+    page = Page()
+    page.feed(page_html)
+    assert "".join(t for _, t in page.spans("output")) == text
+    assert [link["data-kind"] for link in page.links] == ["call", "error", "discarded"]
+    assert "".join(t for _, t in page.spans("prefill")) == f"<think>{HOSTILE}"

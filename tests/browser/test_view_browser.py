@@ -1,7 +1,8 @@
 """The picture of a parse (grammar_parse.view) as a browser shows it: for golden outputs of differently shaped
 formats, and broken ones, the page loads offline with nothing fetched and no console errors, every
 highlighted region's rendered text is the text the parser gave that region, the parse errors' codes are
-visible, and a screenshot is taken (look at it: pytest's tmp_path keeps it).
+visible, and a screenshot is taken (look at it: pytest's tmp_path keeps it). A long output: the summary's
+links, the folds and the pre-filled part, as a reader meets them.
 
 Opt-in (``--browser``): it needs Playwright for Python and a Chromium from the system's packages (Playwright
 is never asked to download a browser of its own).
@@ -137,3 +138,50 @@ def test_the_page_in_a_browser(browser: Any, tmp_path: Path, golden: Golden, sho
     assert console == []
     width, height = _png_size(screenshot.read_bytes())
     assert width == 1280 and height >= 200
+
+
+#: A long, broken output after a pre-filled <think>: 56 KB of reasoning, long content around a broken call,
+#: a call to a tool the request does not offer, and text after the end of the turn.
+LONG_PREFIX = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+LONG = ("Let me think. " * 4000 + "</think>" + "An answer line.\n" * 300 + "<tool_call>{bad</tool_call>"
+        + "More answer.\n" * 300 + '<tool_call>{"name": "nope", "arguments": {}}</tool_call><|im_end|>' + "junk " * 50)
+LONG_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_a_long_output_in_a_browser(browser: Any, tmp_path: Path) -> None:
+    """The summary is at the top and each of its links brings its problem's span into view; folded regions
+    show their head and tail and, opened, the whole output; the pre-filled part shows above the output,
+    labelled; nothing is fetched and nothing is logged."""
+    page_file = tmp_path / "long.html"
+    page_file.write_text(to_html(LONG, "qwen3", prefix=LONG_PREFIX, tools=LONG_TOOLS), encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    requested: list[str] = []
+    console: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console.append(str(error)))
+    page.goto(page_file.as_uri(), wait_until="load")
+
+    summary, prefill, output = (page.locator(s).bounding_box() for s in ("#summary", "#prefill", "#output"))
+    assert summary["y"] < prefill["y"] < output["y"] < 800  # (all on the first screen)
+    assert "not written by the model" in page.inner_text(".prefill h3")
+    assert page.inner_text("#prefill") == "<think>\n"
+    # (folded: what shows is far shorter than the output, and opening every fold shows all of it)
+    assert len(page.inner_text("#output")) < len(LONG) // 5
+    folds = page.locator("#output details.fold")
+    assert folds.count() >= 2 and not folds.first.evaluate("d => d.open")
+    links = page.locator("#summary a")
+    assert [links.nth(i).get_attribute("data-kind") for i in range(links.count())] == ["error", "call", "discarded"]
+    for i in range(links.count()):
+        links.nth(i).click()
+        target = links.nth(i).get_attribute("href")
+        following = page.locator(f"{target} + span").first
+        assert following.is_visible() and following.evaluate(
+            "e => { const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; }")
+    page.evaluate("() => document.querySelectorAll('#output details').forEach(d => d.open = true)")
+    shown = page.eval_on_selector_all('#output [data-kind]:not([data-kind="error"])', _SHOWN)
+    assert "".join(s["text"] for s in shown) == LONG
+    page.screenshot(path=str(tmp_path / "long.png"), full_page=False)
+    page.close()
+    assert [url for url in requested if not url.startswith("file:")] == []
+    assert console == []
