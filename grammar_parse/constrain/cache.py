@@ -8,8 +8,8 @@ kept as text (a structural tag as its JSON), so a caller that changes the dict i
 answer. The cache is a bounded LRU: at most CACHE_ENTRIES exports and CACHE_BYTES of keys and texts; an
 export larger than a quarter of that is built each time, not kept.
 
-Measured (lfm2, a 20,000-value enum): building the export takes 0.25 s, a hit 8 ms (the key's JSON and the
-answer's parse).
+Measured (lfm2, a 20,000-value enum): building a structural tag takes 0.61 s, a hit 36 ms (the key's JSON
+and the answer parsed back); llguidance's text 0.52 s and 2 ms. Qwen3 with 8 small tools: 5 ms, 0.07 ms.
 """
 
 from __future__ import annotations
