@@ -30,7 +30,7 @@ from typing import Any
 
 from .arguments import caller_stacklevel, template_source_problem
 from .chat_template import ChatTemplate
-from .errors import ChatTemplateError, GrammarError
+from .errors import ArgumentError, ChatTemplateError, GrammarError
 from .grammar import Grammar
 from .json_input import load_user_json
 from .library import list_grammars, load_grammar, normalise_name
@@ -148,6 +148,16 @@ class Detection:
         return "\n".join(lines)
 
 
+def _names(names: Iterable[str] | str, argument: str) -> list[str]:
+    """A list of names: one given as a string is one name (not one name per letter)."""
+    if isinstance(names, str):
+        return [names]
+    if not isinstance(names, Iterable) or isinstance(names, (bytes, bytearray, Mapping)):
+        raise ArgumentError(f"`{argument}` should be a list of names, but got {type(names).__name__}.",
+                            code="usage.argument", hint=f'Pass e.g. {argument}=["qwen3"].')
+    return [str(name) for name in names]
+
+
 def _pass(failure: str | None) -> str:
     """What to do about a render failure that names an undefined variable."""
     missing = _UNDEFINED.search(failure or "")
@@ -258,14 +268,19 @@ def detect(config_or_template: Any, *, vocab: Collection[str] | None = None, hin
     ``config_or_template``: a :class:`ChatTemplate`, Jinja source, a ``tokenizer_config.json`` dict, or a
     path (a model directory, tokenizer_config.json, chat_template.jinja or .json). ``vocab``: the
     tokenizer's tokens, to tell apart grammars that read the probes equally (the one whose markers are
-    single tokens wins). ``hints``: model names (``model_type``, the repository name) for the same; read
-    from a model directory's config.json and its name when a path is given. ``grammars``: the built-in
-    names to try (all by default). ``template_kwargs``: variables a template needs beyond the standard ones
+    single tokens wins). ``hints``: model names (``model_type``, the repository name; a string is one name)
+    for the same; read from a model directory's config.json and its name when a path is given. ``grammars``:
+    the built-in names to try (all by default). ``template_kwargs``: variables a template needs beyond the standard ones
     (firefunction-v2's reads its tools as a ``functions`` string, and a ``datetime``).
 
     >>> detect("path/to/Qwen3-8B").grammar  # doctest: +SKIP
     'qwen3'
     """
+    hints, grammars = _names(hints, "hints"), _names(grammars, "grammars") if grammars is not None else None
+    if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
+        raise ArgumentError(f"`template_kwargs` should be a dict of template variables, but got "
+                            f"{type(template_kwargs).__name__}.", code="usage.argument",
+                            hint='Pass e.g. template_kwargs={"enable_thinking": False}.')
     template, found_hints = _load(config_or_template)
     template, placeholders = _with_placeholders(template, template_kwargs or {})
     hints = [*hints, *found_hints]

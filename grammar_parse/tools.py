@@ -234,8 +234,13 @@ class ToolTypes:
 
 
 #: The keys of a function spec: OpenAI's (Chat Completions nests them under "function", Responses writes
-#: them beside "type"), and Anthropic's input_schema and cache_control.
-_SPEC_KEYS = ("name", "description", "parameters", "strict", "type", "input_schema", "cache_control")
+#: them beside "type"), Anthropic's input_schema and cache_control, and an MCP tool's (inputSchema, ...).
+_SPEC_KEYS = ("name", "description", "parameters", "strict", "type", "input_schema", "cache_control", "inputSchema",
+              "outputSchema", "annotations", "title")
+#: Where the parameters schema is found: OpenAI's key, Anthropic's, MCP's.
+_SCHEMA_KEYS = ("parameters", "input_schema", "inputSchema")
+#: Keys that hold a schema but not where any API reads one (a spec with one of them and no parameters).
+_MISPLACED_SCHEMA_KEYS = ("arguments", "args", "properties", "schema", "json_schema")
 _WRAPPER_KEYS = ("type", "function")
 _TOOLS_HINT = ('Pass a list of tools: [{"type": "function", "function": {"name": "get_weather", "parameters": '
                '{"type": "object", "properties": {...}}}}], or Anthropic\'s {"name", "input_schema"}, or Python '
@@ -290,7 +295,7 @@ def _checked_spec(tool: Any, where: str) -> dict[str, Any] | None:
                                "parameters.")
     else:
         spec = tool
-        if "name" not in spec and "parameters" not in spec and "input_schema" not in spec:
+        if "name" not in spec and not any(key in spec for key in _SCHEMA_KEYS):
             misspelled = _misspelled(spec, _WRAPPER_KEYS + _SPEC_KEYS)
             if misspelled:
                 raise _tools_error(f"{where} has a key {misspelled[0]!r}: did you mean {misspelled[1]!r}?")
@@ -302,10 +307,12 @@ def _checked_spec(tool: Any, where: str) -> dict[str, Any] | None:
             else "an empty name"
         raise _tools_error(f"{where} is a function with {got}; every tool needs a name (a non-empty string).")
     misspelled = _misspelled(spec, _SPEC_KEYS)
+    if misspelled is None and not any(key in spec for key in _SCHEMA_KEYS):
+        misspelled = next(((key, "parameters") for key in _MISPLACED_SCHEMA_KEYS if key in spec), None)
     if misspelled:
         raise _tools_error(f"tool {name!r} ({where}) has a key {misspelled[0]!r}: did you mean {misspelled[1]!r}? "
                            "As written, its arguments would be neither typed nor validated.")
-    for key in ("parameters", "input_schema"):
+    for key in _SCHEMA_KEYS:
         schema = spec.get(key)
         if schema is None:
             continue
@@ -323,15 +330,16 @@ def _checked_spec(tool: Any, where: str) -> dict[str, Any] | None:
                                "object of parameter schemas.",
                                hint='Give properties as {"param": {"type": ...}, ...}; the names that must be '
                                     'given go in "required".')
-    if "parameters" not in spec and isinstance(spec.get("input_schema"), dict):
-        spec = {**spec, "parameters": spec["input_schema"]}  # Anthropic's name for it
+    schema_key = next((key for key in _SCHEMA_KEYS if isinstance(spec.get(key), dict)), "parameters")
+    if schema_key != "parameters":
+        spec = {**spec, "parameters": spec[schema_key]}  # (Anthropic's and MCP's name for it)
     return spec
 
 
 def check_tools(tools: Any) -> list[dict[str, Any]]:
     """The function spec of each tool in ``tools`` (as ``apply_chat_template``, the OpenAI and the Anthropic
-    APIs take them: dicts with or without a ``function`` wrapper, Anthropic's ``input_schema``, or Python
-    functions), in order; hosted tools without a function are left out. A shape that would otherwise be
+    APIs take them: dicts with or without a ``function`` wrapper, Anthropic's ``input_schema``, an MCP
+    tool's ``inputSchema``, or Python functions), in order; hosted tools without a function are left out. A shape that would otherwise be
     ignored without a word (a ``{name: schema}`` dict, a list of names, a misspelled ``paramters``, a
     function without a name) raises ArgumentError ``usage.tools`` naming the tool and what was expected."""
     if tools is None:

@@ -174,6 +174,22 @@ def test_by_name_the_warning_names_the_variable_to_pass():
     assert given.grammar == "firefunction_v2" and not given.by_name and given.closest.exact
 
 
+def test_one_name_as_a_string_is_one_hint():
+    """hints="smollm3" was read as seven one-letter names, none of which names a grammar."""
+    smollm3 = template("HuggingFaceTB-SmolLM3-3B")
+    assert gp.detect(smollm3).grammar != "smollm3"  # (no name: several grammars read its renderings equally)
+    assert gp.detect(smollm3, hints="SmolLM3-3B").grammar == gp.detect(smollm3, hints=["SmolLM3-3B"]).grammar == "smollm3"
+    assert gp.detect(smollm3, grammars="smollm3").grammar == "smollm3"
+
+
+@pytest.mark.parametrize(("argument", "value"), [("template_kwargs", ["enable_thinking"]), ("hints", 3),
+                                                 ("grammars", 3)])
+def test_detect_names_its_argument_of_the_wrong_type(argument, value):
+    with pytest.raises(gp.ArgumentError) as info:
+        gp.detect(template("Qwen-Qwen3-0.6B"), **{argument: value})
+    assert info.value.code == "usage.argument" and f"`{argument}`" in str(info.value)
+
+
 def test_a_template_that_renders_nothing_and_matches_no_name_stays_unnamed(tmp_path):
     lone = tmp_path / "some-model.jinja"
     lone.write_text("{{ raise_exception('no') }}", encoding="utf-8")
