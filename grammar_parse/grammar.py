@@ -42,6 +42,7 @@ import lark
 import regex
 from lark.lexer import Lexer
 
+from .arguments import expect_text
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
 from .errors import ERROR_CODES, GrammarError, TemplateError
 from .regex_safety import RegexSafetyError, refusal
@@ -254,6 +255,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
 
     ``repeats=False`` leaves out the watch for repeated openers (grammar_parse.tables): a compiled
     transformers template keeps transformers' events exactly."""
+    expect_text(text, "text")
     settings, region_specs = _read_directives(text, source_name)
     parser = _lark(text, source_name)
     defaults, anchor = _message_settings(settings, source_name)

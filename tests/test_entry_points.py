@@ -156,6 +156,7 @@ def _chat_template() -> gp.ChatTemplate:
 
 #: Entry points in the modules that check their own text arguments (the parser's own, see the next table).
 TEXT_ENTRY_POINTS = {
+    "build_grammar": lambda v: __import__("grammar_parse.grammar", fromlist=["build_grammar"]).build_grammar(v),
     "ChatTemplate(source)": lambda v: gp.ChatTemplate(v),
     "load_chat_template": gp.load_chat_template,
     "render_prompt(messages)": lambda v: gp.render_prompt(v, _chat_template()),
