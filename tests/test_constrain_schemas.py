@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import grammar_parse as gp
 from grammar_parse import constrain
@@ -41,7 +41,7 @@ class Address(BaseModel):
 
 class Person(BaseModel):
     name: str
-    address: Address
+    address: Address = Field(description="where they live")  # ($ref beside a description)
     backup: Optional[Address] = None  # (anyOf: [$ref, null])
     previous: list[Address] = []  # (items: $ref)
     by_label: dict[str, Address] = {}  # (additionalProperties: $ref)
@@ -77,6 +77,9 @@ DRAFT7 = {
 NESTED = {
     "nested": ([_tool("add_person", Person.model_json_schema())], ["street", "city"]),
     "draft7": ([_tool("log_reading", DRAFT7)], ["degrees"]),
+    "pointer": ([_tool("move", {"type": "object", "required": ["to"], "properties": {
+        "to": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]},
+        "via": {"type": "array", "items": {"$ref": "#/properties/to"}}}})], ["street"]),
     "two_tools": ([_tool("add_person", Person.model_json_schema()), _tool("log_reading", DRAFT7)],
                   ["street", "degrees"]),
 }
@@ -200,7 +203,9 @@ BROKEN_REFS = {
     "missing_def": {"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}},
     "missing_in_anyof": {"type": "object", "$defs": {"A": {"type": "string"}},
                          "properties": {"a": {"anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}]}}},
-    "missing_in_items": {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/definitions/X"}}}},
+    "missing_in_items": {"type": "object",
+                         "properties": {"a": {"type": "array", "items": {"$ref": "#/definitions/X"}}}},
+    "missing_in_additional": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Gone"}},
     "remote": {"type": "object", "properties": {"a": {"$ref": "https://example.com/schema.json"}}},
 }
 
@@ -240,9 +245,9 @@ SMALL, LARGE = 100, 800  # 8x the values
 
 
 def _enum_tools(n: int) -> list[dict[str, Any]]:
-    return [_tool("pick", {"type": "object", "properties": {"v": {"type": "string", "enum": [f"value_{i}" for i in range(n)]},
-                                                            "n": {"type": "integer", "enum": list(range(n))}},
-                           "required": ["v", "n"]})]
+    return [_tool("pick", {"type": "object", "required": ["v", "n"], "properties": {
+        "v": {"type": "string", "enum": [f"value_{i}" for i in range(n)]},
+        "n": {"type": "integer", "enum": list(range(n))}}})]
 
 
 def _calls(run: Callable[[], object]) -> int:

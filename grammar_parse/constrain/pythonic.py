@@ -794,7 +794,7 @@ class _Values:
             values = values if isinstance(enum, list) and any(json_equal(values[0], e) for e in enum) else []
         # Each value is checked against the other keywords, not the enum itself: a validator's enum check
         # compares a value with every member, so checking n values was n**2 comparisons (20,000 values:
-        # 14.2 s for lfm2, now 0.6 s). The root's definitions go along for a reference among the other keywords.
+        # 14.2 s for lfm2, now 0.6 s). The root's definitions go along for a reference among the others.
         rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
         if isinstance(self.root, Mapping) and "$defs" in self.root:
             rest["$defs"] = self.root["$defs"]

@@ -155,7 +155,8 @@ def self_contained(tool: str, parameters: Any, prefix: str = "") -> Any:
     out = expander.expand(parameters, "parameters", ("#",))
     if expander.defs:
         # (a root that is itself a reference into a circle stays one, beside the definitions)
-        out = {**out, DEFS: dict(expander.defs)} if isinstance(out, Mapping) else {"allOf": [out], DEFS: dict(expander.defs)}
+        defs = dict(expander.defs)
+        out = {**out, DEFS: defs} if isinstance(out, Mapping) else {"allOf": [out], DEFS: defs}
     return out
 
 
