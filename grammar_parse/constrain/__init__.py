@@ -390,7 +390,35 @@ def _payloads(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
     if plan.mode == "json_key":
         objects = [_call_object(plan, n, p, with_id=False) for n, p in tools]
         return [(None, _json(objects[0] if len(objects) == 1 else {"anyOf": objects}, fmt))]
-    return [(None, _json(_array([_call_object(plan, n, p, with_id=True) for n, p in tools], parallel), fmt))]
+    return [(None, _keyed_array(fmt, tools, parallel))]
+
+
+#: A JSON string, as a regex both engines read.
+JSON_STRING = r'"(?:[^"\\\n\r\t]|\\["\\bfnrt]|\\u[0-9a-fA-F]{4})*"'  # (not "\/": a "/" would end a lark regex)
+
+
+def _keyed_array(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> dict[str, Any]:
+    """A JSON array of calls written key by key: each object may open with one key the grammar does not
+    read (Command R7B writes every call as ``{"tool_call_id": "0", "tool_name": ..., "parameters": ...}``),
+    then the name and the arguments, then the call id the grammar reads, if any. Both engines keep a JSON
+    Schema's property order, so a leading key cannot be allowed by a schema without naming it; a duplicate
+    of the name key there is harmless (the parser, as JSON, keeps the last)."""
+    plan = fmt.plan
+    assert plan.name_key is not None and plan.args_key is not None
+    keys = "|".join(escape(json.dumps(k)) for k in (plan.args_key, *plan.args_alternatives))
+    tail = f"(?:{WS},{WS}{escape(json.dumps(plan.id_key))}{WS}:{WS}{JSON_STRING})?" if plan.id_key else ""
+    objects = _choice([{"type": "sequence", "elements": [
+        {"type": "regex", "pattern": f"\\{{{WS}(?:{JSON_STRING}{WS}:{WS}{JSON_STRING}{WS},{WS})?"
+                                     f"{escape(json.dumps(plan.name_key))}{WS}:{WS}{escape(json.dumps(name))}"
+                                     f"{WS},{WS}(?:{keys}){WS}:{WS}"},
+        {"type": "json_schema", "json_schema": params},
+        {"type": "regex", "pattern": f"{tail}{WS}\\}}"}]} for name, params in tools])
+    # (bounded: xgrammar refuses an unbounded repeat in a tag with no end text, as Mistral's [TOOL_CALLS])
+    more = [{"type": "repeat", "min": 0, "max": MAX_CALLS - 1, "content": {"type": "sequence", "elements": [
+        {"type": "regex", "pattern": f"{WS},{WS}"}, objects]}}] if parallel else []
+    lead = [] if fmt.opener.regex is not None and fmt.opener.regex.lookahead else [{"type": "regex", "pattern": WS}]
+    return {"type": "sequence", "elements": [*lead, {"type": "regex", "pattern": "\\["}, {"type": "regex", "pattern": WS},
+                                             objects, *more, {"type": "regex", "pattern": WS + "\\]"}]}
 
 
 def _array(objects: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
