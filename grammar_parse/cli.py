@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
 from . import __version__
+from .arguments import print_warning_line
 from .chat_template import load_chat_template, render_prompt
 from .detect import detect
 from .errors import GrammarError, GrammarParseError, ParseError
@@ -460,7 +461,7 @@ def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
     grammar: Grammar | None
     if args.row is None and args.id is None:
         grammar = _model_grammar(args)
-        text = _read_text(args.input or "-", "model output file")
+        text = _read_output_bytes(args.input or "-")
         with _loading():
             page = to_html(text, grammar, prefix=prefix, tools=_tools(args), title=args.title, fold=fold)
     else:  # one record of a batch input, read as `batch` reads it
@@ -502,6 +503,22 @@ def _cmd_view(args: argparse.Namespace, out: TextIO) -> int:
             buffer.write(page.encode("utf-8"))
             buffer.flush()
     return EXIT_OK
+
+
+def _read_output_bytes(path: str) -> str:
+    """A model output to view: a byte that is not UTF-8 is kept as a lone surrogate (surrogateescape), which
+    the page shows marked with the byte, instead of refusing the whole file over one byte."""
+    try:
+        if path == "-":
+            stdin: BinaryIO | None = getattr(sys.stdin, "buffer", None)
+            data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise CommandLineError(f"cannot read the model output file {path}: {e.strerror}.", code="usage.file",
+                               hint="Check the path.") from None
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _record_by_id(records: Iterable[tuple[int, Any]], columns: Any, wanted: str, total: int | None = None
@@ -726,9 +743,10 @@ def build_argparser() -> argparse.ArgumentParser:
                                             "(default, or -: stdin)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
     model_options(p)
-    p.add_argument("--prefix-file", help="the prompt the model continued (with --row: for a record without one)")
-    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments (with --row: for "
-                                        "a record without its own)")
+    p.add_argument("--prefix-file", help="the prompt the model continued (with --row or --id: for a record "
+                                         "without one)")
+    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments (with --row or "
+                                        "--id: for a record without its own)")
     p.add_argument("--row", type=int, metavar="N", help="show record N of a batch input, counted from 0 as pandas "
                                                         "counts (before this release, from 1); blank lines are none: "
                                                         "the batch's output row N answers it")
@@ -761,32 +779,15 @@ def _one_line(error: GrammarParseError) -> str:
     return f"grammar-parse: error [{error.code}]: {detail}" + (f" {hint}" if hint else "")
 
 
-def _warning_line(message: Warning | str, category: type[Warning]) -> str:
-    """A warning as one line, as errors are printed: its code (grammar_parse warnings carry one, as errors do;
-    another's is its class name), then its text with newlines folded."""
-    code = getattr(message, "code", None) or getattr(category, "code", None) or category.__name__
-    text = re.sub(r"\s*\n\s*", " ", str(message)).strip()
-    if len(text) > _MAX_DETAIL:
-        text = text[:_MAX_DETAIL] + f"... ({len(text) - _MAX_DETAIL} more characters)"
-    return f"grammar-parse: warning [{code}]: {text}"
-
-
 @contextmanager
 def _warnings_as_lines() -> Iterator[None]:
     """Warnings printed as one line each on stderr (Python's own format names a source line, here
     ``sys.exit(main())``, which tells a user of the command nothing). Each is shown once per place, as by
     default, unless -W or PYTHONWARNINGS says otherwise."""
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: TextIO | None = None, line: str | None = None) -> None:
-        try:
-            (file or sys.stderr).write(_warning_line(message, category) + "\n")
-        except OSError:  # (stderr gone: nothing to tell)
-            pass
-
     with warnings.catch_warnings():
         if not sys.warnoptions:
             warnings.simplefilter("default")
-        warnings.showwarning = show
+        warnings.showwarning = print_warning_line
         yield
 
 

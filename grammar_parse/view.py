@@ -76,8 +76,11 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _surrogate_html(match: re.Match[str]) -> str:
-    return (f'<span class="surrogate" title="a lone surrogate U+{ord(match.group()):04X} (a JSON escape with no '
-            f'UTF-8): shown as U+FFFD">\ufffd</span>')
+    code = ord(match.group())
+    # (U+DC80-U+DCFF is also how a byte that is not UTF-8 is kept when text is decoded with surrogateescape)
+    what = (f"the byte 0x{code - 0xDC00:02X}, not UTF-8 (or a lone surrogate U+{code:04X})" if 0xDC80 <= code <= 0xDCFF
+            else f"a lone surrogate U+{code:04X} (a JSON escape with no UTF-8)")
+    return f'<span class="surrogate" title="{what}: shown as U+FFFD">\ufffd</span>'
 
 
 def _escape(text: str) -> str:
@@ -253,7 +256,8 @@ def _problems(message: Mapping[str, Any], spans: Sequence[Mapping[str, Any]],
     for i, span in enumerate(s for s in spans if s["kind"] == "discarded"):
         size = span["end"] - span["start"]
         out.append(_Problem("discarded", f"discarded-{i}", span["start"], "discarded",
-                            f"at {span['start']}–{span['end']}", f"{size:,} character{'s' * (size != 1)} in no field"))
+                            f"at {span['start']}–{span['end']}",
+                            f"{size:,} character{'s' * (size != 1)} in no field"))
     for i, call_message in enumerate(message.get("tool_calls") or []):
         errors = call_message.get("errors") if isinstance(call_message, Mapping) else None
         if not errors:

@@ -343,8 +343,8 @@ class Marks(HTMLParser):
 _TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
                                                                          "properties": {"x": {"type": "string"}}}}}]
 #: (what, the page, how many lone surrogates its output pane shows, its message pane, its pre-filled part, and
-#: the rest of the page, the heading): text given to the API, a tool argument's JSON escape (ASCII text, the message holds the
-#: surrogate), the title, the prompt's pre-filled part, a record's id, a U+FFFD the model really wrote (not marked).
+#: the rest of the page, the heading): text given to the API, a tool argument's JSON escape (ASCII text, the
+#: message holds the surrogate), the title, the prompt's pre-filled part, a record's output and id.
 SURROGATE_PAGES = [
     ("text", lambda: to_html("<think>a\ud800</think>b\udfff", "qwen3"), 2, 2, 0, 0),
     ("tool argument escape", lambda: to_html('<tool_call>{"name": "f", "arguments": {"x": "\\ud800"}}</tool_call>',
@@ -557,7 +557,8 @@ def test_long_regions_are_folded_keeping_every_character(golden):
     expected_folds = 0
     for group in groups:
         whole = "".join(t for _, t in group)
-        head = "".join(t for a, t in group if a["folded"] == "0" and int(a["data-start"]) < int(group[0][0]["data-start"]) + len(whole) // 2)
+        middle_at = int(group[0][0]["data-start"]) + len(whole) // 2
+        head = "".join(t for a, t in group if a["folded"] == "0" and int(a["data-start"]) < middle_at)
         middle = "".join(t for a, t in group if a["folded"] != "0")
         tail = whole[len(head) + len(middle):]
         if len(whole) > fold or whole.count("\n") + 1 > FOLD_LINES:
@@ -679,3 +680,17 @@ def test_hostile_text_in_the_new_parts_stays_text(fold):
     assert "".join(t for _, t in page.spans("output")) == text
     assert [link["data-kind"] for link in page.links] == ["call", "error", "discarded"]
     assert "".join(t for _, t in page.spans("prefill")) == f"<think>{HOSTILE}"
+
+
+def test_an_output_file_with_a_byte_that_is_not_utf8_is_shown(tmp_path):
+    """A model output file with a Latin-1 é (byte 0xE9) is shown, not refused: the byte is a marked U+FFFD
+    whose title names it, every other character as written."""
+    from grammar_parse.cli import main
+
+    output = tmp_path / "out.txt"
+    output.write_bytes(b"<think>caf\xe9</think>ok")
+    assert main(["view", str(output), "-g", "qwen3", "-o", str(tmp_path / "p.html")]) == 0
+    found = Marks()
+    found.feed((tmp_path / "p.html").read_text(encoding="utf-8"))
+    assert found.text["output"] == "<think>caf\ufffd</think>ok" and found.unmarked == 0
+    assert found.marked == 2 and all("the byte 0xE9" in t for t in found.titles)  # (the output and the message)
