@@ -30,6 +30,7 @@ from typing import Any
 import regex
 
 from .linear_regex import LinearRegex
+from .regex_safety import sre, sre_parse
 from .regex_shape import (UNBOUNDED, backtracking_risk, first_chars, is_regex_space, literal_alternatives, pattern_shape,
                           strip_anchors, trailing_lookahead_as_text, unnamed)
 
@@ -181,6 +182,8 @@ class Automaton:
         read so far leads to a live state (a lazily built reverse DFA); this usually dies within a few
         characters, so the cost does not depend on how much text precedes the end.
         """
+        if hi <= lo:  # (a held match with nothing before it: no need to read it back)
+            return -1
         current = self.live
         best = -1
         symbols, other, steps, reverse, initial = self.symbols, self.other, self._steps, self.reverse, self.initial
@@ -246,10 +249,41 @@ def _space_end(buf: str, j: int, stop: int) -> int:
     return j
 
 
+#: The span a partial search reads at a time (RegexMatcher._partial_search): 512 characters keep the
+#: regex module's quadratic partial search at ~40 us a window.
+_PARTIAL_WINDOW = 512
+_TIMED_OUT = object()
+
 #: What an end-sensitive assertion becomes for partial matching (see edge_undecided): it also needs text
 #: after it, so at the end of the buffer it is undecided (a partial match) instead of decided.
 _UNDECIDED = {"\\b": r"(?:\b(?=[\s\S]))", "\\B": r"(?:\B(?=[\s\S]))", "\\Z": r"(?:\Z(?=[\s\S]))",
               "$": r"(?:$(?=[\s\S]{2}))"}
+
+
+def _tokens(pattern: str) -> list[tuple[str, str]]:
+    """``pattern`` cut into (kind, text) atoms: "escape" (a backslash and one character), "class" (a whole
+    ``[...]``) or "char"; enough to find assertions and a trailing repeat without a full parser."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < n:
+            out.append(("escape", pattern[i:i + 2]))
+            i += 2
+        elif ch == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":  # a "]" first in a class is a member
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(("class", pattern[i:j + 1]))
+            i = j + 1
+        else:
+            out.append(("char", ch))
+            i += 1
+    return out
 
 
 def edge_undecided(pattern: str) -> str | None:
@@ -262,39 +296,117 @@ def edge_undecided(pattern: str) -> str | None:
     time). Away from the end each stands for itself; ``$`` needs two characters because it also holds
     before a final newline.
     """
-    out: list[str] = []
-    changed = in_class = False
-    i, n = 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < n:
-            token = pattern[i:i + 2]
-            if not in_class and token in _UNDECIDED:
-                out.append(_UNDECIDED[token])
-                changed = True
-            else:
-                out.append(token)
-            i += 2
+    tokens = _tokens(pattern)
+    if not any(kind != "class" and text in _UNDECIDED for kind, text in tokens):
+        return None
+    return "".join(_UNDECIDED[text] if kind != "class" and text in _UNDECIDED else text for kind, text in tokens)
+
+
+def tail_repeat(pattern: str, flags: int) -> tuple[Any, Any] | None:
+    """(``(?:C)*``, the characters of the optional ones after it or None) when ``pattern`` ends in a greedy
+    unbounded repeat of one character class C, then at most a few optional single characters
+    (``call:(?P<name>[\\w.\\-]+)``, ``Action:...```(?:json)?[ \\t]*\\n?``); else None.
+
+    A match of such a pattern that runs to the end of the buffer, its last character not one of the optional
+    ones, runs to the new end too when all the new text is in C (a path still open at the old end either
+    fails or ends in the same repeat, which is greedy, and the optional characters then match nothing), so
+    a held match that keeps growing is checked on its new text only instead of re-matched from its start
+    on every feed (gemma4, a 20 KB call name in 64-character feeds: 0.43 s).
+    """
+    tokens = _tokens(pattern)
+    optional: list[str] = []
+    while tokens:
+        if tokens[-1] == ("char", ")"):
+            tokens.pop()
+        elif len(tokens) >= 2 and tokens[-1] == ("char", "?") and _optional_char(tokens[-2]) is not None:
+            optional.append(tokens[-2][1])
+            del tokens[-2:]
+        else:
+            break
+    if len(tokens) < 2 or tokens[-1] not in (("char", "+"), ("char", "*")) or not _single_char(tokens[-2]) \
+            or any(t == ("char", "(") and u == ("char", "?") and v[1] in "aiLmsuxV-"  # (inline flags)
+                   for t, u, v in zip(tokens, tokens[1:], tokens[2:])):
+        return None
+    atom = tokens[-2][1]
+    try:
+        items = sre_parse.parse(unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF)
+    except Exception:  # noqa: BLE001 - syntax only the regex module knows
+        return None
+    skipped = 0
+    while True:  # the last items, through the groups that end the pattern: the repeat, then the optionals
+        while len(items) > 1 and items[-1][0] is sre.MAX_REPEAT and items[-1][1][:2] == (0, 1) \
+                and _one_char_item(items[-1][1][2]):
+            items = items[:-1]
+            skipped += 1
+        op, av = items[-1]
+        if op is sre.SUBPATTERN and not av[1] and not av[2]:
+            items = av[-1]
             continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-            out.append(ch)
-            i += 1
-            for lead in "^]":  # a "]" first in a class (after an optional "^") is a member
-                if i < n and pattern[i] == lead:
-                    out.append(lead)
-                    i += 1
-            continue
-        elif ch == "$":
-            out.append(_UNDECIDED["$"])
-            changed = True
-            i += 1
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out) if changed else None
+        if op is not sre.MAX_REPEAT or av[1] != sre.MAXREPEAT or not _one_char_item(av[2]) or skipped != len(optional):
+            return None
+        repeat = regex.compile(f"(?:{atom})*", flags)
+        if any(repeat.fullmatch(_optional_char(("", c)) or "") for c in optional):  # (one in C would be ambiguous)
+            return None
+        return repeat, (regex.compile("|".join(optional), flags) if optional else None)
+
+
+def _single_char(token: tuple[str, str]) -> bool:
+    kind, text = token
+    return kind == "class" or kind == "escape" and text[1] in "wWsSdDnrtfv" or kind == "char" and text not in "()|?*+{}^$\\"
+
+
+def _only_leading_carets(pattern: str, flags: int) -> bool:
+    """Whether ``pattern`` has anchors and each is a ``^`` that nothing can precede in a match."""
+    try:
+        items = sre_parse.parse(unnamed(pattern), flags & ~regex.VERSION1 & 0xFFFF)
+    except Exception:  # noqa: BLE001 - syntax only the regex module knows
+        return False
+
+    def anchors(items: Any) -> int:
+        count = 0
+        for op, av in items:
+            if op is sre.AT:
+                count += 1
+            elif op is sre.BRANCH:
+                count += sum(anchors(alt) for alt in av[1])
+            elif op is sre.SUBPATTERN:
+                count += anchors(av[-1])
+            elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) or op is getattr(sre, "POSSESSIVE_REPEAT", None):
+                count += anchors(av[2])
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                count += anchors(av[1]) + 1
+            elif op is getattr(sre, "ATOMIC_GROUP", None):
+                count += anchors(av)
+        return count
+
+    def leading(items: Any) -> int:
+        if not items:
+            return 0
+        op, av = items[0]
+        if op is sre.AT:
+            return 1 if av is sre.AT_BEGINNING else 0
+        if op is sre.SUBPATTERN:
+            return leading(av[-1])
+        if op is sre.BRANCH:
+            return sum(leading(alt) for alt in av[1])
+        return 0
+
+    total = anchors(items)
+    return total > 0 and total == leading(items)
+
+
+def _optional_char(token: tuple[str, str]) -> str | None:
+    """The one character a literal token stands for (``\\n``, ``\\.``, ``x``), None for anything else."""
+    kind, text = token
+    if len(text) == 1:
+        return None if kind == "class" or text in "()|?*+{}[].^$\\" else text
+    if text[0] == "\\" and text[1] in "nrtfv":
+        return {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}[text[1]]
+    return text[1] if text[0] == "\\" and not text[1].isalnum() else None
+
+
+def _one_char_item(items: Any) -> bool:
+    return len(items) == 1 and items[0][0] in (sre.IN, sre.LITERAL, sre.NOT_LITERAL, sre.ANY)
 
 
 class RegexMatcher:
@@ -326,6 +438,11 @@ class RegexMatcher:
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
+        #: ``(?:C)*`` when the pattern ends in a greedy ``C+`` (see tail_repeat) and nothing at its end looks
+        #: past the match; lets a held match growing over C resume (note / resume).
+        tail = None if undecided is not None or self.end_reach or self.lookaround else tail_repeat(pattern, flags)
+        self.tail: Any = None if tail is None else tail[0]
+        self._tail_optional: Any = None if tail is None else tail[1]
 
     @cached_property
     def _automaton(self) -> Automaton | None:
@@ -348,7 +465,7 @@ class RegexMatcher:
         needs ``Y`` right after ``X``. None where anchors would be dropped (the automaton would over-report)."""
         source = unnamed(self.pattern)
         if strip_anchors(source) != source:
-            return None
+            return self._caret_automaton(at_start=False)
         if not self.lookaround:
             return self._automaton
         body = trailing_lookahead_as_text(source)
@@ -358,6 +475,31 @@ class RegexMatcher:
             import interegular
 
             return Automaton(interegular.parse_pattern(body if not self.flags & regex.DOTALL else f"(?s:{body})").to_fsm())
+        except Exception:  # noqa: BLE001 - syntax interegular lacks
+            return None
+
+    @cached_property
+    def _forward_at_start(self) -> Automaton | None:
+        """``_forward`` for a run that starts at the buffer's start, where a leading ``^`` holds."""
+        source = unnamed(self.pattern)
+        return self._forward if strip_anchors(source) == source else self._caret_automaton(at_start=True)
+
+    def _forward_for(self, start: int) -> Automaton | None:
+        return self._forward_at_start if start == 0 else self._forward
+
+    def _caret_automaton(self, at_start: bool) -> Automaton | None:
+        """The automaton of a pattern whose only anchors are ``^`` where a match starts (functionary's
+        ``(?:>>>|^)(?P<name>\\w+)\\n``), for a run starting at the buffer's start (``^`` holds) or elsewhere
+        (it cannot); None for other anchors. (Without it a name written at the start of the output was
+        re-matched from its first character on every feed: quadratic.)"""
+        if self.lookaround or self.flags & regex.MULTILINE or not _only_leading_carets(self.pattern, self.flags):
+            return None
+        source = "".join(("" if at_start else r"[^\s\S]") if tok == ("char", "^") else tok[1]
+                         for tok in _tokens(unnamed(self.pattern)))
+        try:
+            import interegular
+
+            return Automaton(interegular.parse_pattern(source if not self.flags & regex.DOTALL else f"(?s:{source})").to_fsm())
         except Exception:  # noqa: BLE001 - syntax interegular lacks
             return None
 
@@ -374,16 +516,18 @@ class RegexMatcher:
         if start == -1:
             return
         if progress.found:
-            # a lowered `lit\s*` match held at the edge, growing over whitespace (`</think>` + a flood)
-            if self.lowered is not None and self.lowered[2] and hit is not None and hit[0] == start \
-                    and hit[1] == len(buf):
+            # a match held at the edge that grows while its final repeat's characters arrive: a lowered
+            # `lit\s*` over whitespace (`</think>` + a flood), or a call name (`call:(?P<name>[\w.\-]+)`)
+            if hit is not None and hit[0] == start and hit[1] == len(buf) \
+                    and (self.lowered is not None and self.lowered[2] or self.tail is not None and hit[1] > hit[0]
+                         and (self._tail_optional is None or not self._tail_optional.match(buf, hit[1] - 1))):
                 progress.state = hit[1]
             return
         if self.lowered is not None:
             j = _space_end(buf, start, len(buf))
             progress.state = j  # buf[start:j] is whitespace (a leading \s* run), then a literal's prefix
             return
-        automaton = self._forward
+        automaton = self._forward_for(start)
         if automaton is not None:
             progress.state = automaton.walk(automaton.initial, buf[start:])
 
@@ -394,8 +538,8 @@ class RegexMatcher:
         start, state, n = progress.pending, progress.state, len(buf)
         if start == -1 or state is None:
             return None
-        if progress.found:  # the held match grows while only whitespace arrives; then it may commit
-            if _space_end(buf, state, n) < n:
+        if progress.found:  # the held match grows while only its repeat's characters arrive; then it may commit
+            if (_space_end(buf, state, n) if self.tail is None else self.tail.match(buf, state, n).end()) < n:
                 return None
             progress.state, progress.end = n, n
             return start
@@ -412,7 +556,7 @@ class RegexMatcher:
                 progress.state, progress.end = j, n
                 return start
             return None
-        automaton = self._forward
+        automaton = self._forward_for(start)
         if automaton is None:
             return None
         state = automaton.walk(state, buf[progress.end:])
@@ -522,16 +666,39 @@ class RegexMatcher:
         return m is not None and m.span() == (hit[0], hit[1])
 
     def _partial_search(self, buf: str, pos: int) -> int:
-        """Where a partial match starts (given no complete one from ``pos``), -1 for none."""
+        """Where a partial match starts (given no complete one from ``pos``), -1 for none.
+
+        Asked of growing prefixes of the buffer, a window at a time, instead of the whole span at once: the
+        regex module's partial search costs about the square of the span (``(?:>>>|^)\\w+\\n`` over 40 KB
+        of ``a.``: 0.22 s, 200 KB in one feed: 3.7 s), while a start that has no partial match in a prefix
+        has none in the whole buffer (what streams in small chunks already relied on), so each window only
+        goes on from the leftmost start still alive.
+        """
         n = len(buf)
-        if self.limit:
-            try:
-                m = self.partial_compiled.search(buf, pos, partial=True, timeout=search_budget(n - pos))
-            except TimeoutError:
+        start, end = pos, min(n, pos + _PARTIAL_WINDOW)
+        while True:
+            m = self._partial_in(buf, start, end)
+            if m is _TIMED_OUT:
                 return self.linear.partial_search(buf, pos)
-        else:
-            m = self.partial_compiled.search(buf, pos, partial=True)
-        return -1 if m is None or m.start() >= n else m.start()
+            if end == n:
+                return -1 if m is None or m.start() >= n else m.start()
+            if m is not None and m.start() < end:
+                if not m.partial:  # (a match the whole buffer lacks: let the whole buffer say)
+                    end = n
+                    continue
+                start = m.start()
+            else:
+                start = end
+            end = min(n, end + max(_PARTIAL_WINDOW, end - start))
+
+    def _partial_in(self, buf: str, start: int, end: int) -> Any:
+        """The partial search of ``buf[:end]`` from ``start`` (``_TIMED_OUT`` past its time limit)."""
+        if not self.limit:
+            return self.partial_compiled.search(buf, start, end, partial=True)
+        try:
+            return self.partial_compiled.search(buf, start, end, partial=True, timeout=search_budget(end - start))
+        except TimeoutError:
+            return _TIMED_OUT
 
     def probe(self, buf: str, pos: int, hit: Hit | None) -> tuple[Hit | None, int]:
         """Streaming decision given the complete ``hit`` from ``search``: (committable hit, pending start)."""

@@ -11,6 +11,7 @@ every start of a flood, is charged quadratically and fails the ratio below; resu
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import pytest
 
@@ -137,3 +138,127 @@ def test_a_held_whitespace_flood_is_not_copied_per_chunk(grammar, head, tail, un
 
     small, large = copied(SMALL), copied(LARGE)
     assert large <= 8 * 1.5 * max(small, 1_000), (small, large)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 32, item 6 (a): a delimiter held at the edge while it keeps growing, in 64-character feeds: a call
+# name (gemma4 ``<|tool_call>call:f`` + ``x``*n: 5 / 10 / 20 KB took 0.028 / 0.100 / 0.435 s), spaces
+# after command_r_plus' ``Action:...```\t``, a name at the start of a functionary_v32 output. Each feed
+# re-matched the held run from its start; now it resumes where the last feed's scan stopped.
+
+def streamed_in(grammar: str, build: Callable[[int], str], chunk: int) -> Callable[[int], Callable[[], object]]:
+    def make(n: int) -> Callable[[], object]:
+        def run() -> object:
+            text = build(n)
+            parser = gp.ResponseParser(grammar, "", strict=False)
+            for i in range(0, len(text), chunk):
+                parser.feed(text[i:i + chunk])
+            return parser.finalize()
+        return run
+    return make
+
+
+GROWING = {
+    "gemma4 call name": ("gemma4", "<|tool_call>call:f", "x"),
+    "function_gemma call name": ("function_gemma", "<start_function_call>call:f", "x"),
+    "iquest_q1 call name": ("iquest_q1", "<iquest_tool_call>f", "x"),
+    "command_r_plus spaces after the action fence": ("command_r_plus", "Action:\n```\t", " "),
+    "functionary_v32 a name at the start": ("functionary_v32", "", "x"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROWING))
+def test_a_growing_held_delimiter_costs_linear_work(name, monkeypatch):
+    grammar, head, unit = GROWING[name]
+    make = streamed_in(grammar, lambda n: head + unit * n, 64)
+    small, large = charged(monkeypatch, make(SMALL)), charged(monkeypatch, make(LARGE))
+    assert large <= 12 * max(small, SMALL), (small, large)
+
+
+UNITS = ["x", " ", "\n"]  # a name, and the whitespace a leading or trailing \s* takes
+
+
+@cache
+def held_runs(grammar: str) -> list[tuple[str, str]]:
+    """(head, unit) pairs built from the grammar's delimiters whose text the parser still holds after 160
+    characters fed 64 at a time: a delimiter (complete or partial) growing at the edge. (One example per
+    regex keeps the search to about a second over all grammars.)"""
+    from strategies import delimiter_examples
+
+    found = []
+    for head in ["", *delimiter_examples(gp.load_grammar(grammar), per_regex=1)]:
+        for unit in UNITS:
+            text = head + unit * (160 // len(unit))
+            parser = gp.ResponseParser(grammar, "", strict=False)
+            try:
+                for i in range(0, len(text), 64):
+                    parser.feed(text[i:i + 64])
+            except gp.GrammarParseError:
+                continue
+            if len(parser._buf) >= 128:
+                found.append((head, unit))
+    return found
+
+
+@pytest.mark.parametrize("grammar", sorted(gp.list_grammars()))
+def test_every_held_delimiter_grows_in_linear_work(grammar, monkeypatch):
+    """For every grammar, every run its delimiters hold while it grows (found by feeding each delimiter's
+    examples followed by a repeated character) costs linear work in 64-character feeds."""
+    for head, unit in held_runs(grammar):
+        make = streamed_in(grammar, lambda n: head + unit * (n // len(unit)), 64)
+        small, large = charged(monkeypatch, make(SMALL // 4)), charged(monkeypatch, make(LARGE // 4))
+        assert large <= 12 * max(small, SMALL // 4), (head, unit, small, large)
+
+
+def test_the_held_runs_include_the_issue_reproducers():
+    """The search above finds the growing call names the issue reports (so it would see them again)."""
+    for grammar, head in [("gemma4", "<|tool_call>call:"), ("function_gemma", "<start_function_call>call:"),
+                          ("iquest_q1", "<iquest_tool_call>")]:
+        assert any(h.startswith(head) and u == "x" for h, u in held_runs(grammar)), grammar
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 32, item 6 (b): one big feed. The regex module's partial search (what may still be arriving at the
+# edge) costs about the square of the span it reads, and a single feed handed it the whole chunk:
+# functionary_v32 ``feed("a." * n)`` took 0.23 / 0.86 / 3.7 s at 50 / 100 / 200 KB, inkling on ``<`` more,
+# while one-shot parsing and 64-character feeds were instant. The search now reads the span a window at a
+# time. This cost is inside one regex call, where counting characters cannot see it: these are best-of
+# timings, with a floor for the clock's noise.
+
+BIG_SMALL = LARGE // 16
+
+
+def floods(grammar: str) -> list[str]:
+    """What one big feed repeats: the issue's ``a.`` and ``<``, whitespace, and each first character of the
+    grammar's delimiters."""
+    firsts: set[str] = set()
+    for term in gp.load_grammar(grammar).terminals.values():
+        firsts.update(getattr(term.matcher, "first_chars", None) or "")
+    return ["a.", "<", " ", "\n", "x", *sorted(firsts - {"<", " ", "\n", "x"})]
+
+
+def feed_once(grammar: str, text: str, reps: int) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(reps):
+        parser = gp.ResponseParser(grammar, "", strict=False)
+        started = time.perf_counter()
+        parser.feed(text)
+        parser.finalize()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("grammar", sorted(gp.list_grammars()))
+def test_one_big_feed_costs_linear_time(grammar):
+    for unit in floods(grammar):
+        feed_once(grammar, unit * 100, 1)  # (the first parse builds what the grammar's matchers cache)
+        for reps in (1, 3):  # (measured again, best of three, before a slow reading counts)
+            small = feed_once(grammar, unit * (BIG_SMALL // len(unit)), reps)
+            large = feed_once(grammar, unit * (LARGE // len(unit)), reps)
+            # linear: 16x the text, about 16x the time; quadratic 256x (the issue's feeds: 60-130x here)
+            if large <= 40 * max(small, 0.0015):
+                break
+        else:
+            pytest.fail(f"{unit!r}: {small:.4f} s -> {large:.4f} s")
