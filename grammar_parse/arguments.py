@@ -1,21 +1,23 @@
 """Checks of what the public entry points are given: an argument of the wrong type is an ArgumentError
 (``usage.argument``) that says what was expected and, for the mistakes new users make (bytes, a chat
 message, a whole conversation, a number as a grammar), what to pass instead, rather than a bare TypeError
-or AttributeError from deep inside the parser.
+or AttributeError from deep inside the parser. A warning about them names the user's line
+(:func:`caller_stacklevel`), and prints as one line with its code on a command line (:func:`warning_line`).
 
 >>> expect_text(b"Hello", "text")
 Traceback (most recent call last):
 ...
-grammar_parse.errors.ArgumentError: `text` should be a str, but got bytes (b'Hello'). Decode it first: text.decode("utf-8").
+grammar_parse.errors.ArgumentError: `text` should be a str, but got a bytes (b'Hello'). Decode it first: text.decode("utf-8").
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .errors import ArgumentError
 
@@ -111,10 +113,35 @@ def caller_stacklevel() -> int:
     return level
 
 
+#: Characters of a warning's text printed on a command line (a warning may quote a long prompt).
+MAX_WARNING_CHARS = 600
+
+
+def warning_line(message: Warning | str, category: type[Warning]) -> str:
+    """A warning as one line, as the command line prints errors: its code (grammar_parse warnings carry one,
+    as errors do; another's is its class name), then its text with newlines folded."""
+    code = getattr(message, "code", None) or getattr(category, "code", None) or category.__name__
+    text = re.sub(r"\s*\n\s*", " ", str(message)).strip()
+    if len(text) > MAX_WARNING_CHARS:
+        text = text[:MAX_WARNING_CHARS] + f"... ({len(text) - MAX_WARNING_CHARS} more characters)"
+    return f"grammar-parse: warning [{code}]: {text}"
+
+
+def print_warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                       file: TextIO | None = None, line: str | None = None) -> None:
+    """A ``warnings.showwarning`` that prints :func:`warning_line` on stderr: the command line's (Python's
+    own format names a source line, such as ``sys.exit(main())``, which tells a user nothing), and its
+    worker processes' too."""
+    try:
+        (file or sys.stderr).write(warning_line(message, category) + "\n")
+    except OSError:  # (stderr gone: nothing to tell)
+        pass
+
+
 def is_pathlike(value: Any) -> bool:
     """A str or an ``os.PathLike`` (what a path argument may be)."""
     return isinstance(value, (str, os.PathLike))
 
 
-__all__ = ["caller_stacklevel", "expect_text", "grammar_problem", "is_pathlike", "messages_problem", "template_source_problem",
-           "text_problem"]
+__all__ = ["MAX_WARNING_CHARS", "caller_stacklevel", "expect_text", "grammar_problem", "is_pathlike",
+           "messages_problem", "print_warning_line", "template_source_problem", "text_problem", "warning_line"]

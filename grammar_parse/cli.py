@@ -373,14 +373,6 @@ def _open_binary(path: str, what: str) -> BinaryIO:
                                hint="Check the path.") from None
 
 
-def _open_text(path: str, what: str) -> TextIO:
-    try:
-        return open(path, encoding="utf-8")  # noqa: SIM115 - the caller's stack closes it
-    except OSError as e:
-        raise CommandLineError(f"cannot read the {what} {path}: {e.strerror}.", code="usage.file",
-                               hint="Check the path.") from None
-
-
 def _written_rows(path: str, parquet: bool) -> int:
     """The rows an earlier run wrote to ``path`` (--resume): lines of JSONL, or a Parquet file's rows."""
     if not os.path.exists(path):
