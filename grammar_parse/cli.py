@@ -63,6 +63,12 @@ class CommandLineError(GrammarParseError):
     code = "usage.file"
 
 
+class NoTokenWarning(UserWarning):
+    """``serve`` listens beyond this machine without a bearer token (code ``serve.no_token``)."""
+
+    code = "serve.no_token"
+
+
 @contextmanager
 def _loading() -> Iterator[None]:
     """Errors raised while loading what the command line names are usage errors (status 2), not parse
@@ -599,8 +605,8 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cove
                   limits=Limits(max_body=args.max_body, body_timeout=args.body_timeout),
                   store=ResponseStore(args.store_size, args.store_ttl), template_kwargs=_template_kwargs(args))
     if args.host not in _LOOPBACK and token is None:
-        sys.stderr.write(f"grammar-parse: warning: serving {args.host} without a bearer token: anyone who can reach "
-                         f"the port can use the model (set {TOKEN_ENV} or --token-file).\n")
+        warnings.warn(NoTokenWarning(f"serving {args.host} without a bearer token: anyone who can reach the port can "
+                                     f"use the model (set {TOKEN_ENV} or --token-file)."), stacklevel=1)
 
     def ready(url: str) -> None:  # (called once the port is bound, so the address is one that answers)
         out.write(f"serving model {model!r} at {url}: LMSP at {url}/lmsp/v1/responses, OpenAI-compatible at {url}/v1\n")

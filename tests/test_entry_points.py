@@ -387,3 +387,17 @@ def test_a_warning_without_a_code_is_one_line_named_by_its_class(capsys, monkeyp
     monkeypatch.setattr(cli, "_cmd_compile", warn)
     assert main(["compile", "qwen3"]) == 0
     assert capsys.readouterr().err == "grammar-parse: warning [DeprecationWarning]: something odd\n"
+
+
+def test_serve_without_a_token_warns_in_one_line_with_its_code(capsys, monkeypatch):
+    pytest.importorskip("httpx")
+    from grammar_parse import server
+
+    served = []
+    monkeypatch.setattr(server, "serve", lambda app, host, port, **kwargs: served.append((host, port)))
+    monkeypatch.delenv("GRAMMAR_PARSE_TOKEN", raising=False)
+    assert main(["serve", "-g", "qwen3", "--host", "0.0.0.0", "--port", "0"]) == 0
+    assert served == [("0.0.0.0", 0)]
+    err = capsys.readouterr().err
+    assert err.startswith("grammar-parse: warning [serve.no_token]: serving 0.0.0.0 without a bearer token"), err
+    assert ERROR_CODES["serve.no_token"]
