@@ -262,3 +262,25 @@ def test_one_big_feed_costs_linear_time(grammar):
                 break
         else:
             pytest.fail(f"{unit!r}: {small:.4f} s -> {large:.4f} s")
+
+
+#: The worst single feeds a sweep of every grammar found (each delimiter example, then a flood: 8 KB
+#: against 64 KB) beyond the floods above: a call's parameter opener, then '<' (0.5-1.1 s at 64 KB before
+#: the windowed partial search, 0.02-0.04 s after).
+BIG_FEEDS = [
+    ("mimo", "<tool_call>\n\n\n<function=_iucoocf=>", "<"),
+    ("qwen3_5", "<tool_call>\n\n\n<function=_iucoocf=>", "<"),
+    ("qwen3_coder", "<tool_call>\n\n\n<function=_iucoocf=>", "<|"),
+]
+
+
+@pytest.mark.parametrize("grammar, head, unit", BIG_FEEDS)
+def test_the_sweeps_worst_big_feeds_cost_linear_time(grammar, head, unit):
+    feed_once(grammar, head + unit * 100, 1)
+    for reps in (1, 3):
+        small = feed_once(grammar, head + unit * (BIG_SMALL // len(unit)), reps)
+        large = feed_once(grammar, head + unit * (LARGE // len(unit)), reps)
+        if large <= 40 * max(small, 0.0015):
+            break
+    else:
+        pytest.fail(f"{small:.4f} s -> {large:.4f} s")
