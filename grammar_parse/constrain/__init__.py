@@ -37,6 +37,7 @@ token reference, so with ``tokens=`` (:func:`added_tokens`) a delimiter that is 
 from __future__ import annotations
 
 import json
+import re
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -51,7 +52,7 @@ from ..toolstream import CallPlan, call_regions, plan_for
 from . import cache, forms, pythonic, schemas, tagged
 from .cache import CACHE_BYTES, CACHE_ENTRIES
 from .lark import LarkWriter, lark_regex
-from .regexes import Delim, Unsupported, delim_of, escape, text_with_tokens, without_start
+from .regexes import Delim, Unsupported, delim_of, escape, expansions, text_with_tokens, without_start
 
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", "clear_cache", "cache_info"]
@@ -261,6 +262,10 @@ class _Reasoning:
     open_rx: str
     close_rx: str
     implicit: bool  # it opens at the start of the output with no opener written (ERNIE's ``(?:^|<think>)``)
+    # A close with a part no literal holds (Hy3's </think:opensource>): a structural tag ends the reasoning
+    # at its literal head, then this regex.
+    close_head: str = ""
+    close_rest: str = ""
 
 
 def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
@@ -286,7 +291,10 @@ def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
     if not opens or not closes:
         raise _unsupported(grammar, "its reasoning delimiters have no text to write")
     inside = _reaches(rules, reasoning[0].rule, calls.rule, set())
-    return _Reasoning(opens, closes, opener.regex_text(), closer.regex_text(), implicit), inside
+    head = rest = ""
+    if closer.regex is not None and not expansions(closer.regex, closer.regex.items) and closer.lead():
+        head, rest = closer.lead(), closer.rest_after_lead(None)
+    return _Reasoning(opens, closes, opener.regex_text(), closer.regex_text(), implicit, head, rest), inside
 
 
 def end_of_turn(grammar: GrammarLike) -> tuple[str, ...]:
@@ -307,8 +315,18 @@ def _start_state(grammar: Grammar, fmt: _Format, prefix: str | None) -> str:
     if grammar.start_anchor is not None:
         end = grammar.start_anchor.last_end(prefix, None)
         tail = prefix if end is None else prefix[end:]
+    # (by the delimiters' regexes too: Hy3's template writes <think:opensource>, not the canonical <think>)
     last_open = max((tail.rfind(o) for o in fmt.reasoning.opens), default=-1)
     last_close = max((tail.rfind(c) for c in fmt.reasoning.closes), default=-1)
+    for rx, last in ((fmt.reasoning.open_rx, "open"), (fmt.reasoning.close_rx, "close")):
+        try:
+            found = [m.start() for m in re.finditer(rx, tail)]
+        except re.error:
+            continue
+        if found and last == "open":
+            last_open = max(last_open, found[-1])
+        elif found:
+            last_close = max(last_close, found[-1])
     if last_close > last_open:
         return "content"
     return "reasoning" if last_open >= 0 or fmt.reasoning.implicit else "start"
@@ -761,12 +779,15 @@ def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any
         text: dict[str, Any] = {"type": "any_text"}
         if mode == "none" and fmt.calls_in_reasoning:
             text["excludes"] = list(fmt.trigger)
+        rest = [{"type": "regex", "pattern": fmt.reasoning.close_rest}] if fmt.reasoning.close_rest else []
+        closes = (fmt.reasoning.close_head,) if rest else closes
         if state == "reasoning":
-            elements.append({"type": "tag", "begin": "", "content": text, "end": list(closes)})
+            elements += [{"type": "tag", "begin": "", "content": text, "end": list(closes)}, *rest]
         else:
             tags = [{"type": "tag", "begin": o, "content": text, "end": list(closes)} for o in opens]
             elements.append({"type": "optional", "content": {"type": "sequence", "elements": [
-                {"type": "regex", "pattern": r"\s*"}, tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}]}})
+                {"type": "regex", "pattern": r"\s*"}, tags[0] if len(tags) == 1 else {"type": "or", "elements": tags},
+                *rest]}})
     answer_at = len(elements)
     triggers = list(fmt.trigger)
     # xgrammar cannot say "text that does not start with the reasoning opener" (llguidance's FIRST): where
@@ -871,8 +892,17 @@ def _xgr_blocks(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel:
     inner = _wrapped(fmt, one, parallel)
     # Every spelling of the section's begin is one tag (DeepSeek V4's <｜DSML｜toolcalls> beside
     # <｜DSML｜tool_calls>), each closed by any spelling of the end, as the grammar reads them.
+    ends: list[str] | str = end.canonical() if end is not None else ""
+    if end is not None and end.regex is not None and not expansions(end.regex, end.regex.items):
+        # A closer with a part no literal holds (Hy3's </tool_calls:opensource>): its literal tail is the end.
+        rest, ends = tagged.call_end(end)
+        inner = [*inner, {"type": "regex", "pattern": rest}]
+    if begin.regex is not None and not expansions(begin.regex, begin.regex.items):
+        # The same for the begin (<tool_calls:opensource>): its literal head, then the rest as a regex.
+        return [{"type": "tag", "begin": begin.lead(), "content": {"type": "sequence", "elements": [
+            {"type": "regex", "pattern": begin.rest_after_lead(None)}, *inner]}, "end": ends}]
     return [{"type": "tag", "begin": text, "content": {"type": "sequence", "elements": inner},
-             "end": end.canonical() if end is not None else ""} for text in begin.canonical()]
+             "end": ends} for text in begin.canonical()]
 
 
 def _wrapped(fmt: _Format, one: dict[str, Any], parallel: bool) -> list[dict[str, Any]]:

@@ -210,6 +210,16 @@ def _literal_runs(rx: Regex, items: Any) -> list[str]:
     return [r for r in [*runs, current] if r]
 
 
+def _head(items: Any) -> str:
+    """The literal text a regex's items start with."""
+    out = ""
+    for op, av in items:
+        if op is not sre_c.LITERAL:
+            break
+        out += chr(av)
+    return out
+
+
 def _cutting_text(rx: Regex, items: Any) -> str | None:
     """The text to keep out of a value that a delimiter would end: a literal run every match holds (the
     one it starts with, else the longest), unless that is a single character or only a word (which would
@@ -253,7 +263,21 @@ class _Slot:
     def ends(self, key: str | None) -> list[str]:
         if self.closer is None:
             return list(self.literal_ends)
+        if self.closer_rest(key):
+            return [_head(self.closer_items)]
         return _ends(self.closer, self.closer_items, key)
+
+    def closer_rest(self, key: str | None) -> str:
+        """The closer after its literal head, as a regex, where the closer has a part no literal holds
+        (Hy3's ``</arg_value:opensource>``, any suffix or none): the value ends at the head, this follows.
+        "" for a closer whose every text is known."""
+        if self.closer is None or _texts(self.closer, self.closer_items, key) is not None:
+            return ""
+        head = _head(self.closer_items)
+        # (a head of one character, MiMo's "<" of "< / parameter >", would keep it out of every value)
+        if len(head) < 2 or len(head) == len(self.closer_items):
+            return ""
+        return self.closer.emit(self.closer_items[len(head):], key)
 
     def first(self) -> str:
         """A regex for the value's first character (only when a lookahead bans some)."""
@@ -413,7 +437,14 @@ def _string_choices(schema: Any) -> list[str] | None:
 
 
 def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[str, Any]:
-    """The value of one argument and its closer, as a tag with an empty begin."""
+    """The value of one argument and its closer, as a tag with an empty begin (then the rest of a closer
+    no literal holds: see :meth:`_Slot.closer_rest`)."""
+    value = _value_to_head(slot, key, schema, as_text=as_text)
+    rest = slot.closer_rest(key)
+    return value if not rest else {"type": "sequence", "elements": [value, {"type": "regex", "pattern": rest}]}
+
+
+def _value_to_head(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[str, Any]:
     ends: str | list[str] = slot.ends(key)
     ends = ends[0] if len(ends) == 1 else ends
     lead = [] if slot.banned_first else [{"type": "regex", "pattern": _SPACE}]
