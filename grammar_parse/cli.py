@@ -780,11 +780,9 @@ def _one_line(error: GrammarParseError) -> str:
 @contextmanager
 def _warnings_as_lines() -> Iterator[None]:
     """Warnings printed as one line each on stderr (Python's own format names a source line, here
-    ``sys.exit(main())``, which tells a user of the command nothing). Each is shown once per place, as by
-    default, unless -W or PYTHONWARNINGS says otherwise."""
+    ``sys.exit(main())``, which tells a user of the command nothing). Which are shown stays the warning
+    filters' choice (by default each once per place; -W, PYTHONWARNINGS)."""
     with warnings.catch_warnings():
-        if not sys.warnoptions:
-            warnings.simplefilter("default")
         warnings.showwarning = print_warning_line
         yield
 
