@@ -1,0 +1,144 @@
+"""Every call form a grammar reads is offered and checked by the constraint exports, or made impossible, and
+a template's own call format is never refused (issue 32, item 10). The red team's reproducers, checked byte
+by byte with llguidance's and xgrammar's matchers (a few milliseconds each); the data-driven check over
+every golden and transcript is tests/constrain/test_call_forms.py (opt-in: --constrain).
+
+Each row: a grammar, an output, the request's tool_choice, and what both engines must say. A call the
+parser reads in any form it reads must be "refused" when it names a tool the request does not offer, breaks
+its JSON, or when tool_choice is "none"; "accepted" rows are the model's own format for an offered tool.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import grammar_parse as gp
+from grammar_parse import constrain
+
+llguidance = pytest.importorskip("llguidance")
+xgrammar = pytest.importorskip("xgrammar")
+
+EOS = 256
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+TOOLS = [WEATHER, TIME]
+
+
+class _Bytes:
+    """256 byte tokens and an end-of-sequence token (no model needed)."""
+
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+    eos_token_id = EOS
+    bos_token_id = None
+    special_token_ids = [EOS]
+
+    def __call__(self, text: Any) -> list[int]:
+        return list(text.encode() if isinstance(text, str) else text)
+
+
+_LLG = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+_XGR = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo(_Bytes.tokens, vocab_type=xgrammar.VocabType.RAW,
+                                                       stop_token_ids=[EOS]), cache_enabled=False)
+
+
+def _llguidance(grammar: gp.Grammar, text: str, **options: Any) -> bool:
+    matcher = llguidance.LLMatcher(_LLG, constrain.to_llguidance(grammar, **options), log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    return all(matcher.consume_token(b) for b in text.encode()) and bool(matcher.is_accepting())
+
+
+def _xgrammar(grammar: gp.Grammar, text: str, **options: Any) -> bool:
+    compiled = _XGR.compile_structural_tag(json.dumps(constrain.to_structural_tag(grammar, **options)))
+    matcher = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    return all(matcher.accept_token(b) for b in text.encode()) and bool(matcher.accept_token(EOS))
+
+
+ENGINES = {"llguidance": _llguidance, "xgrammar": _xgrammar}
+
+LLAMA3 = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+XLAM = '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+GPT_OSS_ROLE = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.{name}"
+                "<|channel|>commentary json<|message|>{args}<|call|>")
+DSML = ("<｜DSML｜{block}>\n<｜DSML｜invoke name=\"{name}\">\n<｜DSML｜parameter name=\"city\" string=\"true\">"
+        "Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{block}>")
+COHERE = ('<|START_ACTION|>[{{"tool_call_id": "0", "tool_name": "{name}", "parameters": {{"city": "Paris"}}}}]'
+          "<|END_ACTION|>")
+HY3 = ("<tool_calls:opensource>\n<tool_call:opensource>{name}<tool_sep:opensource>\n<arg_key:opensource>city"
+       "</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n"
+       "</tool_calls:opensource>")
+K2_JSON = '<ifm|tool_call>{{"name": "{name}", "arguments": {{"city": "Paris"}}}}</ifm|tool_call>'
+
+# (grammar, output, prefix, tool_choice, expected in both engines)
+ROWS: list[tuple[str, str, str, str, str]] = [
+    # Llama 3 without <|python_tag|>: how it usually writes calls.
+    ("llama3_json", LLAMA3, "", "auto", "accepted"),
+    ("llama3_json", '{"type": "function", "name": "get_weather", "parameters": {"city": "Paris"}}', "", "auto",
+     "accepted"),
+    ("llama3_json", f"{LLAMA3}; " + '{"name": "get_time", "parameters": {}}', "", "auto", "accepted"),
+    ("llama3_json", '{"name": "zz_unknown_tool", "parameters": {"city": "Paris"}}', "", "auto", "refused"),
+    ("llama3_json", '{"name": "get_weather", "parameters": {"city": Paris}}', "", "auto", "refused"),
+    ("llama3_json", '{"name": "get_weather", "parameters": {"city": 7}}', "", "auto", "refused"),
+    ("llama3_json", LLAMA3, "", "none", "refused"),
+    ("llama3_json", "The weather is mild.", "", "auto", "accepted"),
+    # xLAM-2's bare array (its default), its [TOOL_CALLS] form and its opening ```json fence.
+    ("xlam", XLAM, "", "auto", "accepted"),
+    ("xlam", f"Let me check. [TOOL_CALLS] {XLAM}", "", "auto", "accepted"),
+    ("xlam", f"```json\n{XLAM}\n```", "", "auto", "accepted"),
+    ("xlam", XLAM.replace("get_weather", "zz_unknown_tool"), "", "auto", "refused"),
+    ("xlam", f"[TOOL_CALLS] {XLAM.replace('get_weather', 'zz_unknown_tool')}", "", "auto", "refused"),
+    ("xlam", f"```json\n{XLAM.replace('get_weather', 'zz_unknown_tool')}\n```", "", "auto", "refused"),
+    ("xlam", XLAM, "", "none", "refused"),
+    ("xlam", f"[TOOL_CALLS] {XLAM}", "", "none", "refused"),
+    # gpt-oss with the recipient in the role header (how its chat template renders earlier calls).
+    ("gpt_oss", GPT_OSS_ROLE.format(name="get_weather", args='{"city": "Paris"}'), "", "auto", "accepted"),
+    ("gpt_oss", GPT_OSS_ROLE.format(name="zz_unknown_tool", args='{"city": "Paris"}'), "", "auto", "refused"),
+    ("gpt_oss", GPT_OSS_ROLE.format(name="get_weather", args='{"city": }'), "", "auto", "refused"),
+    ("gpt_oss", GPT_OSS_ROLE.format(name="get_weather", args='{"city": "Paris"}'), "", "none", "refused"),
+    # DeepSeek V4's other block spellings.
+    ("deepseek_v4", DSML.format(block="toolcalls", name="get_weather"), "<｜Assistant｜></think>", "auto",
+     "accepted"),
+    ("deepseek_v4", DSML.format(block="tool", name="get_weather"), "<｜Assistant｜></think>", "auto", "accepted"),
+    ("deepseek_v4", DSML.format(block="toolcalls", name="zz_unknown_tool"), "<｜Assistant｜></think>", "auto",
+     "refused"),
+    ("deepseek_v4", DSML.format(block="tool", name="get_weather"), "<｜Assistant｜></think>", "none", "refused"),
+    # Command R7B writes a tool_call_id first in every call.
+    ("cohere2", COHERE.format(name="get_weather"), "", "auto", "accepted"),
+    ("cohere2", COHERE.format(name="zz_unknown_tool"), "", "auto", "refused"),
+    # The released Hy3 template's :opensource spellings.
+    ("hunyuan_v3", HY3.format(name="get_weather"), "", "auto", "accepted"),
+    ("hunyuan_v3", HY3.format(name="zz_unknown_tool"), "", "auto", "refused"),
+    # K2 Horizon's JSON call beside its tagged one.
+    ("k2_horizon", K2_JSON.format(name="get_weather"), "", "auto", "accepted"),
+    ("k2_horizon", K2_JSON.format(name="zz_unknown_tool"), "", "auto", "refused"),
+    ("k2_horizon", K2_JSON.format(name="get_weather"), "", "none", "refused"),
+    # A repaired call without its <tool_call> (the parser reads it as a call): made impossible.
+    ("qwen3_5", "<function=zz_unknown_tool>\n<parameter=city>\nParis\n</parameter>\n</function>", "", "auto",
+     "refused"),
+    ("qwen3_coder", "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>", "", "none",
+     "refused"),
+]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize(("name", "text", "prefix", "choice", "expected"), ROWS,
+                         ids=[f"{r[0]}-{i}" for i, r in enumerate(ROWS)])
+def test_every_call_form_is_checked(engine: str, name: str, text: str, prefix: str, choice: str,
+                                    expected: str) -> None:
+    grammar = gp.load_grammar(name)
+    accepted = ENGINES[engine](grammar, text, tools=TOOLS, tool_choice=choice, prefix=prefix)
+    assert ("accepted" if accepted else "refused") == expected
+
+
+@pytest.mark.parametrize(("name", "text", "prefix"), [(r[0], r[1], r[2]) for r in ROWS if r[4] == "accepted"
+                                                     or "zz_unknown_tool" in r[1]])
+def test_the_rows_write_calls_the_parser_reads(name: str, text: str, prefix: str) -> None:
+    """What the rows write is a call for the parser (so a refused row is a call held back, and an accepted
+    one a call in the model's own format), or plain text where the row writes no tool's name."""
+    message = gp.parse_response(text, gp.load_grammar(name), prefix=prefix, strict=False)
+    names = [c["function"]["name"] for c in message.get("tool_calls") or []]
+    written = [n for n in ("get_weather", "zz_unknown_tool") if n in text]
+    assert names[:1] == written[:1]
