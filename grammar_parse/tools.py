@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import itertools
 import json
 import types
 import typing
@@ -251,14 +252,16 @@ def _tools_error(message: str, hint: str = _TOOLS_HINT) -> ArgumentError:
     return ArgumentError(message, code="usage.tools", hint=hint)
 
 
-def _misspelled(keys: Iterable[str], known: tuple[str, ...]) -> tuple[str, str] | None:
-    """A key that is a near miss of a known key the dict lacks (``paramters``), and that key."""
+def _misspelled(keys: Iterable[Any], known: tuple[str, ...]) -> tuple[str, str] | None:
+    """A key that is a near miss of a known key the dict lacks (``paramters``), and that key. Only the first
+    keys are compared (a spec has a handful; a hostile one with thousands costs no more)."""
     present = set(keys)
-    for key in keys:
-        if key not in known:
-            close = difflib.get_close_matches(key, [k for k in known if k not in present], n=1, cutoff=0.75)
-            if close:
-                return key, close[0]
+    missing = [k for k in known if k not in present]
+    unknown = (key for key in keys if isinstance(key, str) and key not in known)
+    for key in itertools.islice(unknown, 32):
+        close = difflib.get_close_matches(key, missing, n=1, cutoff=0.75)
+        if close:
+            return key, close[0]
     return None
 
 
