@@ -119,6 +119,7 @@ GOOD_TOOLS: list[tuple[str, Any]] = [
     ("a_tuple", ({"name": "get_weather", "parameters": DAYS},)),
     ("a_generator", (t for t in [{"name": "get_weather", "parameters": DAYS}])),
     ("with_a_hosted_tool", [{"type": "code_interpreter"}, {"name": "get_weather", "parameters": DAYS}]),
+    ("a_key_that_is_no_string", [{"name": "get_weather", "parameters": DAYS, 1: "x"}]),
 ]
 
 
