@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import re
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,9 +38,11 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import jmespath
 
+from .arguments import print_warning_line
 from .errors import ArgumentError, GrammarParseError
 from .grammar import Grammar, build_grammar
 from .session import ResponseParser, parse_response, resolve_grammar
+from .tools import check_tools
 from .wire_stream import REASONING_FIELDS
 
 if TYPE_CHECKING:
@@ -239,8 +242,10 @@ class _Parser:
 _worker: _Parser | None = None
 
 
-def _start_worker(grammar: Any, prefix: str, tools: Any, strict: bool, columns: Columns) -> None:
+def _start_worker(grammar: Any, prefix: str, tools: Any, strict: bool, columns: Columns, lines: bool = False) -> None:
     global _worker  # (the one state a worker process keeps: its parser, built once)
+    if lines:  # (the command line's warnings are one line each: so are its workers')
+        warnings.showwarning = print_warning_line
     _worker = _Parser(grammar, prefix, tools, strict, columns)
 
 
@@ -276,6 +281,8 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
     rows done after each chunk. Lenient by default (``strict=False``): problems are in ``parse_errors``.
     """
     columns = columns or Columns()
+    if tools is not None:
+        check_tools(tools)  # (tools in a wrong shape are the run's mistake, not every row's)
     if workers <= 1:
         parser = _Parser(grammar, prefix, tools, strict, columns)
         for chunk in _chunks(records, chunk_rows):
@@ -285,7 +292,8 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
         return
     context = multiprocessing.get_context("spawn" if os.name == "nt" else "forkserver")
     with context.Pool(workers, initializer=_start_worker,
-                      initargs=(portable_grammar(grammar), prefix, tools, strict, columns)) as pool:
+                      initargs=(portable_grammar(grammar), prefix, tools, strict, columns,
+                                warnings.showwarning is print_warning_line)) as pool:
         for rows in pool.imap(_work, _chunks(records, chunk_rows)):
             yield from rows
             if progress is not None:

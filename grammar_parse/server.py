@@ -91,11 +91,12 @@ from typing import TYPE_CHECKING, Any
 from .backends import SAMPLING_FIELDS, Generation, ReplayBackend, tokens
 from .chat_completions import ChatCompletionsStream, chunk
 from .chat_template import ChatTemplate
-from .errors import ERROR_CODES, ChatTemplateError, GrammarParseError
+from .errors import ERROR_CODES, ArgumentError, ChatTemplateError, GrammarParseError
 from .grammar import Grammar
 from .lmsp import ResponseStream, problem, schema_validator, sse
 from .session import resolve_grammar
 from .store import ResponseStorage, ResponseStore, open_store
+from .tools import check_tools
 from .toolstream import call_regions
 from .wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 
@@ -363,6 +364,15 @@ def _in_range(name: str, value: Any, low: float, high: float, integer: bool) -> 
         raise _refuse("invalid_request", f"{name}: must be {kind}")
     if not low <= value <= high:
         raise _refuse("invalid_request", f"{name}: must be {kind} from {low:g} to {high:g}, not {value:.6g}")
+
+
+def _check_tools(tools: list[dict[str, Any]]) -> None:
+    """A tool whose schema the parser cannot type by (its parameters the bare properties map, say) is the
+    request's mistake: a 400 naming the tool, not a 500 from the parser."""
+    try:
+        check_tools(tools)
+    except ArgumentError as error:
+        raise _refuse("invalid_request", error.detail) from None
 
 
 def _count(what: str, values: Any, limit: int) -> None:
@@ -1135,6 +1145,7 @@ class LMSPApp:
         offered = choice.offered(tools)
         prompt = await self._render(ctx, items, offered, items=True)
         typed = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in offered]
+        _check_tools(typed)
         ids = _Ids(self.ids)
         output = _LMSPOutput(self, prompt, typed or None, ids)
         created_at = int(self.clock())
@@ -1206,6 +1217,7 @@ class LMSPApp:
                            **({"temperature": request["temperature"]} if request.get("temperature") is not None else {}),
                            **{k: request[k] for k in SAMPLING_FIELDS if request.get(k) is not None}}
         typed = [{"name": t["name"], "parameters": t.get("parameters", {})} for t in offered]
+        _check_tools(typed)
         streaming = bool(request.get("stream"))
         include_usage = streaming and bool((request.get("stream_options") or {}).get("include_usage"))
         output = _ChatOutput(self, prompt, typed or None, _Ids(self.ids), completion_id=f"chatcmpl-{secrets.token_hex(12)}",

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from .events import Event
 from .session import ResponseParser, TemplateLike
+from .tools import tool_list
 from .toolstream import ToolCallStreamer
 
 #: ``ids(kind)`` makes one id of a kind (``call``, ``resp``, ``msg``, ...): injectable, so tests are deterministic.
@@ -36,7 +37,7 @@ def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[A
                 strict: bool = True, calls_in_reasoning: str | bool | None = None) -> OpenStream:
     """What every adapter streams from (the template is resolved once, by the parser; the streamer reads
     its grammar)."""
-    tools = list(tools) if tools is not None else None
+    tools = tool_list(tools)
     parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict,
                             calls_in_reasoning=calls_in_reasoning)
     return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth))

@@ -8,6 +8,7 @@ import pytest
 import grammar_parse as gp
 from goldens import all_goldens
 from grammar_parse.batch import Columns, TableParser, parse_many, parse_table, result_row, result_schema
+from grammar_parse.errors import ArgumentError
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -548,3 +549,13 @@ def test_a_first_record_without_keys_to_check_runs_the_file(first, tmp_path):
     target = tmp_path / "out.jsonl"
     assert main(["batch", str(source), "-o", str(target), "-g", "qwen3", "-j", "1", "--quiet"]) == 0
     assert len(target.read_text(encoding="utf-8").splitlines()) == 2
+
+
+@pytest.mark.parametrize("tools", [{"get_weather": {"type": "object"}}, [{"name": "f", "paramters": {}}]],
+                         ids=["name_to_schema_dict", "misspelled_key"])
+def test_tools_in_a_wrong_shape_stop_the_run_before_any_row(tools):
+    """Every row would carry the same usage.tools error: it is the run's mistake, said once up front."""
+    rows = parse_many(iter(["Hi.<|im_end|>"] * 3), "qwen3", tools=tools)
+    with pytest.raises(ArgumentError) as info:
+        next(rows)
+    assert info.value.code == "usage.tools"

@@ -401,3 +401,25 @@ def test_an_unknown_store_url_is_refused():
     with pytest.raises(ArgumentError) as raised:
         LMSPApp(store="postgres://x")
     assert raised.value.code == "usage.argument"
+
+
+# ---------------------------------------------------------------------------- a tool the parser cannot type by
+BAD_TOOL_PARAMETERS = {"properties_map": {"city": {"type": "string"}},
+                       "properties_not_an_object": {"type": "object", "properties": ["city"]}}
+
+
+@pytest.mark.parametrize("parameters", list(BAD_TOOL_PARAMETERS.values()), ids=list(BAD_TOOL_PARAMETERS))
+@pytest.mark.parametrize("path", ["/lmsp/v1/responses", "/v1/chat/completions"])
+def test_a_tool_in_a_shape_the_parser_cannot_type_by_is_a_400_naming_it(path, parameters):
+    """A client's tool schema the parser refuses is the client's mistake (it was a 500 from the parser)."""
+    app = LMSPApp(backend=strict_model("Hi.<|im_end|>"))
+    if path.startswith("/lmsp"):
+        body = {"model": "qwen3", "input": [user("Hi")],
+                "tools": [{"type": "function", "name": "get_weather", "parameters": parameters}]}
+    else:
+        body = {"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}],
+                "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": parameters}}]}
+    status, _, answer = asgi(app, path, body)
+    problem = json.loads(answer)
+    assert (status, problem["code"]) == (400, "invalid_request"), problem
+    assert "get_weather" in problem["detail"], problem["detail"]
