@@ -32,6 +32,11 @@ lexeme beside it could never give the trigger back. llguidance matches a tokeniz
 token reference, so with ``tokens=`` (:func:`added_tokens`) a delimiter that is one is written as
 ``<[id]>``, after a greedy text that spells no trigger; xgrammar reads tokens by their text. Grammars this module cannot express yet raise
 :class:`~grammar_parse.errors.ArgumentError` with code ``constrain.unsupported`` and the reason.
+
+The grammar is named as everywhere (a built-in name, a path, a template dict or a Grammar). A tool's schema
+may use references (pydantic's ``$defs``): they are resolved per tool before any part of it is placed
+(:mod:`grammar_parse.constrain.schemas`). Exports are kept per (grammar, tools, options)
+(:mod:`grammar_parse.constrain.cache`), so the serving path builds each constraint once.
 """
 
 from __future__ import annotations
