@@ -27,7 +27,8 @@ PIPELINE = [
     "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
     "constrain.lark", "constrain",                                 # payloads, llguidance's dialect, the exports
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
-    "wire_stream", "chat_completions", "lmsp", "backends", "server",  # adapters and the reference server
+    "wire_stream", "chat_completions", "lmsp", "backends", "store",  # adapters, the gateway's upstream and store,
+    "server",                                                      # and the reference server
     "batch", "view",                                               # many outputs at once; a picture of one
     "grammar_parse",                                               # the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
