@@ -240,6 +240,20 @@ def test_a_schema_that_references_itself_exponentially_is_bounded() -> None:
     assert raised.value.code == "constrain.tools" and "wide" in str(raised.value)
 
 
+def test_a_schema_nested_too_deep_is_bounded() -> None:
+    """100 objects within objects (or a chain of definitions as deep): refused, not a RecursionError."""
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(100):
+        deep = {"type": "object", "properties": {"a": deep}}
+    chain = {"type": "object", "$defs": {f"D{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/D{i + 1}"}}}
+                                         for i in range(100)}, "properties": {"a": {"$ref": "#/$defs/D0"}}}
+    chain["$defs"]["D100"] = {"type": "string"}
+    for schema in (deep, chain):
+        with pytest.raises(ArgumentError) as raised:
+            constrain.to_structural_tag(gp.load_grammar("qwen3"), tools=[_tool("deep", schema)])
+        assert raised.value.code == "constrain.tools" and "deep" in str(raised.value)
+
+
 # ---------------------------------------------------------------------------- an enum's cost
 SMALL, LARGE = 100, 800  # 8x the values
 

@@ -18,7 +18,8 @@ written, every reference is resolved here:
   reference, is an :class:`~grammar_parse.errors.ArgumentError` (``constrain.tools``) naming the tool.
 
 A schema whose definitions use each other many times over could expand to far more than it says (40
-definitions each used twice by the one before: 2**40 nodes); the expansion is bounded by MAX_NODES.
+definitions each used twice by the one before: 2**40 nodes); the expansion is bounded by MAX_NODES, and its
+depth by MAX_DEPTH.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ from urllib.parse import unquote
 
 from ..errors import ArgumentError
 
-__all__ = ["self_contained", "rooted", "rooted_documents", "placed", "json_equal", "MAX_NODES"]
+__all__ = ["self_contained", "rooted", "rooted_documents", "placed", "json_equal", "MAX_NODES", "MAX_DEPTH"]
 
 #: The most schema nodes a tool's expanded parameters may hold (a pydantic model of a few dozen classes
 #: expands to a few hundred).
 MAX_NODES = 20_000
+#: The deepest a tool's expanded parameters may nest (schemas within schemas): the walks over them, and
+#: the engines' own, recurse.
+MAX_DEPTH = 64
 #: Where the definitions a recursive schema keeps are (draft 2019-09 and later; both engines read it).
 DEFS = "$defs"
 #: Keywords whose value is one schema, a list of schemas, or a map of names to schemas.
@@ -62,6 +66,7 @@ class _Expander:
         self.keys: dict[str, str] = {}  # a recursive reference, and its key under DEFS
         self.defs: dict[str, Any] = {}
         self.nodes = 0
+        self.depth = 0
 
     def target(self, ref: Any, where: str) -> Any:
         """What a local reference points at."""
@@ -100,6 +105,15 @@ class _Expander:
         ref = node.get("$ref")
         if ref is not None:
             return self.reference(node, ref, where, stack)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _error(self.tool, f"its parameters nest more than {MAX_DEPTH} schemas deep")
+        try:
+            return self._expand_keywords(node, where, stack)
+        finally:
+            self.depth -= 1
+
+    def _expand_keywords(self, node: Mapping[str, Any], where: str, stack: tuple[str, ...]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in node.items():
             if k in (DEFS, "definitions"):
