@@ -25,7 +25,7 @@ from . import __version__
 from .arguments import print_warning_line
 from .chat_template import load_chat_template, render_prompt
 from .detect import detect
-from .errors import GrammarError, GrammarParseError, ParseError
+from .errors import ArgumentError, GrammarError, GrammarParseError, ParseError
 from .grammar import Grammar
 from .json_input import JSONLimitError, load_user_json
 from .library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
@@ -582,7 +582,8 @@ def _serve_backend(args: argparse.Namespace) -> Any:
 def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server (tests/test_server.py runs it)
     import logging
 
-    from .server import Limits, LMSPApp, ResponseStore, serve
+    from .server import Limits, LMSPApp, serve
+    from .store import open_store
 
     source = _model(args)
     if args.grammar == "auto" and source is None:
@@ -602,8 +603,10 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cove
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = LMSPApp(grammar=grammar, model=model, token=token, chat_template=template, backend=_serve_backend(args),
-                  limits=Limits(max_body=args.max_body, body_timeout=args.body_timeout),
-                  store=ResponseStore(args.store_size, args.store_ttl), template_kwargs=_template_kwargs(args))
+                  limits=Limits(max_body=args.max_body, body_timeout=args.body_timeout, send_timeout=args.send_timeout),
+                  store=open_store(args.store, max_entries=args.store_size, ttl=args.store_ttl,
+                                   max_bytes=args.store_bytes),
+                  template_kwargs=_template_kwargs(args))
     if args.host not in _LOOPBACK and token is None:
         warnings.warn(NoTokenWarning(f"serving {args.host} without a bearer token: anyone who can reach the port can "
                                      f"use the model (set {TOKEN_ENV} or --token-file)."), stacklevel=1)
@@ -708,8 +711,16 @@ def build_argparser() -> argparse.ArgumentParser:
                    help="time a request's head (request line and headers) may take to arrive (default 10)")
     p.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="time a request body may take to arrive (default 10)")
+    p.add_argument("--send-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="time one write may wait on a client that does not read before the response is given up "
+                        "and its generation stopped (default 30)")
+    p.add_argument("--store", default="memory", metavar="URL",
+                   help="where responses are kept for previous_response_id: 'memory' (this process) or a "
+                        "redis:// URL shared by replicas (the redis extra) (default memory)")
     p.add_argument("--store-size", type=int, default=1000, metavar="N",
                    help="stored responses kept for previous_response_id, oldest evicted first (default 1000)")
+    p.add_argument("--store-bytes", type=int, default=256 * 2**20, metavar="BYTES",
+                   help="bytes the stored responses may take together, oldest evicted first (default 256 MiB)")
     p.add_argument("--store-ttl", type=float, default=3600.0, metavar="SECONDS",
                    help="how long a stored response is kept (default 3600)")
     p.set_defaults(run=_cmd_serve)
@@ -805,7 +816,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         with _warnings_as_lines():
             return int(args.run(args, out or sys.stdout))
-    except CommandLineError as e:
+    except (CommandLineError, ArgumentError) as e:  # (what the command was given: a usage error, status 2)
         sys.stderr.write(_one_line(e) + "\n")
         return EXIT_USAGE
     except GrammarParseError as e:

@@ -412,3 +412,11 @@ def test_cli_parse_stream_compile_check_list(tmp_path: Path, capsys):
     rc, out = run_cli("parse", "-g", str(template), "--prefix-file", str(prefix), "--tools-file", str(tools), str(text))
     assert json.loads(out) == {"role": "assistant", "thinking": "x", "tool_calls": [
         {"type": "function", "function": {"name": "set_alarm", "arguments": {"hour": 7, "loud": "true"}}}]}
+
+
+def test_serve_refuses_an_unknown_store_as_a_usage_error(capsys):
+    """--store takes 'memory' or a redis:// URL; anything else is the command's usage error (status 2),
+    said on one line before any port is bound."""
+    assert main(["serve", "--port", "0", "--store", "ftp://127.0.0.1/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("grammar-parse: error [usage.argument]") and "redis://" in err and err.count("\n") == 1

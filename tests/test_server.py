@@ -989,7 +989,8 @@ def test_the_serve_command_is_a_gateway_to_an_upstream(tmp_path):
     command = [sys.executable, "-m", "grammar_parse", "serve", "--port", "0", "--upstream", upstream_url,
                "--upstream-model", "qwen3-upstream", "--model", "qwen3", "--model-dir", str(model),
                "--grammar", "auto", "--token-file", str(tmp_path / "token"), "--log-level", "warning",
-               "--upstream-body", '{"skip_special_tokens": false}', "--header-timeout", "3"]
+               "--upstream-body", '{"skip_special_tokens": false}', "--header-timeout", "3",
+               "--store", "memory", "--store-bytes", "1000000", "--send-timeout", "5"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "GRAMMAR_PARSE_TOKEN": "env-token"})
     stack = contextlib.ExitStack()
