@@ -135,6 +135,9 @@ ERROR_CODES: dict[str, str] = {
     "usage.prefix": "prefix was not given (pass the prompt, or \"\" to opt out)",
     "usage.batch": "a batch was given prefixes of the wrong number or type, or a batch row cannot be read: no output "
                    "text, a prompt that is not text, a table without the named column, a row number past the end",
+    "batch.surrogate": "a batch row's text held a lone surrogate (the JSON escape \\ud800: no character), which Arrow "
+                       "and Parquet strings cannot hold: it was written as U+FFFD (JSONL keeps the escape)",
+    "batch.id_type": "a batch row's id is not of the id column's type (the first id's type): it was written as null",
     "usage.argument": "an argument to a public function is not of the type it takes (bytes or a chat message "
                       "where text is expected, a number as a grammar, ...); the message says what it expected",
     "usage.tools": "tools= is not a list of tool definitions (OpenAI's {type, function: {name, parameters}}, a bare "

@@ -559,3 +559,10 @@ def test_tools_in_a_wrong_shape_stop_the_run_before_any_row(tools):
     with pytest.raises(ArgumentError) as info:
         next(rows)
     assert info.value.code == "usage.tools"
+
+
+def test_the_codes_a_batch_writes_into_rows_are_stable_error_codes():
+    """parse_errors holds codes a reader can look up, the batch's own (lone surrogate, id type) included."""
+    from grammar_parse import batch
+    from grammar_parse.errors import ERROR_CODES
+    assert {batch.SURROGATE_CODE, batch.ID_TYPE_CODE} <= set(ERROR_CODES)
