@@ -40,7 +40,11 @@ def decision(scanner: Scanner, buf: str, pos: int, cache: SearchCache) -> tuple[
 def test_a_resumed_scan_decides_as_a_fresh_one(name, data):
     text = data.draw(grammar_outputs(name), label="text") + data.draw(st.sampled_from(["", " " * 40, "\n" * 9]))
     scanner = data.draw(st.sampled_from(scanners(name)), label="scanner")
-    chunks = data.draw(chunkings(text), label="chunks")
+    resumes_as_fresh(scanner, data.draw(chunkings(text), label="chunks"))
+
+
+def resumes_as_fresh(scanner: Scanner, chunks: list[str]) -> None:
+    """Feed ``chunks`` as a session would, checking each resumed scan against one from scratch."""
     memo, buf, pos = SearchCache(), "", 0
     for chunk in chunks:
         buf += chunk
@@ -67,3 +71,23 @@ def test_a_resumed_scan_decides_as_a_fresh_one(name, data):
 ])
 def test_a_trailing_lookahead_reads_as_text_for_the_automaton(pattern, expected):
     assert _trailing_lookahead_as_text(pattern) == expected
+
+
+#: Runs held at the edge while they grow (issue 32, item 6): a call name, spaces after a fence, a name at the
+#: start of the output (a leading ``^``). A resumed scan reads only the new text of such a run.
+GROWING = [("gemma4", "<|tool_call>call:f", "x"), ("function_gemma", "<start_function_call>call:f", "x"),
+           ("iquest_q1", "<iquest_tool_call>f", "x"), ("command_r_plus", "Action:\n```\t", " "),
+           ("functionary_v32", "", "x"), ("inkling", "<|message_model|>", "x"), ("minimax_m1", "<tool_calls>", " ")]
+
+
+@pytest.mark.parametrize("name, head, unit", GROWING)
+@settings(max_examples=examples(0.5))
+@given(data=st.data())
+def test_a_growing_run_resumed_decides_as_a_fresh_scan(name, head, unit, data):
+    from strategies import FILLER, delimiter_examples
+
+    tail = data.draw(st.lists(st.sampled_from(FILLER + delimiter_examples(gp.load_grammar(name))), max_size=3))
+    text = head + unit * data.draw(st.integers(0, 300)) + "".join(tail)
+    chunks = data.draw(chunkings(text), label="chunks")
+    for scanner in scanners(name):
+        resumes_as_fresh(scanner, chunks)
