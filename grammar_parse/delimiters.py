@@ -352,7 +352,8 @@ def tail_repeat(pattern: str, flags: int) -> tuple[Any, Any] | None:
 
 def _single_char(token: tuple[str, str]) -> bool:
     kind, text = token
-    return kind == "class" or kind == "escape" and text[1] in "wWsSdDnrtfv" or kind == "char" and text not in "()|?*+{}^$\\"
+    return (kind == "class" or kind == "escape" and text[1] in "wWsSdDnrtfv"
+            or kind == "char" and text not in "()|?*+{}^$\\")
 
 
 def _only_leading_carets(pattern: str, flags: int) -> bool:
@@ -499,7 +500,8 @@ class RegexMatcher:
         try:
             import interegular
 
-            return Automaton(interegular.parse_pattern(source if not self.flags & regex.DOTALL else f"(?s:{source})").to_fsm())
+            source = source if not self.flags & regex.DOTALL else f"(?s:{source})"
+            return Automaton(interegular.parse_pattern(source).to_fsm())
         except Exception:  # noqa: BLE001 - syntax interegular lacks
             return None
 
@@ -644,7 +646,8 @@ class RegexMatcher:
         if self.limit:
             try:
                 for s in range(lo, hi):
-                    if self.partial_compiled.fullmatch(buf, s, partial=True, timeout=search_budget(len(buf) - s)) is not None:
+                    budget = search_budget(len(buf) - s)
+                    if self.partial_compiled.fullmatch(buf, s, partial=True, timeout=budget) is not None:
                         return s
                 return -1
             except TimeoutError:
@@ -875,5 +878,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "edge_undecided", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
-           "Repeat", "ValueEnd", "search_budget"]
+__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
+           "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]
