@@ -380,6 +380,7 @@ def test_a_grammar_of_the_wrong_type_is_an_argument_error(function: str, wrong: 
     with pytest.raises(ArgumentError) as raised:
         PUBLIC[function](WRONG[wrong])
     message = str(raised.value)
+    assert raised.value.code == "usage.argument" and "`grammar`" in message, message
     assert "grammar" in message and "name" in message and "path" in message and "Grammar" in message, message
     assert (type(WRONG[wrong]).__name__ if WRONG[wrong] is not None else "None") in message, message
 

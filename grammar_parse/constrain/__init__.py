@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..delimiters import LiteralMatcher, RegexMatcher
-from ..arguments import text_problem
+from ..arguments import grammar_problem, text_problem
 from ..errors import ArgumentError
 from ..grammar import Grammar
 from ..symbols import Region, Terminal
@@ -728,6 +728,8 @@ def _grammar(grammar: Any) -> Grammar:
     a template dict or a Grammar; anything else is an ArgumentError ``usage.argument`` saying so)."""
     if isinstance(grammar, Grammar):
         return grammar
+    if not isinstance(grammar, (str, os.PathLike, Mapping)):
+        raise grammar_problem(grammar, "grammar")  # (named as this function's argument, not load_grammar's)
     from ..library import load_grammar  # (the library compiles grammars; the exports need it only here)
 
     return load_grammar(grammar)
