@@ -86,8 +86,8 @@ def outcome_with(grammar: grammar_parse.Grammar, prefix: str, tools: Any, chunks
 # and the opener's partial match looked dead, so the argument became call text and was dropped: ``{}``.
 
 #: Type names that start like a JSON type (or like "string") and go on, then the plain ones.
-TYPE_NAMES = ["nullable", "integer64", "number_or_null", "Null", "int_or_str", "boolean_flag", "objects",
-              "arrays", "float32", "string_or_null", "stringify", "str", "string", "integer", "null"]
+TYPE_NAMES = ["nullable", "integer64", "number_or_null", "Null", "boolean_flag", "string_or_null", "str", "string",
+              "integer"]
 #: Every built-in grammar whose arguments carry a type tag: where its samples write the type name.
 TYPE_TAGS = {"k2_horizon": r"(?<=<ifm\|arg_type>)\w+(?=</ifm\|arg_type>)", "kimi_k3": r'(?<=type=")\w+(?=")'}
 
@@ -128,7 +128,7 @@ def test_a_typed_argument_streams_as_one_shot_whatever_its_type_name(name, case,
     grammar = grammar_parse.load_grammar(name)
     expected = outcome_with(grammar, case.prefix, case.tools, None, text)
     assert expected[0] == "ok"
-    for sizes in ([1], [2], [1, 2], [2, 1], [2, 1, 1], [3]):
+    for sizes in ([1], [2, 1], [3]):  # (every prefix is a buffer's end once; then other histories)
         got = outcome_with(grammar, case.prefix, case.tools, _small_chunks(text, sizes))
         assert strict_equal(got, expected), sizes
 
