@@ -32,12 +32,13 @@ What is offered, and why:
   to convert past 4300, and a float past about 1e308 is infinity, not JSON); exponents have two digits.
   A value the schema leaves untyped (no ``type``, an object without ``properties``, an array without
   ``items``) nests at most ANY_DEPTH containers deep: a structural tag has no recursion, and each level
-  repeats the one below it four times.
+  repeats the one below it four times. A recursive model (``Node.children: list[Node]``) is written
+  RECURSION_DEPTH levels inside itself; below that its lists are empty and its optional parts left out.
 * **Keywords it cannot express are refused**, with the parameter's path: ``pattern``, numeric bounds on
-  non-integers, ``multipleOf``, ``uniqueItems``, ``allOf`` of several schemas, recursive ``$ref`` and the
-  like raise :class:`~grammar_parse.constrain.regexes.Unsupported`. Length bounds on strings are
-  kept, with the strings' delimiter characters (``<``) written as escapes in Python and left out in Gemma's
-  dialect. ``format`` is an annotation in JSON Schema 2020-12 and is not checked.
+  non-integers, ``multipleOf``, ``uniqueItems``, ``allOf`` of several schemas, a recursion no value
+  ends (a required part that is the model again) and the like raise
+  :class:`~grammar_parse.constrain.regexes.Unsupported`. Length bounds on strings are kept, with the
+  strings' delimiter characters (``<``) written as escapes in Python and left out in Gemma's dialect. ``format`` is an annotation in JSON Schema 2020-12 and is not checked.
 
 Calls in a Python-style payload are a list (``[f(a=1), g()]``) or one per line (Olmo 3): the value parser
 reads both, and the region's spec does not say which its model writes, so both are offered.
@@ -61,13 +62,19 @@ from ..symbols import Region
 from .regexes import Unsupported, delim_of, escape
 from .schemas import json_equal
 
-__all__ = ["payload", "call_body", "MAX_DIGITS", "ANY_DEPTH"]
+__all__ = ["payload", "call_body", "MAX_DIGITS", "ANY_DEPTH", "RECURSION_DEPTH"]
 
 #: The most digits an integer (or a number's integer part) may have.
 MAX_DIGITS = 64
 #: The most containers a value its schema leaves untyped may nest (``{}``: scalar, or a list or dict of
 #: values one level less deep).
 ANY_DEPTH = 2
+#: How often a recursive model is written inside itself (``Node.children: list[Node]``), and the most such
+#: expansions one tool may make (a model with several recursive fields multiplies them): a regex has no
+#: recursion, so below that the value is left out where the schema lets it be (an empty list, an optional
+#: argument not written, another branch of an anyOf).
+RECURSION_DEPTH = 2
+RECURSION_BUDGET = 256
 
 #: Whitespace between tokens: what both JSON and Python read inside brackets (``\s`` also matches
 #: characters JSON refuses, such as ``\v``).
@@ -599,6 +606,10 @@ def _integers(lo: int | None, hi: int | None) -> str:
 
 
 # ---------------------------------------------------------------------------- values by schema
+class _TooDeep(Unsupported):
+    """A recursive reference past RECURSION_DEPTH: the containers above leave it out where they can."""
+
+
 class _Values:
     """Regexes of the values one tool's schema accepts, in one syntax."""
 
@@ -607,10 +618,18 @@ class _Values:
         self.root = root
         self.tool = tool
         self.refs: list[str] = []
+        self.expansions = 0
         self._any: dict[int, Node] = {}
 
     def refuse(self, where: str, why: str) -> Unsupported:
         return Unsupported(f"tool {self.tool!r}, {where}: {why}")
+
+    def optional(self, schema: Any, where: str) -> Node | None:
+        """The value of a part the schema lets be left out (None when it is a recursion too deep to write)."""
+        try:
+            return self.value(schema, where)
+        except _TooDeep:
+            return None
 
     def value(self, schema: Any, where: str) -> Node:
         if schema is True:
@@ -722,7 +741,10 @@ class _Values:
         bounds = self.length(schema, "minItems", "maxItems", where) or (0, None)
         if schema.get("uniqueItems") and (bounds[1] is None or bounds[1] > 1):
             raise self.refuse(where, "uniqueItems cannot be written")
-        item = self.any(ANY_DEPTH - 1) if items is True else self.value(items, where + "[]")
+        item = self.any(ANY_DEPTH - 1) if items is True else \
+            self.value(items, where + "[]") if bounds[0] > 0 else self.optional(items, where + "[]")
+        if item is None:
+            return _re(r"\[" + WS + r"\]")  # (items of a recursion too deep: the list is empty)
         return _seq(r"\[" + WS, _separated(item, WS + "," + WS, *bounds), WS + r"\]")
 
     def object(self, schema: Mapping[str, Any], where: str) -> Node:
@@ -738,7 +760,10 @@ class _Values:
         extra = schema.get("additionalProperties", True)
         if not properties and extra is not False:
             lo, hi = counts or (0, None)
-            value = self.any(ANY_DEPTH - 1) if extra is True else self.value(extra, where + ".*")
+            value = self.any(ANY_DEPTH - 1) if extra is True else \
+                self.value(extra, where + ".*") if lo > 0 else self.optional(extra, where + ".*")
+            if value is None:
+                return _re(syntax.open_brace() + WS + r"\}")  # (values of a recursion too deep: no entries)
             entry = _seq(syntax.any_key(), syntax.colon(), value)
             return _seq(syntax.open_brace(), _separated(entry, syntax.entry_sep(), lo, hi), WS + r"\}")
         if counts is not None and (counts[0] > len(required) or (counts[1] is not None and counts[1] < len(properties))):
@@ -751,7 +776,9 @@ class _Values:
                 if name in required:
                     raise self.refuse(where, f"the required key {name!r} cannot be written")
                 continue
-            fields.append((_seq(key + syntax.colon(), self.value(sub, f"{where}.{name}")), name in required))
+            value = self.value(sub, f"{where}.{name}") if name in required else self.optional(sub, f"{where}.{name}")
+            if value is not None:
+                fields.append((_seq(key + syntax.colon(), value), name in required))
         return _seq(syntax.open_brace(), _fields(fields, syntax.entry_sep()), WS + r"\}")
 
     def union(self, schema: Mapping[str, Any], union: str, keys: set[str], where: str) -> Node:
@@ -765,9 +792,12 @@ class _Values:
             for i, a in enumerate(kinds):
                 if a is None or any(b is None or a & b for b in kinds[i + 1:]):
                     raise self.refuse(where, "oneOf whose branches may accept the same value cannot be written")
-        parts = [self.value(b, where) for b in branches]
+        parts = [p for p in (self.optional(b, where) for b in branches) if p is not None]
         if schema.get("nullable"):
             parts.append(_re(self.syntax.null))
+        if not parts:
+            raise _TooDeep(f"tool {self.tool!r}, {where}: every branch is a recursion deeper than "
+                           f"{RECURSION_DEPTH} levels, which a regex cannot write")
         return _or(*parts)
 
     @staticmethod
@@ -838,8 +868,13 @@ class _Values:
             raise self.refuse(where, "$ref beside other keywords cannot be written")
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
             raise self.refuse(where, f"only references within the tool's schema are followed, not {ref!r}")
+        if self.refs.count(ref) >= RECURSION_DEPTH:
+            raise _TooDeep(f"tool {self.tool!r}, {where}: the recursive reference {ref!r} must be written deeper "
+                           f"than {RECURSION_DEPTH} levels, which a regex cannot")
         if ref in self.refs:
-            raise self.refuse(where, f"the recursive reference {ref!r} cannot be written (no recursion in a regex)")
+            self.expansions += 1
+            if self.expansions > RECURSION_BUDGET:
+                raise self.refuse(where, f"the recursive model expands to more than {RECURSION_BUDGET} forms")
         target: Any = self.root
         for part in ref[2:].split("/") if ref != "#" else ():
             part = part.replace("~1", "/").replace("~0", "~")
@@ -905,5 +940,7 @@ def _python_call(syntax: _Python, name: str, parameters: Mapping[str, Any]) -> N
             if arg in required:
                 raise Unsupported(f"tool {name!r}: the required argument {arg!r} is not a Python name")
             continue
-        fields.append((_seq(escape(arg) + WS + "=" + WS, values.value(sub, f"$.{arg}")), arg in required))
+        value = values.value(sub, f"$.{arg}") if arg in required else values.optional(sub, f"$.{arg}")
+        if value is not None:
+            fields.append((_seq(escape(arg) + WS + "=" + WS, value), arg in required))
     return _seq(escape(name) + r"\(" + WS, _fields(fields, WS + "," + WS), WS + r"\)")

@@ -5,7 +5,7 @@ validates (issue 32, item 2: the nested arguments' ``#/$defs/X`` pointed at the 
 engine compiled the constraint for 41 of 54 grammars).
 
 A call syntax (Python, Gemma's dialect) spells each value out as a regex, which has no recursion: a recursive
-model is refused there with the reason (tests/test_constrain_schemas.py checks which).
+model is written a few levels inside itself there (grammar_parse.constrain.pythonic.RECURSION_DEPTH).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pydantic import BaseModel
 import grammar_parse as gp
 from grammar_parse import constrain
 from grammar_parse.constrain import schemas
-from grammar_parse.errors import ArgumentError
 
 llguidance = pytest.importorskip("llguidance")
 xgrammar = pytest.importorskip("xgrammar")
@@ -29,7 +28,7 @@ from goldens import goldens  # noqa: E402
 from test_constrain import (  # noqa: E402
     _LLG_TOKENIZER, _XGR_COMPILER, NOT_OFFERED_ANYWHERE, SUPPORTED, _Drawing, complete, cut, has_calls, sample_from,
 )
-from test_constrain_schemas import NESTED, RECURSIVE, Node, _call_syntax  # noqa: E402
+from test_constrain_schemas import NESTED, RECURSIVE, Node  # noqa: E402
 
 CASES = {**{k: v[0] for k, v in NESTED.items()}, **RECURSIVE}
 
@@ -46,11 +45,7 @@ def _compiles(backend: str, grammar: gp.Grammar, tools: list[dict[str, Any]]) ->
 @pytest.mark.parametrize("name", SUPPORTED)
 @pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
 def test_pydantic_schemas_compile(backend: str, name: str, case: str) -> None:
-    grammar = gp.load_grammar(name)
-    try:
-        _compiles(backend, grammar, CASES[case])
-    except ArgumentError as e:
-        assert case in RECURSIVE and _call_syntax(grammar) and "recursive" in str(e), e
+    _compiles(backend, gp.load_grammar(name), CASES[case])
 
 
 class Point(BaseModel):
@@ -81,8 +76,6 @@ def test_drawn_calls_validate_against_the_pydantic_model(backend: str, name: str
     model = MODELS[tool]
     grammar = gp.load_grammar(name)
     tools = [{"type": "function", "function": {"name": tool, "parameters": model.model_json_schema()}}]
-    if model is Forest and _call_syntax(grammar):
-        pytest.skip("a recursive model is refused in a call syntax")
     resolved = [{"type": "function", "function": {"name": tool, "parameters": schemas.self_contained(
         tool, model.model_json_schema())}}]
     sample = sorted((s for s in goldens(name) if has_calls(s)),
