@@ -38,7 +38,8 @@ What is offered, and why:
   non-integers, ``multipleOf``, ``uniqueItems``, ``allOf`` of several schemas, a recursion no value
   ends (a required part that is the model again) and the like raise
   :class:`~grammar_parse.constrain.regexes.Unsupported`. Length bounds on strings are kept, with the
-  strings' delimiter characters (``<``) written as escapes in Python and left out in Gemma's dialect. ``format`` is an annotation in JSON Schema 2020-12 and is not checked.
+  strings' delimiter characters (``<``) written as escapes in Python and left out in Gemma's dialect.
+  ``format`` is an annotation in JSON Schema 2020-12 and is not checked.
 
 Calls in a Python-style payload are a list (``[f(a=1), g()]``) or one per line (Olmo 3): the value parser
 reads both, and the region's spec does not say which its model writes, so both are offered.
