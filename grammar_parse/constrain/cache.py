@@ -35,8 +35,9 @@ CACHE_BYTES = 64 * 1024 * 1024
 _lock = threading.Lock()
 _entries: OrderedDict[tuple[int, str], tuple[weakref.ref[Any], str]] = OrderedDict()
 _size = [0]
-#: The most grammars whose call format is kept (built-in grammars are about 60).
-MEMO_ENTRIES = 128
+#: The most grammars whose call format is kept (as many as load_grammar keeps built-ins): a call format
+#: holds its grammar, so this bounds the grammars kept alive here too.
+MEMO_ENTRIES = 64
 _memos: OrderedDict[int, tuple[weakref.ref[Any], Any]] = OrderedDict()
 
 
