@@ -607,6 +607,11 @@ def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str
                        + (" & /(?s:.+)/" if nonempty else ""))
         branches.append(f"<[{tokens[token]}]> {after}")
     out.append("passing: " + " | ".join(branches))
+    out.append("passtok: " + " | ".join(f"<[{tokens[token]}]>" for token in passing))
+    # (the token right before a text trigger: not one a token-led trigger starts with, whose own head reads it)
+    last = [t for t in passing if not any(trigger.startswith(t) for trigger in fmt.trigger)]
+    if last:
+        out.append("lasttok: " + " | ".join(f"<[{tokens[token]}]>" for token in last))
     out.append("free: NOTRIG passing*")
     if first:
         out.append("free0: FIRSTNOTRIG passing*")
@@ -665,12 +670,23 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
     heads, answer = calls_by.heads, calls_by.text
     # The first call's head is the later calls' head when the first text is any text (no reasoning before).
     first_call = "call" if (first, first_notrig) == (answer, notrig) else f"{rule}_call"
+    tokened = any(line.startswith("lasttok: ") for line in out)
     for k, head in enumerate(heads):
         forms = [(f"head_{k}", answer, notrig)]
         if first_call != "call":
             forms.insert(0, (f"{rule}_head_{k}", first, first_notrig))
         for name, text, before in forms:
             line = f"{name}[lazy]: {text} {head}" if head.startswith("TRIGGER_") else f"{name}: {before} {head}"
+            if head.startswith("TRIGGER_") and tokened:
+                # A trigger of text after the tokens that may pass (gpt-oss's to=functions.NAME after
+                # <|end|><|start|>assistant): the lazy lexeme cannot hold a token, so text and tokens go
+                # before it.
+                lexeme = {"free": "NOTRIG", "free0": "FIRSTNOTRIG", "freeb": "OPENNOTRIG"}.get(before, before)
+                after = f"head_{k}_after[lazy]: {answer} {head}"
+                if after not in out:
+                    out.append(after)
+                line = (f"{name}_lex[lazy]: {text} {head}\n"
+                        f"{name}: {name}_lex | {lexeme} (passtok NOTRIG)* lasttok head_{k}_after")
             if line not in out:
                 out.append(line)
     calls = ["call: " + " | ".join(f"head_{k} block_{k}" for k in range(len(heads)))]

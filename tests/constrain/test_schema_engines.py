@@ -78,8 +78,11 @@ def test_drawn_calls_validate_against_the_pydantic_model(backend: str, name: str
     tools = [{"type": "function", "function": {"name": tool, "parameters": model.model_json_schema()}}]
     resolved = [{"type": "function", "function": {"name": tool, "parameters": schemas.self_contained(
         tool, model.model_json_schema())}}]
+    # (one whose call starts at a trigger: a bare call at the answer's start has none to begin the draw after)
+    triggers = constrain._call_format(grammar).trigger
     sample = sorted((s for s in goldens(name) if has_calls(s)),
-                    key=lambda s: (not complete(s), s.name in NOT_OFFERED_ANYWHERE))[0]
+                    key=lambda s: (not any(t in s.text for t in triggers), not complete(s),
+                                   s.name in NOT_OFFERED_ANYWHERE))[0]
     text = cut(grammar, sample.text)
     triggers = [t for t in constrain._call_format(grammar).trigger if t in text]
     start = text[:text.find(min(triggers, key=text.find)) + len(min(triggers, key=text.find))]
