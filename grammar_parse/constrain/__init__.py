@@ -21,10 +21,10 @@ Two choices hold for every grammar:
 * **The end of turn is not part of the constraint.** The constraint ends where the message may end; the
   server ends the turn with the model's stop token (``<|im_end|>``, ``</s>``), which both engines allow
   once the constraint is complete.
-* **The constraint writes the canonical form.** A grammar tolerates variants the model sometimes writes
-  (whitespace before ``<think>`` is kept, but a call inside the reasoning is free text there, not a
-  checked call; a Llama call without ``<|python_tag|>`` is not offered). The form offered is the one the
-  model card documents.
+* **Every call form the parser reads is checked, or cannot be written** (grammar_parse.constrain.forms):
+  the forms that stand in the documented call's place, other call regions and bare calls at the answer's
+  start are offered and checked; the free text may not spell the others. A call inside the reasoning is
+  free text there, not a checked call.
 
 llguidance's lexer does not backtrack across lexemes, so "text up to a delimiter, then the delimiter" is
 one lazy lexeme (``head[lazy]: TEXT "<tool_call>"``): it ends at the first trigger, and a greedy text
