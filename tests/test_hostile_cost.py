@@ -146,7 +146,8 @@ def test_a_held_whitespace_flood_is_not_copied_per_chunk(grammar, head, tail, un
 # after command_r_plus' ``Action:...```\t``, a name at the start of a functionary_v32 output. Each feed
 # re-matched the held run from its start; now it resumes where the last feed's scan stopped.
 
-def streamed_in(grammar: str, build: Callable[[int], str], chunk: int) -> Callable[[int], Callable[[], object]]:
+def streamed_in(grammar: str | gp.Grammar, build: Callable[[int], str],
+                chunk: int) -> Callable[[int], Callable[[], object]]:
     def make(n: int) -> Callable[[], object]:
         def run() -> object:
             text = build(n)
@@ -164,13 +165,19 @@ GROWING = {
     "iquest_q1 call name": ("iquest_q1", "<iquest_tool_call>f", "x"),
     "command_r_plus spaces after the action fence": ("command_r_plus", "Action:\n```\t", " "),
     "functionary_v32 a name at the start": ("functionary_v32", "", "x"),
+    # runs the grammars bounded instead (their delimiters' whitespace, names and tag suffixes had no limit)
+    "glm45 spaces after </arg_key>": ("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key>\n", " "),
+    "glm47 spaces after </arg_key>": ("glm47", "<tool_call>get_weather\n<arg_key>city</arg_key>\n", " "),
+    "gpt_oss spaces after a channel": ("gpt_oss", "<|start|>assistant<|channel|>commentary ", " "),
+    "hunyuan_v3 a tag suffix": ("hunyuan_v3", "<tool_calls>\n<tool_call>get_weather<tool_sep:opensource", "x"),
+    "hunyuan_v3 call name": ("hunyuan_v3", "<tool_calls>\n<tool_call>f", "x"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(GROWING))
 def test_a_growing_held_delimiter_costs_linear_work(name, monkeypatch):
     grammar, head, unit = GROWING[name]
-    make = streamed_in(grammar, lambda n: head + unit * n, 64)
+    make = streamed_in(gp.load_grammar(grammar), lambda n: head + unit * n, 64)
     small, large = charged(monkeypatch, make(SMALL)), charged(monkeypatch, make(LARGE))
     assert large <= 12 * max(small, SMALL), (small, large)
 
