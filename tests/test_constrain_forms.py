@@ -23,7 +23,7 @@ xgrammar = pytest.importorskip("xgrammar")
 
 EOS = 256
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [WEATHER, TIME]
 
@@ -71,6 +71,10 @@ HY3 = ("<tool_calls:opensource>\n<tool_call:opensource>{name}<tool_sep:opensourc
        "</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n"
        "</tool_calls:opensource>")
 K2_JSON = '<ifm|tool_call>{{"name": "{name}", "arguments": {{"city": "Paris"}}}}</ifm|tool_call>'
+K2_TYPED = ("<ifm|tool_calls>\n<ifm|tool_call>{name}\n<ifm|arg_key>city</ifm|arg_key>\n<ifm|arg_type>string"
+            "</ifm|arg_type>\n<ifm|arg_value>Paris</ifm|arg_value>\n<ifm|arg_key>days</ifm|arg_key>\n"
+            "<ifm|arg_type>integer</ifm|arg_type>\n<ifm|arg_value>3</ifm|arg_value>\n</ifm|tool_call>\n"
+            "</ifm|tool_calls>")
 
 # (grammar, output, prefix, tool_choice, expected in both engines)
 ROWS: list[tuple[str, str, str, str, str]] = [
@@ -115,6 +119,9 @@ ROWS: list[tuple[str, str, str, str, str]] = [
     ("k2_horizon", K2_JSON.format(name="get_weather"), "", "auto", "accepted"),
     ("k2_horizon", K2_JSON.format(name="zz_unknown_tool"), "", "auto", "refused"),
     ("k2_horizon", K2_JSON.format(name="get_weather"), "", "none", "refused"),
+    # ... and its typed-XML arguments (<ifm|arg_type>integer</ifm|arg_type>), as its golden calls write them.
+    ("k2_horizon", K2_TYPED.format(name="get_weather"), "", "auto", "accepted"),
+    ("k2_horizon", K2_TYPED.format(name="zz_unknown_tool"), "", "auto", "refused"),
     # A repaired call without its <tool_call> (the parser reads it as a call): made impossible.
     ("qwen3_5", "<function=zz_unknown_tool>\n<parameter=city>\nParis\n</parameter>\n</function>", "", "auto",
      "refused"),

@@ -73,7 +73,13 @@ def _first_chars(items: Any) -> list[Any]:
                 return out
             continue
         if op is c.SUBPATTERN:
-            return [*out, *_first_chars(av[3])]
+            inner = _first_chars(av[3])
+            if av[1] & 2:  # (?i:...): both cases
+                inner += [(c.LITERAL, ord(ch)) for o, v in inner if o is c.LITERAL
+                          for ch in {chr(v).lower(), chr(v).upper()} - {chr(v)}]
+            return [*out, *inner]
+        if op is c.BRANCH:
+            return [*out, *(item for branch in av[1] for item in _first_chars(branch))]
         break
     raise Unsupported("a negative lookahead in an argument tag does not start with a known character")
 
@@ -89,6 +95,31 @@ def _negated_set(items: Any) -> list[Any] | None:
     if op is c.IN and any(o is c.NEGATE for o, _ in av):
         return list(av)
     return None
+
+
+def _nested(items: Any) -> list[Any]:
+    """The items with the lookaheads inside their groups and repeats made restrictions too (K2 Horizon's
+    optional ``<ifm|arg_type>(?!number|...)[^<\\s]+</ifm|arg_type>``, which would otherwise be left out),
+    and a word boundary before a run of a negated class (``(?:number|...)\\b[^<\\s]*``) written as what it
+    means there: nothing, or a first character that is no word character."""
+    c = sre_c
+    out: list[Any] = []
+    items = list(items)
+    for i, (op, av) in enumerate(items):
+        if op is c.SUBPATTERN:
+            inner, banned = _without_lookaheads(_nested(av[3]))
+            out.append((op, (av[0], av[1], av[2], inner if not banned else av[3])))
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            inner, banned = _without_lookaheads(_nested(av[2]))
+            out.append((op, (av[0], av[1], inner if not banned else av[2])))
+        elif op is c.AT and av is c.AT_BOUNDARY and i + 1 < len(items) \
+                and items[i + 1][0] in (c.MAX_REPEAT, c.MIN_REPEAT) and items[i + 1][1][0] == 0 \
+                and (negated := _negated_set(items[i + 1][1][2])) is not None:
+            first = (c.IN, [*negated, (c.CATEGORY, c.CATEGORY_WORD)])
+            out.append((c.MAX_REPEAT, (0, 1, [first])))
+        else:
+            out.append((op, av))
+    return out
 
 
 def _without_lookaheads(items: Any) -> tuple[list[Any], list[Any]]:
@@ -287,7 +318,7 @@ class _Slot:
 
 def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = (),
           separators: tuple[str, str] = ("", "")) -> _Slot:
-    items, banned = _without_lookaheads(opener.items)
+    items, banned = _without_lookaheads(_nested(opener.items))
     if isinstance(closer, Regex):
         c_items, _ = _without_lookaheads(closer.items)
         return _Slot(opener, tuple(items), closer, tuple(c_items), (), json, excludes, tuple(banned), strip, separators)

@@ -48,8 +48,6 @@ NOT_OFFERED = {
                                                                          ("xlam", "array_in_prose"),
                                                                          ("xlam", "json_example_in_text"))},
     ("poolside_v1", "prose_mentions_the_tag"): "prose holding the call's trigger (<tool_call>): it starts a call",
-    **{("k2_horizon", n): "an argument's <ifm|arg_type> annotation (its regex names the type behind a lookahead "
-       "and a \\b, which no constraint writes)" for n in ("parallel_calls", "values_verbatim")},
     ("minimax_m3", "repeated_and_raw_values"): "a list written as the key repeated: the constraint offers it as JSON",
     ("apertus", "two_blocks"): "its first call is inside the reasoning: free text there, not a checked call",
     ("command_r_plus", "turn_ends_in_fence"): "a call block the turn's end closes, with no closing fence",
