@@ -25,7 +25,7 @@ PIPELINE = [
     "toolstream", "salvage", "regions", "drafts", "session",       # the parser
     "constrain.schemas", "constrain.cache",                        # a tool's schema made self-contained; kept exports
     "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
-    "constrain.lark", "constrain",                                 # payloads, llguidance's dialect, the exports
+    "constrain.lark", "constrain.forms", "constrain",              # payloads, llguidance's dialect, call forms, the exports
     "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
     "wire_stream", "chat_completions", "lmsp", "backends", "store",  # adapters, the gateway's upstream and store,
     "server",                                                      # and the reference server

@@ -24,7 +24,6 @@ from ..grammar import Grammar
 from ..symbols import Region, Terminal
 from ..toolstream import CallPlan, call_regions, plan_for
 from .regexes import Regex, Unsupported, delim_of, parse_regex, sre_c, sre_p
-from .tagged import _shortest
 
 
 @dataclass(frozen=True)
@@ -186,8 +185,6 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
                     forbidden.append(head)
     texts: tuple[str, ...] = ()
     if bare is not None:
-        rx = parse_regex(bare, 0)
-        short = _shortest(rx, rx.items, None)
-        texts = tuple(spellings(rx.items) or ([short] if short else []))
+        texts = tuple(spellings(parse_regex(bare, 0).items))
     return Others(tuple(dict.fromkeys(forbidden)), tuple(dict.fromkeys(forbidden_rx)), bare, bare_plan, texts,
                   tuple(extras), tuple(starts))
