@@ -127,6 +127,9 @@ ROWS: list[tuple[str, str, str, str, str]] = [
      "refused"),
     ("qwen3_coder", "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>", "", "none",
      "refused"),
+    # Kimi K2's call without its section (a repair the parser reads in content): made impossible.
+    ("kimi_k2", 'Checking.<|tool_call_begin|>functions.zz_unknown_tool:0<|tool_call_argument_begin|>{"city": '
+     '"Paris"}<|tool_call_end|>', "", "auto", "refused"),
 ]
 
 

@@ -584,7 +584,7 @@ def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str
                   for lit in t.matcher.literals]
     delimiters += [t.matcher.pattern.replace("\\", "") for t in grammar.terminals.values()
                    if isinstance(t.matcher, RegexMatcher)]
-    kept = {*fmt.trigger, *end_of_turn(grammar), *(fmt.reasoning.opens if fmt.reasoning else ())}
+    kept = {*fmt.trigger, *fmt.forbidden, *end_of_turn(grammar), *(fmt.reasoning.opens if fmt.reasoning else ())}
     passing = sorted(t for t in tokens if t not in kept and any(t in d for d in delimiters))
     if not passing:
         return "NOTRIG", "FIRSTNOTRIG"

@@ -163,8 +163,10 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
                 elif start:
                     forbidden_rx.append(pattern)
                 continue
-            if any(t is o for o in offered) or other is region and wrapped:
-                continue  # (an opener the section gates: inside it the call is constrained anyway)
+            if any(t is o for o in offered) or other is region and wrapped and region.rule in _homes(rules, t.name):
+                # (an opener of the region's own rule, which the section gates: inside it the call is
+                # constrained anyway; Kimi's call without its section is a rule of its own, read in content)
+                continue
             try:
                 delim = delim_of(t)
             except Unsupported:
