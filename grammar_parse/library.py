@@ -116,7 +116,7 @@ def grammar_from_dict(data: Any, *, name: str | None = None) -> Grammar:
     if is_legacy_schema(data):
         from grammar_parse.compat import legacy_grammar
 
-        legacy: Grammar = legacy_grammar(data)
+        legacy: Grammar = legacy_grammar(dict(data))
         return legacy
     return compile_template(data, name=name)
 
