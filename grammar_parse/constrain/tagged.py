@@ -84,6 +84,26 @@ def _first_chars(items: Any) -> list[Any]:
     raise Unsupported("a negative lookahead in an argument tag does not start with a known character")
 
 
+def _skipped_run(items: Any) -> list[Any]:
+    """``[(SKIP, (set items, most))]`` when a lookahead starts with an optional bounded run of one set
+    (MiniCPM5's ``(?!\\s{0,8}<!\\[CDATA\\[)``): a value may then start with that run, up to ``most``
+    characters, as long as what follows it is no banned character (else ``[]``)."""
+    c = sre_c
+    if not items or items[0][0] is not c.MAX_REPEAT:
+        return []
+    least, most, inner = items[0][1]
+    if least != 0 or most == c.MAXREPEAT or len(inner) != 1 or inner[0][0] not in (c.IN, c.LITERAL):
+        return []
+    run = list(inner[0][1]) if inner[0][0] is c.IN else [inner[0]]
+    if any(op is c.NEGATE for op, _ in run):
+        return []
+    return [(_SKIP, (run, most))]
+
+
+#: A marker in a slot's banned first characters: the value may start with a run of these (see _skipped_run).
+_SKIP = "skip"
+
+
 def _negated_set(items: Any) -> list[Any] | None:
     """The set items of a one-character negated class (``[^"]``, which re reads as NOT_LITERAL), or None."""
     c = sre_c
@@ -139,7 +159,7 @@ def _without_lookaheads(items: Any) -> tuple[list[Any], list[Any]]:
             continue
         banned = _first_chars(av[1])
         if i == len(items) - 1:
-            return out, banned
+            return out, banned + _skipped_run(av[1])
         nop, nav = items[i + 1]
         negated = _negated_set(nav[2]) if nop in (c.MAX_REPEAT, c.MIN_REPEAT) and nav[0] >= 1 else None
         if negated is not None:
@@ -311,9 +331,18 @@ class _Slot:
         return self.closer.emit(self.closer_items[len(head):], key)
 
     def first(self) -> str:
-        """A regex for the value's first character (only when a lookahead bans some)."""
-        negated = [(sre_c.IN, [(sre_c.NEGATE, None), *self.banned_first])]
-        return Regex(negated, frozenset(), False).emit(negated, None)
+        """A regex for the value's first character (only when a lookahead bans some); where the lookahead
+        starts with an optional run (MiniCPM5's ``\\s{0,8}``), the value may start with that run and then
+        a character that is not banned, or with a run longer than the lookahead looks (indented code)."""
+        banned = [item for item in self.banned_first if item[0] != _SKIP]
+        negated = [(sre_c.IN, [(sre_c.NEGATE, None), *banned])]
+        first = Regex(negated, frozenset(), False).emit(negated, None)
+        skip = next((av for op, av in self.banned_first if op == _SKIP), None)
+        if skip is None:
+            return first
+        run_items = [(sre_c.IN, skip[0])]
+        run = Regex(run_items, frozenset(), False).emit(run_items, None)
+        return f"(?:{run}{{0,{skip[1]}}}{first}|{run}{{{skip[1] + 1}}})"
 
 
 def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tuple[str, ...] = (),

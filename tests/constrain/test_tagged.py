@@ -119,6 +119,20 @@ def test_minicpm5_markup_goes_in_cdata(backend: str) -> None:
     assert check(backend, "minicpm5", cdata, tools) == "accept"
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ("    def f():\n        return 1\n", "accept"),  # indented code, the template's plain value
+    ("\n  a", "accept"),
+    (" " * 9 + "<b>", "accept"),  # past the lookahead's 8 spaces: no CDATA can follow, so markup is plain
+    ("  <b>", "reject"),  # markup after a few spaces goes in CDATA, as at the start
+])
+def test_minicpm5_plain_value_may_start_with_whitespace(backend: str, value: str, expected: str) -> None:
+    """The plain <param>'s lookahead (?!\\s{0,8}<!\\[CDATA\\[) bans a CDATA opener after up to 8 spaces,
+    not a value that starts with a space: indented code is written plain."""
+    tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
+    got = check(backend, "minicpm5", f'<function name="write"><param name="text">{value}</param></function>', tools)
+    assert got == expected if expected == "accept" else got.startswith("reject@"), got
+
+
 # ---------------------------------------------------------------------------- text and JSON regions
 @pytest.mark.parametrize(("attribute", "value", "expected"), [
     ('string="false"', "5", "accept"),
