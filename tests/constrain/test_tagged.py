@@ -98,14 +98,28 @@ def test_a_string_ends_at_its_closer(backend: str) -> None:
     assert check(backend, "glm45", text, tools).startswith("reject@")
 
 
-def test_a_value_without_a_required_closer_keeps_what_would_end_a_value_without_one(backend: str) -> None:
-    """Qwen3-Coder's </parameter> is optional to the parser, which ends a value at the next <parameter=...>
-    or at </tool_call>: those may not be in a value; GLM's </arg_value> is required, so they may."""
+_GLM = "<tool_call>write\n<arg_key>text</arg_key>\n<arg_value>{}</arg_value>\n</tool_call>"
+_CDATA = '<function name="write"><param name="text"><![CDATA[{}]]></param></function>'
+
+
+@pytest.mark.parametrize(("grammar", "text", "expected"), [
+    # Qwen3-Coder's </parameter> is optional: a value ends at the next <parameter=...> or at </tool_call>.
+    ("qwen3_coder", qwen(("text", "see </tool_call> here"), name="write"), "reject"),
+    ("qwen3_coder", qwen(("text", "a <parameter=x> tag"), name="write"), "reject"),
+    # GLM's </arg_value> is optional too (the parser ends a value without it at <arg_key> or </tool_call>).
+    *((g, _GLM.format(inner), "reject") for g in ("glm45", "glm47")
+      for inner in ("see </tool_call> here", "a <arg_key>x</arg_key> tag")),
+    # MiniCPM5's CDATA value runs to its required ]]></param>: what ends a plain value may be in it.
+    *(("minicpm5", _CDATA.format(inner), "accept")
+      for inner in ("see </function> here", 'a <param name="x"> tag', "see </param> here")),
+])
+def test_a_value_without_a_required_closer_keeps_what_would_end_a_value_without_one(
+        backend: str, grammar: str, text: str, expected: str) -> None:
+    """A value whose closer the parser may do without keeps out what would end it there; one whose closer
+    is required may hold it. The constraint still writes the closer (the canonical form)."""
     tools = [tool("write", {"text": {"type": "string"}}, ["text"])]
-    for inner in ("see </tool_call> here", "a <parameter=x> tag"):
-        assert check(backend, "qwen3_coder", qwen(("text", inner), name="write"), tools).startswith("reject@")
-    glm = "<tool_call>write\n<arg_key>text</arg_key>\n<arg_value>see </tool_call> here</arg_value>\n</tool_call>"
-    assert check(backend, "glm45", glm, tools) == "accept"
+    got = check(backend, grammar, text, tools)
+    assert got == expected if expected == "accept" else got.startswith("reject@"), got
 
 
 def test_minicpm5_markup_goes_in_cdata(backend: str) -> None:
