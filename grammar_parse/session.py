@@ -14,13 +14,13 @@ One-shot parsing is this session fed once: streaming and one-shot cannot disagre
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
+from .arguments import caller_stacklevel, expect_text
 from .delimiters import REGEX_SPACE, Hit, JsonWalk
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
@@ -155,6 +155,7 @@ class ResponseParser:
                  strict: bool = True, extended_events: bool = False, trace: bool = False,
                  max_region_chars: int = MAX_REGION_CHARS, max_json_depth: int = JSON_MAX_DEPTH,
                  calls_in_reasoning: str | bool | None = None):
+        expect_text(prefix, "prefix", optional=True)
         self._grammar = grammar = resolve_grammar(template)
         self._reading = reading(grammar.calls_in_reasoning if calls_in_reasoning is None else calls_in_reasoning)
         # The parser states of an open reasoning block, where markup is read as a draft (grammar_parse.drafts),
@@ -249,6 +250,8 @@ class ResponseParser:
 
     def feed(self, text: str) -> list[Event]:
         """Add the next piece of model output; return the events it completes."""
+        if type(text) is not str:
+            expect_text(text, "text")
         if self._finalized:
             raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
                                  hint="Create a new ResponseParser for the next response.")
@@ -443,7 +446,7 @@ class ResponseParser:
                     f"the prefix holds no start anchor of grammar {self._grammar.name or '(anonymous)'} "
                     f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
                     "rendered with this model's chat template, or the right grammar for it (grammar_parse.detect), "
-                    'or prefix="" if the output is the whole message.'), stacklevel=_caller_level())
+                    'or prefix="" if the output is the whole message.'), stacklevel=caller_stacklevel())
         if not truncated:
             return
         # The same prompt tail (a pre-filled "<think>\n") comes with every request: its replay is kept per
@@ -787,16 +790,6 @@ class ResponseParser:
         )
 
 
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside grammar_parse, so a warning names the caller's line
-    (Python 3.12's ``skip_file_prefixes``, for 3.10)."""
-    package = str(Path(__file__).resolve().parent)
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 @overload
 def parse_response(
     text: str,
@@ -838,6 +831,8 @@ def parse_response(
     ``calls_in_reasoning`` reads calls written inside reasoning (see :class:`ResponseParser`).
     """
     if isinstance(text, (list, tuple)):
+        if text and all(isinstance(t, Mapping) for t in text):
+            expect_text(text, "text")  # (a conversation, not a batch of outputs: said so)
         prefixes: list[str | None]
         if isinstance(prefix, (list, tuple)):
             if len(prefix) != len(text):
@@ -851,7 +846,8 @@ def parse_response(
             prefixes = [prefix] * len(text)
         return [parse_response(t, template, prefix=p, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
                 for t, p in zip(text, prefixes)]
-    if isinstance(prefix, (list, tuple)):
+    expect_text(text, "text")
+    if isinstance(prefix, (list, tuple)) and not all(isinstance(p, Mapping) for p in prefix):
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
     if parser.grammar.settle is not None:
