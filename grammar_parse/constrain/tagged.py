@@ -37,7 +37,7 @@ restricts the next character (see :func:`_without_lookaheads`). Where repeated k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..delimiters import LiteralMatcher, RegexMatcher
@@ -302,6 +302,7 @@ class _Slot:
     banned_first: tuple[Any, ...]  # set items the value may not start with (a trailing lookahead)
     strip: bool  # whether the parser strips a text value
     separators: tuple[str, str] = ("", "")  # the template's own text around an unstripped value (Qwen3-Coder's newlines)
+    item: str | None = None  # the element a list's items are written in, where values nest (MiniMax-M3's <item>)
 
     def opener_regex(self, key: str | None) -> str:
         """The opener with the key written, or (None) with the key group's own pattern."""
@@ -477,7 +478,10 @@ def _tag_pattern_slot(region: Region) -> _Slot:
             excludes = (lead,)
     opener = Regex(rx.items[:at], rx.names, rx.dotall)
     closer = Regex(rx.items[at + 1:], rx.names, rx.dotall)
-    return _slot(opener, closer, json=False, strip=False, excludes=excludes)
+    slot = _slot(opener, closer, json=False, strip=False, excludes=excludes)
+    elements = args.get("elements")
+    item = elements.get("item") if isinstance(elements, dict) else None
+    return replace(slot, item=item) if isinstance(item, str) and item else slot
 
 
 # ---------------------------------------------------------------------------- values and parameters
@@ -496,9 +500,37 @@ def _string_choices(schema: Any) -> list[str] | None:
     return None
 
 
+def _nests(slot: _Slot, schema: Any) -> bool:
+    """Whether the value is written as child elements, as the template writes it (MiniMax-M3's to_xml: an
+    object's properties each an element, a list's items each an <item>): an object schema with properties
+    or an array schema with items, in a slot whose values nest. An object with free keys stays JSON: a
+    free key's closer repeats it (</KEY>), which neither engine can match."""
+    if slot.item is None or not isinstance(schema, dict):
+        return False
+    types = set(schema_types(schema))
+    if types == {"object"}:
+        return isinstance(schema.get("properties"), dict) and bool(schema["properties"])
+    return types == {"array"} and isinstance(schema.get("items"), dict)
+
+
+def _elements(slot: _Slot, schema: dict[str, Any]) -> dict[str, Any]:
+    """The child elements of a nested value: an object's properties in order (as the parameters), or any
+    number of <item> elements holding the list's items."""
+    if set(schema_types(schema)) == {"object"}:
+        return _arguments([slot], schema)
+    assert slot.item is not None
+    return {"type": "star", "content": _argument([slot], slot.item, placed(schema["items"], schema))}
+
+
 def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[str, Any]:
     """The value of one argument and its closer, as a tag with an empty begin (then the rest of a closer
     no literal holds: see :meth:`_Slot.closer_rest`)."""
+    if _nests(slot, schema):
+        # (the whole closer after the children, which open with the closer's own head: no tag may end there)
+        closer = slot.closer.emit(slot.closer_items, key) if slot.closer is not None \
+            else "|".join(escape(e) for e in slot.literal_ends)
+        return {"type": "sequence", "elements": [_elements(slot, schema),
+                                                 {"type": "regex", "pattern": f"{_SPACE}(?:{closer})"}]}
     value = _value_to_head(slot, key, schema, as_text=as_text)
     rest = slot.closer_rest(key)
     return value if not rest else {"type": "sequence", "elements": [value, {"type": "regex", "pattern": rest}]}

@@ -69,11 +69,11 @@ NOT_YET: dict[tuple[str, ...], str] = {
     ("kimi_k3", "json_arguments"): "the arguments as one JSON object: the constraint writes argument tags",
     ("kimi_k3", "typed_text_verbatim"): "a text value typed as a JSON type",
     ("mimo", "spaced_tags"): "spaces inside the parameter tags (< parameter = k >)",
-    ("minicpm5", "indented_code"): "a value holding the text of a CDATA opener",
     ("minicpm5", "wrappers"): "the <tool_call> and <arguments> wrappers and single-quoted names",
-    **{("minimax_m3", n): "nested elements, or a list written as the key repeated: offered as JSON only"
-       for n in ("nested_arguments", "nested_lists", "nested_typed", "repeated_and_raw_values",
-                 "write_and_test_nested")},
+    **{("minimax_m3", n): "objects and lists as elements where the schema declares no properties or items "
+       "(tools inferred from the values): a free key's closer repeats it, which neither engine can match, so "
+       "such a value is offered as JSON" for n in ("nested_arguments", "write_and_test_nested")},
+    ("minimax_m3", "repeated_and_raw_values"): "a list written as the key repeated: offered as <item> elements",
     ("olmo3", "space_around_newlines"): "spaces around the newline between two calls",
     ("qwen3_coder", "template_and_command"): "a value holding the text of a parameter tag",
     **{(g, n, "xgrammar"): "xgrammar cannot exclude a regex: a bare call's usual spellings are kept out of all "

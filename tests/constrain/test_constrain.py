@@ -48,7 +48,11 @@ NOT_OFFERED = {
                                                                          ("xlam", "array_in_prose"),
                                                                          ("xlam", "json_example_in_text"))},
     ("poolside_v1", "prose_mentions_the_tag"): "prose holding the call's trigger (<tool_call>): it starts a call",
-    ("minimax_m3", "repeated_and_raw_values"): "a list written as the key repeated: the constraint offers it as JSON",
+    ("minimax_m3", "repeated_and_raw_values"): "a list written as the key repeated: the constraint writes <item> "
+                                               "elements, as the template does",
+    ("minimax_m3", "nested_arguments"): "objects and lists as elements where the schema declares no properties or "
+                                        "items (tools inferred from the values): a free key's closer repeats it, "
+                                        "which neither engine can match, so such a value is offered as JSON",
     ("apertus", "two_blocks"): "its first call is inside the reasoning: free text there, not a checked call",
     ("command_r_plus", "turn_ends_in_fence"): "a call block the turn's end closes, with no closing fence",
     ("phi4_mini", "marker_in_prose"): "prose holding the call's trigger (functools): the trigger starts a call",
