@@ -500,12 +500,17 @@ def _string_choices(schema: Any) -> list[str] | None:
     return None
 
 
-def _nests(slot: _Slot, schema: Any) -> bool:
+#: The levels of child elements a nested value is offered in; a deeper value (a recursive model's, which
+#: would otherwise unfold without end) is written as JSON inside its element, which the parser reads too.
+NEST_DEPTH = 4
+
+
+def _nests(slot: _Slot, schema: Any, depth: int) -> bool:
     """Whether the value is written as child elements, as the template writes it (MiniMax-M3's to_xml: an
     object's properties each an element, a list's items each an <item>): an object schema with properties
     or an array schema with items, in a slot whose values nest. An object with free keys stays JSON: a
     free key's closer repeats it (</KEY>), which neither engine can match."""
-    if slot.item is None or not isinstance(schema, dict):
+    if slot.item is None or not isinstance(schema, dict) or depth >= NEST_DEPTH:
         return False
     types = set(schema_types(schema))
     if types == {"object"}:
@@ -513,23 +518,23 @@ def _nests(slot: _Slot, schema: Any) -> bool:
     return types == {"array"} and isinstance(schema.get("items"), dict)
 
 
-def _elements(slot: _Slot, schema: dict[str, Any]) -> dict[str, Any]:
+def _elements(slot: _Slot, schema: dict[str, Any], depth: int) -> dict[str, Any]:
     """The child elements of a nested value: an object's properties in order (as the parameters), or any
     number of <item> elements holding the list's items."""
     if set(schema_types(schema)) == {"object"}:
-        return _arguments([slot], schema)
+        return _arguments([slot], schema, depth + 1)
     assert slot.item is not None
-    return {"type": "star", "content": _argument([slot], slot.item, placed(schema["items"], schema))}
+    return {"type": "star", "content": _argument([slot], slot.item, placed(schema["items"], schema), depth + 1)}
 
 
-def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) -> dict[str, Any]:
+def _value(slot: _Slot, key: str | None, schema: Any, *, as_text: bool, depth: int = 0) -> dict[str, Any]:
     """The value of one argument and its closer, as a tag with an empty begin (then the rest of a closer
     no literal holds: see :meth:`_Slot.closer_rest`)."""
-    if _nests(slot, schema):
+    if _nests(slot, schema, depth):
         # (the whole closer after the children, which open with the closer's own head: no tag may end there)
         closer = slot.closer.emit(slot.closer_items, key) if slot.closer is not None \
             else "|".join(escape(e) for e in slot.literal_ends)
-        return {"type": "sequence", "elements": [_elements(slot, schema),
+        return {"type": "sequence", "elements": [_elements(slot, schema, depth),
                                                  {"type": "regex", "pattern": f"{_SPACE}(?:{closer})"}]}
     value = _value_to_head(slot, key, schema, as_text=as_text)
     rest = slot.closer_rest(key)
@@ -566,7 +571,7 @@ def _value_to_head(slot: _Slot, key: str | None, schema: Any, *, as_text: bool) 
         {"type": "regex", "pattern": slot.first()}, free]}]}
 
 
-def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any]:
+def _argument(slots: list[_Slot], key: str | None, schema: Any, depth: int = 0) -> dict[str, Any]:
     """One argument in every slot that fits its type: strings in text slots, other types in JSON slots
     (either when the grammar has only the one kind)."""
     text = _is_text(schema)
@@ -581,7 +586,7 @@ def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any
             opener = slot.opener_regex(key)
         except Unsupported:
             continue
-        value = _value(slot, key, schema, as_text=text and not slot.json)
+        value = _value(slot, key, schema, as_text=text and not slot.json, depth=depth)
         forms.append({"type": "sequence", "elements": [{"type": "regex", "pattern": _SPACE + opener}, value]})
         # (MiniMax-M3 also reads a list of strings as the key written twice or more, which is not offered:
         # that form and the JSON list open alike, and llguidance's lexer, which does not backtrack, would
@@ -591,7 +596,7 @@ def _argument(slots: list[_Slot], key: str | None, schema: Any) -> dict[str, Any
     return forms[0] if len(forms) == 1 else {"type": "or", "elements": forms}
 
 
-def _arguments(slots: list[_Slot], parameters: dict[str, Any]) -> dict[str, Any]:
+def _arguments(slots: list[_Slot], parameters: dict[str, Any], depth: int = 0) -> dict[str, Any]:
     """The parameters in the order of the schema's ``properties``, required ones required.
 
     One fixed order keeps the constraint linear in the number of parameters (any order with each key once
@@ -608,7 +613,7 @@ def _arguments(slots: list[_Slot], parameters: dict[str, Any]) -> dict[str, Any]
     elements: list[dict[str, Any]] = []
     for key in [*properties, *(k for k in required if k not in properties)]:
         # (an argument's schema is a document of its own: it takes the definitions it refers to along)
-        one = _argument(slots, key, placed(properties.get(key, {}), parameters))
+        one = _argument(slots, key, placed(properties.get(key, {}), parameters), depth)
         elements.append(one if key in required else {"type": "optional", "content": one})
     # Extra keys: where the schema says so, or has no "properties" (a schema-less tool). Where it declares
     # properties (even none: a tool without parameters) and says nothing, none (as xgrammar's JSON Schema).
