@@ -407,7 +407,8 @@ def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> 
             if t is not None and isinstance(t.matcher, (LiteralMatcher, RegexMatcher)) and t.role != "text" \
                     and not (t.region is region and t.role == "open"):
                 cutting.append(sym)
-    for child, _group in keyed:
+    # (and the opener of every region of the call, keyed or not: Kimi K3's <|open|>json arguments)
+    for child in (r for r in grammar.regions.values() if r.parent == region.rule):
         cutting += [t.name for t in terminals.values() if t.region is child and t.role == "open"]
     excludes = tuple(dict.fromkeys(x for n in cutting for x in _delimiter_texts(terminals[n].matcher)))
     slots = []

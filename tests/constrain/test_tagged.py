@@ -122,6 +122,21 @@ def test_a_value_without_a_required_closer_keeps_what_would_end_a_value_without_
     assert got == expected if expected == "accept" else got.startswith("reject@"), got
 
 
+@pytest.mark.parametrize("inner", ["a <|open|>json<|sep|>{} b", "<|open|>json type=\"object\"<|sep|>"])
+def test_a_value_keeps_out_the_opener_of_every_region_of_the_call(backend: str, inner: str) -> None:
+    """Kimi K3's </argument> is optional: a value also ends where the call's one-JSON-value arguments open
+    (<|open|>json...), a region of the call that names no key. Written in a string, the parser read the
+    rest as broken JSON arguments (found by the drawn-calls test)."""
+    tools = [tool("search", {"query": {"type": "string"}}, ["query"])]
+    call = ('<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="search"<|sep|>'
+            '<|open|>argument key="query" type="string"<|sep|>{}<|close|>argument<|sep|><|close|>call<|sep|>'
+            '<|close|>tools<|sep|>')
+    assert check(backend, "kimi_k3", call.format("a json b"), tools) == "accept"
+    assert check(backend, "kimi_k3", call.format(inner), tools).startswith("reject@")
+    message = gp.parse_response(call.format(inner), gp.load_grammar("kimi_k3"), prefix="", tools=tools, strict=False)
+    assert message["tool_calls"][0]["function"]["arguments"] != {"query": inner}  # (the parser cuts it there)
+
+
 def test_minicpm5_markup_goes_in_cdata(backend: str) -> None:
     """A plain <param> is not followed by <![CDATA[ (its opener's lookahead): a value starting with "<" is
     written as CDATA, which may hold </param>."""
