@@ -847,7 +847,9 @@ def parse_response(
         return [parse_response(t, template, prefix=p, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
                 for t, p in zip(text, prefixes)]
     expect_text(text, "text")
-    if isinstance(prefix, (list, tuple)) and not all(isinstance(p, Mapping) for p in prefix):
+    if isinstance(prefix, (list, tuple)):
+        if prefix and all(isinstance(p, Mapping) for p in prefix):
+            expect_text(prefix, "prefix")  # (a conversation as the prompt: said so)
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
     parser = ResponseParser(template, prefix, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
     if parser.grammar.settle is not None:
