@@ -63,6 +63,13 @@ class CommandLineError(GrammarParseError):
     code = "usage.file"
 
 
+class NotUTF8Warning(UserWarning):
+    """``stream`` read bytes that are not UTF-8 (code ``usage.not_utf8``): each sequence became U+FFFD, since
+    the events before it were already written (``parse`` refuses such a file instead)."""
+
+    code = "usage.not_utf8"
+
+
 class NoTokenWarning(UserWarning):
     """``serve`` listens beyond this machine without a bearer token (code ``serve.no_token``)."""
 
@@ -226,7 +233,17 @@ def _cmd_stream(args: argparse.Namespace, out: TextIO) -> int:
         parser = _parser(args)
         for event in parser.initial_events:
             _dump(event, out, compact=True)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # A stream cannot be refused once its events are out: each sequence that is not UTF-8 is read as
+        # U+FFFD, counted, and said in one warning at the end.
+        replaced: list[int] = []
+
+        def replace(error: UnicodeError) -> tuple[str, int]:
+            assert isinstance(error, UnicodeDecodeError)
+            replaced.append(error.end - error.start)
+            return "\ufffd", error.end
+
+        codecs.register_error("grammar_parse.stream", replace)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="grammar_parse.stream")
         while True:
             data = source.read(65536) or b""
             text = decoder.decode(data, final=not data)
@@ -235,6 +252,9 @@ def _cmd_stream(args: argparse.Namespace, out: TextIO) -> int:
                     _dump(event, out, compact=True)
             if not data:
                 break
+    if replaced:
+        warnings.warn(NotUTF8Warning(f"the model output held {len(replaced):,} byte sequence(s) that are not UTF-8, "
+                                     "read as U+FFFD"), stacklevel=1)
     message, events = parser.finalize()
     for event in events:
         _dump(event, out, compact=True)

@@ -56,6 +56,8 @@ ERROR_CODES: dict[str, str] = {
     "grammar.not_found": "no built-in grammar or file has that name",
     "grammar.encoding": "a grammar or template file is not UTF-8 text",
     "detect.no_match": "no built-in grammar reads a model's chat template back and none could be derived from it",
+    "usage.not_utf8": "a warning (the command line's stream): the model output held bytes that are not UTF-8, "
+                      "each sequence read as U+FFFD",
     "serve.no_token": "a warning (the command line's serve): the gateway listens beyond this machine without a "
                       "bearer token",
     "detect.by_name": "a warning (DetectionWarning): the chat template renders none of the probes (it needs a "

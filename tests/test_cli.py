@@ -420,3 +420,19 @@ def test_serve_refuses_an_unknown_store_as_a_usage_error(capsys):
     assert main(["serve", "--port", "0", "--store", "ftp://127.0.0.1/x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("grammar-parse: error [usage.argument]") and "redis://" in err and err.count("\n") == 1
+
+
+def test_stream_says_when_it_read_bytes_that_are_not_utf8(tmp_path, capsys):
+    """parse refuses such a file; stream has written events before the bad byte, so it reads it as U+FFFD
+    and says so in one warning line with its code (a U+FFFD the model really wrote is not counted)."""
+    import warnings
+
+    source = tmp_path / "out.txt"
+    source.write_bytes(b"hi \xe9 there \xef\xbf\xbd ok \xff")
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        assert main(["stream", "--grammar", "qwen3", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.splitlines()[-1])["message"]["content"] == "hi \ufffd there \ufffd ok \ufffd"
+    assert captured.err == ("grammar-parse: warning [usage.not_utf8]: the model output held 2 byte sequence(s) "
+                            "that are not UTF-8, read as U+FFFD\n")
