@@ -411,7 +411,27 @@ def _one_char_item(items: Any) -> bool:
 
 
 class RegexMatcher:
-    """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise)."""
+    """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise).
+
+    It pickles as plain data: its compiled patterns travel as their text and are compiled again on first
+    use in the receiving process (the ``regex`` module's compile is the costly part of loading a grammar)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        lazy = {name: (value.pattern, value.flags) for name, value in state.items()
+                if isinstance(value, regex.Pattern)}
+        for name in lazy:
+            del state[name]
+        return {**state, "_lazy": {**state.get("_lazy", {}), **lazy}}
+
+    def __getattr__(self, name: str) -> Any:
+        """A compiled pattern not compiled yet in this process (only called for a missing attribute)."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = regex.compile(*lazy[name])
+        setattr(self, name, value)
+        return value
 
     def __init__(self, pattern: str, flags: int = regex.DOTALL) -> None:
         self.pattern = pattern

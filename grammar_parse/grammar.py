@@ -86,7 +86,10 @@ class Grammar:
     start_anchor: Delimiter | None
     regions: dict[str, Region]
     terminals: dict[str, Terminal]
-    lark: lark.Lark
+    #: The grammar's rules as plain data: each rule's name to its expansions (the symbol names, in Lark's
+    #: order, Lark's helper rules for ``*``, ``+`` and ``?`` included), for what reads the grammar's structure
+    #: after it is built (the constraint export); Lark itself is used only while building.
+    rules: Mapping[str, tuple[tuple[str, ...], ...]]
     tables: Tables = dataclass_field(repr=False)
     legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
     # with a legacy_schema: seconds each of its regexes may run (None: no limit); see grammar_parse.compat
@@ -278,13 +281,22 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         start_anchor=anchor,
         regions=regions,
         terminals=terminals,
-        lark=parser,
+        rules=_plain_rules(parser),
         tables=build_tables(lark_table, parser.rules, terminals, regions, repeats=repeats, source_name=source_name),
         legacy_schema=legacy,
         legacy_timeout=timeout,
         settle=_legacy_settle(legacy, timeout) if legacy is not None else None,
         calls_in_reasoning=calls_in_reasoning,
     )
+
+
+def _plain_rules(parser: lark.Lark) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Lark's rules as plain, picklable data: each rule's name to its expansions' symbol names."""
+    rules: dict[str, list[tuple[str, ...]]] = {}
+    for rule in parser.rules:
+        # (plain str: Lark names rules with its Token, a str subclass that would carry Lark along)
+        rules.setdefault(str(rule.origin.name), []).append(tuple(str(symbol.name) for symbol in rule.expansion))
+    return {name: tuple(expansions) for name, expansions in rules.items()}
 
 
 def _legacy_settle(schema: dict[str, Any], timeout: float | None) -> Any:

@@ -10,39 +10,56 @@ states alone, for the session and for the table building here.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark.grammar import Rule
-from lark.parsers.lalr_analysis import ParseTableBase, Reduce, Shift
+from lark.parsers.lalr_analysis import Shift
 
 from .delimiters import LiteralMatcher, RegexMatcher, Repeat
 from .errors import GrammarError
 from .scanner import Scanner
 from .symbols import Region, Terminal
 
+if TYPE_CHECKING:
+    from lark.grammar import Rule
+    from lark.parsers.lalr_analysis import ParseTableBase
+
 #: Whitespace a repeated opener may follow (bounded: the run is held back while it may still grow).
 REPEAT_SPACE = 16
 
 
+class Action(enum.Enum):
+    """A parse table's action. Lark's own are objects of one process (the table compares them by
+    identity); an enum's members stay themselves through pickling, so a grammar travels as a value."""
+
+    SHIFT = "shift"
+    REDUCE = "reduce"
+
+
+SHIFT, REDUCE = Action.SHIFT, Action.REDUCE
+
+
 class RuleHandle:
-    """A Lark rule as the session's parse table refers to it, hashed by identity.
+    """A grammar rule as the session's parse table refers to it, hashed by identity (pickling keeps
+    the identities within one grammar).
 
     Lark's Rule hashes its origin and whole expansion on every dictionary lookup, and the parser looks
-    up a callback for every reduction; with these handles a reduction costs a pointer hash.
+    up a callback for every reduction; with these handles a reduction costs a pointer hash. A handle
+    keeps plain data only, so the table holds nothing of Lark's.
     """
 
-    __slots__ = ("rule", "size", "goto")
+    __slots__ = ("text", "size", "goto")
 
     def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+        self.text = str(rule)  # (for reading a table: "origin: expansion")
         self.size = len(rule.expansion)  # what a reduction pops
         self.goto = str(rule.origin.name)  # the symbol whose goto a reduction follows (a plain str: Lark may
         # name it with a Token, whose Python-level __eq__ every table lookup would call)
 
     def __repr__(self) -> str:
-        return f"<RuleHandle {self.rule}>"
+        return f"<RuleHandle {self.text}>"
 
 
 #: What the parser calls, by rule (a reduction) or terminal name (a shift): functions of the session's
@@ -52,16 +69,14 @@ class RuleHandle:
 Callbacks = Mapping[RuleHandle | str, Callable[[Any], None]]
 
 
-class ParseTable(ParseTableBase[int]):
-    """Lark's LALR table with rules replaced by RuleHandles (what Lark's ParseConf reads): each state's
-    actions by symbol, ``(Shift, next state)`` or ``(Reduce, RuleHandle)``."""
+@dataclass(frozen=True)
+class ParseTable:
+    """Lark's LALR table as plain data: each state's actions by symbol, ``(SHIFT, next state)`` or
+    ``(REDUCE, RuleHandle)``, and the start and end states by start symbol."""
 
-    def __init__(self, states: dict[int, dict[str, tuple[Any, ...]]], start_states: dict[str, int],
-                 end_states: dict[str, int]) -> None:
-        # Lark's own __init__ sets just these three, untyped.
-        self.states = states
-        self.start_states = start_states
-        self.end_states = end_states
+    states: dict[int, dict[str, tuple[Any, ...]]]
+    start_states: dict[str, int]
+    end_states: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +101,11 @@ class Tables:
     context: int  # characters of history the delimiters may look back at
     #: What the sessions of this grammar build once and share (the region builder's callbacks).
     shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The tables without what the sessions built from them: that is per process (closures among it),
+        and a process that receives the grammar builds it again on first use."""
+        return {**self.__dict__, "shared": {}}
 
 
 def reduce(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], rule: RuleHandle,
@@ -113,7 +133,7 @@ def feed(table: Mapping[int, Mapping[str, tuple[Any, ...]]], stack: list[int], s
         action = table[stack[-1]].get(symbol)
         if action is None:
             return False
-        if action[0] is Shift:
+        if action[0] is SHIFT:
             stack.append(action[1])
             if (callback := callbacks.get(symbol)) is not None:
                 callback(context)
@@ -130,7 +150,8 @@ def build_tables(lark_table: ParseTableBase[int], rules: list[Rule], terminals: 
     ``repeats`` adds the watch for repeated openers (:func:`_repeat_watches`)."""
     handles = {r: RuleHandle(r) for r in rules}
     table = ParseTable(
-        states={st: {sym: (action, handles[arg] if action is Reduce else arg) for sym, (action, arg) in acts.items()}
+        states={st: {sym: (SHIFT, arg) if action is Shift else (REDUCE, handles[arg])
+                     for sym, (action, arg) in acts.items()}
                 for st, acts in lark_table.states.items()},
         start_states=dict(lark_table.start_states),
         end_states=dict(lark_table.end_states),
@@ -176,7 +197,7 @@ def _state_info(actions: Mapping[str, tuple[Any, ...]], terminals: Mapping[str, 
     """One parser state read off its actions: the text terminal (where one is shifted), the live
     delimiters (those with an action, so a delimiter is only recognised where the grammar allows it), and
     the default reduction."""
-    texts = [(terminals[s], a is Shift) for s, (a, _) in actions.items()
+    texts = [(terminals[s], a is SHIFT) for s, (a, _) in actions.items()
              if s in terminals and terminals[s].role in ("text", "unclaimed")]
     shifted = [t for t, is_shift in texts if is_shift]
     if len(shifted) > 1:
@@ -200,7 +221,7 @@ def _state_info(actions: Mapping[str, tuple[Any, ...]], terminals: Mapping[str, 
 def _default_rule(actions: Mapping[str, tuple[Any, ...]]) -> RuleHandle | None:
     """The rule a state reduces whatever comes next (its only action is that reduction), so the session
     reduces it at once and a region closes the moment its close delimiter completes."""
-    if not actions or any(action is Shift for action, _ in actions.values()):
+    if not actions or any(action is SHIFT for action, _ in actions.values()):
         return None
     reduces = {arg for _, arg in actions.values()}
     rule: RuleHandle | None = next(iter(reduces)) if len(reduces) == 1 else None
@@ -221,7 +242,7 @@ def _text_sensitive(table: ParseTable, states: Mapping[int, StateInfo], state: i
 def _after_text(table: ParseTable, states: Mapping[int, StateInfo], state: int, text: str) -> Scanner | None:
     """The scanner live after the first text token in ``state`` (None when the stack below decides)."""
     action, target = table.states[state][text]
-    if action is not Shift:
+    if action is not SHIFT:
         return None
     stack = [state, target]
     while (rule := states[stack[-1]].default_rule) is not None:
@@ -253,9 +274,10 @@ def _repeat_watches(table: ParseTable, terminals: Mapping[str, Terminal]) -> dic
     for actions in table.states.values():
         for sym, (action, target) in actions.items():
             repeat = repeats.get(sym)
-            if repeat is not None and action is Shift:
+            if repeat is not None and action is SHIFT:
                 added.setdefault(target, repeat)  # (the first opener shifted into a state is its repeat)
     return added
 
 
-__all__ = ["Callbacks", "ParseTable", "RuleHandle", "StateInfo", "Tables", "build_tables", "feed", "reduce"]
+__all__ = ["REDUCE", "SHIFT", "Action", "Callbacks", "ParseTable", "RuleHandle", "StateInfo", "Tables", "build_tables",
+           "feed", "reduce"]

@@ -142,14 +142,7 @@ class _Format:
                                     *(t for extra in self.extras for t in extra.trigger)]))
 
 
-def _rules(grammar: Grammar) -> dict[str, list[list[str]]]:
-    out: dict[str, list[list[str]]] = {}
-    for rule in grammar.lark.rules:
-        out.setdefault(rule.origin.name, []).append([s.name for s in rule.expansion])
-    return out
-
-
-def _reaches(rules: Mapping[str, list[list[str]]], sym: str, target: str, stop: Iterable[str]) -> bool:
+def _reaches(rules: Mapping[str, Sequence[Sequence[str]]], sym: str, target: str, stop: Iterable[str]) -> bool:
     """Whether rule ``sym`` derives ``target`` without passing through a ``stop`` rule."""
     seen, todo, stop = set(), [sym], set(stop)
     while todo:
@@ -183,7 +176,7 @@ def _call_format(grammar: Grammar) -> _Format:
     closers = [t for t in closers if t.name == f"{upper}_CLOSE"] if len(closers) > 1 else closers
     if len(openers) != 1 or len(closers) > 1:
         raise _unsupported(grammar, "its call region has several open or close delimiters")
-    rules = _rules(grammar)
+    rules = grammar.rules
     offered = forms.offered_openers(rules, region, openers[0], grammar)
     try:
         opener, closer = delim_of(openers[0]), delim_of(closers[0] if closers else None)
@@ -223,7 +216,7 @@ def _delimiter(grammar: Grammar, name: str) -> Terminal | None:
     return t if t is not None and t.role == "delimiter" and t.matcher is not None else None
 
 
-def _wrapper(grammar: Grammar, rules: Mapping[str, list[list[str]]], region: Region,
+def _wrapper(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]], region: Region,
              region_rules: set[str]) -> tuple[tuple[Delim, Delim | None] | None, Delim | None]:
     """The delimiter rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``,
     ``_tagged: PYTHON_TAG LEADING_SPACE? _calls``) and the separator between calls (``CALL_SEP``)."""
@@ -273,7 +266,7 @@ class _Reasoning:
     close_rest: str = ""
 
 
-def _reasoning(grammar: Grammar, rules: Mapping[str, list[list[str]]],
+def _reasoning(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]],
                calls: Region) -> tuple[_Reasoning | None, bool]:
     reasoning = [r for r in grammar.regions.values() if r.is_reasoning and r.spec is not None and getattr(r.spec, "content", None) == "text"]
     if not reasoning:

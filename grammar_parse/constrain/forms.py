@@ -142,9 +142,7 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
     bare_plan: CallPlan | None = None
     extras: list[tuple[Region, Terminal, Terminal | None]] = []
     starts: list[tuple[Region, Terminal, Terminal | None]] = []
-    rules: dict[str, list[list[str]]] = {}
-    for r in grammar.lark.rules:
-        rules.setdefault(r.origin.name, []).append([sym.name for sym in r.expansion])
+    rules = grammar.rules
     home = _homes(rules, region.rule)
     at_start = {sym for exp in rules.get("start", []) for sym in exp}
     for other in call_regions(grammar):

@@ -160,8 +160,7 @@ def _delimiters(grammar: Grammar, region: Region) -> set[str]:
     if len(openers) > 1:
         openers &= {f"{region.rule.upper()}_OPEN"}
     closers = {t.name for t in grammar.terminals.values() if t.region is region and t.role == "close"}
-    forms = [[s.name for s in rule.expansion] for rule in grammar.lark.rules if rule.origin.name == region.rule]
-    forms = [form for form in forms if form and form[0] in openers]
+    forms = [form for form in grammar.rules.get(region.rule, ()) if form and form[0] in openers]
     closed = bool(forms) and all(form[-1] in closers for form in forms)
     ends = {form[-1] for form in forms} if closed else set(grammar.terminals)
     out: set[str] = set()

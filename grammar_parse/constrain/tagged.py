@@ -358,9 +358,7 @@ def _slot(opener: Regex, closer: Any, *, json: bool, strip: bool, excludes: tupl
 def _expansions(grammar: Grammar, rule: str) -> list[list[str]]:
     """The expansions of a rule and of the rules it uses that are no region (lark's helpers for ``*``,
     ``+`` and ``?``, inlined ``_rules``): the symbols that can appear inside the region."""
-    by_origin: dict[str, list[list[str]]] = {}
-    for r in grammar.lark.rules:
-        by_origin.setdefault(r.origin.name, []).append([s.name for s in r.expansion])
+    by_origin = grammar.rules
     out: list[list[str]] = []
     seen, todo = set(), [rule]
     while todo:
@@ -369,7 +367,7 @@ def _expansions(grammar: Grammar, rule: str) -> list[list[str]]:
             continue
         seen.add(current)
         for exp in by_origin.get(current, []):
-            out.append(exp)
+            out.append(list(exp))
             todo += [sym for sym in exp if sym in by_origin and sym not in grammar.regions]
     return out
 
@@ -424,8 +422,7 @@ def _component_slots(grammar: Grammar, region: Region, args_key: str | None) -> 
             raise Unsupported(f"the argument region {child.rule} has no closer that ends its value")
         close_t = closers[0]
         # (lark writes ``CLOSE?`` as alternatives of the rule itself: one of them lacks the closer)
-        optional = any(close_t.name not in [s.name for s in r.expansion]
-                       for r in grammar.lark.rules if r.origin.name == child.rule)
+        optional = any(close_t.name not in expansion for expansion in grammar.rules.get(child.rule, ()))
         closer: Any
         if isinstance(close_t.matcher, RegexMatcher):
             closer = parse_regex(close_t.matcher.pattern, close_t.matcher.flags, group)

@@ -24,8 +24,8 @@ The id is the input's own column, selected beside the result (so it must be a co
 expression). Without ``concurrency`` Daft runs the instances where it chooses, in this process or in
 workers of its own (in this process, each of its threads may build one at the start: Daft makes the
 instance lazily, without a lock); with it, in a pool of that many worker processes. The grammar travels
-to them as a name, a path or a template dict (:func:`parse_dataframe` also takes a Grammar, which it
-sends as its Lark text).
+to them as a name, a path, a template dict or a Grammar (:func:`parse_dataframe` compiles it once and
+sends the compiled Grammar, a plain picklable value).
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def parse_dataframe(ddf: Any, grammar: Any, *, columns: Columns | None = None, p
                     strict: bool = False) -> Any:
     """``ddf`` (a ``dask.dataframe.DataFrame``) parsed into result rows, one per row, partition for
     partition (each result partition keeps its input's index, so it joins back on the index or the id).
-    ``columns``, ``prefix``, ``tools`` and ``strict`` are :func:`~grammar_parse.batch.parse_table`'s; a
-    Grammar travels as its Lark text. Lazy, as Dask is."""
+    ``columns``, ``prefix``, ``tools`` and ``strict`` are :func:`~grammar_parse.batch.parse_table`'s; the
+    grammar is compiled once and travels compiled (a plain picklable value). Lazy, as Dask is."""
     columns = columns or Columns()
     frame = ddf[columns.roots()]
     parse = PartitionParser(portable_grammar(grammar), columns, prefix, tools, strict)

@@ -18,8 +18,9 @@ compiled once) and parses batch after batch with it. :func:`parse_dataset` is th
                      fn_constructor_kwargs={"grammar": "qwen3", "columns": Columns(id="id")})
 
 (``concurrency=8`` in place of ``compute`` still works; recent releases log that it is deprecated). The
-grammar travels to the actors as a name, a path, a template dict or a Grammar's
-:func:`~grammar_parse.batch.portable_grammar` (:func:`parse_dataset` takes a Grammar and sends that). The
+grammar travels to the actors as a name, a path, a template dict or a Grammar
+(:func:`parse_dataset` compiles it once with :func:`~grammar_parse.batch.portable_grammar` and sends
+the compiled Grammar). The
 result rows have :func:`~grammar_parse.batch.result_schema` (the id of the id column's type): join them
 back on the id. Size a fixed pool below the CPUs when a stage before it needs CPUs too (a repartition):
 the actors hold theirs for the whole job, and that stage would wait for them forever.
