@@ -4,15 +4,19 @@ streamed; nothing of Lark travels with it (Lark is used only while building)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from functools import cache
+from typing import Any
 
 import pytest
 
 import grammar_parse as gp
+from conformance import jsonable, load, model_template_samples, response_template_cases
 from goldens import all_goldens, parsed
 from grammar_parse.batch import portable_grammar
 from grammar_parse.grammar import Grammar
+from grammar_parse.session import resolve_grammar
 
 GOLDENS = [g for g in all_goldens() if g.grammar in set(gp.list_grammars())]
 
@@ -54,3 +58,39 @@ def test_batch_workers_receive_the_compiled_grammar(given):
     assert isinstance(grammar, Grammar)
     assert isinstance(pickle.loads(pickle.dumps(grammar)), Grammar)
     assert portable_grammar(None) is None
+
+
+def _outcome(run: Any) -> Any:
+    try:
+        return jsonable(run())
+    except gp.GrammarParseError as error:
+        return {"error": type(error).__name__, "code": error.code}
+
+
+@cache
+def _compiled(template: str) -> tuple[Grammar, Grammar] | None:
+    """A corpus template compiled, and its grammar after a round trip through pickle (None: it does not
+    compile, which is its case's point)."""
+    try:
+        grammar = resolve_grammar(json.loads(template))
+    except gp.GrammarParseError:
+        return None
+    return grammar, pickle.loads(pickle.dumps(grammar))
+
+
+CORPUS = response_template_cases() + model_template_samples("response_template") + load(
+    "transformers_legacy_xregex.json") + model_template_samples("legacy_xregex")
+
+
+@pytest.mark.filterwarnings("ignore::grammar_parse.AnchorWarning")  # (a case's point: both parses warn alike)
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c["id"])
+def test_every_corpus_grammar_travels(case):
+    """Templates and legacy schemas of the transformers corpus (legacy grammars carry their schema's
+    settling hook): the travelled grammar gives each case's text the same message or error."""
+    grammars = _compiled(json.dumps(case["template"], sort_keys=True))
+    if grammars is None:
+        return
+    built, copy = grammars
+    prefix, tools = case.get("prefix"), case.get("tools")
+    assert _outcome(lambda: gp.parse_response(case["text"], copy, prefix=prefix, tools=tools)) == _outcome(
+        lambda: gp.parse_response(case["text"], built, prefix=prefix, tools=tools))
