@@ -86,3 +86,40 @@ def test_the_vllm_plugin_says_how_to_install_vllm():
 def test_the_sglang_plugin_says_how_to_install_sglang():
     with pytest.raises(ImportError, match=r"grammar-parse\[sglang\]"):
         importlib.import_module("grammar_parse.integrations.sglang")
+
+
+REASONING_GRAMMARS = sorted(n for n in grammar_parse.list_grammars()
+                            if any(r.is_reasoning for r in grammar_parse.load_grammar(n).regions.values()))
+#: Reasoning delimiters with no fixed text to give: apriel's reasoning has no delimiters of its own (it
+#: starts the output), muse's opener starts with a class of blanks (anchored where the header ends).
+NO_FIXED_OPENER = {"apriel", "muse", "muse_glimmer"}
+NO_FIXED_CLOSER = {"apriel"}
+
+
+@pytest.mark.parametrize("name", REASONING_GRAMMARS)
+def test_reasoning_delimiters_are_the_reasoning_regions_whatever_its_field(name):
+    """What the engines read to find where reasoning ends (SGLang's think_end_token): the reasoning region's
+    own delimiters, written as the grammar's delimiters match them, also where the field is `thinking`
+    (empty for 7 grammars before, gpt-oss among them)."""
+    from grammar_parse.delimiters import LiteralMatcher
+    from grammar_parse.integrations import reasoning_delimiters
+
+    grammar = grammar_parse.load_grammar(name)
+    exempts = (NO_FIXED_OPENER, NO_FIXED_CLOSER)
+    for role, text, exempt in zip(("open", "close"), reasoning_delimiters(grammar), exempts):
+        assert bool(text) == (name not in exempt), (role, text)
+        if text:
+            own = [t.matcher for t in grammar.terminals.values()
+                   if t.region is not None and t.region.is_reasoning and t.role == role]
+            assert any(text in m.literals if isinstance(m, LiteralMatcher) else m.compiled.fullmatch(text)
+                       for m in own), (role, text)
+
+
+@pytest.mark.parametrize("name, expected", [("gpt_oss", ("<|channel|>analysis<|message|>", "<|end|>")),
+                                            ("smollm3", ("<think>", "</think>")), ("qwen3", ("<think>", "</think>")),
+                                            ("cohere2", ("<|START_THINKING|>", "<|END_THINKING|>")),
+                                            ("hunyuan_v3", ("<think>", "</think>"))])
+def test_reasoning_delimiters_of_known_formats(name, expected):
+    from grammar_parse.integrations import reasoning_delimiters
+
+    assert reasoning_delimiters(grammar_parse.load_grammar(name)) == expected

@@ -13,10 +13,15 @@ engine modules import their engine; this one imports neither, so the core instal
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
+from grammar_parse.constrain.forms import spellings
+from grammar_parse.constrain.regexes import sre_p
+from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
 from grammar_parse.tools import call_function
 from grammar_parse.wire import WireArguments, dumps
 from grammar_parse.wire_stream import REASONING_FIELDS
@@ -103,6 +108,32 @@ def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
+def _first_written(grammar: Grammar, name: str, literals: Sequence[str]) -> str:
+    """The literal the grammar's author wrote first in the terminal's definition (its documented form:
+    gpt-oss's analysis ends with ``<|end|>`` before ``<|call|>``); the matcher keeps them longest first."""
+    definition = re.search(rf"^{re.escape(name)}\s*(?:\.\s*-?\d+\s*)?:(.*)$", grammar.source, re.MULTILINE)
+    line = definition.group(1) if definition else ""
+    return min(literals, key=lambda text: (line.find(json.dumps(text)) % (len(line) + 1), literals.index(text)))
+
+
+def reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
+    """The text that opens and closes the grammar's reasoning (its region, whatever its field is named:
+    ``thinking`` in gpt-oss), "" where it has none: a literal delimiter's first spelling, a regex's
+    shortest usual spelling (``<\\/think>\\s*`` as ``</think>``), "" for one with no fixed text (an
+    anchor). The engines read them to find where reasoning ends (SGLang's ``think_end_token``)."""
+    found = {"open": "", "close": ""}
+    for terminal in grammar.terminals.values():
+        region, matcher = terminal.region, terminal.matcher
+        if region is None or not region.is_reasoning or terminal.role not in found or found[terminal.role]:
+            continue
+        if isinstance(matcher, LiteralMatcher):
+            found[terminal.role] = _first_written(grammar, terminal.name, matcher.literals)
+        elif isinstance(matcher, RegexMatcher):
+            written = [text for text in spellings(sre_p.parse(matcher.pattern, matcher.flags & ~0x100)) if text]
+            found[terminal.role] = written[0] if written else ""
+    return found["open"], found["close"]
+
+
 def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[str, Any]] | None, *,
                     reasoning_field: str = "reasoning_content", reasoning_as_content: bool = False) -> dict[str, Any]:
     """A whole output's message as the engines return one: ``reasoning_field``, ``content`` and
@@ -146,4 +177,4 @@ def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int
 
 
 __all__ = ["GENERIC", "PREFIX", "grammar_for", "on_register", "oneshot_message", "parser_name", "parser_names",
-           "prompt_tail", "register", "tool_dicts"]
+           "prompt_tail", "reasoning_delimiters", "register", "tool_dicts"]

@@ -83,7 +83,8 @@ from grammar_parse import Grammar
 from grammar_parse.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
-from grammar_parse.integrations import GENERIC, grammar_for, on_register, oneshot_message, parser_names, tool_dicts
+from grammar_parse.integrations import (GENERIC, grammar_for, on_register, oneshot_message, parser_names,
+                                        reasoning_delimiters, tool_dicts)
 
 #: The reasoning field of grammar_parse's messages and deltas (SGLang's own name too).
 _REASONING = "reasoning_content"
@@ -127,18 +128,6 @@ class _ReasoningResult:
         self.reasoning_text = reasoning_text
 
 
-def _reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
-    """The first opening and closing literal of the grammar's reasoning region ("" when it has none):
-    SGLang reads them for structured output (``get_think_end_token_ids``) and structural-tag excludes."""
-    found = {"open": "", "close": ""}
-    for terminal in grammar.terminals.values():
-        region = getattr(terminal, "region", None)
-        literals = getattr(terminal.matcher, "literals", None)
-        if region is not None and region.field == _REASONING and terminal.role in found and literals:
-            found[terminal.role] = found[terminal.role] or str(literals[0])
-    return found["open"], found["close"]
-
-
 def _prompt_tail(prompt: str | None) -> str:
     return (prompt or "")[-_PROMPT_TAIL_CHARS:]
 
@@ -156,7 +145,7 @@ class GrammarReasoningDetector(BaseReasoningFormatDetector):
     def __init__(self, stream_reasoning: bool = True, force_reasoning: bool = False, tokenizer: Any = None,
                  tool_call_parser_active: bool = False, **kwargs: Any) -> None:
         self.grammar = grammar_for(self.parser_name, tokenizer)
-        opener, closer = _reasoning_delimiters(self.grammar)
+        opener, closer = reasoning_delimiters(self.grammar)
         super().__init__(opener, closer, force_reasoning=force_reasoning, stream_reasoning=stream_reasoning,
                          **kwargs)
         self.hands_off = tool_call_parser_active
