@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
 
@@ -410,28 +410,36 @@ def _one_char_item(items: Any) -> bool:
     return len(items) == 1 and items[0][0] in (sre.IN, sre.LITERAL, sre.NOT_LITERAL, sre.ANY)
 
 
-class RegexMatcher:
-    """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise).
-
-    It pickles as plain data: its compiled patterns travel as their text and are compiled again on first
-    use in the receiving process (the ``regex`` module's compile is the costly part of loading a grammar)."""
+class PlainState:
+    """Pickles as plain data: what the object worked out for itself (its ``cached_property`` values, such
+    as automata holding closures) stays behind and is worked out again on use, and its compiled patterns
+    travel as their text and compile on first use in the receiving process (the ``regex`` module's
+    compile is the costly part of loading a grammar)."""
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        derived = {name for klass in type(self).__mro__ for name, value in vars(klass).items()
+                   if isinstance(value, cached_property)}
+        state = {name: value for name, value in self.__dict__.items() if name not in derived}
         lazy = {name: (value.pattern, value.flags) for name, value in state.items()
                 if isinstance(value, regex.Pattern)}
         for name in lazy:
             del state[name]
         return {**state, "_lazy": {**state.get("_lazy", {}), **lazy}}
 
-    def __getattr__(self, name: str) -> Any:
-        """A compiled pattern not compiled yet in this process (only called for a missing attribute)."""
-        lazy = self.__dict__.get("_lazy")
-        if lazy is None or name not in lazy:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = regex.compile(*lazy[name])
-        setattr(self, name, value)
-        return value
+    if not TYPE_CHECKING:  # (for the type checker, the attributes are the ones each class declares)
+        def __getattr__(self, name: str) -> Any:
+            """A compiled pattern not compiled yet in this process (only called for a missing attribute)."""
+            lazy = self.__dict__.get("_lazy")
+            if lazy is None or name not in lazy:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            value = regex.compile(*lazy[name])
+            object.__setattr__(self, name, value)  # (a frozen dataclass's too: a cache, not a change)
+            return value
+
+
+class RegexMatcher(PlainState):
+    """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise).
+    It pickles as plain data (:class:`PlainState`)."""
 
     def __init__(self, pattern: str, flags: int = regex.DOTALL) -> None:
         self.pattern = pattern

@@ -72,12 +72,14 @@ class _ScannerLexer(Lexer):
 CALLS_IN_REASONING = ("never", "fallback", "always")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Grammar:
     """A compiled grammar: Lark source, regions and terminals, and the tables the streaming session walks.
 
-    Build one with :func:`grammar_parse.compile_template` or :func:`grammar_parse.load_grammar`; it is
-    immutable and shared by every parser using it. ``tables`` is internal (grammar_parse.tables).
+    Build one with :func:`grammar_parse.compile_template` or :func:`grammar_parse.load_grammar`; it is a
+    frozen, picklable value, shared by every parser using it (Lark is used only while building it; a
+    process that receives one compiles its patterns on first use). ``tables`` is internal
+    (grammar_parse.tables). Grammars compare by identity, as their caches are kept by it.
     """
 
     source: str

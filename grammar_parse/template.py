@@ -18,6 +18,7 @@ from typing import Any
 import regex
 
 from .regex_safety import refusal
+from .delimiters import PlainState
 from .errors import TemplateError
 from .linear_regex import BoundedRegex
 from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
@@ -47,8 +48,9 @@ _AUTHORED_ARGS: dict[str, frozenset[str]] = {"text": frozenset({"separators"}), 
 
 
 @dataclass(frozen=True)
-class Delimiter:
-    """An open/close/start delimiter: literal strings (any of them) or one regular expression.
+class Delimiter(PlainState):
+    """An open/close/start delimiter: literal strings (any of them) or one regular expression; it pickles
+    as plain data (its worked-out matchers stay behind, :class:`grammar_parse.delimiters.PlainState`).
 
     Literals keep transformers' fast path: a complete literal match can be committed at once unless
     another literal of the set extends it; a regex match at the edge of the text seen so far may grow.

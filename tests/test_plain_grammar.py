@@ -13,7 +13,7 @@ import pytest
 
 import grammar_parse as gp
 from conformance import jsonable, load, model_template_samples, response_template_cases
-from goldens import all_goldens, parsed
+from goldens import all_goldens, goldens, parsed
 from grammar_parse.batch import portable_grammar
 from grammar_parse.grammar import Grammar
 from grammar_parse.session import resolve_grammar
@@ -27,6 +27,13 @@ def travelled(name: str) -> Grammar:
     caches filled: they stay behind, per process)."""
     grammar = gp.load_grammar(name)
     gp.parse_response("Hello.", grammar, prefix="", strict=False)
+    for sample in goldens(name):  # (every matcher's worked-out automata too: they hold closures)
+        parsed(grammar, sample.text, sample.prefix, sample.tools, strict=False)
+    for terminal in grammar.terminals.values():
+        for derived in ("_automaton", "_forward", "_forward_at_start", "linear"):
+            getattr(terminal.matcher, derived, None)
+    if grammar.start_anchor is not None:
+        grammar.start_anchor.bounded  # noqa: B018 - worked out, as a prompt's anchor search does
     copy = pickle.loads(pickle.dumps(grammar))
     assert copy is not grammar and copy.tables.shared == {}
     return copy
