@@ -71,7 +71,8 @@ class ToolCallDelta(TypedDict, total=False):
 class CallPlan:
     """How a tool-call region carries its calls (derived once per region from its value spec)."""
 
-    mode: str  # json_body | json_key | json_array | xml | components | pythonic | at_close
+    mode: str  # json_body | json_key | json_array | json_name_keys | xml | lax_members | text_arg | components |
+    # pythonic | at_close
     name_capture: str | None = None  # the open delimiter's group holding the name
     name_key: str | None = None  # the body (or element) key holding the name
     args_key: str | None = None  # the body (or element) key holding the arguments
@@ -83,6 +84,8 @@ class CallPlan:
     tag_tail: str | None = None  # literal text every tag match holds, near its end (None: none known)
     tag_context: int = 0  # how far before its start a tag match may look (anchors, lookbehind)
     value_parser: Any = None
+    name: str | None = None  # text_arg mode: the name the grammar writes for every call (None: a capture)
+    content_args: Any = None  # lax_members and text_arg modes: the region's content options
 
 
 def _placeholder(value: Any) -> str | None:
@@ -111,6 +114,8 @@ def plan_for(region: Region) -> CallPlan:
     pure_json = spec.content == "json" and not spec.content_args.get("string_delims") \
         and not spec.content_args.get("unquoted_keys") and not spec.content_args.get("allow_non_json")
     if spec.transform_each:
+        if spec.content == "json-name-keys" and not spec.content_args:
+            return CallPlan("json_name_keys")  # ([{"f": {...}}, ...] or {"f": {...}}: each key a call's name)
         if spec.content == "pythonic":
             return CallPlan("pythonic")  # (a list of Python-style calls, each its own value)
         if pure_json and isinstance(fn, dict):
@@ -125,6 +130,8 @@ def plan_for(region: Region) -> CallPlan:
                         id_capture=id_capture if id_capture and "." not in id_capture else None)
     if not isinstance(fn, dict):
         return CallPlan("at_close")
+    if (text_plan := _text_arg_plan(spec, fn, id_capture)) is not None:
+        return text_plan
     name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
     if name is None or args is None or "|" in name:
         return CallPlan("at_close")
@@ -145,7 +152,32 @@ def plan_for(region: Region) -> CallPlan:
                        tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"))
     if name_capture and "." not in args and spec.content in ("text",):
         return replace(common, mode="components", args_key=args)
+    delims = spec.content_args.get("string_delims") or []
+    if spec.content == "json" and args == "content" and name_capture and len(delims) <= 1 \
+            and not spec.content_args.get("allow_non_json"):
+        # JSON in a model's dialect (bare keys, its own string quotes): each member, parsed as the region's
+        # parser reads the whole, is sent once the comma or brace after it shows it complete. (Two quote
+        # pairs are hidden one pair after the other over the whole text, which a left-to-right walk cannot
+        # follow; text that is not JSON at all becomes a string, which members cannot become.)
+        return replace(common, mode="lax_members", content_args=dict(spec.content_args))
+    # Left whole: xml-inline with merged duplicates (a repeated tag turns the member sent into a list, so no
+    # member is final before the call closes), or shapes not recognised.
     return CallPlan("at_close")
+
+
+def _text_arg_plan(spec: ValueSpec, fn: dict[str, Any], id_capture: str | None) -> CallPlan | None:
+    """The plan of a call whose arguments are one key holding the region's text (Functionary's ``python``
+    call: ``{"code": "{content}"}``), or None."""
+    args, name = fn.get("arguments"), fn.get("name")
+    if spec.content != "text" or spec.content_args.get("separators") or not isinstance(args, dict) \
+            or len(args) != 1 or _placeholder(next(iter(args.values()))) != "content" or not isinstance(name, str):
+        return None
+    capture = _placeholder(name)
+    if capture is None and "{" in name or capture is not None and capture.startswith("content"):
+        return None
+    return CallPlan("text_arg", name_capture=capture, name=name if capture is None else None, args_key=next(iter(args)),
+                    id_capture=id_capture if id_capture and not id_capture.startswith("content") else None,
+                    content_args=dict(spec.content_args))
 
 
 # ---------------------------------------------------------------------------- the incremental JSON scanner
@@ -320,13 +352,14 @@ class _JsonCallReader:
         self.key_at: dict[int, str] = {}
         self.call: _Call | None = None
         self.args_depth = 1 if plan.mode == "json_body" else 2 if plan.mode == "json_key" else 3
+        self.name_depth = 0  # json_name_keys: the depth of the keys naming calls (1 or 2, once the text shows it)
         self.capturing = False
         self.captured = False  # the call's arguments were captured: a later value is not them
         self.sent_to = 0  # absolute offset up to which argument bytes were sent
         self.name_start = -1
         self.id_start = -1
         self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
-        if plan.mode != "json_array":
+        if plan.mode not in ("json_array", "json_name_keys"):
             self.call = streamer._new_call(captures, plan)
 
     # the text window
@@ -363,6 +396,15 @@ class _JsonCallReader:
     # walker callbacks
     def on_key(self, depth: int, key: str, pos: int) -> None:
         self.key_at[depth] = key
+        if self.plan.mode == "json_name_keys" and depth == self.name_depth:
+            # a key names a call; its value, the call's arguments, streams as the other JSON shapes' do
+            if self.call is not None:
+                self.streamer._close_call(self.call)
+            self.call = self.streamer._new_call(self.captures, self.plan)
+            self.call.name = key
+            self.streamer._send_head(self.call)
+            self.captured = False
+            return
         if self.capturing and depth == self.args_depth and self.call is not None:
             if self.streamer.types is not None and self.streamer.types.types_of(self.call.name, key):
                 self._send_until(pos)  # up to the key; its value is held until complete, then retyped
@@ -375,6 +417,11 @@ class _JsonCallReader:
             self.walker.done = True
             return
         plan = self.plan
+        if plan.mode == "json_name_keys" and self.name_depth == 0:
+            # a list of objects keyed by name, or one such object
+            self.name_depth = 2 if self._slice(pos, pos + 1) == "[" else 1
+            self.args_depth = self.name_depth + 1
+            return
         if plan.mode == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
             self.captured = False
@@ -389,7 +436,7 @@ class _JsonCallReader:
         # With alternative keys, the first one written carries the arguments (models write one of them).
         args_here = (plan.mode == "json_body" and depth == 0) or (
             plan.mode != "json_body" and depth == self.args_depth - 1
-            and (key == plan.args_key or key in plan.args_alternatives))
+            and (key == plan.args_key or key in plan.args_alternatives or plan.mode == "json_name_keys"))
         if args_here and self.call is not None and not self.captured:
             self.streamer._start_arguments(self.call)
             self.capturing = self.captured = True
@@ -421,7 +468,8 @@ class _JsonCallReader:
         if self.capturing and depth == self.args_depth - 1:
             self._send_until(pos)
             self.capturing = False
-        if plan.mode == "json_array" and depth == 1 and self.call is not None:
+        if self.call is not None and (plan.mode == "json_array" and depth == 1
+                                      or plan.mode == "json_name_keys" and depth == self.name_depth):
             self.streamer._close_call(self.call)
             self.call = None
 
@@ -738,7 +786,7 @@ class ToolCallStreamer:
         self.region_start = len(self.calls)
         if mode == "pythonic" and region is not None and isinstance(region.spec, ValueSpec):
             self.reader = _PythonicCallReader(self, region.spec, captures)
-        elif mode in ("json_body", "json_key", "json_array"):
+        elif mode in ("json_body", "json_key", "json_array", "json_name_keys"):
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
             self.reader = _XmlCallReader(self, self.plan, captures)
