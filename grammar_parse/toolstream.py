@@ -554,6 +554,146 @@ class _XmlCallReader:
         self.streamer._close_call(self.call)
 
 
+class _TextArgReader:
+    """Streams a call whose arguments are one key holding the region's text: ``{"key": "`` first, then the
+    text as a JSON string as it arrives (what ``strip`` removes held back: leading whitespace dropped,
+    trailing whitespace held until more text follows it), then what closes it."""
+
+    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+        self.streamer = streamer
+        self.call = streamer._new_call(captures, plan)
+        if plan.name is not None and self.call.name is None:
+            self.call.name = plan.name
+            streamer._send_head(self.call)
+        self.strip = bool((plan.content_args or {}).get("strip", True))
+        self.started = not self.strip  # the first character that strip keeps came
+        self.pending: list[str] = []  # trailing whitespace held (strip)
+        streamer._send_arguments(self.call, "{" + dumps(plan.args_key) + ': "')
+
+    def feed(self, text: str) -> None:
+        if self.strip:
+            if not self.started:
+                text = text.lstrip()
+                if not text:
+                    return
+                self.started = True
+            body = text.rstrip()
+            if not body:
+                self.pending.append(text)
+                return
+            text, self.pending = "".join(self.pending) + body, [text[len(body):]]
+        if text:
+            self.streamer._send_arguments(self.call, dumps(text)[1:-1])  # (JSON escapes one character at a time)
+
+    def close(self) -> None:
+        self.streamer._finish_from_value(self.call)
+        self.streamer._close_call(self.call)
+
+
+class _LaxMembersReader:
+    """Streams the members of a JSON object written in a model's dialect (bare keys, its own string quotes):
+    a member is sent once the comma or closing brace after it at the object's top level arrives, parsed on
+    its own as the region's parser reads the whole. The walk follows the parser's own reading: the dialect's
+    quoted strings first (anywhere, as the parser hides them before reading the JSON), then JSON strings
+    and brackets. A member that does not parse stops the walk; the call's value completes it at close."""
+
+    _SPECIAL = '"\\{}[],'
+
+    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+        self.streamer = streamer
+        self.content_args = plan.content_args or {}
+        delims = self.content_args.get("string_delims") or []
+        self.open, self.close_quote = (delims[0][0], delims[0][1]) if delims else ("", "")
+        self.call = streamer._new_call(captures, plan)
+        streamer._start_arguments(self.call, partial_object=True)
+        self.member: list[str] = []  # the current member's text
+        self.carry = ""  # the window's end where a quote may have begun
+        self.state = "lead"  # lead (before "{") | members | end (the object closed, or the walk stopped)
+        self.depth = 0
+        self.in_json = False  # in a JSON string
+        self.escape = False
+        self.in_quote = False  # in one of the dialect's strings
+        chars = self._SPECIAL + self.open[:1]
+        self.stops = regex.compile("|".join(regex.escape(c) for c in chars))
+
+    def feed(self, text: str) -> None:
+        if self.state == "end":
+            return
+        window, self.carry = self.carry + text, ""
+        i, n, start = 0, len(window), 0  # start: where this window's part of the member begins
+        while i < n and self.state != "end":
+            if self.state == "lead":
+                i = skip_chars(window, i, _WS)
+                if i < n:
+                    if window[i] != "{":
+                        self.state = "end"
+                        break
+                    self.state, self.depth, start = "members", 1, i + 1
+                    i += 1
+                continue
+            if self.in_quote:
+                j = window.find(self.close_quote, i)
+                if j < 0:
+                    keep = max(i, n - len(self.close_quote) + 1)  # (a close quote may be cut at the end)
+                    self.member.append(window[start:keep])
+                    self.carry, start, i = window[keep:], n, n
+                    break
+                self.in_quote, i = False, j + len(self.close_quote)
+                continue
+            if self.escape:
+                self.escape, i = False, i + 1
+                continue
+            m = self.stops.search(window, i)
+            if m is None:
+                i = n
+                break
+            j = m.start()
+            if self.open and window.startswith(self.open[:n - j], j) and n - j < len(self.open):
+                self.member.append(window[start:j])  # the window ends in what may begin a quote
+                self.carry, start, i = window[j:], n, n
+                break
+            if self.open and window.startswith(self.open, j):
+                self.in_quote, i = True, j + len(self.open)
+                continue
+            ch, i = window[j], j + 1
+            if self.in_json:
+                if ch == "\\":
+                    self.escape = True
+                elif ch == '"':
+                    self.in_json = False
+            elif ch == '"':
+                self.in_json = True
+            elif ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+            if not self.in_json and self.depth == 0 or (ch == "," and self.depth == 1 and not self.in_json):
+                self.member.append(window[start:j])
+                self._send("".join(self.member))
+                self.member, start = [], i
+                if self.depth == 0:
+                    self.state = "end"
+        if start < n and self.state == "members":
+            self.member.append(window[start:n])
+
+    def _send(self, member: str) -> None:
+        if not member.strip(_WS) or self.state == "end":
+            return
+        try:
+            value = parse_content("{" + member + "}", "json", self.content_args)
+        except Exception:  # noqa: BLE001 - the region's own parse reports it at close
+            value = None
+        if not isinstance(value, dict):
+            self.state = "end"
+            return
+        for key, member_value in value.items():
+            self.streamer._send_member(self.call, key, member_value)
+
+    def close(self) -> None:
+        self.streamer._finish_from_value(self.call)
+        self.streamer._close_call(self.call)
+
+
 # ---------------------------------------------------------------------------- Python call syntax
 _NAME_START = regex.compile(r"[A-Za-z_]")
 _NAME_CHARS = regex.compile(r"[\w.]*")
@@ -726,7 +866,8 @@ class ToolCallStreamer:
         self.plan = self.default[1]  # the open region's
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
-        self.reader: _JsonCallReader | _XmlCallReader | _PythonicCallReader | None = None
+        self.reader: _JsonCallReader | _XmlCallReader | _TextArgReader | _LaxMembersReader | _PythonicCallReader | \
+            None = None
         self.component_call: _Call | None = None
         self.region_start = 0  # index of the open region's first call
         self.done_upto = 0  # calls before this index were reported done
@@ -790,6 +931,10 @@ class ToolCallStreamer:
             self.reader = _JsonCallReader(self, self.plan, captures)
         elif mode == "xml":
             self.reader = _XmlCallReader(self, self.plan, captures)
+        elif mode == "text_arg":
+            self.reader = _TextArgReader(self, self.plan, captures)
+        elif mode == "lax_members":
+            self.reader = _LaxMembersReader(self, self.plan, captures)
         elif mode == "components":
             self.component_call = self._new_call(captures, self.plan)
             self._start_arguments(self.component_call, partial_object=True)
@@ -936,6 +1081,18 @@ class ToolCallStreamer:
         prefix = "{" if not call.members else ", "
         call.members = (call.members or 0) + 1
         self._send_arguments(call, f"{prefix}{dumps(key)}: {dumps(value)}")
+
+    def _finish_from_value(self, call: _Call) -> None:
+        """At the region's close: send what the call's arguments text, as its value has it, still lacks after
+        what was streamed, when what was streamed begins it (else the call closes as its reader left it:
+        a repeated key, say, whose members were sent as they came)."""
+        fn = call_function(call.value) if call.value is not None else None
+        if fn is None or call.broken or not isinstance(fn.get("arguments", {}), dict):
+            return
+        final, given = dumps(fn.get("arguments", {})), "".join(call.given)
+        if final.startswith(given):
+            call.members = None  # (the text is whole: no closing brace to add)
+            self._send_arguments(call, final[len(given):])
 
     def _close_call(self, call: _Call) -> None:
         if call.closed:
