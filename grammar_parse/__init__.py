@@ -55,6 +55,7 @@ from .errors import (
 from .events import Correction, Event, Message, ParseErrorEvent, RegionChunk, RegionClose, RegionOpen
 from .grammar import Grammar
 from .library import list_grammars, load_grammar
+from .options import ParseOptions
 from .session import ResponseParser, parse_response
 
 __version__ = "0.1.0"
@@ -75,6 +76,7 @@ __all__ = [
     "Message",
     "ParseError",
     "ParseErrorEvent",
+    "ParseOptions",
     "PlaceholderError",
     "RegionChunk",
     "RegionClose",

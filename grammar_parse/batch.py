@@ -41,6 +41,7 @@ import jmespath
 from .arguments import print_warning_line
 from .errors import ArgumentError, GrammarParseError
 from .grammar import Grammar
+from .options import ParseOptions, merge_options
 from .session import ResponseParser, parse_response, resolve_grammar
 from .tools import check_tools
 from .wire_stream import REASONING_FIELDS
@@ -192,9 +193,9 @@ def read_row(record: Any, getters: tuple[Callable[[Mapping[str, Any]], Any], ...
 class _Parser:
     """The per-process state: the grammar, built once, and the settings every row is parsed with."""
 
-    def __init__(self, grammar: Any, prefix: str, tools: Any, strict: bool, columns: Columns) -> None:
+    def __init__(self, grammar: Any, prefix: str, tools: Any, options: ParseOptions, columns: Columns) -> None:
         self.grammar: Grammar | None = resolve_grammar(grammar) if grammar is not None else None
-        self.prefix, self.tools, self.strict, self.columns = prefix, tools, strict, columns
+        self.prefix, self.tools, self.options, self.columns = prefix, tools, options, columns
         self.getters = columns.getters()
         self.named: dict[str, Grammar] = {}
 
@@ -216,9 +217,9 @@ class _Parser:
         try:
             if grammar.settle is not None:
                 message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools,
-                                         strict=self.strict)
+                                         options=self.options)
             else:
-                parser = ResponseParser(grammar, given.prefix, tools=given.tools, strict=self.strict)
+                parser = ResponseParser(grammar, given.prefix, tools=given.tools, options=self.options)
                 message = parser.finalize(given.text)[0]
                 discarded = sum(end - start for start, end in parser.discarded_spans)
         except GrammarParseError as e:
@@ -232,11 +233,12 @@ class _Parser:
 _worker: _Parser | None = None
 
 
-def _start_worker(grammar: Any, prefix: str, tools: Any, strict: bool, columns: Columns, lines: bool = False) -> None:
+def _start_worker(grammar: Any, prefix: str, tools: Any, options: ParseOptions, columns: Columns,
+                  lines: bool = False) -> None:
     global _worker  # (the one state a worker process keeps: its parser, built once)
     if lines:  # (the command line's warnings are one line each: so are its workers')
         warnings.showwarning = print_warning_line
-    _worker = _Parser(grammar, prefix, tools, strict, columns)
+    _worker = _Parser(grammar, prefix, tools, options, columns)
 
 
 def _work(records: list[Any]) -> list[dict[str, Any]]:
@@ -251,15 +253,25 @@ def portable_grammar(grammar: Any) -> Grammar | None:
     return resolve_grammar(grammar) if grammar is not None else None
 
 
+def _batch_options(options: ParseOptions | None, *, strict: bool | None = None, **limits: int | None) -> ParseOptions:
+    """The parse options of a batch: as :func:`~grammar_parse.options.merge_options`, lenient unless
+    ``strict`` or the options say otherwise (one broken row must not stop a run)."""
+    if options is None and strict is None:
+        strict = False
+    return merge_options(options, strict=strict, **limits)
+
+
 def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(records)
     while chunk := list(islice(iterator, size)):
         yield chunk
 
 
-def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools: Any = None, strict: bool = False,
-               columns: Columns | None = None, workers: int = 1, chunk_rows: int = CHUNK_ROWS,
-               progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools: Any = None,
+               strict: bool | None = None, columns: Columns | None = None, workers: int = 1,
+               chunk_rows: int = CHUNK_ROWS, progress: Callable[[int], None] | None = None,
+               max_region_chars: int | None = None, max_json_depth: int | None = None,
+               options: ParseOptions | None = None) -> Iterator[dict[str, Any]]:
     """One :func:`result_row` per record, in order.
 
     ``records`` are output strings, or mappings holding the output under ``columns.text`` (and the prompt,
@@ -268,12 +280,15 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
     with ``workers > 1`` it is compiled here once and each worker process receives the compiled
     grammar (:func:`portable_grammar`). ``progress`` is called with the number of
     rows done after each chunk. Lenient by default (``strict=False``): problems are in ``parse_errors``.
+    ``options`` are every row's parse options (``strict`` as they say: ``ParseOptions()`` is strict); the
+    keywords are its shorthands. Workers receive them with the grammar.
     """
+    options = _batch_options(options, strict=strict, max_region_chars=max_region_chars, max_json_depth=max_json_depth)
     columns = columns or Columns()
     if tools is not None:
         check_tools(tools)  # (tools in a wrong shape are the run's mistake, not every row's)
     if workers <= 1:
-        parser = _Parser(grammar, prefix, tools, strict, columns)
+        parser = _Parser(grammar, prefix, tools, options, columns)
         for chunk in _chunks(records, chunk_rows):
             yield from parser.rows(chunk)
             if progress is not None:
@@ -281,7 +296,7 @@ def parse_many(records: Iterable[Any], grammar: Any, *, prefix: str = "", tools:
         return
     context = multiprocessing.get_context("spawn" if os.name == "nt" else "forkserver")
     with context.Pool(workers, initializer=_start_worker,
-                      initargs=(portable_grammar(grammar), prefix, tools, strict, columns,
+                      initargs=(portable_grammar(grammar), prefix, tools, options, columns,
                                 warnings.showwarning is print_warning_line)) as pool:
         for rows in pool.imap(_work, _chunks(records, chunk_rows)):
             yield from rows
@@ -418,13 +433,14 @@ class Progress:
 
 
 def run_rows(records: Iterable[Any], write: Callable[[dict[str, Any]], object], grammar: Any, *,
-             columns: Columns | None = None, prefix: str = "", tools: Any = None, strict: bool = False,
-             workers: int = 1, progress: Callable[[int], None] | None = None) -> Summary:
+             columns: Columns | None = None, prefix: str = "", tools: Any = None, strict: bool | None = None,
+             workers: int = 1, progress: Callable[[int], None] | None = None,
+             options: ParseOptions | None = None) -> Summary:
     """Parse records into result rows handed to ``write`` as they come, and say what was done."""
     summary = Summary()
     started = time.monotonic()
     for row in parse_many(records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns,
-                          workers=workers, progress=progress):
+                          workers=workers, progress=progress, options=options):
         write(row)
         summary.add(row)
     summary.seconds = time.monotonic() - started
@@ -451,16 +467,16 @@ def _json_default(value: Any) -> Any:
 
 
 def run_jsonl(source: IO[Any] | Iterable[str | bytes], sink: TextIO, grammar: Any, *, columns: Columns | None = None,
-              prefix: str = "", tools: Any = None, strict: bool = False, workers: int = 1, skip: int = 0,
-              progress: Callable[[int], None] | None = None) -> Summary:
+              prefix: str = "", tools: Any = None, strict: bool | None = None, workers: int = 1, skip: int = 0,
+              progress: Callable[[int], None] | None = None, options: ParseOptions | None = None) -> Summary:
     """Parse a JSONL stream of records (or of JSON strings) into a JSONL stream of result rows, one line
     per input line, written as they come (so an interrupted run resumes with ``skip``). ``source`` is
     read as bytes where it can be (:func:`jsonl_lines`); a first record without ``columns.text`` raises
-    ArgumentError (:func:`read_jsonl`)."""
+    ArgumentError (:func:`read_jsonl`). ``options`` as in :func:`parse_many`."""
     columns = columns or Columns()
     summary = run_rows(read_jsonl(source, skip=skip, columns=columns), lambda row: sink.write(jsonl_row(row)),
                        grammar, columns=columns, prefix=prefix, tools=tools, strict=strict, workers=workers,
-                       progress=progress)
+                       progress=progress, options=options)
     sink.flush()
     return summary
 
@@ -628,7 +644,7 @@ class TableParser:
     def __init__(self, grammar: Any, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
                  strict: bool = False) -> None:
         self.columns = columns or Columns()
-        self.parser = _Parser(grammar, prefix, tools, strict, self.columns)
+        self.parser = _Parser(grammar, prefix, tools, ParseOptions(strict=strict), self.columns)
 
     def __call__(self, table: Any) -> Any:
         return _in_kind(table, self.columns, CHUNK_ROWS, lambda records: self.parser.rows(list(records)))
@@ -666,17 +682,20 @@ def _in_kind(table: Any, columns: Columns, batch_rows: int,
 
 
 def parse_table(table: Any, grammar: Any, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
-                strict: bool = False, workers: int = 1, chunk_rows: int = CHUNK_ROWS,
-                progress: Callable[[int], None] | None = None) -> Any:
+                strict: bool | None = None, workers: int = 1, chunk_rows: int = CHUNK_ROWS,
+                progress: Callable[[int], None] | None = None, max_region_chars: int | None = None,
+                max_json_depth: int | None = None, options: ParseOptions | None = None) -> Any:
     """:func:`parse_many` over the rows of a pyarrow Table or RecordBatch, or a pandas DataFrame: one
     result row per input row, in order, as the same kind of table (:func:`result_schema`; a DataFrame
     keeps the input's index, so the result joins back on it). ``columns`` names the output's column (and
     the prompt, tools, id and grammar columns: a column name, or JMESPath into a struct column).
+    ``options`` and the keywords as in :func:`parse_many`.
     """
     columns = columns or Columns()
+    options = _batch_options(options, strict=strict, max_region_chars=max_region_chars, max_json_depth=max_json_depth)
     return _in_kind(table, columns, chunk_rows, lambda records: list(parse_many(
-        records, grammar, prefix=prefix, tools=tools, strict=strict, columns=columns, workers=workers,
-        chunk_rows=chunk_rows, progress=progress)))
+        records, grammar, prefix=prefix, tools=tools, columns=columns, workers=workers,
+        chunk_rows=chunk_rows, progress=progress, options=options)))
 
 
 def rows_to_arrow_batch(table: pa.Table) -> pa.RecordBatch:

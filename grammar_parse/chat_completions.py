@@ -19,6 +19,9 @@ as ``{}``; each change is an ``errors`` entry on the call). ``finish_reason`` is
 were made, ``stop`` otherwise, and ``length`` whenever the generator says it stopped at its token limit (a
 truncated call is reported, not hidden).
 
+The parse options (``options=ParseOptions(...)``, or the shorthand keywords ``strict``,
+``max_region_chars``, ``max_json_depth``, ``calls_in_reasoning``) are the parser's, limits included.
+
 With ``strict=False`` broken output never raises: the message gets the parser's ``parse_errors``, and
 a tool call whose text could not be parsed is still streamed and kept as a call, with the name, as much
 of its arguments text as is valid JSON (closed when the call ends) and an ``errors`` list (``{"path",
@@ -34,6 +37,7 @@ from typing import Any
 
 from .errors import UsageError
 from .events import Event
+from .options import ParseOptions, merge_options
 from .session import TemplateLike
 from .tools import CallValidator, call_function
 from .toolstream import ToolCallDelta
@@ -56,11 +60,15 @@ class ChatCompletionsStream:
         tools: Iterable[Any] | None = None,
         reasoning_field: str = "reasoning_content",
         ids: Callable[[str], str] | None = None,
-        strict: bool = True,
+        strict: bool | None = None,
         calls_in_reasoning: str | bool | None = None,
+        max_region_chars: int | None = None,
+        max_json_depth: int | None = None,
+        options: ParseOptions | None = None,
     ) -> None:
-        self.tools, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
-                                                          calls_in_reasoning=calls_in_reasoning)
+        options = merge_options(options, strict=strict, calls_in_reasoning=calls_in_reasoning,
+                                max_region_chars=max_region_chars, max_json_depth=max_json_depth)
+        self.tools, self.parser, self.calls = open_stream(template, prefix, tools=tools, options=options)
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
@@ -173,12 +181,16 @@ class ChatCompletionsStream:
 
 def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None, tools: Iterable[Any] | None = None,
                  reasoning_field: str = "reasoning_content", ids: Callable[[str], str] | None = None,
-                 truncated: bool = False, strict: bool = True, length: bool = False,
-                 calls_in_reasoning: str | bool | None = None) -> tuple[dict[str, Any], str]:
+                 truncated: bool = False, strict: bool | None = None, length: bool = False,
+                 calls_in_reasoning: str | bool | None = None, max_region_chars: int | None = None,
+                 max_json_depth: int | None = None, options: ParseOptions | None = None) -> tuple[dict[str, Any], str]:
     """One-shot: the Chat Completions message and finish_reason for a complete output (``truncated`` and
-    ``length``, kept for compatibility, as in :meth:`ChatCompletionsStream.finish`)."""
+    ``length``, kept for compatibility, as in :meth:`ChatCompletionsStream.finish`; the parse options as in
+    :class:`ChatCompletionsStream`)."""
+    options = merge_options(options, strict=strict, calls_in_reasoning=calls_in_reasoning,
+                            max_region_chars=max_region_chars, max_json_depth=max_json_depth)
     stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids,
-                                   strict=strict, calls_in_reasoning=calls_in_reasoning)
+                                   options=options)
     stream.feed(text)
     stream.finish(truncated=truncated or length)
     assert stream.finish_reason is not None  # finish() sets it

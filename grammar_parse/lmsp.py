@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import GrammarParseError, SchemaNameError
 from .events import Event
+from .options import ParseOptions, merge_options
 from .session import TemplateLike
 from .toolstream import ToolCallDelta
 from .values import copy_json
@@ -89,16 +90,19 @@ def response_object(response_id: str, *, model: str, created_at: int, status: st
 class ResponseStream:
     """LMSP stream events for one response (see the module doc).
 
-    ``ids(kind)`` makes ids for ``resp``, ``msg``, ``rs``, ``fc`` and ``call``.
+    ``ids(kind)`` makes ids for ``resp``, ``msg``, ``rs``, ``fc`` and ``call``. The parse options
+    (``options=ParseOptions(...)`` or the shorthand keywords) are the parser's, limits included.
     """
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
-                 response_id: str | None = None, ids: IdFactory, strict: bool = True,
-                 calls_in_reasoning: str | bool | None = None) -> None:
+                 response_id: str | None = None, ids: IdFactory, strict: bool | None = None,
+                 calls_in_reasoning: str | bool | None = None, max_region_chars: int | None = None,
+                 max_json_depth: int | None = None, options: ParseOptions | None = None) -> None:
         self.ids = ids
         self.response_id = response_id or ids("resp")
-        tools_, self.parser, self.calls = open_stream(template, prefix, tools=tools, strict=strict,
-                                                      calls_in_reasoning=calls_in_reasoning)
+        options = merge_options(options, strict=strict, calls_in_reasoning=calls_in_reasoning,
+                                max_region_chars=max_region_chars, max_json_depth=max_json_depth)
+        tools_, self.parser, self.calls = open_stream(template, prefix, tools=tools, options=options)
         # Says what is wrong with a call in words a client may read (the request's tool names and schemas);
         # with no tools given, calls are not checked.
         self.checker = CallChecker(tools_ or [])
@@ -357,10 +361,11 @@ def _drop_copies(event: dict[str, Any]) -> None:
 
 def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str, created_at: int, ids: IdFactory,
             tools: Iterable[Any] | None = None, input_tokens: int = 0,
-            output_tokens: int = 0, truncated: bool = False, strict: bool = True) -> dict[str, Any]:
-    """One-shot: the response object for a complete output (the same items the stream builds; ``strict`` as
-    in :class:`ResponseStream`: with ``strict=False`` output that does not parse still completes)."""
-    stream = ResponseStream(template, prefix, tools=tools, ids=ids, strict=strict)
+            output_tokens: int = 0, truncated: bool = False, strict: bool | None = None,
+            options: ParseOptions | None = None) -> dict[str, Any]:
+    """One-shot: the response object for a complete output (the same items the stream builds; ``strict`` and
+    ``options`` as in :class:`ResponseStream`: with ``strict=False`` output that does not parse still completes)."""
+    stream = ResponseStream(template, prefix, tools=tools, ids=ids, strict=strict, options=options)
     stream.feed(text)
     stream.complete(input_tokens, output_tokens, truncated=truncated)
     return stream.response(model=model, created_at=created_at)

@@ -26,6 +26,7 @@ from .drafts import closes_at, interrupts, reading, reasoning_states
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
+from .options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .regions import Frame, RegionBuilder
 from .salvage import is_call_region
 from .scanner import SearchCache
@@ -35,11 +36,8 @@ from .values import JSON_MAX_DEPTH, copy_json, with_json_depth
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 
-#: Default bound on one region's text (characters): a runaway region stops growing past it.
-MAX_REGION_CHARS = 64 * 1024 * 1024
-#: Seconds the regex module may search a prompt for a start_anchor_pattern before the linear matcher takes
-#: over (grammar_parse.linear_regex: the same matches, so the choice never changes where the output starts).
-START_ANCHOR_LIMIT = 0.25
+# MAX_REGION_CHARS (a region's default bound) and START_ANCHOR_LIMIT (seconds of regex search for a start
+# anchor) are the defaults of ParseOptions, defined with it (grammar_parse.options) and kept importable here.
 #: Prompt tails longer than this (a grammar without a start anchor sees the whole prompt) are replayed
 #: for each parser, not kept; at most MAX_REPLAYS are kept per grammar.
 MAX_REPLAY_CHARS = 4096
@@ -133,7 +131,9 @@ class ResponseParser:
     raw text of arguments that did not parse and an ``errors`` list; its text that names no function
     goes to the text around it (content, or the reasoning it was written in). ``discarded_spans`` lists the
     output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
-    ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values. With ``extended_events=True`` each ``region_open``
+    ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values.
+    ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are shorthands
+    for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each ``region_open``
     also carries ``captures``, the named groups of its open delimiter.
 
     Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
@@ -152,10 +152,15 @@ class ResponseParser:
     """
 
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
-                 strict: bool = True, extended_events: bool = False, trace: bool = False,
-                 max_region_chars: int = MAX_REGION_CHARS, max_json_depth: int = JSON_MAX_DEPTH,
-                 calls_in_reasoning: str | bool | None = None):
+                 strict: bool | None = None, extended_events: bool = False, trace: bool | None = None,
+                 max_region_chars: int | None = None, max_json_depth: int | None = None,
+                 calls_in_reasoning: str | bool | None = None, options: ParseOptions | None = None):
         expect_text(prefix, "prefix", optional=True)
+        # (the keywords are shorthands for the options' fields: resolved once here, never per chunk)
+        self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
+                                               max_json_depth=max_json_depth, calls_in_reasoning=calls_in_reasoning)
+        strict, max_json_depth = options.strict, options.max_json_depth
+        calls_in_reasoning = options.calls_in_reasoning
         self._grammar = grammar = resolve_grammar(template)
         self._reading = reading(grammar.calls_in_reasoning if calls_in_reasoning is None else calls_in_reasoning)
         # The parser states of an open reasoning block, where markup is read as a draft (grammar_parse.drafts),
@@ -182,8 +187,8 @@ class ResponseParser:
             )
         self._tools = ToolTypes.from_tools(tools)
         self._strict = strict
-        self._trace: list[dict[str, Any]] | None = [] if trace else None
-        self._max_region = max_region_chars
+        self._trace: list[dict[str, Any]] | None = [] if options.trace else None
+        self._max_region = options.max_region_chars
         self.max_json_depth = max_json_depth  # (made current while the parser runs: see values.json_depth)
         self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
         self._discarded: list[list[int]] = []
@@ -224,6 +229,11 @@ class ResponseParser:
     def grammar(self) -> Grammar:
         """The compiled grammar this parser runs."""
         return self._grammar
+
+    @property
+    def options(self) -> ParseOptions:
+        """The parse options in force (those given, with the shorthand keywords folded in)."""
+        return self._options
 
     @property
     def message(self) -> Message:
@@ -438,7 +448,9 @@ class ResponseParser:
         if anchor is not None:
             # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
             # linear matcher finishes the search (same matches); literal anchors are linear already.
-            last_end = anchor.last_end(prefix, None if anchor.literals is not None else START_ANCHOR_LIMIT)
+            seconds = self._options.start_anchor_seconds
+            last_end = anchor.last_end(prefix, None if anchor.literals is not None else
+                                       START_ANCHOR_LIMIT if seconds is None else seconds)
             if last_end is not None:
                 truncated = prefix[last_end:]
             else:
@@ -797,8 +809,11 @@ def parse_response(
     *,
     prefix: str | None = None,
     tools: Iterable[Any] | None = None,
-    strict: bool = True,
+    strict: bool | None = None,
     calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
 ) -> Message: ...
 
 
@@ -809,8 +824,11 @@ def parse_response(
     *,
     prefix: str | list[str] | None = None,
     tools: Iterable[Any] | None = None,
-    strict: bool = True,
+    strict: bool | None = None,
     calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
 ) -> list[Message]: ...
 
 
@@ -820,16 +838,23 @@ def parse_response(
     *,
     prefix: str | list[str] | None = None,
     tools: Iterable[Any] | None = None,
-    strict: bool = True,
+    strict: bool | None = None,
     calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
 ) -> Message | list[Message]:
     """Parse a complete model output (or a list of them) into a message (or a list of messages).
 
     Equivalent to feeding the whole text to a :class:`ResponseParser` and finalizing it. For a batch,
     ``prefix`` is one prompt for all texts or a list with one per text. ``strict=False`` is lenient
     mode (see :class:`ResponseParser`): problems are reported under ``"parse_errors"``, never raised.
-    ``calls_in_reasoning`` reads calls written inside reasoning (see :class:`ResponseParser`).
+    ``calls_in_reasoning`` reads calls written inside reasoning (see :class:`ResponseParser`); ``options``
+    gives the switches and limits as one :class:`~grammar_parse.options.ParseOptions` (the keywords are its
+    shorthands).
     """
+    options = merge_options(options, strict=strict, calls_in_reasoning=calls_in_reasoning,
+                            max_region_chars=max_region_chars, max_json_depth=max_json_depth)
     if isinstance(text, (list, tuple)):
         if text and all(isinstance(t, Mapping) for t in text):
             expect_text(text, "text")  # (a conversation, not a batch of outputs: said so)
@@ -844,14 +869,13 @@ def parse_response(
             prefixes = list(prefix)
         else:
             prefixes = [prefix] * len(text)
-        return [parse_response(t, template, prefix=p, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
-                for t, p in zip(text, prefixes)]
+        return [parse_response(t, template, prefix=p, tools=tools, options=options) for t, p in zip(text, prefixes)]
     expect_text(text, "text")
     if isinstance(prefix, (list, tuple)):
         if prefix and all(isinstance(p, Mapping) for p in prefix):
             expect_text(prefix, "prefix")  # (a conversation as the prompt: said so)
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
-    parser = ResponseParser(template, prefix, tools=tools, strict=strict, calls_in_reasoning=calls_in_reasoning)
+    parser = ResponseParser(template, prefix, tools=tools, options=options)
     if parser.grammar.settle is not None:
         # One-shot settling needs no streaming regions: the hook's own run is the result.
         parser._log = [text]
@@ -860,4 +884,4 @@ def parse_response(
     return parser.finalize(text)[0]
 
 
-__all__ = ["ResponseParser", "parse_response", "resolve_grammar"]
+__all__ = ["MAX_REGION_CHARS", "START_ANCHOR_LIMIT", "ResponseParser", "parse_response", "resolve_grammar"]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from .events import Event
+from .options import ParseOptions
 from .session import ResponseParser, TemplateLike
 from .tools import tool_list
 from .toolstream import ToolCallStreamer
@@ -34,12 +35,14 @@ class OpenStream(NamedTuple):
 
 
 def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[Any] | None = None,
-                strict: bool = True, calls_in_reasoning: str | bool | None = None) -> OpenStream:
+                strict: bool | None = None, calls_in_reasoning: str | bool | None = None,
+                options: ParseOptions | None = None) -> OpenStream:
     """What every adapter streams from (the template is resolved once, by the parser; the streamer reads
-    its grammar)."""
+    its grammar and keeps to the parser's JSON depth limit). ``options`` are the parse options (the
+    keywords its shorthands), so every adapter passes on every limit."""
     tools = tool_list(tools)
     parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict,
-                            calls_in_reasoning=calls_in_reasoning)
+                            calls_in_reasoning=calls_in_reasoning, options=options)
     return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth))
 
 
