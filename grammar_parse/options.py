@@ -55,7 +55,9 @@ class ParseOptions:
             if type(value) is not int or value < 1:
                 _refuse(name, value, "a positive integer")
         if self.calls_in_reasoning is not None:
-            reading(self.calls_in_reasoning)  # (its own ArgumentError, usage.calls_in_reasoning, names the field)
+            # (its own ArgumentError, usage.calls_in_reasoning, names the field); kept as its name, so that
+            # True and "always" are the same options
+            object.__setattr__(self, "calls_in_reasoning", reading(self.calls_in_reasoning))
         seconds = self.start_anchor_seconds
         if seconds is not None and (type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds < 0):
             _refuse("start_anchor_seconds", seconds, "None or a finite number of seconds, 0 or more")
@@ -86,7 +88,10 @@ def merge_options(options: ParseOptions | None, **given: Any) -> ParseOptions:
     if not isinstance(options, ParseOptions):
         raise ArgumentError(f"options must be a ParseOptions, not {type(options).__name__}", code="usage.argument",
                             hint="Pass options=ParseOptions(...), or the keywords alone.")
-    conflicts = [name for name, value in given.items() if getattr(options, name) != value]
+    if not given:
+        return options
+    merged = options.replace(**given)  # (checks the keywords' values as the options' own)
+    conflicts = [name for name in given if getattr(merged, name) != getattr(options, name)]
     if conflicts:
         listed = ", ".join(f"{name}={given[name]!r} (options say {getattr(options, name)!r})" for name in conflicts)
         raise ArgumentError(f"conflicting parse options: {listed}", code="usage.argument",

@@ -140,11 +140,11 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
 _BRACKETS = regex.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', regex.DOTALL)
 
 #: Deepest JSON nesting a json region may have by default (Python's parser would exhaust its stack far
-#: sooner than real output needs; deeper input is refused with parse.json_depth). A parser sets its own
-#: with ``ResponseParser(max_json_depth=...)``.
+#: sooner than real output needs; deeper input is refused with parse.json_depth). A parse sets its own
+#: with ``ParseOptions(max_json_depth=...)`` (grammar_parse.options), which every adapter passes on.
 JSON_MAX_DEPTH = 256
 _JSON_DEPTH: ContextVar[int] = ContextVar("grammar_parse_json_depth", default=JSON_MAX_DEPTH)
-_DEPTH_HINT = "Pass max_json_depth= to the parser if such output is expected."
+_DEPTH_HINT = "Raise max_json_depth (ParseOptions(max_json_depth=...), or the keyword) if such output is expected."
 
 
 def json_depth() -> int:

@@ -227,3 +227,10 @@ def test_docs_limits_lists_every_option_and_every_serving_limit():
     fields = {f"ParseOptions.{f.name}" for f in dataclasses.fields(ParseOptions)}
     fields |= {f"Limits.{f.name}" for f in dataclasses.fields(Limits)}
     assert fields <= names, f"docs/limits.md does not list {sorted(fields - names)}"
+
+
+@pytest.mark.parametrize("flag, name", [(True, "always"), (False, "never")])
+def test_a_bool_calls_in_reasoning_is_the_same_option_as_its_name(flag, name):
+    assert ParseOptions(calls_in_reasoning=flag) == ParseOptions(calls_in_reasoning=name)
+    parser = gp.ResponseParser("qwen3", "", options=ParseOptions(calls_in_reasoning=name), calls_in_reasoning=flag)
+    assert parser.options.calls_in_reasoning == name  # (the same reading said two ways: no conflict)
