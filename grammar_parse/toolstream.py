@@ -603,7 +603,8 @@ class _LaxMembersReader:
         self.streamer = streamer
         self.content_args = plan.content_args or {}
         delims = self.content_args.get("string_delims") or []
-        self.open, self.close_quote = (delims[0][0], delims[0][1]) if delims else ("", "")
+        self.open: str = delims[0][0] if delims else ""
+        self.close_quote: str = delims[0][1] if delims else ""
         self.call = streamer._new_call(captures, plan)
         streamer._start_arguments(self.call, partial_object=True)
         self.member: list[str] = []  # the current member's text
@@ -699,6 +700,9 @@ _NAME_START = regex.compile(r"[A-Za-z_]")
 _NAME_CHARS = regex.compile(r"[\w.]*")
 
 
+_ARG_TOKEN = regex.compile(CALL_TOKEN.pattern + "|,")  # (and the commas between a call's arguments)
+
+
 class _PythonicCallReader:
     """Streams Python-style calls as they complete (see the module doc), cutting the body into calls as
     grammar_parse.salvage cuts a broken one: a name then ``(`` starts a call, the parenthesis that closes it
@@ -718,6 +722,8 @@ class _PythonicCallReader:
         self.depth = 0
         self.quote = ""
         self.call: _Call | None = None
+        self.arg: list[str] = []  # the current argument's text (from the "(" or comma before it)
+        self.arg_ok = False  # its arguments so far parsed one by one: the next one may be sent as it completes
 
     def feed(self, text: str) -> None:
         window, self.held = self.held + text, ""
@@ -758,6 +764,7 @@ class _PythonicCallReader:
                     self._start("".join(self.name))
                     self.text.append("(")
                     self.depth, self.quote, self.state = 1, "", "args"
+                    self.arg, self.arg_ok = [], not self.streamer.lenient
                     j += 1
                 i = j
             else:  # after
@@ -774,25 +781,54 @@ class _PythonicCallReader:
         """Walk the arguments' text from ``i`` to the parenthesis that closes the call; where the walk stops."""
         n = len(window)
         while True:
-            m = CALL_TOKEN.search(window, i)
+            m = _ARG_TOKEN.search(window, i)
             if m is None:
                 self.text.append(window[i:])
+                self.arg.append(window[i:])
                 return n
             token, start, end = m.group(), m.start(), m.end()
             if (len(token) == 1 and token in "\"'" and start + 3 > n) or (token == "\\" and self.quote and end >= n):
                 self.text.append(window[i:start])
+                self.arg.append(window[i:start])
                 self.held = window[start:]  # (at most two characters)
                 return n
             if token == "\\" and self.quote:
                 end += 1  # the escaped character
             self.text.append(window[i:end])
+            self.arg.append(window[i:end])
             i = end
             if token == "\\":
                 continue
             self.quote, self.depth = python_step(token, self.quote, self.depth)
+            if not self.quote and (self.depth == 1 and token == "," or self.depth == 0 and token == ")"):
+                self._argument("".join(self.arg)[:-1])  # (an argument ends at a top-level comma or the ")")
+                self.arg = []
             if self.depth == 0 and not self.quote and token in ")]}":
                 self.state = "after"
                 return i
+
+    def _argument(self, text: str) -> None:
+        """One argument's text is complete: parsed on its own as a call of one argument, as the region's
+        parser reads the call, it is sent as a member (a positional argument or any text that does not
+        parse stops this for the call: its arguments go out when the call completes)."""
+        call = self.call
+        if call is None or not self.arg_ok or not text.strip():
+            return
+        try:
+            items = parse_content(f"{call.name}({text})", "pythonic", {})
+            value = fill(self.transform, {**self.captures, **items[0]}) if len(items) == 1 else None
+        except ValueError:  # (a ParseError; Python's parser raises ValueError for some text too)
+            value = None
+        if value is not None and self.streamer.types is not None:
+            value = self.streamer.types.apply(value)
+        fn = call_function(value)
+        arguments = fn.get("arguments") if fn is not None else None
+        if not isinstance(arguments, dict):
+            self.arg_ok = False
+            return
+        self.streamer._start_arguments(call, partial_object=True)
+        for key, member in arguments.items():
+            self.streamer._send_member(call, key, member)
 
     def _start(self, name: str) -> None:
         streamer = self.streamer
@@ -816,7 +852,10 @@ class _PythonicCallReader:
         if call is None or fn is None or not isinstance(fn.get("arguments"), dict):
             return
         call.value = value
-        self.streamer._send_arguments(call, dumps(fn["arguments"]))
+        if call.members is None:
+            self.streamer._send_arguments(call, dumps(fn["arguments"]))
+        else:
+            self.streamer._finish_from_value(call)
         self.streamer._close_call(call)
 
     def close(self, values: list[Any]) -> None:
@@ -829,6 +868,11 @@ class _PythonicCallReader:
                 streamer._send_whole(call_value)
             elif calls[k].closed:
                 calls[k].value = call_value
+            elif calls[k].members is not None:  # some arguments went out: the value sends what they lack
+                calls[k].value = call_value
+                streamer._mark_broken(calls[k], call_value)
+                streamer._finish_from_value(calls[k])
+                streamer._close_call(calls[k])
             else:
                 streamer._send_whole(call_value, calls[k])
         for call in calls[len(values):]:
@@ -854,8 +898,12 @@ class ToolCallStreamer:
     """
 
     def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls",
-                 max_json_depth: int = JSON_MAX_DEPTH) -> None:
+                 max_json_depth: int = JSON_MAX_DEPTH, lenient: bool = True) -> None:
         self.field = field
+        # A lenient parser keeps a broken call, whose wire text must then be the valid JSON of its raw text:
+        # arguments whose raw text is not JSON (Python calls, a JSON dialect) cannot go out member by member
+        # before the call is known whole. A strict parser (``lenient=False``) raises on a broken call instead.
+        self.lenient = lenient
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
         self.types = ToolTypes.from_tools(tools)
         # Each region's plan, found by the rule an extended region_open names; without it, a field of several
@@ -933,7 +981,7 @@ class ToolCallStreamer:
             self.reader = _XmlCallReader(self, self.plan, captures)
         elif mode == "text_arg":
             self.reader = _TextArgReader(self, self.plan, captures)
-        elif mode == "lax_members":
+        elif mode == "lax_members" and not self.lenient:
             self.reader = _LaxMembersReader(self, self.plan, captures)
         elif mode == "components":
             self.component_call = self._new_call(captures, self.plan)

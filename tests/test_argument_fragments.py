@@ -1,7 +1,8 @@
 """A call's arguments stream in fragments as the model writes them, for every built-in grammar whose calls
 carry arguments, except the shapes that cannot (listed below with why); and whatever the chunking, the
-fragments of a call join into exactly the arguments text of the one-shot message and a call's head is sent
-once."""
+fragments of a call join into exactly the arguments text of the one-shot message, and a call's head is sent
+once. Both with a strict parser (``lenient=False``: every shape streams) and a lenient one (a broken call
+keeps to the valid JSON of its raw text, so arguments whose raw text is not JSON go out per call)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+import grammar_parse as gp
 from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.toolstream import ToolCallStreamer, call_regions, plan_for
 from test_tool_streaming import CASES, counter, load_case
 
 #: Grammars whose every call still arrives whole, and why no streamer can do better.
@@ -25,6 +28,9 @@ WHOLE = {
     # parameter is final before the call closes.
     "minimax_m3": "repeated parameters merge",
 }
+#: Grammars whose arguments' raw text is not JSON (Python calls, a JSON dialect): streamed member by member
+#: by a strict parser's streamer only.
+NOT_JSON = {"function_gemma", "gemma4", "llama3_pythonic", "llama4_pythonic", "olmo3"}
 
 
 def split(text: str, size: int) -> list[str]:
@@ -41,8 +47,7 @@ def uneven(text: str) -> list[str]:
     return out
 
 
-CHUNKINGS = {"whole": lambda t: [t], "1": lambda t: split(t, 1), "2": lambda t: split(t, 2),
-             "7": lambda t: split(t, 7), "uneven": uneven}
+CHUNKINGS = {"1": lambda t: split(t, 1), "7": lambda t: split(t, 7), "uneven": uneven}
 
 
 def streamed(grammar: str, path: Path, chunks: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -56,12 +61,27 @@ def streamed(grammar: str, path: Path, chunks: list[str]) -> tuple[dict[str, Any
     return s.message, [call for d in deltas for call in d.get("tool_calls", [])]
 
 
-def fragments(grammar: str, path: Path, chunks: list[str]) -> dict[int, int]:
-    """How many non-empty argument deltas each call got."""
+def streamer_deltas(grammar: str, path: Path, chunks: list[str], lenient: bool) -> list[dict[str, Any]]:
+    """The tool-call streamer's own deltas for one sample, behind a parser of the same strictness."""
+    case = load_case(grammar, path)
+    parser = gp.ResponseParser(grammar, case.prefix, tools=case.tools, strict=not lenient, extended_events=True)
+    streamer = ToolCallStreamer(parser.grammar, case.tools, lenient=lenient)
+    deltas: list[dict[str, Any]] = list(streamer.feed(parser.initial_events))
+    for chunk in chunks:
+        deltas += streamer.feed(parser.feed(chunk))
+    return deltas + list(streamer.feed(parser.finalize()[1]))
+
+
+def fragments(grammar: str, path: Path, chunks: list[str], lenient: bool) -> dict[int, int]:
+    """How many non-empty argument fragments each call got before its end."""
     counts: dict[int, int] = defaultdict(int)
-    for call in streamed(grammar, path, chunks)[1]:
-        if call.get("function", {}).get("arguments"):
-            counts[call["index"]] += 1
+    done: set[int] = set()
+    for delta in streamer_deltas(grammar, path, chunks, lenient):
+        assert delta["index"] not in done, "nothing of a call after its end"
+        if delta.get("done"):
+            done.add(delta["index"])
+        elif delta.get("arguments"):
+            counts[delta["index"]] += 1
     return counts
 
 
@@ -75,12 +95,39 @@ def with_arguments(grammar: str) -> list[Path]:
             if any(c["function"].get("arguments") for c in load_case(grammar, p).expected["tool_calls"])]
 
 
+@pytest.mark.parametrize("lenient", [False, True], ids=["strict", "lenient"])
 @pytest.mark.parametrize("grammar", sorted(BY_GRAMMAR))
-def test_arguments_stream_in_fragments(grammar):
+def test_arguments_stream_in_fragments(grammar, lenient):
     paths = with_arguments(grammar)
     assert paths, "every grammar has a sample whose call carries arguments"
-    streams = any(n > 1 for p in paths for n in fragments(grammar, p, split(load_case(grammar, p).text, 1)).values())
-    assert streams == (grammar not in WHOLE), WHOLE.get(grammar, "arguments sent whole at the call's end")
+    streams = any(n > 1 for p in paths
+                  for n in fragments(grammar, p, split(load_case(grammar, p).text, 1), lenient).values())
+    whole = grammar in WHOLE or (lenient and grammar in NOT_JSON)
+    assert streams == (not whole), WHOLE.get(grammar, "arguments sent whole at the call's end")
+
+
+@pytest.mark.parametrize("grammar", sorted(gp.list_grammars()))
+def test_every_call_region_has_a_streaming_plan(grammar):
+    """Each tool-call region of every grammar (a field's second shape too, such as Functionary's python
+    call) is read by a plan that streams, except the shape that cannot (WHOLE)."""
+    for region in call_regions(gp.load_grammar(grammar)):
+        assert (plan_for(region).mode == "at_close") == (grammar == "minimax_m3"), region.rule
+
+
+@pytest.mark.parametrize("chunking", sorted(CHUNKINGS))
+@pytest.mark.parametrize("grammar, path", CASES, ids=[f"{g}/{p.stem}" for g, p in CASES])
+def test_strict_fragments_join_into_the_typed_arguments(grammar, path, chunking):
+    """A strict parser's streamer, whatever the chunking, sends what it sends in one piece."""
+    text = load_case(grammar, path).text
+    def joined(chunks: list[str]) -> dict[int, str]:
+        out: dict[int, str] = defaultdict(str)
+        for delta in streamer_deltas(grammar, path, chunks, lenient=False):
+            out[delta["index"]] += delta.get("arguments", "")
+        return out
+    got, want = joined(CHUNKINGS[chunking](text)), joined([text])
+    assert got == want
+    expected = load_case(grammar, path).expected["tool_calls"]
+    assert [json.loads(got[i]) for i in range(len(expected))] == [c["function"].get("arguments", {}) for c in expected]
 
 
 @pytest.mark.parametrize("chunking", sorted(CHUNKINGS))
