@@ -17,9 +17,22 @@ How the arguments are read depends on the grammar region of the call:
   is written, and its arguments, typed, as ``json.dumps`` once its closing parenthesis and what follows it (a
   comma, ``]``, ``;`` or a newline) show the call is complete, the way a lenient one-shot parse of the output
   so far reads it (``grammar_parse.salvage``). A call that does not parse on its own, and what follows text
-  that is not a call, are sent from the region's value when it closes.
-* **Everything else** (JS-like objects, legacy schemas): the call is sent when its region closes, as
-  ``json.dumps`` of the parsed arguments.
+  that is not a call, are sent from the region's value when it closes. Behind a strict parser
+  (``lenient=False``) each keyword argument is sent, typed, as soon as the comma or parenthesis after it
+  arrives, parsed on its own as the call would be.
+* **Calls keyed by name** (``[{"get_weather": {...}}]``, JSON): each key is a call's head, its value streams
+  as the JSON shapes' do.
+* **A JSON dialect** (bare keys, the model's own string quotes: Gemma): behind a strict parser, each member,
+  typed, once the comma or brace after it arrives; behind a lenient one, the call when its region closes.
+* **Text as the one argument** (``{"code": "{content}"}``, Functionary's python call): the text as a JSON
+  string as it arrives (what the region's strip removes held back).
+* **Everything else**: the call is sent when its region closes, as ``json.dumps`` of the parsed arguments.
+  Two shapes cannot do better: a model-written id after the arguments (Mistral, Apriel: the head carries the
+  id, and arguments never go before their head), and xml parameters that merge when repeated (MiniMax-M3:
+  ``<a>1</a><a>2</a>`` is ``"a": [1, 2]``, so no parameter is final before the call closes).
+
+Why lenient streams keep Python and dialect calls whole: a broken call (lenient mode) keeps its raw text, and
+its wire text is the valid JSON part of that text; members sent before the break would not be part of it.
 
 A field with several call regions (LFM2's Python list or JSON list) reads each region by its own plan when
 the parser's events name the region (``extended_events=True``, as the wire adapters ask); otherwise its

@@ -151,3 +151,39 @@ def test_fragments_join_into_the_one_shot_arguments(grammar, path, chunking):
         text = "".join(parts[index])
         assert text == call["function"]["arguments"], "the fragments are the one-shot arguments text"
         assert isinstance(json.loads(text), dict)
+
+
+#: Text each streaming shape must cut right wherever the chunks end: separators inside strings and brackets,
+#: a dialect's quotes split, escapes, whitespace a strip removes.
+EDGES = [
+    ("gemma4", '<|tool_call>call:f{a:<|"|>x, }y<|"|>,b:{c:[1,2,{d:<|"|>]<|"|>}]},e:"q\\",}",f:<|"|>"<|"|>}'
+               '<tool_call|>'),
+    ("function_gemma", '<start_function_call>call:f{a:<escape>x, }y<escape>,b:{c:[1,2]},e:"q\\",}"}'
+                       '<end_function_call>'),
+    ("llama3_pythonic", '[f(a="x, )", b=[1, (2), {"c": ")"}], c=\'\'\'it\'s, "x"\'\'\'), g(), h(x=1)]'),
+    ("olmo3", '<function_calls>f(a="x, )", b=[1, 2])\ng(c={"d": ","})</function_calls>'),
+    ("functionary_v31", '<|python_tag|>  \n x = "a\\tb"\n\n print(x) \n  <|eom_id|>'),
+    ("apertus", '<|tools_prefix|>[{"f": {"a": "x, }", "b": [1, {"c": 2}]}, "g": {}}, {"h": {"q": "\\"}"}}]'
+                '<|tools_suffix|>'),
+]
+
+
+@pytest.mark.parametrize("grammar, text", EDGES, ids=[g for g, _ in EDGES])
+def test_edge_text_streams_the_same_at_every_chunk_size(grammar, text):
+    def run(chunks: list[str]) -> tuple[dict[int, str], dict[str, Any], int]:
+        parser = gp.ResponseParser(grammar, "", strict=True, extended_events=True)
+        streamer = ToolCallStreamer(parser.grammar, lenient=False)
+        deltas = [d for chunk in chunks for d in streamer.feed(parser.feed(chunk))]
+        message, events = parser.finalize()
+        deltas += streamer.feed(events)
+        joined: dict[int, str] = defaultdict(str)
+        for delta in deltas:
+            joined[delta["index"]] += delta.get("arguments", "")
+        return joined, message, sum(1 for d in deltas if d.get("arguments"))
+    want, message, _ = run([text])
+    assert [json.loads(want[i]) for i in range(len(want))] == \
+        [c["function"]["arguments"] for c in message["tool_calls"]]
+    for size in range(1, 12):
+        got, _, pieces = run(split(text, size))
+        assert got == want, size
+    assert pieces > len(want), "the arguments came in fragments"
