@@ -84,8 +84,7 @@ class ToolCallDelta(TypedDict, total=False):
 class CallPlan:
     """How a tool-call region carries its calls (derived once per region from its value spec)."""
 
-    mode: str  # json_body | json_key | json_array | json_name_keys | xml | lax_members | text_arg | components |
-    # pythonic | at_close
+    mode: str  # json_body | json_key | json_array | xml | components | pythonic | at_close (the payload's shape)
     name_capture: str | None = None  # the open delimiter's group holding the name
     name_key: str | None = None  # the body (or element) key holding the name
     args_key: str | None = None  # the body (or element) key holding the arguments
@@ -97,8 +96,16 @@ class CallPlan:
     tag_tail: str | None = None  # literal text every tag match holds, near its end (None: none known)
     tag_context: int = 0  # how far before its start a tag match may look (anchors, lookbehind)
     value_parser: Any = None
-    name: str | None = None  # text_arg mode: the name the grammar writes for every call (None: a capture)
-    content_args: Any = None  # lax_members and text_arg modes: the region's content options
+    # An ``at_close`` payload (read by its value parser when the region closes: the constraint export and
+    # the salvage read the mode) that the streamer still streams: json_name_keys | lax_members | text_arg.
+    reader: str | None = None
+    name: str | None = None  # text_arg: the name the grammar writes for every call (None: a capture)
+    content_args: Any = None  # lax_members and text_arg: the region's content options
+
+    @property
+    def kind(self) -> str:
+        """How the streamer reads the region's calls."""
+        return self.reader or self.mode
 
 
 def _placeholder(value: Any) -> str | None:
@@ -128,7 +135,7 @@ def plan_for(region: Region) -> CallPlan:
         and not spec.content_args.get("unquoted_keys") and not spec.content_args.get("allow_non_json")
     if spec.transform_each:
         if spec.content == "json-name-keys" and not spec.content_args:
-            return CallPlan("json_name_keys")  # ([{"f": {...}}, ...] or {"f": {...}}: each key a call's name)
+            return CallPlan("at_close", reader="json_name_keys")  # ([{"f": {...}}, ...] or {"f": {...}}: each key a call's name)
         if spec.content == "pythonic":
             return CallPlan("pythonic")  # (a list of Python-style calls, each its own value)
         if pure_json and isinstance(fn, dict):
@@ -172,7 +179,7 @@ def plan_for(region: Region) -> CallPlan:
         # parser reads the whole, is sent once the comma or brace after it shows it complete. (Two quote
         # pairs are hidden one pair after the other over the whole text, which a left-to-right walk cannot
         # follow; text that is not JSON at all becomes a string, which members cannot become.)
-        return replace(common, mode="lax_members", content_args=dict(spec.content_args))
+        return replace(common, reader="lax_members", content_args=dict(spec.content_args))
     # Left whole: xml-inline with merged duplicates (a repeated tag turns the member sent into a list, so no
     # member is final before the call closes), or shapes not recognised.
     return CallPlan("at_close")
@@ -188,7 +195,7 @@ def _text_arg_plan(spec: ValueSpec, fn: dict[str, Any], id_capture: str | None) 
     capture = _placeholder(name)
     if capture is None and "{" in name or capture is not None and capture.startswith("content"):
         return None
-    return CallPlan("text_arg", name_capture=capture, name=name if capture is None else None, args_key=next(iter(args)),
+    return CallPlan("at_close", reader="text_arg", name_capture=capture, name=name if capture is None else None, args_key=next(iter(args)),
                     id_capture=id_capture if id_capture and not id_capture.startswith("content") else None,
                     content_args=dict(spec.content_args))
 
@@ -364,7 +371,7 @@ class _JsonCallReader:
         self.text_base = 0
         self.key_at: dict[int, str] = {}
         self.call: _Call | None = None
-        self.args_depth = 1 if plan.mode == "json_body" else 2 if plan.mode == "json_key" else 3
+        self.args_depth = 1 if plan.kind == "json_body" else 2 if plan.kind == "json_key" else 3
         self.name_depth = 0  # json_name_keys: the depth of the keys naming calls (1 or 2, once the text shows it)
         self.capturing = False
         self.captured = False  # the call's arguments were captured: a later value is not them
@@ -372,7 +379,7 @@ class _JsonCallReader:
         self.name_start = -1
         self.id_start = -1
         self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
-        if plan.mode not in ("json_array", "json_name_keys"):
+        if plan.kind not in ("json_array", "json_name_keys"):
             self.call = streamer._new_call(captures, plan)
 
     # the text window
@@ -409,7 +416,7 @@ class _JsonCallReader:
     # walker callbacks
     def on_key(self, depth: int, key: str, pos: int) -> None:
         self.key_at[depth] = key
-        if self.plan.mode == "json_name_keys" and depth == self.name_depth:
+        if self.plan.kind == "json_name_keys" and depth == self.name_depth:
             # a key names a call; its value, the call's arguments, streams as the other JSON shapes' do
             if self.call is not None:
                 self.streamer._close_call(self.call)
@@ -430,26 +437,26 @@ class _JsonCallReader:
             self.walker.done = True
             return
         plan = self.plan
-        if plan.mode == "json_name_keys" and self.name_depth == 0:
+        if plan.kind == "json_name_keys" and self.name_depth == 0:
             # a list of objects keyed by name, or one such object
             self.name_depth = 2 if self._slice(pos, pos + 1) == "[" else 1
             self.args_depth = self.name_depth + 1
             return
-        if plan.mode == "json_array" and depth == 1:
+        if plan.kind == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
             self.captured = False
             self.key_at.pop(2, None)  # the last element's keys name nothing in this one
             return
         key = self.key_at.get(depth)
-        name_depth = 1 if plan.mode != "json_array" else 2
+        name_depth = 1 if plan.kind != "json_array" else 2
         if plan.name_key is not None and depth == name_depth and key == plan.name_key:
             self.name_start = pos
         if plan.id_key is not None and depth == name_depth and key == plan.id_key:
             self.id_start = pos
         # With alternative keys, the first one written carries the arguments (models write one of them).
-        args_here = (plan.mode == "json_body" and depth == 0) or (
-            plan.mode != "json_body" and depth == self.args_depth - 1
-            and (key == plan.args_key or key in plan.args_alternatives or plan.mode == "json_name_keys"))
+        args_here = (plan.kind == "json_body" and depth == 0) or (
+            plan.kind != "json_body" and depth == self.args_depth - 1
+            and (key == plan.args_key or key in plan.args_alternatives or plan.kind == "json_name_keys"))
         if args_here and self.call is not None and not self.captured:
             self.streamer._start_arguments(self.call)
             self.capturing = self.captured = True
@@ -459,7 +466,7 @@ class _JsonCallReader:
 
     def on_value_end(self, depth: int, pos: int) -> None:
         plan = self.plan
-        name_depth = 1 if plan.mode != "json_array" else 2
+        name_depth = 1 if plan.kind != "json_array" else 2
         for attr in ("name", "id"):
             start = getattr(self, f"{attr}_start")
             if start >= 0 and depth == name_depth and self.call is not None:
@@ -481,8 +488,8 @@ class _JsonCallReader:
         if self.capturing and depth == self.args_depth - 1:
             self._send_until(pos)
             self.capturing = False
-        if self.call is not None and (plan.mode == "json_array" and depth == 1
-                                      or plan.mode == "json_name_keys" and depth == self.name_depth):
+        if self.call is not None and (plan.kind == "json_array" and depth == 1
+                                      or plan.kind == "json_name_keys" and depth == self.name_depth):
             self.streamer._close_call(self.call)
             self.call = None
 
@@ -984,7 +991,7 @@ class ToolCallStreamer:
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
         region, self.plan = self.regions.get(event.get("region", ""), self.default)
-        mode = self.plan.mode
+        mode = self.plan.kind
         self.region_start = len(self.calls)
         if mode == "pythonic" and region is not None and isinstance(region.spec, ValueSpec):
             self.reader = _PythonicCallReader(self, region.spec, captures)

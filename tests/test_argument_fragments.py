@@ -111,7 +111,7 @@ def test_every_call_region_has_a_streaming_plan(grammar):
     """Each tool-call region of every grammar (a field's second shape too, such as Functionary's python
     call) is read by a plan that streams, except the shape that cannot (WHOLE)."""
     for region in call_regions(gp.load_grammar(grammar)):
-        assert (plan_for(region).mode == "at_close") == (grammar == "minimax_m3"), region.rule
+        assert (plan_for(region).kind == "at_close") == (grammar == "minimax_m3"), region.rule
 
 
 @pytest.mark.parametrize("chunking", sorted(CHUNKINGS))
