@@ -365,13 +365,14 @@ class _JsonCallReader:
     def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
         self.streamer = streamer
         self.plan = plan
+        self.kind = plan.kind  # (read on every value)
         self.captures = captures
         self.walker = JsonWalker(self)
         self.text: list[str] = []  # the body seen so far, for slicing (only what is still needed is kept)
         self.text_base = 0
         self.key_at: dict[int, str] = {}
         self.call: _Call | None = None
-        self.args_depth = 1 if plan.kind == "json_body" else 2 if plan.kind == "json_key" else 3
+        self.args_depth = 1 if self.kind == "json_body" else 2 if self.kind == "json_key" else 3
         self.name_depth = 0  # json_name_keys: the depth of the keys naming calls (1 or 2, once the text shows it)
         self.capturing = False
         self.captured = False  # the call's arguments were captured: a later value is not them
@@ -379,7 +380,7 @@ class _JsonCallReader:
         self.name_start = -1
         self.id_start = -1
         self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
-        if plan.kind not in ("json_array", "json_name_keys"):
+        if self.kind not in ("json_array", "json_name_keys"):
             self.call = streamer._new_call(captures, plan)
 
     # the text window
@@ -416,7 +417,7 @@ class _JsonCallReader:
     # walker callbacks
     def on_key(self, depth: int, key: str, pos: int) -> None:
         self.key_at[depth] = key
-        if self.plan.kind == "json_name_keys" and depth == self.name_depth:
+        if self.kind == "json_name_keys" and depth == self.name_depth:
             # a key names a call; its value, the call's arguments, streams as the other JSON shapes' do
             if self.call is not None:
                 self.streamer._close_call(self.call)
@@ -437,26 +438,26 @@ class _JsonCallReader:
             self.walker.done = True
             return
         plan = self.plan
-        if plan.kind == "json_name_keys" and self.name_depth == 0:
+        if self.kind == "json_name_keys" and self.name_depth == 0:
             # a list of objects keyed by name, or one such object
             self.name_depth = 2 if self._slice(pos, pos + 1) == "[" else 1
             self.args_depth = self.name_depth + 1
             return
-        if plan.kind == "json_array" and depth == 1:
+        if self.kind == "json_array" and depth == 1:
             self.call = self.streamer._new_call(self.captures, plan)
             self.captured = False
             self.key_at.pop(2, None)  # the last element's keys name nothing in this one
             return
         key = self.key_at.get(depth)
-        name_depth = 1 if plan.kind != "json_array" else 2
+        name_depth = 1 if self.kind != "json_array" else 2
         if plan.name_key is not None and depth == name_depth and key == plan.name_key:
             self.name_start = pos
         if plan.id_key is not None and depth == name_depth and key == plan.id_key:
             self.id_start = pos
         # With alternative keys, the first one written carries the arguments (models write one of them).
-        args_here = (plan.kind == "json_body" and depth == 0) or (
-            plan.kind != "json_body" and depth == self.args_depth - 1
-            and (key == plan.args_key or key in plan.args_alternatives or plan.kind == "json_name_keys"))
+        args_here = (self.kind == "json_body" and depth == 0) or (
+            self.kind != "json_body" and depth == self.args_depth - 1
+            and (key == plan.args_key or key in plan.args_alternatives or self.kind == "json_name_keys"))
         if args_here and self.call is not None and not self.captured:
             self.streamer._start_arguments(self.call)
             self.capturing = self.captured = True
@@ -466,7 +467,7 @@ class _JsonCallReader:
 
     def on_value_end(self, depth: int, pos: int) -> None:
         plan = self.plan
-        name_depth = 1 if plan.kind != "json_array" else 2
+        name_depth = 1 if self.kind != "json_array" else 2
         for attr in ("name", "id"):
             start = getattr(self, f"{attr}_start")
             if start >= 0 and depth == name_depth and self.call is not None:
@@ -488,8 +489,8 @@ class _JsonCallReader:
         if self.capturing and depth == self.args_depth - 1:
             self._send_until(pos)
             self.capturing = False
-        if self.call is not None and (plan.kind == "json_array" and depth == 1
-                                      or plan.kind == "json_name_keys" and depth == self.name_depth):
+        if self.call is not None and (self.kind == "json_array" and depth == 1
+                                      or self.kind == "json_name_keys" and depth == self.name_depth):
             self.streamer._close_call(self.call)
             self.call = None
 
