@@ -43,7 +43,9 @@ def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[A
     tools = tool_list(tools)
     parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict,
                             calls_in_reasoning=calls_in_reasoning, options=options)
-    return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth))
+    # (a strict parser fails a broken call, so its Python and dialect calls may stream member by member)
+    return OpenStream(tools, parser, ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth,
+                                                      lenient=not parser.options.strict))
 
 
 def text_kind(event: Event, tool_field: str) -> str | None:

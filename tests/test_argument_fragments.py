@@ -187,3 +187,17 @@ def test_edge_text_streams_the_same_at_every_chunk_size(grammar, text):
         got, _, pieces = run(split(text, size))
         assert got == want, size
     assert pieces > len(want), "the arguments came in fragments"
+
+
+@pytest.mark.parametrize("grammar", sorted(NOT_JSON))
+def test_a_strict_wire_stream_sends_python_and_dialect_arguments_in_fragments(grammar):
+    """The adapters stream with the parser's own leniency: a strict Chat Completions stream (a broken call
+    fails it, so no raw text can follow a member already sent) sends these calls' arguments member by
+    member; a lenient one sends them whole (test_arguments_stream_in_fragments)."""
+    path = with_arguments(grammar)[0]
+    case = load_case(grammar, path)
+    stream = ChatCompletionsStream(grammar, case.prefix, tools=case.tools, ids=counter(), strict=True)
+    deltas = [delta for chunk in split(case.text, 1) for delta in stream.feed(chunk)] + stream.finish()
+    pieces = [call["function"]["arguments"] for d in deltas for call in d.get("tool_calls", [])
+              if call.get("index") == 0 and call.get("function", {}).get("arguments")]
+    assert len(pieces) > 1 and "".join(pieces) == case.one_shot["tool_calls"][0]["function"]["arguments"]
