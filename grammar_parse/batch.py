@@ -639,12 +639,13 @@ def _table_records(table: Any, columns: Columns, batch_rows: int) -> Iterator[di
 class TableParser:
     """:func:`parse_table` with its grammar and tool schemas built once: called on table after table, it
     builds nothing more. This is the per-worker state of a distributed engine (a Ray Data actor, a Spark
-    or Dask task's partitions, a Daft class instance): see ``grammar_parse.integrations``."""
+    or Dask task's partitions, a Daft class instance): see ``grammar_parse.integrations``. ``strict`` and
+    ``options`` as in :func:`parse_table` (lenient unless asked)."""
 
     def __init__(self, grammar: Any, *, columns: Columns | None = None, prefix: str = "", tools: Any = None,
-                 strict: bool = False) -> None:
+                 strict: bool | None = None, options: ParseOptions | None = None) -> None:
         self.columns = columns or Columns()
-        self.parser = _Parser(grammar, prefix, tools, ParseOptions(strict=strict), self.columns)
+        self.parser = _Parser(grammar, prefix, tools, _batch_options(options, strict=strict), self.columns)
 
     def __call__(self, table: Any) -> Any:
         return _in_kind(table, self.columns, CHUNK_ROWS, lambda records: self.parser.rows(list(records)))

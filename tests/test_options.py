@@ -234,3 +234,15 @@ def test_a_bool_calls_in_reasoning_is_the_same_option_as_its_name(flag, name):
     assert ParseOptions(calls_in_reasoning=flag) == ParseOptions(calls_in_reasoning=name)
     parser = gp.ResponseParser("qwen3", "", options=ParseOptions(calls_in_reasoning=name), calls_in_reasoning=flag)
     assert parser.options.calls_in_reasoning == name  # (the same reading said two ways: no conflict)
+
+
+def test_the_recipes_table_parser_takes_options():
+    """The distributed recipes' per-worker state (batch.TableParser) takes the same options as parse_table,
+    and stays lenient by default as every batch path does."""
+    pa = pytest.importorskip("pyarrow")
+    from grammar_parse.batch import TableParser
+
+    table = pa.table({"completion": ['<tool_call>{"name": "f", "arguments": {"a": [[[[1]]]]}}</tool_call>']})
+    shallow = TableParser("qwen3", options=ParseOptions(strict=False, max_json_depth=3))(table).to_pylist()[0]
+    deep = TableParser("qwen3")(table).to_pylist()[0]
+    assert "parse.json_depth" in (shallow["parse_errors"] or []) and not deep["parse_errors"]
