@@ -24,7 +24,7 @@ from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
 from .toolstream import CallPlan, JsonWalker, call_name, plan_for
-from .values import (CALL_TOKEN, PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_step,
+from .values import (PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_tokens,
                      skip_chars)
 
 
@@ -307,15 +307,9 @@ _CALLEE = regex.compile(r"[A-Za-z_][\w.]*")
 def _call_end(text: str, open_paren: int) -> int | None:
     """The offset after the parenthesis that closes the one at ``open_paren`` (strings and nested
     brackets skipped), or None if the text ends first."""
-    depth, pos, quote = 0, open_paren, ""
-    while (m := CALL_TOKEN.search(text, pos)) is not None:
-        token, pos = m.group(), m.end()
-        if quote and token == "\\":
-            pos += 1
-            continue
-        quote, depth = python_step(token, quote, depth)
-        if depth == 0 and not quote and token in ")]}":
-            return pos
+    for m, quote, depth in python_tokens(text, open_paren):
+        if depth == 0 and not quote and m.group() in ")]}":
+            return m.end()
     return None
 
 

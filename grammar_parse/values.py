@@ -464,6 +464,22 @@ def python_step(token: str, quote: str, depth: int) -> tuple[str, int]:
     return quote, depth
 
 
+def python_tokens(text: str, pos: int = 0, tokens: regex.Pattern[str] = CALL_TOKEN
+                  ) -> Iterator[tuple[regex.Match[str], str, int]]:
+    """Each token of Python call text from ``pos`` (``tokens``: CALL_TOKEN or a pattern extending it), with
+    the string quote and the bracket depth after it; an escape inside a string is skipped with the
+    character it escapes. The one walk of whole call text (a stream's, which holds a chunk's edge, steps
+    with :func:`python_step` itself)."""
+    quote, depth = "", 0
+    while (m := tokens.search(text, pos)) is not None:
+        pos = m.end()
+        if quote and m.group() == "\\":
+            pos += 1
+            continue
+        quote, depth = python_step(m.group(), quote, depth)
+        yield m, quote, depth
+
+
 def skip_chars(text: str, pos: int, chars: str) -> int:
     """The first position from ``pos`` whose character is not one of ``chars``."""
     while pos < len(text) and text[pos] in chars:
@@ -476,16 +492,11 @@ def _unindented(text: str) -> str:
     between two calls belongs to the separator, but Python reads an indented line as a block
     ("unexpected indent"). Whitespace inside brackets and strings is left as written."""
     out: list[str] = []
-    depth, quote, pos, kept = 0, "", 0, 0
-    while (m := _LINE_TOKEN.search(text, pos)) is not None:
-        token, pos = m.group(), m.end()
-        if quote and token == "\\":
-            pos += 1
-            continue
-        quote, depth = python_step(token, quote, depth)
-        if token[0] == "\n" and not quote and depth <= 0:
+    kept = 0
+    for m, quote, depth in python_tokens(text, 0, _LINE_TOKEN):
+        if m.group()[0] == "\n" and not quote and depth <= 0:
             out.append(text[kept:m.start() + 1])
-            kept = pos
+            kept = m.end()
     out.append(text[kept:])
     return "".join(out)
 
@@ -840,4 +851,4 @@ class ValueSpec:
 
 
 __all__ = ["CALL_TOKEN", "CONTENT_PARSERS", "STREAMABLE_PARSERS", "RegionValue", "ValueSpec", "copy_json", "fill", "fill_known", "json_depth", "json_depth_limit", "with_json_depth", "mixed_placeholder", "sub_parse",
-           "parse_content", "python_step", "reads_elements", "skip_chars", "without_separators"]
+           "parse_content", "python_step", "python_tokens", "reads_elements", "skip_chars", "without_separators"]

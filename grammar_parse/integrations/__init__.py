@@ -120,7 +120,16 @@ def reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
     """The text that opens and closes the grammar's reasoning (its region, whatever its field is named:
     ``thinking`` in gpt-oss), "" where it has none: a literal delimiter's first spelling, a regex's
     shortest usual spelling (``<\\/think>\\s*`` as ``</think>``), "" for one with no fixed text (an
-    anchor). The engines read them to find where reasoning ends (SGLang's ``think_end_token``)."""
+    anchor). The engines read them to find where reasoning ends (SGLang's ``think_end_token``), once per
+    request: worked out once per grammar, kept in its tables' shared cache."""
+    shared = grammar.tables.shared
+    if "reasoning_delimiters" not in shared:
+        shared["reasoning_delimiters"] = _reasoning_delimiters(grammar)
+    delimiters: tuple[str, str] = shared["reasoning_delimiters"]
+    return delimiters
+
+
+def _reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
     found = {"open": "", "close": ""}
     for terminal in grammar.terminals.values():
         region, matcher = terminal.region, terminal.matcher
