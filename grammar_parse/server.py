@@ -795,7 +795,8 @@ class _ChatOutput(_Output):
         schema does not name shown as ``*``, and a message that could quote the output is its code's
         description."""
         name, sent = call["function"]["name"], call["function"]["arguments"]
-        coded = [e for e in call.get("errors", []) if "code" in e]  # (the rest are the schema checks, redone)
+        # (the parser's own entries; the tools check's, call.*, are redone on the arguments as sent)
+        coded = [e for e in call.get("errors", []) if not e.get("code", "call.").startswith("call.")]
         errors: list[dict[str, Any]] = []
         if self.tools is not None:
             broken = any(e["code"] != "parse.json_constant" for e in coded)

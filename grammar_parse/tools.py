@@ -131,7 +131,8 @@ def typed_element(value: Any, schema: Any) -> Any:
 def unknown_tool(name: Any, offered: Iterable[str]) -> dict[str, str]:
     """The ``errors`` entry of a call to a tool the request does not offer (one wording for the parser's
     message and the validator, so the Chat Completions message can tell a repeat)."""
-    return {"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {sorted(offered)}"}
+    return {"code": "call.unknown_tool", "path": "$.function.name",
+            "message": f"unknown tool {name!r}; offered: {sorted(offered)}"}
 
 
 _PY_TYPES: dict[Any, str] = {int: "integer", float: "number", bool: "boolean", str: "string",
@@ -390,7 +391,8 @@ def _schema_validator(schema: Any) -> Any:
     try:
         validator_cls.check_schema(schema)
     except jsonschema.SchemaError as e:
-        return {"path": "$.function.arguments", "message": f"the tool's parameters schema is invalid: {e.message}"}
+        return {"code": "call.schema", "path": "$.function.arguments",
+                "message": f"the tool's parameters schema is invalid: {e.message}"}
     return validator_cls(schema)
 
 
@@ -399,6 +401,10 @@ def _cached_validator(schema_json: str) -> Any:
     """Validators by schema text: a server sees the same tool lists request after request, and checking
     a schema costs about 2 ms."""
     return _schema_validator(json.loads(schema_json))
+
+
+#: The stable code of a JSON Schema keyword a call's arguments break (any other keyword: call.schema).
+_SCHEMA_CODES = {"type": "call.type", "required": "call.required"}
 
 
 class CallValidator:
@@ -434,18 +440,22 @@ class CallValidator:
         try:
             errors = sorted(validator.iter_errors(fn.get("arguments", {})), key=lambda e: list(e.absolute_path))
         except RecursionError:  # a recursive schema over deeply nested arguments
-            return [{"path": "$.function.arguments", "message": "the arguments nest too deeply to validate"}]
+            return [{"code": "call.schema", "path": "$.function.arguments",
+                     "message": "the arguments nest too deeply to validate"}]
         problems = []
         for error in errors:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-            problems.append({"path": f"$.function.arguments{path}", "message": error.message})
+            problems.append({"code": _SCHEMA_CODES.get(error.validator, "call.schema"),
+                             "path": f"$.function.arguments{path}", "message": error.message})
         return problems
 
 
 def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     """Problems with one tool call against the tools offered: an unknown tool, or arguments that do not
-    validate against the tool's parameters schema (JSON Schema). Each problem is ``{"path", "message"}``
-    with a JSON path into the call (``$.function.arguments.city``); an empty list means the call is fine.
+    validate against the tool's parameters schema (JSON Schema). Each problem is ``{"code", "path",
+    "message"}``, as every call's ``errors`` entry is: a stable code (``call.unknown_tool``, ``call.type``,
+    ``call.required``, ``call.schema``) and a JSON path into the call (``$.function.arguments.city``); an
+    empty list means the call is fine.
     For many calls against the same tools, a :class:`CallValidator` builds each validator once."""
     return CallValidator(tools).problems(call)
 

@@ -76,7 +76,8 @@ def muse_call(name: str) -> str:
 
 
 def unknown(name: str, offered: list[str]) -> list[dict[str, str]]:
-    return [{"path": "$.function.name", "message": f"unknown tool {name!r}; offered: {offered}"}]
+    return [{"code": "call.unknown_tool", "path": "$.function.name",
+             "message": f"unknown tool {name!r}; offered: {offered}"}]
 
 
 ROWS = [

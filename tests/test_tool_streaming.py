@@ -200,7 +200,8 @@ def test_validation_attaches_problems_instead_of_raising():
     message, reason = chat_message(text, "qwen3", prefix="", tools=tools, ids=counter())
     first, second = message["tool_calls"]
     assert {e["path"] for e in first["errors"]} == {"$.function.arguments", "$.function.arguments.days"}
-    assert second["errors"] == [{"path": "$.function.name", "message": "unknown tool 'launch'; offered: ['get_weather']"}]
+    assert second["errors"] == [{"code": "call.unknown_tool", "path": "$.function.name",
+                                 "message": "unknown tool 'launch'; offered: ['get_weather']"}]
     assert reason == "tool_calls"
 
 
