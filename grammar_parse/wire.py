@@ -70,7 +70,7 @@ _LITERALS = frozenset({"true", "false", "null"})
 _NOT_JSON = frozenset({"NaN", "Infinity", "-Infinity"})
 _LONGEST_LITERAL = len("-Infinity")
 
-# states
+# states (in this order: feed() tells the token states and the two final ones apart by comparing)
 _START, _KEY_OR_END, _KEY, _COLON, _VALUE, _VALUE_OR_END, _AFTER_VALUE = range(7)
 _STRING, _ESCAPE, _UNICODE, _NUMBER_TOKEN, _LITERAL_TOKEN, _DONE, _BROKEN = range(7, 14)
 _SAFE = frozenset({_KEY_OR_END, _VALUE_OR_END, _AFTER_VALUE})  # pending text can go out: closers complete it
@@ -140,7 +140,7 @@ class WireArguments:
                     self._break(out, "a raw control character in a string", "parse.arguments")
                 else:  # a lone surrogate: its escape is the same JSON value, in text UTF-8 can encode
                     self._string_text(out, f"\\u{ord(ch):04x}")
-            elif state == _ESCAPE:
+            elif state == _ESCAPE:  # (a backslash that ended the last chunk: common in code, so read here)
                 ch = text[i]
                 i += 1
                 if ch in _ESCAPES:
@@ -151,34 +151,10 @@ class WireArguments:
                     self._state = _UNICODE
                 else:
                     self._break(out, "an invalid escape in a string", "parse.arguments")
-            elif state == _UNICODE:
-                j = _run_end(_HEX_RUN, text, i, min(n, i + 6 - self._token_len))
-                self._add_token(text[i:j])
-                i = j
-                if self._token_len == 6:
-                    self._string_text(out, "".join(self._token))
-                    self._state = _STRING
-                elif i < n:
-                    self._break(out, "an invalid \\u escape", "parse.arguments")
-            elif state == _NUMBER_TOKEN:
-                j = _run_end(_NUMBER_RUN, text, i, n)
-                self._add_token(text[i:j])
-                i = j
-                if i < n:
-                    if self._token == ["-"] and text[i] == "I":
-                        self._state = _LITERAL_TOKEN  # -Infinity
-                    else:
-                        self._end_number(out)
-            elif state == _LITERAL_TOKEN:
-                j = _run_end(_LETTER_RUN, text, i, min(n, i + _LONGEST_LITERAL + 1 - self._token_len))
-                self._add_token(text[i:j])
-                i = j
-                if self._token_len > _LONGEST_LITERAL:
-                    self._break(out, "a word that is not a JSON value", "parse.arguments")
-                elif i < n:
-                    self._end_literal(out)
-            elif state in (_DONE, _BROKEN):
+            elif state >= _DONE:  # (_DONE or _BROKEN)
                 break
+            elif state > _ESCAPE:  # in a \u escape, a number or a literal
+                i = self._token_text(out, text, i, n)
             elif text[i] in _WS:
                 j = _run_end(_WS_RUN, text, i, n)
                 if state != _START:  # (leading whitespace is dropped: the object starts the string)
@@ -190,6 +166,41 @@ class WireArguments:
                 self._structure(out, text[i])
                 i += 1
         return "".join(out)
+
+    def _token_text(self, out: list[str], text: str, i: int, n: int) -> int:
+        """Read on in a ``\\u`` escape, a number or a literal from ``text[i]``; where reading stopped.
+
+        Kept out of :meth:`feed`'s loop, which calls it once per token and chunk, never per character: a
+        number or literal is read here whole, a ``\\u`` escape only when a chunk's edge cut it (a complete
+        one goes with the string run around it)."""
+        state = self._state
+        if state == _UNICODE:
+            j = _run_end(_HEX_RUN, text, i, min(n, i + 6 - self._token_len))
+            self._add_token(text[i:j])
+            i = j
+            if self._token_len == 6:
+                self._string_text(out, "".join(self._token))
+                self._state = _STRING
+            elif i < n:
+                self._break(out, "an invalid \\u escape", "parse.arguments")
+        elif state == _NUMBER_TOKEN:
+            j = _run_end(_NUMBER_RUN, text, i, n)
+            self._add_token(text[i:j])
+            i = j
+            if i < n:
+                if self._token == ["-"] and text[i] == "I":
+                    self._state = _LITERAL_TOKEN  # -Infinity
+                else:
+                    self._end_number(out)
+        else:  # _LITERAL_TOKEN
+            j = _run_end(_LETTER_RUN, text, i, min(n, i + _LONGEST_LITERAL + 1 - self._token_len))
+            self._add_token(text[i:j])
+            i = j
+            if self._token_len > _LONGEST_LITERAL:
+                self._break(out, "a word that is not a JSON value", "parse.arguments")
+            elif i < n:
+                self._end_literal(out)
+        return i
 
     def finish(self) -> str:
         """The text that completes what was sent: the end of a number or literal that ended with the
