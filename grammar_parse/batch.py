@@ -31,7 +31,7 @@ import re
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any, TextIO
@@ -44,7 +44,7 @@ from .grammar import Grammar
 from .options import ParseOptions, merge_options
 from .session import ResponseParser, parse_response, resolve_grammar
 from .tools import check_tools
-from .wire_stream import REASONING_FIELDS
+from .shapes import REASONING_FIELDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -109,16 +109,17 @@ class Columns:
 
 
 def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None,
-               discarded: int | None = None) -> dict[str, Any]:
+               discarded: int | None = None, reasoning_fields: Sequence[str] = REASONING_FIELDS) -> dict[str, Any]:
     """One output row: ``id``, ``reasoning``, ``content``, ``tool_calls`` (``{"name", "arguments"}``, plus
     ``errors`` for a broken call), ``parse_errors`` (their codes, in order), ``discarded_chars`` (how many
     characters of the output went into no field: text after the end of turn, or where the grammar allows
     none; ``discarded``) and ``error`` (why the row could not be parsed at all: not text, or a strict-mode
-    failure), each None when absent."""
+    failure), each None when absent. ``reasoning_fields``: the message keys that hold reasoning (the grammar's
+    format says; by default the usual names)."""
     if message is None:
         return {"id": row_id, "reasoning": None, "content": None, "tool_calls": None, "parse_errors": None,
                 "discarded_chars": None, "error": error}
-    reasoning = next((message[k] for k in REASONING_FIELDS if isinstance(message.get(k), str)), None)
+    reasoning = next((message[k] for k in reasoning_fields if isinstance(message.get(k), str)), None)
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", {}) if isinstance(call, Mapping) else {}
@@ -224,7 +225,8 @@ class _Parser:
                 discarded = sum(end - start for start, end in parser.discarded_spans)
         except GrammarParseError as e:
             return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
-        return result_row(message, row_id=given.id, discarded=discarded)
+        return result_row(message, row_id=given.id, discarded=discarded,
+                          reasoning_fields=grammar.format.reasoning_fields)
 
     def rows(self, records: list[Any]) -> list[dict[str, Any]]:
         return [self.row(record) for record in records]

@@ -41,7 +41,8 @@ from .options import ParseOptions, merge_options
 from .session import TemplateLike
 from .tools import CallValidator, call_function
 from .toolstream import ToolCallDelta
-from .wire_stream import REASONING_FIELDS, StrippedText, TextKinds, default_ids, open_stream
+from .shapes import REASONING_FIELDS
+from .wire_stream import StrippedText, TextKinds, default_ids, open_stream
 
 
 class ChatCompletionsStream:
@@ -72,7 +73,7 @@ class ChatCompletionsStream:
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
-        self.kinds = TextKinds(self.calls.field)
+        self.kinds = TextKinds(self.parser.grammar.format.field_roles)
         # Fields whose regions the parser joins with a separator (functionary's content, "\n"): the deltas
         # carry it between regions, so that they add up to the message.
         self.joins = {r.field: (r.spec.join, bool(getattr(r.spec, "content_args", {}).get("strip", True)))

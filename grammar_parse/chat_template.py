@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from .arguments import expect_text, messages_problem, template_source_problem
 from .errors import ChatTemplateError
 from .json_input import JSONLimitError, load_user_json
-from .symbols import REASONING_FIELDS
+from .shapes import REASONING_FIELDS
 
 if TYPE_CHECKING:
     import jinja2

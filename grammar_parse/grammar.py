@@ -15,7 +15,8 @@ A grammar is a valid Lark grammar whose comments carry ``//@`` directives::
 
 A ``region`` directive names a rule; its JSON holds the same value keys as a template field (content,
 content_args, repeats, join, optional, transform, transform_each) plus ``field``, the message key when it
-differs from the rule name, and ``extend`` (a repeated region's list value joins the field's list instead
+differs from the rule name, ``role`` (what the region is in the message where its field name does not say:
+grammar_parse.format), and ``extend`` (a repeated region's list value joins the field's list instead
 of being appended as one element). The rule's terminals are found by name: ``<RULE>_OPEN`` opens the region,
 ``<RULE>_CLOSE`` closes it, and the declared ``<RULE>_TEXT`` carries its text. Alternatives aliased
 ``-> rule`` belong to the region too. A declared ``UNCLAIMED`` terminal carries text outside every region
@@ -45,6 +46,8 @@ from lark.lexer import Lexer
 from .arguments import expect_text
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
 from .errors import ERROR_CODES, GrammarError, TemplateError
+from .format import Format, build_format
+from .shapes import COMPONENT, ROLES
 from .regex_safety import RegexSafetyError, refusal
 from .symbols import Region, Terminal
 from .tables import StateInfo, Tables, build_tables
@@ -93,6 +96,9 @@ class Grammar:
     #: after it is built (the constraint export); Lark itself is used only while building.
     rules: Mapping[str, tuple[tuple[str, ...], ...]]
     tables: Tables = dataclass_field(repr=False)
+    #: What the grammar's message is: its regions' roles, reasoning and end-of-turn delimiters, each call
+    #: region's shape and place (grammar_parse.format), worked out once here for every consumer.
+    format: Format = dataclass_field(repr=False)
     legacy_schema: dict[str, Any] | None = None  # a legacy response_schema settles the message at finalize
     # with a legacy_schema: seconds each of its regexes may run (None: no limit); see grammar_parse.compat
     legacy_timeout: float | None = None
@@ -100,9 +106,12 @@ class Grammar:
     #: whole run): an object with ``settle(output text) -> message`` and ``prompt_error``/``prompt_hint``
     #: (it takes no prompt); None for every other grammar.
     settle: Any = dataclass_field(default=None, repr=False)
-    #: How a call written inside reasoning is read by default (the ``calls_in_reasoning`` directive:
-    #: "never", "fallback" or "always"; see grammar_parse.drafts).
-    calls_in_reasoning: str = "never"
+
+    @property
+    def calls_in_reasoning(self) -> str:
+        """How a call written inside reasoning is read by default (the ``calls_in_reasoning`` directive:
+        "never", "fallback" or "always"; see grammar_parse.drafts)."""
+        return self.format.calls_in_reasoning
 
     @property
     def lark_source(self) -> str:
@@ -276,6 +285,7 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
     if calls_in_reasoning not in CALLS_IN_REASONING:
         raise GrammarError(f"calls_in_reasoning must be one of {', '.join(map(json.dumps, CALLS_IN_REASONING))}",
                            code="grammar.directive", source=source_name)
+    rules = _plain_rules(parser)
     return Grammar(
         source=text,
         name=name if name is not None else settings.get("name"),
@@ -283,12 +293,12 @@ def build_grammar(text: str, *, source_name: str = "<grammar>", name: str | None
         start_anchor=anchor,
         regions=regions,
         terminals=terminals,
-        rules=_plain_rules(parser),
+        rules=rules,
         tables=build_tables(lark_table, parser.rules, terminals, regions, repeats=repeats, source_name=source_name),
         legacy_schema=legacy,
         legacy_timeout=timeout,
         settle=_legacy_settle(legacy, timeout) if legacy is not None else None,
-        calls_in_reasoning=calls_in_reasoning,
+        format=build_format(regions, terminals, rules, text, calls_in_reasoning),
     )
 
 
@@ -365,6 +375,10 @@ def _region(rule: str, lineno: int, spec: Mapping[str, Any], region_specs: Mappi
     entry_key = options.pop("entry_key", None)
     scope = options.pop("scope", {})
     extend = options.pop("extend", False)
+    role = options.pop("role", "")
+    if role and (role not in ROLES or (role == COMPONENT) != (parent is not None)):
+        raise _directive_error(source_name, lineno, f"region {rule}: role must be one of "
+                               f"{', '.join(r for r in ROLES if r != COMPONENT)} (a region with a parent is a component)")
     if not isinstance(extend, bool) or (extend and not options.get("repeats")):
         raise _directive_error(source_name, lineno, f"region {rule}: extend must be true or false, "
                                "and only a repeated region (\"repeats\": true) can extend its list")
@@ -394,7 +408,7 @@ def _region(rule: str, lineno: int, spec: Mapping[str, Any], region_specs: Mappi
             raise
         raise GrammarError(str(e), code="grammar.directive", source=source_name, line=lineno, column=1) from None
     return Region(rule=rule, field=field_name, spec=value_spec, implicit=not has_open, parent=parent,
-                  key=key, entry_key=entry_key, scope=scope, extend=extend)
+                  key=key, entry_key=entry_key, scope=scope, extend=extend, role=role)
 
 
 def _terminals(parser: lark.Lark, lark_states: Mapping[int, Mapping[str, Any]],

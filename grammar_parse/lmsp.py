@@ -109,7 +109,7 @@ class ResponseStream:
         self.check_calls = tools_ is not None
         #: The parse error that failed the stream (None: it did not fail so)
         self.parse_error: GrammarParseError | None = None
-        self.kinds = TextKinds(self.calls.field)
+        self.kinds = TextKinds(self.parser.grammar.format.field_roles)
         self.next_id = 1
         self.output: list[dict[str, Any]] = []
         self.open_items: dict[str, int] = {}  # text field -> output index of its open item

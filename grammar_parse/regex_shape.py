@@ -341,6 +341,31 @@ def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | No
     return None, not profile.linear or profile.rescans
 
 
+def spellings(items: object, limit: int = 256) -> list[str]:
+    """The usual spellings of a short regex: each whitespace run written as nothing or one space, each
+    optional group left out or written ([] when there are more than ``limit``, or a part varies otherwise)."""
+    c = sre
+    out = [""]
+    for op, av in items:  # type: ignore[attr-defined]
+        if op is c.LITERAL:
+            choices = [chr(av)]
+        elif op is c.SUBPATTERN:
+            choices = spellings(av[3], limit)
+        elif op is c.BRANCH:
+            choices = [t for branch in av[1] for t in spellings(branch, limit)]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0 and len(av[2]) == 1 and av[2][0][0] is c.IN \
+                and av[2][0][1] == [(c.CATEGORY, c.CATEGORY_SPACE)]:
+            choices = ["", " "]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and (av[0], av[1]) == (0, 1):
+            choices = ["", *spellings(av[2], limit)]
+        else:
+            return []
+        if not choices or len(out) * len(choices) > limit:
+            return []
+        out = [a + b for a in out for b in choices]
+    return out
+
+
 __all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "is_regex_space", "last_char",
-           "literal_alternatives", "pattern_shape", "required_tail", "strip_anchors", "trailing_lookahead_as_text",
+           "literal_alternatives", "pattern_shape", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]

@@ -19,7 +19,7 @@ from .events import Event, Message, RegionChunk, RegionOpen
 from .delimiters import JsonWalk
 from .grammar import Grammar, Region, Terminal
 from .tables import Callbacks, RuleHandle
-from .salvage import check_calls, component_errors, is_call_region, salvage_calls
+from .salvage import check_calls, component_errors, salvage_calls
 from .tools import ToolTypes
 from .values import copy_json, fill, reads_elements
 
@@ -274,7 +274,7 @@ class RegionBuilder:
                     f"{type(value).__name__}.",
                     code="parse.join",
                 )
-            if is_call_region(region):
+            if region.is_call:
                 check_calls(value)
         except ParseError as e:
             reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
@@ -282,7 +282,7 @@ class RegionBuilder:
             if self._strict:
                 raise e from None
             self._report(e.code, str(e), frame.field, [frame.start - self.prefix_len, self._position() - self.prefix_len])
-            if is_call_region(region):
+            if region.is_call:
                 self._close_broken_calls(frame, close_text, {"message": reason, "code": e.code})
                 return
             value = "".join(frame.chunks).strip()  # the raw text is kept
@@ -290,7 +290,7 @@ class RegionBuilder:
                 self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if
                                                        region.entry_key is not None and frame.path else "",
                                                        "message": reason, "code": e.code})
-        if frame.problems and isinstance(value, dict) and is_call_region(region):
+        if frame.problems and isinstance(value, dict) and region.is_call:
             value = {**value, "errors": component_errors(region, frame.problems)}
         if region.parent is not None:
             self._store_component(frame, value)

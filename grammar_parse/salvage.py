@@ -23,7 +23,8 @@ import regex
 from .errors import ParseError
 from .grammar import Region
 from .tools import call_function
-from .toolstream import CallPlan, JsonWalker, call_name, plan_for
+from .shapes import CallShape
+from .toolstream import JsonWalker, call_name
 from .values import (PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_tokens,
                      skip_chars)
 
@@ -38,11 +39,8 @@ class Salvage:
 
 
 def is_call_region(region: Region) -> bool:
-    """Whether a region's value is tool calls: the ``tool_calls`` field, or a transform that builds a
-    ``{"function": ...}`` call."""
-    transform = getattr(region.spec, "transform", None)
-    return region.parent is None and (
-        region.field == "tool_calls" or (isinstance(transform, dict) and "function" in transform))
+    """Whether a region's value is tool calls (its role in the grammar's format)."""
+    return region.is_call
 
 
 @dataclass
@@ -63,7 +61,7 @@ def salvage_calls(region: Region, body: str, captures: Mapping[str, Any], childr
     spec = region.spec
     if not isinstance(spec, ValueSpec) or not isinstance(spec.transform, dict):
         return Salvage()
-    plan = plan_for(region)
+    plan = region.shape
     pieces: list[_Piece]
     if plan.mode in ("json_body", "json_key", "json_array"):
         pieces, tail = _json_pieces(plan, body, captures)
@@ -167,7 +165,7 @@ class _Outline:
     """Walker listener: the call objects at ``depth`` of a JSON body, each with its name and id strings
     and its arguments' span (the first of the argument keys written, as the streamer takes it)."""
 
-    def __init__(self, body: str, depth: int, plan: CallPlan) -> None:
+    def __init__(self, body: str, depth: int, plan: CallShape) -> None:
         self.body = body
         self.depth = depth
         self.names = {k: a for k, a in ((plan.name_key, "name"), (plan.id_key, "id")) if k is not None}
@@ -216,7 +214,7 @@ def _walk(body: str, listener: Any) -> None:
         pass
 
 
-def _json_pieces(plan: CallPlan, body: str, captures: Mapping[str, Any]) -> tuple[list[_Piece], int]:
+def _json_pieces(plan: CallShape, body: str, captures: Mapping[str, Any]) -> tuple[list[_Piece], int]:
     """Calls of a JSON body: the body is the arguments (``json_body``), one call object (``json_key``),
     or a list of call objects (``json_array``). Returns the pieces and where the text after the body's
     JSON value starts."""

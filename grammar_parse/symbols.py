@@ -14,10 +14,11 @@ from functools import cached_property
 from typing import Any
 
 from .delimiters import Matcher
+from .shapes import REASONING, TOOL_CALLS, CallShape, call_shape, infer_role
 from .values import RegionValue
 
-#: The message keys that hold reasoning, in the order a reader looks for them.
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+_WHOLE = CallShape("at_close")
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,32 @@ class Region:
     entry_key: str | None = None  # a component stored as parent[key][<entry_key filled in>] = value
     scope: Mapping[str, Any] = dataclass_field(default_factory=dict)  # component values before any arrives
     extend: bool = False  # a repeated field whose regions each give a list: the lists join into one
+    #: What the region is in the message (grammar_parse.format: reasoning, content, tool_calls, field or
+    #: component); "" infers it from the field and value.
+    role: str = ""
+    #: A tool-call region's CallShape (None for other roles); worked out from the value spec.
+    call: CallShape | None = dataclass_field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        role = self.role or infer_role(self.field, self.parent, self.spec)
+        object.__setattr__(self, "role", role)
+        if role == TOOL_CALLS and self.call is None:
+            object.__setattr__(self, "call", call_shape(self.spec))
+
+    @property
+    def shape(self) -> CallShape:
+        """The region's call shape (``at_close``, read whole when it closes, for a region that is not calls)."""
+        return self.call if self.call is not None else _WHOLE
 
     @property
     def is_reasoning(self) -> bool:
-        """Whether this region is a message's reasoning (a top-level region under a reasoning key)."""
-        return self.parent is None and self.field in REASONING_FIELDS
+        """Whether this region is a message's reasoning."""
+        return self.role == REASONING
+
+    @property
+    def is_call(self) -> bool:
+        """Whether this region's value is tool calls."""
+        return self.role == TOOL_CALLS
 
     @cached_property
     def dirty(self) -> bool:

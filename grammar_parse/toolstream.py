@@ -58,6 +58,7 @@ from typing import Any, TypedDict
 import regex
 
 from .events import Event, RegionChunk, RegionClose, RegionOpen
+from .shapes import CallShape
 from .grammar import Grammar, Region
 from .tools import ToolTypes, call_function
 from .delimiters import search_budget
@@ -77,127 +78,6 @@ class ToolCallDelta(TypedDict, total=False):
     name: str
     arguments: str
     done: bool
-
-
-# ---------------------------------------------------------------------------- where name and arguments come from
-@dataclass(frozen=True)
-class CallPlan:
-    """How a tool-call region carries its calls (derived once per region from its value spec)."""
-
-    mode: str  # json_body | json_key | json_array | xml | components | pythonic | at_close (the payload's shape)
-    name_capture: str | None = None  # the open delimiter's group holding the name
-    name_key: str | None = None  # the body (or element) key holding the name
-    args_key: str | None = None  # the body (or element) key holding the arguments
-    args_alternatives: tuple[str, ...] = ()  # other keys that may hold them (a `{a|b}` placeholder)
-    id_capture: str | None = None
-    id_key: str | None = None  # the body (or element) key holding a model-written call id
-    tag_pattern: Any = None  # xml mode
-    tag_end: str | None = None  # the character every tag match ends with (None: any)
-    tag_tail: str | None = None  # literal text every tag match holds, near its end (None: none known)
-    tag_context: int = 0  # how far before its start a tag match may look (anchors, lookbehind)
-    value_parser: Any = None
-    # An ``at_close`` payload (read by its value parser when the region closes: the constraint export and
-    # the salvage read the mode) that the streamer still streams: json_name_keys | lax_members | text_arg.
-    reader: str | None = None
-    name: str | None = None  # text_arg: the name the grammar writes for every call (None: a capture)
-    content_args: Any = None  # lax_members and text_arg: the region's content options
-
-    @property
-    def kind(self) -> str:
-        """How the streamer reads the region's calls."""
-        return self.reader or self.mode
-
-
-def _placeholder(value: Any) -> str | None:
-    m = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
-    return m.group(1) if m else None
-
-
-def _keys(path: str, prefix: str) -> tuple[str, ...] | None:
-    """The keys of a (``|``-separated) placeholder path whose every alternative is ``prefix`` + one key."""
-    keys = []
-    for alternative in path.split("|"):
-        if not alternative.startswith(prefix) or "." in alternative[len(prefix):]:
-            return None
-        keys.append(alternative[len(prefix):])
-    return tuple(keys)
-
-
-def plan_for(region: Region) -> CallPlan:
-    """The CallPlan of a tool-call region; ``at_close`` whenever the shape is not recognised."""
-    spec = region.spec
-    if not isinstance(spec, ValueSpec) or spec.transform is None or not isinstance(spec.transform, dict):
-        return CallPlan("at_close")
-    call = spec.transform
-    fn = call.get("function")
-    id_capture = _placeholder(call.get("id"))
-    pure_json = spec.content == "json" and not spec.content_args.get("string_delims") \
-        and not spec.content_args.get("unquoted_keys") and not spec.content_args.get("allow_non_json")
-    if spec.transform_each:
-        if spec.content == "json-name-keys" and not spec.content_args:
-            return CallPlan("at_close", reader="json_name_keys")  # ([{"f": {...}}, ...] or {"f": {...}}: each key a call's name)
-        if spec.content == "pythonic":
-            return CallPlan("pythonic")  # (a list of Python-style calls, each its own value)
-        if pure_json and isinstance(fn, dict):
-            name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
-            id_key = id_capture if id_capture and "." not in id_capture else None
-            keys = _keys(args, "") if args else None
-            if name and keys and "." not in name and "|" not in name:
-                return CallPlan("json_array", name_key=name, args_key=keys[0], args_alternatives=keys[1:], id_key=id_key)
-        return CallPlan("at_close")
-    if fn == "{content}" and pure_json:
-        return CallPlan("json_key", name_key="name", args_key="arguments",
-                        id_capture=id_capture if id_capture and "." not in id_capture else None)
-    if not isinstance(fn, dict):
-        return CallPlan("at_close")
-    if (text_plan := _text_arg_plan(spec, fn, id_capture)) is not None:
-        return text_plan
-    name, args = _placeholder(fn.get("name")), _placeholder(fn.get("arguments"))
-    if name is None or args is None or "|" in name:
-        return CallPlan("at_close")
-    name_capture = name if not name.startswith("content") else None
-    name_key = name[len("content."):] if name.startswith("content.") and name.count(".") == 1 else None
-    if name_capture is None and name_key is None:
-        return CallPlan("at_close")
-    id_capture = id_capture if id_capture and not id_capture.startswith("content") else None
-    common = CallPlan("at_close", name_capture=name_capture, name_key=name_key, id_capture=id_capture)
-    if pure_json and args == "content" and name_capture:
-        return replace(common, mode="json_body")
-    if pure_json and (keys := _keys(args, "content.")):
-        return replace(common, mode="json_key", args_key=keys[0], args_alternatives=keys[1:])
-    if spec.content == "xml-inline" and args == "content" and name_capture and not spec.content_args.get(
-            "merge_duplicates") and "value_parser_when" not in spec.content_args:
-        pattern = spec.content_args["tag_pattern"]
-        return replace(common, mode="xml", tag_pattern=BoundedRegex(pattern, regex.DOTALL), tag_end=last_char(pattern), tag_tail=required_tail(pattern),
-                       tag_context=pattern_shape(pattern).context, value_parser=spec.content_args.get("value_parser"))
-    if name_capture and "." not in args and spec.content in ("text",):
-        return replace(common, mode="components", args_key=args)
-    delims = spec.content_args.get("string_delims") or []
-    if spec.content == "json" and args == "content" and name_capture and len(delims) <= 1 \
-            and not spec.content_args.get("allow_non_json"):
-        # JSON in a model's dialect (bare keys, its own string quotes): each member, parsed as the region's
-        # parser reads the whole, is sent once the comma or brace after it shows it complete. (Two quote
-        # pairs are hidden one pair after the other over the whole text, which a left-to-right walk cannot
-        # follow; text that is not JSON at all becomes a string, which members cannot become.)
-        return replace(common, reader="lax_members", content_args=dict(spec.content_args))
-    # Left whole: xml-inline with merged duplicates (a repeated tag turns the member sent into a list, so no
-    # member is final before the call closes), or shapes not recognised.
-    return CallPlan("at_close")
-
-
-def _text_arg_plan(spec: ValueSpec, fn: dict[str, Any], id_capture: str | None) -> CallPlan | None:
-    """The plan of a call whose arguments are one key holding the region's text (Functionary's ``python``
-    call: ``{"code": "{content}"}``), or None."""
-    args, name = fn.get("arguments"), fn.get("name")
-    if spec.content != "text" or spec.content_args.get("separators") or not isinstance(args, dict) \
-            or len(args) != 1 or _placeholder(next(iter(args.values()))) != "content" or not isinstance(name, str):
-        return None
-    capture = _placeholder(name)
-    if capture is None and "{" in name or capture is not None and capture.startswith("content"):
-        return None
-    return CallPlan("at_close", reader="text_arg", name_capture=capture, name=name if capture is None else None, args_key=next(iter(args)),
-                    id_capture=id_capture if id_capture and not id_capture.startswith("content") else None,
-                    content_args=dict(spec.content_args))
 
 
 # ---------------------------------------------------------------------------- the incremental JSON scanner
@@ -330,9 +210,11 @@ def call_name(value: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def call_regions(grammar: Grammar, field: str = "tool_calls") -> list[Region]:
-    """The message-level regions of a grammar's tool-call field (none: its output has no tool calls)."""
-    return [r for r in grammar.regions.values() if r.field == field and r.parent is None]
+def call_regions(grammar: Grammar, field: str | None = None) -> list[Region]:
+    """The grammar's tool-call regions (its format's), those of one message ``field`` if given (none: its
+    output has no tool calls)."""
+    return [grammar.regions[rule] for rule in grammar.format.calls
+            if field is None or grammar.regions[rule].field == field]
 
 
 # ---------------------------------------------------------------------------- one call being streamed
@@ -362,7 +244,7 @@ class _Call:
 class _JsonCallReader:
     """Follows one region's JSON body, finding names and streaming argument values (see module doc)."""
 
-    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+    def __init__(self, streamer: ToolCallStreamer, plan: CallShape, captures: dict[str, str]) -> None:
         self.streamer = streamer
         self.plan = plan
         self.kind = plan.kind  # (read on every value)
@@ -506,7 +388,7 @@ class _JsonCallReader:
 class _XmlCallReader:
     """Streams each parameter of an xml-inline body as its tag completes."""
 
-    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+    def __init__(self, streamer: ToolCallStreamer, plan: CallShape, captures: dict[str, str]) -> None:
         self.streamer = streamer
         self.plan = plan
         self.call = streamer._new_call(captures, plan)
@@ -580,7 +462,7 @@ class _TextArgReader:
     text as a JSON string as it arrives (what ``strip`` removes held back: leading whitespace dropped,
     trailing whitespace held until more text follows it), then what closes it."""
 
-    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+    def __init__(self, streamer: ToolCallStreamer, plan: CallShape, captures: dict[str, str]) -> None:
         self.streamer = streamer
         self.call = streamer._new_call(captures, plan)
         if plan.name is not None and self.call.name is None:
@@ -620,7 +502,7 @@ class _LaxMembersReader:
 
     _SPECIAL = '"\\{}[],'
 
-    def __init__(self, streamer: ToolCallStreamer, plan: CallPlan, captures: dict[str, str]) -> None:
+    def __init__(self, streamer: ToolCallStreamer, plan: CallShape, captures: dict[str, str]) -> None:
         self.streamer = streamer
         self.content_args = plan.content_args or {}
         delims = self.content_args.get("string_delims") or []
@@ -901,13 +783,9 @@ class _PythonicCallReader:
 
 
 # ---------------------------------------------------------------------------- the streamer
-def _plans(grammar: Grammar, field: str) -> dict[str, tuple[Region, CallPlan]]:
-    """The plan of each call region of ``field``, by rule: worked out once per grammar (a streamer per request
-    would derive them again, patterns compiled, for every response)."""
-    plans: dict[str, dict[str, tuple[Region, CallPlan]]] = grammar.tables.shared.setdefault("call_plans", {})
-    if field not in plans:
-        plans[field] = {r.rule: (r, plan_for(r)) for r in call_regions(grammar, field)}
-    return plans[field]
+def _plans(grammar: Grammar, field: str) -> dict[str, tuple[Region, CallShape]]:
+    """The shape of each call region of ``field``, by rule (the grammar's format worked them out)."""
+    return {r.rule: (r, r.call) for r in call_regions(grammar, field) if r.call is not None}
 
 
 class ToolCallStreamer:
@@ -930,8 +808,8 @@ class ToolCallStreamer:
         # Each region's plan, found by the rule an extended region_open names; without it, a field of several
         # regions cannot tell which one opened: their calls go out when the region closes.
         self.regions = _plans(grammar, field)
-        self.default: tuple[Region | None, CallPlan] = next(iter(self.regions.values())) if len(self.regions) == 1 \
-            else (None, CallPlan("at_close"))
+        self.default: tuple[Region | None, CallShape] = next(iter(self.regions.values())) if len(self.regions) == 1 \
+            else (None, CallShape("at_close"))
         self.plan = self.default[1]  # the open region's
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
@@ -1100,7 +978,7 @@ class ToolCallStreamer:
                 self._send_head(call)
 
     # the pieces every reader uses
-    def _new_call(self, captures: dict[str, str], plan: CallPlan) -> _Call:
+    def _new_call(self, captures: dict[str, str], plan: CallShape) -> _Call:
         call = _Call(index=len(self.calls), wants_id=plan.id_key is not None)
         self.calls.append(call)
         if plan.name_capture and plan.name_capture in captures:
@@ -1203,4 +1081,4 @@ class ToolCallStreamer:
         return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
 
-__all__ = ["CallPlan", "JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions", "plan_for"]
+__all__ = ["JsonWalker", "ToolCallDelta", "ToolCallStreamer", "call_name", "call_regions"]

@@ -28,7 +28,6 @@ from typing import IO, Any
 from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
 from .errors import ArgumentError
 from .grammar import Grammar
-from .salvage import is_call_region
 from .session import ResponseParser, resolve_grammar
 from .symbols import Region
 
@@ -103,7 +102,7 @@ def _field_style(field: str, call: int | None) -> str:
 
 def _of_a_call(region: Region, grammar: Grammar) -> bool:
     """Whether a region is a tool call's or one of its components' (an argument)."""
-    return is_call_region(region) or region.parent is not None and is_call_region(grammar.regions[region.parent])
+    return region.is_call or region.parent is not None and grammar.regions[region.parent].is_call
 
 
 def _calls_of(spans: Iterable[Mapping[str, Any]], grammar: Grammar) -> list[int | None]:
@@ -127,7 +126,7 @@ def _calls_of(spans: Iterable[Mapping[str, Any]], grammar: Grammar) -> list[int 
             open_call = False
             out.append(None)
             continue
-        top = region is not None and is_call_region(region)
+        top = region is not None and region.is_call
         if not open_call or (top and role == "open"):
             index, open_call = index + 1, True
         out.append(index)
@@ -278,7 +277,7 @@ def _call_starts(events: Iterable[Mapping[str, Any]], spans: Sequence[Mapping[st
     each outermost call region's close carries one call, a list of them, or none (it failed), in the order
     of the call regions' opening delimiters (or of the page's call regions, in formats whose calls have
     none). None when the two cannot be lined up (a failed call is then listed without a link)."""
-    fields = {r.field for r in grammar.regions.values() if is_call_region(r)}
+    fields = {r.field for r in grammar.regions.values() if r.is_call}
     per_region: list[int] = []
     depth = 0  # (a call's arguments are regions of the same field, nested in it)
     for event in events:
@@ -292,7 +291,7 @@ def _call_starts(events: Iterable[Mapping[str, Any]], spans: Sequence[Mapping[st
     opens = []
     for span in spans:
         term = grammar.terminals.get(str(span.get("terminal"))) if span["kind"] == "delimiter" else None
-        if term is not None and term.role == "open" and term.region is not None and is_call_region(term.region):
+        if term is not None and term.role == "open" and term.region is not None and term.region.is_call:
             opens.append(span["start"])
     if len(opens) != len(per_region):
         opens = list({call: span["start"] for span, call in reversed(list(zip(spans, calls))) if call is not None}

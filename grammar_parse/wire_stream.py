@@ -9,10 +9,11 @@ sends are ``grammar_parse.wire``'s.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .events import Event
+from .shapes import CONTENT, REASONING
 from .options import ParseOptions
 from .session import ResponseParser, TemplateLike
 from .tools import tool_list
@@ -21,8 +22,6 @@ from .toolstream import ToolCallStreamer
 #: ``ids(kind)`` makes one id of a kind (``call``, ``resp``, ``msg``, ...): injectable, so tests are deterministic.
 IdFactory = Callable[[str], str]
 
-#: Message fields read as reasoning, in order of preference.
-REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
 class OpenStream(NamedTuple):
@@ -48,21 +47,22 @@ def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[A
                                                       lenient=not parser.options.strict))
 
 
-def text_kind(event: Event, tool_field: str) -> str | None:
-    """Which stream a region event's text goes to: ``content``, ``reasoning``, or None (tool calls,
-    components and other fields)."""
-    field = event.get("field")
-    if "path" in event or field == tool_field:
+def text_kind(event: Event, field_roles: Mapping[str, str]) -> str | None:
+    """Which stream a region event's text goes to, by its field's role in the grammar's format
+    (``field_roles``): ``content``, ``reasoning``, or None (tool calls, components and other fields)."""
+    if "path" in event:
         return None
-    return "content" if field == "content" else "reasoning" if field in REASONING_FIELDS else None
+    field = event.get("field")
+    role = field_roles.get(field) if isinstance(field, str) else None
+    return role if role in (CONTENT, REASONING) else None
 
 
 class TextKinds:
     """:func:`text_kind` of each event, cached by what decides it (a path, the field): the adapters ask
     for every event, which is most of their work on a stream of text."""
 
-    def __init__(self, tool_field: str) -> None:
-        self.tool_field = tool_field
+    def __init__(self, field_roles: Mapping[str, str]) -> None:
+        self.field_roles = field_roles
         self._known: dict[tuple[bool, Any], str | None] = {}
 
     def __call__(self, event: Event) -> str | None:
@@ -70,7 +70,7 @@ class TextKinds:
         try:
             return self._known[key]
         except KeyError:
-            kind = self._known[key] = text_kind(event, self.tool_field)
+            kind = self._known[key] = text_kind(event, self.field_roles)
             return kind
 
 
@@ -121,5 +121,5 @@ class StrippedText:
         return "".join(self.sent)
 
 
-__all__ = ["IdFactory", "OpenStream", "REASONING_FIELDS", "StrippedText", "TextKinds", "default_ids", "open_stream",
+__all__ = ["IdFactory", "OpenStream", "StrippedText", "TextKinds", "default_ids", "open_stream",
            "text_kind"]

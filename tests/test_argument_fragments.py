@@ -15,7 +15,7 @@ import pytest
 
 import grammar_parse as gp
 from grammar_parse.chat_completions import ChatCompletionsStream
-from grammar_parse.toolstream import ToolCallStreamer, call_regions, plan_for
+from grammar_parse.toolstream import ToolCallStreamer, call_regions
 from test_tool_streaming import CASES, counter, load_case
 
 #: Grammars whose every call still arrives whole, and why no streamer can do better.
@@ -111,7 +111,7 @@ def test_every_call_region_has_a_streaming_plan(grammar):
     """Each tool-call region of every grammar (a field's second shape too, such as Functionary's python
     call) is read by a plan that streams, except the shape that cannot (WHOLE)."""
     for region in call_regions(gp.load_grammar(grammar)):
-        assert (plan_for(region).kind == "at_close") == (grammar == "minimax_m3"), region.rule
+        assert (region.shape.kind == "at_close") == (grammar == "minimax_m3"), region.rule
 
 
 @pytest.mark.parametrize("chunking", sorted(CHUNKINGS))

@@ -30,7 +30,7 @@ from conformance import strict_equal
 from goldens import GOLDEN, goldens, parsed
 from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
 from grammar_parse.grammar import Grammar, Terminal
-from grammar_parse.symbols import REASONING_FIELDS
+from grammar_parse.shapes import REASONING_FIELDS
 from strategies import chunkings, examples
 from test_xml_values import indent, raw_value_regions, value_spans, with_argument
 

@@ -20,7 +20,8 @@ PIPELINE = [
     "regex_safety", "linear_regex", "regex_shape", "delimiters",   # regexes: refusal, linear matching, shape, matchers
     "values", "json_input", "tools", "wire",                       # content parsers, users' JSON, argument typing,
                                                                    # wire JSON
-    "template", "symbols", "scanner", "tables", "grammar",         # loading, and the compiled grammar
+    "template", "shapes", "symbols", "format", "scanner", "tables",  # loading; a region's role and call shape,
+    "grammar",                                                     # what a message is; the compiled grammar
     "compiler", "library",                                         # templates to grammars; the built-ins
     "toolstream", "salvage", "regions", "drafts", "options", "session",  # the parser, and its options
     "constrain.schemas", "constrain.cache",                        # a tool's schema made self-contained; kept exports

@@ -13,7 +13,7 @@ What the constraint is built from, all read off the compiled grammar: the reason
 close literals, the call region's open and close delimiters (a regex opener is instantiated per tool by
 putting the tool's name in its ``name`` group), the delimiter rule that wraps the calls (a section such
 as ``<｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜>``, or a tag like ``<|python_tag|>``), and the shape of
-the payload, from the region's value spec (:func:`grammar_parse.toolstream.plan_for`): a JSON body of
+the payload, from the region's value spec (:func:`grammar_parse.format.call_shape`): a JSON body of
 arguments, a ``{"name", "arguments"}`` object, or a JSON array of such objects.
 
 Two choices hold for every grammar:
@@ -53,7 +53,9 @@ from ..arguments import grammar_problem, text_problem
 from ..errors import ArgumentError
 from ..grammar import Grammar
 from ..symbols import Region, Terminal
-from ..toolstream import CallPlan, call_regions, plan_for
+from ..format import CallLayout, reaches
+from ..shapes import CallShape
+from ..toolstream import call_regions
 from . import cache, forms, pythonic, schemas, tagged
 from .cache import CACHE_BYTES, CACHE_ENTRIES
 from .lark import LarkWriter, lark_regex
@@ -66,7 +68,7 @@ __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", 
 #: or model file, a response-template dict, or a compiled Grammar.
 GrammarLike = Grammar | str | os.PathLike[str] | Mapping[str, Any]
 
-#: Payload shapes this module can constrain (grammar_parse.toolstream.CallPlan modes).
+#: Payload shapes this module can constrain (grammar_parse.format.CallShape modes).
 SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "pythonic", "at_close")
 #: The whitespace the constraint lets a model write around payloads and between calls: JSON's own (Unicode
 #: spaces such as \x0b pass a regex's \s but not json.loads, so a payload read as JSON would not parse).
@@ -94,7 +96,7 @@ class _Format:
     separator: Delim | None  # between calls in a wrapper (a regex; None: whitespace)
     opener: Delim
     closer: Delim
-    plan: CallPlan
+    plan: CallShape
     grammar: Grammar
     region: Region
     # Every opener the region reads in the documented opener's place (gpt-oss's recipient in the role header
@@ -110,7 +112,7 @@ class _Format:
     # Calls written at the start of the answer with no trigger (Llama 3's bare {"name": ...}, xLAM-2's bare
     # array), offered there: the regex the parser's zero-width opener looks ahead for.
     bare: str | None = None
-    bare_plan: CallPlan | None = None
+    bare_plan: CallShape | None = None
     bare_texts: tuple[str, ...] = ()  # the bare call's shortest text, which xgrammar's free text excludes
     # Other call regions offered beside this one, and at the answer's start only (constrain.forms).
     extras: tuple[_Format, ...] = ()
@@ -142,20 +144,6 @@ class _Format:
                                     *(t for extra in self.extras for t in extra.trigger)]))
 
 
-def _reaches(rules: Mapping[str, Sequence[Sequence[str]]], sym: str, target: str, stop: Iterable[str]) -> bool:
-    """Whether rule ``sym`` derives ``target`` without passing through a ``stop`` rule."""
-    seen, todo, stop = set(), [sym], set(stop)
-    while todo:
-        s = todo.pop()
-        if s == target:
-            return True
-        if s in seen or s in stop or s not in rules:
-            continue
-        seen.add(s)
-        todo.extend(x for exp in rules[s] for x in exp)
-    return False
-
-
 def _call_format(grammar: Grammar) -> _Format:
     calls = call_regions(grammar)
     if not calls:
@@ -163,15 +151,16 @@ def _call_format(grammar: Grammar) -> _Format:
     # Several call regions are several ways to write a call (lfm2's Python list or JSON, xLAM's fenced or
     # bare array): the constraint offers the grammar's own tool_calls region, the documented one.
     region = next((r for r in calls if r.rule == "tool_calls"), calls[0])
-    plan = plan_for(region)
+    plan = region.shape
     if plan.mode not in SUPPORTED_PAYLOADS:
         raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
     # The region's own OPEN and CLOSE are the documented form, offered with the openers that stand in its
     # place (gpt-oss's recipient before the channel); the other call openers are made impossible or offered
     # at the answer's start (grammar_parse.constrain.forms).
     upper = region.rule.upper()
-    openers = [t for t in grammar.terminals.values() if t.region is region and t.role == "open"]
-    closers = [t for t in grammar.terminals.values() if t.region is region and t.role == "close"]
+    layout = grammar.format.calls[region.rule]
+    openers = [grammar.terminals[name] for name in layout.openers]
+    closers = [grammar.terminals[name] for name in layout.closers]
     openers = [t for t in openers if t.name == f"{upper}_OPEN"] if len(openers) > 1 else openers
     closers = [t for t in closers if t.name == f"{upper}_CLOSE"] if len(closers) > 1 else closers
     if len(openers) != 1 or len(closers) > 1:
@@ -183,8 +172,10 @@ def _call_format(grammar: Grammar) -> _Format:
         alike = tuple(delim_of(t) for t in offered)
     except Unsupported as e:
         raise _unsupported(grammar, str(e)) from None
-    region_rules = set(grammar.regions)
-    wrapper, separator = _wrapper(grammar, rules, region, region_rules)
+    try:
+        wrapper, separator = _wrapper(grammar, layout)
+    except Unsupported as e:
+        raise _unsupported(grammar, str(e)) from None
     reasoning, in_reasoning = _reasoning(grammar, rules, region)
     fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region, alike)
     other = forms.others(grammar, region, offered, fmt.trigger, wrapper is not None, SUPPORTED_PAYLOADS)
@@ -194,7 +185,7 @@ def _call_format(grammar: Grammar) -> _Format:
     for found, kept in ((other.extras, extras), (other.starts, starts)):
         for r, o, c in found:
             try:
-                one = _Format(None, False, None, None, delim_of(o), delim_of(c), plan_for(r), grammar, r)
+                one = _Format(None, False, None, None, delim_of(o), delim_of(c), r.shape, grammar, r)
                 _own_tags(one, [("f", {"type": "object"})], True)
                 kept.append(one)
             except Unsupported:
@@ -211,40 +202,15 @@ def _call_format(grammar: Grammar) -> _Format:
     return fmt
 
 
-def _delimiter(grammar: Grammar, name: str) -> Terminal | None:
-    t = grammar.terminals.get(name)
-    return t if t is not None and t.role == "delimiter" and t.matcher is not None else None
-
-
-def _wrapper(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]], region: Region,
-             region_rules: set[str]) -> tuple[tuple[Delim, Delim | None] | None, Delim | None]:
-    """The delimiter rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``,
-    ``_tagged: PYTHON_TAG LEADING_SPACE? _calls``) and the separator between calls (``CALL_SEP``)."""
-    wrapper = None
-    separator = None
-    # A section holds calls only: a delimiter before other messages too (gpt-oss's <|start|>assistant header)
-    # is no section.
-    others = [r.rule for r in grammar.regions.values() if r.parent is None and r is not region]
-    others += [t.name for t in grammar.terminals.values()  # (a region reached through an alias rule)
-               if t.role == "open" and t.region is not None and t.region.parent is None and t.region is not region]
-    for origin, expansions in rules.items():
-        if origin in region_rules or origin.startswith("__"):
-            continue
-        for exp in expansions:
-            if len(exp) >= 2 and _delimiter(grammar, exp[0]) is not None and exp[0] != "LEADING_SPACE" \
-                    and any(_reaches(rules, s, region.rule, region_rules - {region.rule}) for s in exp[1:]) \
-                    and not any(_reaches(rules, s, other, set()) for s in exp[1:] for other in others):
-                end = _delimiter(grammar, exp[-1]) if exp[-1] != exp[0] else None
-                begin_d = delim_of(grammar.terminals[exp[0]])
-                if wrapper is None or (end is not None and wrapper[1] is None):
-                    wrapper = (begin_d, delim_of(end) if end is not None else None)
-    for expansions in rules.values():
-        for exp in expansions:
-            for a, b in zip(exp, exp[1:]):
-                if b == region.rule and _delimiter(grammar, a) is not None and a != "LEADING_SPACE" \
-                        and (wrapper is None or delim_of(grammar.terminals[a]) != wrapper[0]):
-                    separator = delim_of(grammar.terminals[a])
-    return wrapper, separator
+def _wrapper(grammar: Grammar, layout: CallLayout) -> tuple[tuple[Delim, Delim | None] | None, Delim | None]:
+    """The delimiters around the calls and between them, from the format's layout of the call region: the
+    section's first and last delimiter, and the last delimiter before a call that is not the section's."""
+    delims = {name: delim_of(grammar.terminals[name]) for name in (*(layout.wrapper or ()), *layout.separators)
+              if name is not None}
+    wrapper = None if layout.wrapper is None else (
+        delims[layout.wrapper[0]], delims[layout.wrapper[1]] if layout.wrapper[1] is not None else None)
+    separators = [delims[name] for name in layout.separators if wrapper is None or delims[name] != wrapper[0]]
+    return wrapper, separators[-1] if separators else None
 
 
 #: The message keys a reasoning region fills (grammars name it as the family's own template does).
@@ -288,7 +254,7 @@ def _reasoning(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]],
         raise _unsupported(grammar, f"its reasoning delimiters: {e}") from None
     if not opens or not closes:
         raise _unsupported(grammar, "its reasoning delimiters have no text to write")
-    inside = _reaches(rules, reasoning[0].rule, calls.rule, set())
+    inside = reaches(rules, reasoning[0].rule, calls.rule, ())
     head = rest = ""
     if closer.regex is not None and not expansions(closer.regex, closer.regex.items) and closer.lead():
         head, rest = closer.lead(), closer.rest_after_lead(None)
@@ -298,8 +264,7 @@ def _reasoning(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]],
 def end_of_turn(grammar: GrammarLike) -> tuple[str, ...]:
     """The literals that end a turn (the ``END_OF_TURN`` delimiter), which the constraint leaves to the
     server's stop tokens; () when the grammar has none."""
-    t = _grammar(grammar).terminals.get("END_OF_TURN")
-    return tuple(t.matcher.literals) if t is not None and isinstance(t.matcher, LiteralMatcher) else ()
+    return _grammar(grammar).format.end_of_turn
 
 
 def _start_state(grammar: Grammar, fmt: _Format, prefix: str | None) -> str:
@@ -366,7 +331,7 @@ def _tools(grammar: Grammar, tools: Any, tool_choice: Any) -> tuple[list[tuple[s
     return out, "none" if not out else tool_choice
 
 
-def _call_object(plan: CallPlan, name: str, params: dict[str, Any], *, with_id: bool) -> dict[str, Any]:
+def _call_object(plan: CallShape, name: str, params: dict[str, Any], *, with_id: bool) -> dict[str, Any]:
     """The schema of a ``{"name": ..., "arguments": {...}}`` object for one tool."""
     assert plan.name_key is not None and plan.args_key is not None
     variants = []

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from ..delimiters import LiteralMatcher, RegexMatcher
 from ..grammar import Grammar
 from ..symbols import Region, Terminal
-from ..toolstream import CallPlan, call_regions, plan_for
+from ..shapes import CallShape
+from ..toolstream import call_regions
+from ..regex_shape import spellings
 from .regexes import Regex, Unsupported, delim_of, parse_regex, sre_c, sre_p
 
 
@@ -33,7 +35,7 @@ class Others:
     forbidden: tuple[str, ...] = ()
     forbidden_rx: tuple[str, ...] = ()
     bare: str | None = None  # the regex a bare call at the answer's start begins with
-    bare_plan: CallPlan | None = None
+    bare_plan: CallShape | None = None
     bare_texts: tuple[str, ...] = ()  # its shortest text
     # Other call regions with a payload the constraint writes, as (region, opener, closer): offered where
     # the documented calls are (xLAM's [TOOL_CALLS] array beside its <tool_call> one, K2 Horizon's JSON
@@ -78,31 +80,6 @@ def _lookahead(terminal: Terminal) -> tuple[str, str] | None:
     return start, rx.emit(rx.items, None)
 
 
-def spellings(items: object, limit: int = 256) -> list[str]:
-    """The usual spellings of a short regex: each whitespace run written as nothing or one space, each
-    optional group left out or written ([] when there are more than ``limit``, or a part varies otherwise)."""
-    c = sre_c
-    out = [""]
-    for op, av in items:  # type: ignore[attr-defined]
-        if op is c.LITERAL:
-            choices = [chr(av)]
-        elif op is c.SUBPATTERN:
-            choices = spellings(av[3], limit)
-        elif op is c.BRANCH:
-            choices = [t for branch in av[1] for t in spellings(branch, limit)]
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0 and len(av[2]) == 1 and av[2][0][0] is c.IN \
-                and av[2][0][1] == [(c.CATEGORY, c.CATEGORY_SPACE)]:
-            choices = ["", " "]
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and (av[0], av[1]) == (0, 1):
-            choices = ["", *spellings(av[2], limit)]
-        else:
-            return []
-        if not choices or len(out) * len(choices) > limit:
-            return []
-        out = [a + b for a in out for b in choices]
-    return out
-
-
 def _homes(rules: Mapping[str, Sequence[Sequence[str]]], rule: str) -> set[str]:
     """The rules that hold ``rule`` in an expansion, through lark's helper rules (``__content_plus_1``)."""
     out: set[str] = set()
@@ -139,7 +116,7 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
     forbidden: list[str] = []
     forbidden_rx: list[str] = []
     bare: str | None = None
-    bare_plan: CallPlan | None = None
+    bare_plan: CallShape | None = None
     extras: list[tuple[Region, Terminal, Terminal | None]] = []
     starts: list[tuple[Region, Terminal, Terminal | None]] = []
     rules = grammar.rules
@@ -155,7 +132,7 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
                 continue
             if ahead is not None:
                 start, pattern = ahead
-                plan = plan_for(other)
+                plan = other.shape
                 if not start and bare is None and plan.mode in ("json_key", "json_array"):
                     bare, bare_plan = pattern, plan
                 elif start:
@@ -169,7 +146,7 @@ def others(grammar: Grammar, region: Region, offered: Sequence[Terminal], trigge
                 delim = delim_of(t)
             except Unsupported:
                 continue
-            if other is not region and plan_for(other).mode in payloads and delim.lead():
+            if other is not region and other.shape.mode in payloads and delim.lead():
                 # Another region whose payload the constraint writes: offered where the grammar reads it.
                 homes = _homes(rules, other.rule)
                 if homes & home:

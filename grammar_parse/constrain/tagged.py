@@ -43,7 +43,6 @@ from typing import Any
 from ..delimiters import LiteralMatcher, RegexMatcher
 from ..grammar import Grammar
 from ..symbols import Region
-from ..toolstream import plan_for
 from ..tools import schema_types
 from ..values import PLACEHOLDER, ValueSpec
 from .regexes import Delim, Regex, Unsupported, delim_of, escape, parse_regex, sre_c
@@ -633,7 +632,7 @@ def call_body(grammar: Grammar, region: Region, name: str, parameters: dict[str,
     """The xgrammar structural-tag format of what follows a call's opener (the tool's name written) up to
     its closer: the tool's arguments, for a ``components`` call region (one child region per argument) or
     one read by a tag pattern (``xml``, or ``at_close`` with an ``xml-inline`` value)."""
-    plan = plan_for(region)
+    plan = region.shape
     if plan.mode == "components":
         slots = _component_slots(grammar, region, plan.args_key)
         header = _call_header(grammar, region)

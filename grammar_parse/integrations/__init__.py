@@ -19,12 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
-from grammar_parse.constrain.forms import spellings
-from grammar_parse.constrain.regexes import sre_p
 from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
 from grammar_parse.tools import call_function
 from grammar_parse.wire import WireArguments, dumps
-from grammar_parse.wire_stream import REASONING_FIELDS
 
 #: What every parser name of ours starts with (the engines' own names never do).
 PREFIX = "gp_"
@@ -108,39 +105,12 @@ def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _first_written(grammar: Grammar, name: str, literals: Sequence[str]) -> str:
-    """The literal the grammar's author wrote first in the terminal's definition (its documented form:
-    gpt-oss's analysis ends with ``<|end|>`` before ``<|call|>``); the matcher keeps them longest first."""
-    definition = re.search(rf"^{re.escape(name)}\s*(?:\.\s*-?\d+\s*)?:(.*)$", grammar.source, re.MULTILINE)
-    line = definition.group(1) if definition else ""
-    return min(literals, key=lambda text: (line.find(json.dumps(text)) % (len(line) + 1), literals.index(text)))
-
-
 def reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
     """The text that opens and closes the grammar's reasoning (its region, whatever its field is named:
-    ``thinking`` in gpt-oss), "" where it has none: a literal delimiter's first spelling, a regex's
-    shortest usual spelling (``<\\/think>\\s*`` as ``</think>``), "" for one with no fixed text (an
-    anchor). The engines read them to find where reasoning ends (SGLang's ``think_end_token``), once per
-    request: worked out once per grammar, kept in its tables' shared cache."""
-    shared = grammar.tables.shared
-    if "reasoning_delimiters" not in shared:
-        shared["reasoning_delimiters"] = _reasoning_delimiters(grammar)
-    delimiters: tuple[str, str] = shared["reasoning_delimiters"]
-    return delimiters
-
-
-def _reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
-    found = {"open": "", "close": ""}
-    for terminal in grammar.terminals.values():
-        region, matcher = terminal.region, terminal.matcher
-        if region is None or not region.is_reasoning or terminal.role not in found or found[terminal.role]:
-            continue
-        if isinstance(matcher, LiteralMatcher):
-            found[terminal.role] = _first_written(grammar, terminal.name, matcher.literals)
-        elif isinstance(matcher, RegexMatcher):
-            written = [text for text in spellings(sre_p.parse(matcher.pattern, matcher.flags & ~0x100)) if text]
-            found[terminal.role] = written[0] if written else ""
-    return found["open"], found["close"]
+    ``thinking`` in gpt-oss), "" where it has none or it has no fixed text: read from the grammar's format
+    (grammar_parse.format), where it was worked out once. The engines read them to find where reasoning ends
+    (SGLang's ``think_end_token``)."""
+    return grammar.format.reasoning_delimiters
 
 
 def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[str, Any]] | None, *,
@@ -167,7 +137,7 @@ def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[s
         arguments = wire.feed(raw if isinstance(raw, str) else dumps(raw)) + wire.finish()
         calls.append({"id": call.get("id") if isinstance(call.get("id"), str) else None, "type": "function",
                       "function": {"name": function["name"], "arguments": arguments}})
-    reasoning = next((parsed[f] for f in REASONING_FIELDS if parsed.get(f)), None) or None
+    reasoning = next((parsed[f] for f in grammar.format.reasoning_fields if parsed.get(f)), None) or None
     content = parsed.get("content") or None
     if reasoning_as_content:
         reasoning, content = None, "".join(t for t in (reasoning, content) if t) or None

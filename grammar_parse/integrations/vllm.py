@@ -106,7 +106,6 @@ from grammar_parse.integrations import (
     tool_dicts,
 )
 from grammar_parse.tools import call_function
-from grammar_parse.wire_stream import REASONING_FIELDS
 
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"
@@ -174,7 +173,7 @@ class _Joint:
 
     def __init__(self, grammar: Grammar, tokenizer: Any) -> None:
         self.grammar = grammar
-        self.reasoning_field = next((f for f in REASONING_FIELDS if f in grammar.fields), None)
+        self.reasoning_field = grammar.format.reasoning_field()
         self.tokenizer = tokenizer
         self.tools: list[dict[str, Any]] | None = None
         self.prefix = ""

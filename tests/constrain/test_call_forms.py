@@ -24,7 +24,6 @@ import pytest
 import grammar_parse as gp
 from goldens import Golden, goldens, samples
 from grammar_parse.session import ResponseParser
-from grammar_parse.toolstream import plan_for
 
 pytest.importorskip("llguidance")
 pytest.importorskip("xgrammar")
@@ -139,7 +138,7 @@ def _call_args_at(sample: Golden, text: str) -> int | None:
         if terminal is None or terminal.role != "open" or terminal.region is None \
                 or terminal.region.field != "tool_calls" or terminal.region.parent is not None:
             continue
-        if plan_for(terminal.region).mode not in ("json_body", "json_key", "json_array", "pythonic", "at_close"):
+        if terminal.region.shape.mode not in ("json_body", "json_key", "json_array", "pythonic", "at_close"):
             return None
         found = [k for k in (text.find("{", span["start"]), text.find("(", span["start"])) if k >= 0]
         return min(found) if found else None
