@@ -222,7 +222,7 @@ def _vocab_score(literals: set[str], vocab: Collection[str] | None) -> int:
 def _reasoning_key_score(grammar: Grammar, keys: Collection[str]) -> int:
     """1 when the grammar's reasoning field is a key the template reads (``reasoning_content`` for Qwen,
     ``thinking`` for gpt-oss), so the parsed message renders back through other renderers too."""
-    return int(any(region.field in keys for region in grammar.regions.values()))
+    return int(any(field in keys for field in grammar.format.reasoning_fields))
 
 
 def _marker_share(literals: set[str], source: str) -> float:

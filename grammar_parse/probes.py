@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .chat_template import REASONING_KEYS, ChatTemplate
 from .errors import ChatTemplateError
+from .grammar import Grammar
 from .session import parse_response
 
 #: Template failures that end probing: running out of time or size (a template that always does would cost
@@ -199,16 +200,17 @@ def _split(generation: str, full: str) -> int:
     return i
 
 
-def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered: bool = True) -> list[str]:
+def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered: bool = True,
+                reasoning_keys: Sequence[str] = REASONING_KEYS) -> list[str]:
     """How a parsed message differs from the probe it should read back as ([] when it reads back exactly).
 
-    Reasoning is compared under whichever reasoning key the grammar uses; text is compared without the
+    Reasoning is compared under whichever reasoning key the grammar uses (``reasoning_keys``: its format's); text is compared without the
     whitespace templates add around it; arguments are compared as values (``3`` and ``"3"`` differ). When
     the template does not render reasoning (``reasoning_rendered=False``), the split between reasoning and
     content cannot be seen in its renderings: a grammar that reads unmarked text as reasoning cut short
     (the model is expected to start thinking) is right there, so the two are compared joined."""
     out: list[str] = []
-    reasoning = next((message[k] for k in REASONING_KEYS if message.get(k) is not None), None)
+    reasoning = next((message[k] for k in reasoning_keys if message.get(k) is not None), None)
     content = message.get("content")
     if reasoning_rendered:
         if (reasoning or "").strip() != (probe.reasoning or ""):
@@ -252,4 +254,5 @@ def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning:
         message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=tools, strict=False)
     except Exception as exc:  # noqa: BLE001 - a grammar that cannot read the rendering at all
         return [f"{type(exc).__name__}: {exc}"]
-    return differences(message, probe, reasoning_rendered=shown)
+    keys = grammar.format.reasoning_fields if isinstance(grammar, Grammar) else REASONING_KEYS
+    return differences(message, probe, reasoning_rendered=shown, reasoning_keys=keys)
