@@ -54,11 +54,9 @@ class _State(NamedTuple):
     buf: str
     pos: int
     base: int
-    lines: tuple[int, int]
     run: Terminal | None
     last_empty: tuple[int, str] | None
-    discarded: list[list[int]]
-    errors: list[dict[str, Any]]
+    ledger: tuple[Any, ...]  # (see _Ledger.state)
     regions: tuple[Any, ...]
 
 
@@ -116,6 +114,367 @@ def _is_empty(value: Any) -> bool:
 _FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
 
 
+# ---------------------------------------------------------------------------- what a parser reports beside the message
+class _Ledger:
+    """What a parser reports beside the message, kept in one place so that a draft or a replayed prompt
+    takes and restores it whole: the lenient-mode problems (``errors``), the output text that went into no
+    field (``discarded``), every span with ``trace=True``, and the lines of the output that have left the
+    buffer (for an error's line and column)."""
+
+    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start")
+
+    def __init__(self, trace: bool) -> None:
+        self.errors: list[dict[str, Any]] = []
+        self.discarded: list[list[int]] = []
+        self.trace: list[dict[str, Any]] | None = [] if trace else None
+        # How many newlines the output before the buffer held, and the output offset where its last line starts.
+        self.lines_before = 0
+        self.line_start = 0
+
+    def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> Event | None:
+        """Keep a problem with its stable code, field and output span: the ``parse_error`` event that tells
+        the stream, or None when the problem only lengthens the run of dropped text before it."""
+        last = self.errors[-1] if self.errors else None
+        if code in _RUN_ERRORS and last and last["code"] == code and last["field"] == field and span \
+                and last["span"] and last["span"][1] == span[0]:
+            last["span"][1] = span[1]  # one run of dropped text is one problem, however it was chunked
+            return None
+        self.errors.append({"code": code, "field": field, "span": span, "message": message})
+        # the span list is shared: a run that grows later grows in the event too
+        return {"type": "parse_error", "code": code, "field": field, "span": span, "message": message}
+
+    def discard(self, start: int, end: int) -> None:
+        """Note output text ``[start, end)`` that went into no field (the prompt's part of it excluded)."""
+        if end <= start or end <= 0:
+            return
+        start = max(start, 0)
+        if self.discarded and self.discarded[-1][1] == start:
+            self.discarded[-1][1] = end
+        else:
+            self.discarded.append([start, end])
+        if self.trace is not None:
+            self.trace.append({"kind": "discarded", "start": start, "end": end})
+
+    def count_lines(self, text: str, lo: int, hi: int, start: int) -> None:
+        """Note the lines of output ``text[lo:hi]`` as it leaves the buffer (``start``: the output offset
+        of ``text[0]``); counted in place, not copied."""
+        last = text.rfind("\n", lo, hi)
+        if last >= 0:
+            self.lines_before += text.count("\n", lo, hi)
+            self.line_start = start + last + 1
+
+    def line_column(self, offset: int, buf: str, start: int) -> tuple[int, int] | None:
+        """1-based line and column of an output offset still in ``buf`` (``start``: the output offset of
+        ``buf[0]``, negative while it holds the replayed prompt); None before it, or in the prompt."""
+        q = offset - start
+        if offset < 0 or not 0 <= q <= len(buf):
+            return None
+        lo = max(-start, 0)  # (the replayed prompt has no lines of the output)
+        newline = buf.rfind("\n", lo, q)
+        line = self.lines_before + buf.count("\n", lo, q) + 1
+        line_start = start + newline + 1 if newline >= 0 else self.line_start
+        return line, offset - line_start + 1
+
+    def state(self) -> tuple[Any, ...]:
+        """A copy of what is kept, but the trace (a draft cuts the trace back itself)."""
+        return [list(d) for d in self.discarded], copy_json(self.errors), self.lines_before, self.line_start
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take a :meth:`state` (copied: a replay's is shared); the lists stay the same objects."""
+        discarded, errors, self.lines_before, self.line_start = state
+        self.discarded[:] = [list(d) for d in discarded]
+        self.errors[:] = copy_json(errors)
+
+
+# ---------------------------------------------------------------------------- drafts (grammar_parse.drafts)
+class _DraftReading:
+    """How call markup written inside an open reasoning block is read (grammar_parse.drafts): the reading in
+    force, the parser states where it applies, and the draft under way, if any (where to rewind the parser
+    to if the block never closes, and the events held back until that is known)."""
+
+    __slots__ = ("reading", "states", "open", "closing", "out")
+
+    def __init__(self, reading: str) -> None:
+        self.reading = reading
+        # The parser states of an open reasoning block, where markup is read as a draft, unless calls are
+        # asked for; none while the prompt is replayed (its tail ends where the output starts): see arm().
+        self.states: Mapping[int, Region] = {}
+        self.open: _Draft | None = None
+        self.closing = False  # the delimiter being shifted closes the open reasoning block
+        self.out: list[Event] = []  # the events of the scan under way, where released events go
+
+    def arm(self, grammar: Grammar) -> None:
+        """Read drafts from now on (the output starts)."""
+        self.states = reasoning_states(grammar) if self.reading != "always" else {}
+
+    def take(self, parser: ResponseParser, info: StateInfo, term: Terminal, start: int, end: int) -> int:
+        """Whether a delimiter found in an open reasoning block is read as reasoning text: the end of the
+        text to route as such (taking a draft of ``parser`` to rewind to if the block is never closed), or
+        -1 when the delimiter is not one to hold back."""
+        region = self.states[parser._stack[-1]]
+        if (self.open is not None and region is not self.open.region) \
+                or not interrupts(parser.grammar, parser._stack, term, region):
+            return -1
+        buf = parser._buf
+        if any(w.role == "close" and w.region is region and closes_at(w, buf, start) for w in info.watch):
+            # the block's own close, spelled like another delimiter (plamo3's stray one): a draft's end
+            self.closing = self.open is not None
+            return -1
+        if end == start:  # a lookahead opener: the character it looked at is text
+            if start >= len(buf):
+                return -1
+            end = start + 1
+        if self.open is None:  # (the scan has reached the delimiter: the parser's position is its start)
+            trace = parser._trace
+            self.open = _Draft(region, parser._state(buf[:start]), None if trace is None else len(trace), [buf[start:]])
+            parser._regions.events = self.open.held
+        return end
+
+    def after_shift(self, draft: _Draft, term: Terminal, regions: RegionBuilder) -> None:
+        """A delimiter was shifted with ``draft`` open: the block's close ends it as reasoning (the
+        "fallback" reading waits for a call after the block first), a call after the closed block shows
+        that it was a draft."""
+        closing, self.closing = self.closing, False
+        if closing or term.role == "close" and term.region is draft.region:
+            if self.reading == "fallback":
+                draft.closed = True  # reasoning, unless the output ends with no call after the block
+            else:
+                self.release(regions)  # the reasoning block closed: what it held was reasoning
+        elif draft.closed and term.role == "open" and term.region is not None and is_call_region(term.region):
+            self.release(regions)  # a call after the block: the one in it was a draft
+
+    def release(self, regions: RegionBuilder) -> None:
+        """The draft was reasoning after all: its held events go out."""
+        draft, self.open = self.open, None
+        if draft is not None:
+            self.out.extend(draft.held)
+            regions.events = self.out
+
+    def undo(self, parser: ResponseParser) -> bool:
+        """At the end of the output, with a draft still open: rewind ``parser`` to it, to read its delimiter
+        as markup (the rest of the output is read as it comes, with no further drafts). False with no draft."""
+        draft, self.open = self.open, None
+        if draft is None:
+            return False
+        self.states = {}
+        parser._restore(draft.state)
+        parser._buf += "".join(draft.raw)
+        trace = parser._trace
+        if trace is not None and draft.trace is not None:
+            del trace[draft.trace:]
+        parser._regions.events = self.out
+        return True
+
+
+# ---------------------------------------------------------------------------- the prompt, the end, errors
+def _output_prefix(prefix: str | None, settle: Any) -> str:
+    """The prompt a parser replays: ``prefix``, required (``""`` opts out), and none for a grammar settled
+    at finalize (``settle``, a legacy schema's hook, reads the output alone)."""
+    if settle is not None:
+        if prefix:
+            raise ArgumentError(settle.prompt_error, code="usage.prefix", hint=settle.prompt_hint)
+        return ""
+    if prefix is None:
+        raise ArgumentError(
+            "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
+            "generation), because chat templates often pre-write part of the assistant message (e.g. an "
+            "opening `<think>` tag) that the parser must see to parse the output correctly. If the "
+            'generation already contains the complete message, pass `prefix=""` to opt out explicitly.',
+            code="usage.prefix",
+        )
+    return prefix
+
+
+def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
+    """The part of the prompt to replay: what follows its last start anchor (all of it, with an
+    AnchorWarning, when it holds none)."""
+    anchor = grammar.start_anchor
+    if anchor is None:
+        return prefix
+    # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
+    # linear matcher finishes the search (same matches); literal anchors are linear already.
+    last_end = anchor.last_end(prefix, None if anchor.literals is not None else
+                               START_ANCHOR_LIMIT if seconds is None else seconds)
+    if last_end is not None:
+        return prefix[last_end:]
+    warnings.warn(AnchorWarning(
+        f"the prefix holds no start anchor of grammar {grammar.name or '(anonymous)'} "
+        f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
+        "rendered with this model's chat template, or the right grammar for it (grammar_parse.detect), "
+        'or prefix="" if the output is the whole message.'), stacklevel=caller_stacklevel())
+    return prefix
+
+
+def _final_message(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
+    """The message as a parser returns it: empty fields left out (the template's defaults kept), and the
+    lenient-mode problems under ``parse_errors``."""
+    final = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
+    if errors:
+        final["parse_errors"] = errors
+    return final
+
+
+def _missing_fields(grammar: Grammar, output: Message) -> tuple[str, ParseError] | None:
+    """The first required field the output did not give, with the error that says which are missing."""
+    missing = [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
+    if not missing:
+        return None
+    return missing[0], ParseError(
+        f"Required response_template fields missing from parsed output: {missing}",
+        code="parse.missing_field",
+        message_so_far=output,
+        hint="The model did not produce them; mark the fields optional if that is acceptable.",
+    )
+
+
+def _settle_message(settle: Any, text: str, streamed: Message, tools: ToolTypes | None,
+                    events: list[Event]) -> Message:
+    """A settled grammar's message: its finalize hook's run over the whole output ``text``, typed by the
+    tools; where it disagrees with the ``streamed`` message, one ``correction`` event in ``events`` says
+    which fields. The hook's error is raised."""
+    final: Message = settle.settle(text)
+    if tools is not None and isinstance(final, dict):
+        for key, value in final.items():
+            final[key] = tools.apply(value)
+    if not isinstance(final, dict):
+        changed = sorted(streamed)
+    else:
+        changed = sorted(k for k in set(final) | set(streamed)
+                         if k not in final or k not in streamed or not _same(final[k], streamed[k]))
+    if changed:
+        events.append({"type": "correction", "fields": changed, "message": final})
+    return final
+
+
+def _json_value_end(frames: list[Frame], region: Region, buf: str, base: int) -> int:
+    """Where the open ``region``'s JSON value ends in ``buf`` (whose stream offset is ``base``; -1: not yet,
+    or it is not on top). The walk goes on from where the last scan left it, so the cost is linear in the
+    region's text."""
+    frame = frames[-1] if frames else None
+    if frame is None or frame.region is not region:
+        return -1
+    walk = frame.walk
+    if walk is None:
+        walk = frame.walk = JsonWalk(frame.start + len(frame.open_text))
+    end = walk.advance(buf, base)
+    return -1 if end is None else end - base
+
+
+# ---------------------------------------------------------------------------- the parser under the scan
+class _Syntax:
+    """The parser proper, under the scan: the LALR state stack that tables.feed drives over Lark's table,
+    fed only structure tokens (delimiters, and the first text token of a run), and the region builder its
+    reductions call, into whose open region the scan routes text (bounded by ``max_region_chars``). It
+    holds no buffer: the scan hands it text with its output offset, and says where it is (``position``)."""
+
+    __slots__ = ("states", "table", "end_state", "stack", "strict", "max_region", "ledger", "trace", "position",
+                 "run", "regions", "frames", "callbacks")
+
+    def __init__(self, grammar: Grammar, tools: ToolTypes | None, options: ParseOptions, extended: bool,
+                 ledger: _Ledger, position: Callable[[], int]) -> None:
+        tables = grammar.tables
+        self.states, self.table = tables.states, tables.parse_table.states
+        self.end_state = tables.parse_table.end_states["start"]
+        self.stack: list[int] = [tables.parse_table.start_states["start"]]
+        self.strict, self.max_region = options.strict, options.max_region_chars
+        self.ledger, self.trace = ledger, ledger.trace
+        self.position = position  # the stream offset the scan has reached
+        self.run: Terminal | None = None  # text terminal whose run the parser has already seen
+        self.regions = RegionBuilder(grammar, tools=tools, strict=options.strict, extended=extended,
+                                     position=position, report=self.record, unexpected=self.unexpected)
+        self.frames = self.regions.frames
+        self.callbacks = self.regions.callbacks()
+
+    def text(self, term: Terminal | None, text: str, start: int) -> None:
+        """Route ``text`` (at output offset ``start``) as the text terminal ``term`` (None: the one the parser
+        accepts here) into the open region; text that belongs to no field is discarded (and reported)."""
+        if term is None:
+            term = self.accepted_text()
+        if term is None:
+            if self.strict:
+                raise self.unexpected(f"text {text[:40]!r} where the grammar allows none")
+            # the message names no text: a run of stray text is one error however it was chunked
+            self.record("parse.unexpected", "text where the grammar allows none was discarded (see the span)",
+                        None, [start, start + len(text)])
+            self.ledger.discard(start, start + len(text))
+            return
+        if self.run is not term:
+            self.run = None
+            self.shift(term.name)  # (the text itself never goes to the parser: no copy)
+            self.run = term
+        if term.role != "text":
+            self.ledger.discard(start, start + len(text))
+            return
+        frame = self.frames[-1]
+        frame.size += len(text)
+        if frame.size > self.max_region:
+            if self.strict:
+                raise ParseError(f"region {frame.field} is longer than {self.max_region} characters",
+                                 code="parse.region_too_large", field=frame.field,
+                                 position=frame.start - self.regions.prefix_len,
+                                 hint="Raise max_region_chars if such output is expected.")
+            keep = max(0, len(text) - (frame.size - self.max_region))
+            if keep < len(text):
+                self.record("parse.region_too_large", f"region {frame.field} is longer than {self.max_region} "
+                            "characters; the rest of it is discarded", frame.field, [start + keep, start + len(text)])
+            self.ledger.discard(start + keep, start + len(text))
+            text = text[:keep]
+            if not text:
+                return
+        if self.trace is not None:
+            self.trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
+        self.regions.events.append(self.regions.chunk(frame, text))
+
+    def accepted_text(self) -> Terminal | None:
+        """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
+        for term in self.states[self.stack[-1]].text_candidates:
+            if feed(self.table, list(self.stack), term.name, {}):  # (no callbacks: a trial changes nothing)
+                return term
+        return None
+
+    def shift(self, name: str) -> None:
+        """Feed the terminal ``name`` to the parser, and reduce at once where no lookahead is needed, so
+        regions close when their delimiter completes."""
+        stack, table = self.stack, self.table
+        if not feed(table, stack, name, self.callbacks, self.regions):
+            raise self.unexpected(f"{name} is not allowed here (expected {self.expected()})")
+        states = self.states
+        callbacks, regions = self.callbacks, self.regions
+        while (rule := states[stack[-1]].default_rule) is not None:
+            reduce(table, stack, rule, callbacks.get(rule), regions)
+
+    def end(self) -> None:
+        """The end of the output."""
+        self.run = None
+        if not feed(self.table, self.stack, "$END", self.callbacks, self.regions, self.end_state):
+            # The output stopped where the grammar wanted more (a region's close delimiter, a required
+            # part): close what is open, innermost first, as a truncated stream should be.
+            self.regions.close_open()
+
+    def expected(self) -> list[str]:
+        """The terminals the parser takes in its current state."""
+        return sorted(name for name in self.table[self.stack[-1]] if name.isupper() and name != "$END")
+
+    def unexpected(self, what: str) -> ParseError:
+        """Input the grammar does not allow here (stray text, a delimiter out of place): the same code as
+        the lenient record of it."""
+        offset = self.position() - self.regions.prefix_len
+        return ParseError(
+            f"unexpected input at offset {offset}: {what}",
+            code="parse.unexpected",
+            position=offset,
+            message_so_far=self.regions.output,
+            expected=self.expected(),
+            hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
+        )
+
+    def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
+        """Lenient mode: keep a problem (see _Ledger.record), and tell the stream."""
+        event = self.ledger.record(code, message, field, span)
+        if event is not None:
+            self.regions.events.append(event)
+
+
 class ResponseParser:
     """Streaming parser for one model response.
 
@@ -159,39 +518,21 @@ class ResponseParser:
         # (the keywords are shorthands for the options' fields: resolved once here, never per chunk)
         self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
                                                max_json_depth=max_json_depth, calls_in_reasoning=calls_in_reasoning)
-        strict, max_json_depth = options.strict, options.max_json_depth
-        calls_in_reasoning = options.calls_in_reasoning
         self._grammar = grammar = resolve_grammar(template)
-        self._reading = reading(grammar.calls_in_reasoning if calls_in_reasoning is None else calls_in_reasoning)
-        # The parser states of an open reasoning block, where markup is read as a draft (grammar_parse.drafts),
-        # unless calls are asked for; none while the prompt is replayed (its tail ends where the output starts).
-        self._drafts: Mapping[int, Region] = {}
-        self._draft: _Draft | None = None
-        self._closing = False  # the delimiter being shifted closes the open reasoning block
-        self._out: list[Event] = []
+        calls_in_reasoning = options.calls_in_reasoning
+        self._drafting = _DraftReading(reading(grammar.calls_in_reasoning if calls_in_reasoning is None
+                                               else calls_in_reasoning))
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
         self._settle = grammar.settle
-        self._log: list[str] | None = None
-        if self._settle is not None:
-            if prefix:
-                raise ArgumentError(self._settle.prompt_error, code="usage.prefix", hint=self._settle.prompt_hint)
-            prefix = ""
-            self._log = []
-        if prefix is None:
-            raise ArgumentError(
-                "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
-                "generation), because chat templates often pre-write part of the assistant message (e.g. an "
-                "opening `<think>` tag) that the parser must see to parse the output correctly. If the "
-                'generation already contains the complete message, pass `prefix=""` to opt out explicitly.',
-                code="usage.prefix",
-            )
+        prefix = _output_prefix(prefix, self._settle)
+        self._log: list[str] | None = None if self._settle is None else []
         self._tools = ToolTypes.from_tools(tools)
-        self._strict = strict
-        self._trace: list[dict[str, Any]] | None = [] if options.trace else None
+        self._strict = options.strict
+        self._ledger = ledger = _Ledger(options.trace)
+        self.errors: list[dict[str, Any]] = ledger.errors  # lenient mode: what could not be parsed (see _Ledger)
+        self._trace = ledger.trace  # (the ledger's, read on the hot path)
         self._max_region = options.max_region_chars
-        self.max_json_depth = max_json_depth  # (made current while the parser runs: see values.json_depth)
-        self.errors: list[dict[str, Any]] = []  # lenient mode: what could not be parsed (see _record)
-        self._discarded: list[list[int]] = []
+        self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see values.json_depth)
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._states = grammar.tables.states
         self._buf = ""
@@ -202,27 +543,18 @@ class ResponseParser:
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
-        # Lines of the output text before _buf (for errors' line and column): how many newlines it held,
-        # and the output offset where its last line starts.
-        self._lines_before = 0
-        self._line_start = 0
-        self._run: Terminal | None = None  # text terminal whose run Lark has already seen
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._finalized = False
-        self._regions = regions = RegionBuilder(
-            grammar, tools=self._tools, strict=strict, extended=extended_events,
-            position=lambda: self._base + self._pos, report=self._record, unexpected=self._unexpected)
-        self._frames = regions.frames  # (the builder's list, read on the hot path)
-        self._callbacks = regions.callbacks()
-        # The LALR parser's state stack, which tables.feed drives over Lark's table.
-        self._table = grammar.tables.parse_table.states
-        self._stack: list[int] = [grammar.tables.parse_table.start_states["start"]]
+        self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
+                                        lambda: self._base + self._pos)
+        # (the syntax's region builder, its open frames and its LALR state stack, read on the hot path)
+        self._regions, self._frames, self._stack = syntax.regions, syntax.frames, syntax.stack
         self.initial_events: list[Event] = []
         if prefix:
-            with_json_depth(max_json_depth, self._consume_prefix, prefix)
-        self._drafts = reasoning_states(grammar) if self._reading != "always" else {}
+            with_json_depth(self.max_json_depth, self._consume_prefix, prefix)
+        self._drafting.arm(grammar)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -243,7 +575,7 @@ class ResponseParser:
     @property
     def discarded_spans(self) -> list[tuple[int, int]]:
         """[start, end) offsets of output text that went into no field (text outside every region)."""
-        return [(a, b) for a, b in self._discarded]
+        return [(a, b) for a, b in self._ledger.discarded]
 
     @property
     def spans(self) -> list[dict[str, Any]]:
@@ -268,9 +600,8 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
-            if self._draft is not None:
-                self._draft.raw.append(text)
-            elif self._held_space and not text.strip(REGEX_SPACE):
+            # (neither whitespace is held nor the fast path set while a draft is open: see _holds_space)
+            if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
             fast = self._fast
@@ -292,13 +623,15 @@ class ResponseParser:
                         if not kept:
                             return []
                         start = self._offset(0)
-                        self._count_lines(kept, 0, len(kept), start)
+                        self._ledger.count_lines(kept, 0, len(kept), start)
                         self._base += len(kept)
                         if frame is None:
-                            self._note_discard(start, start + len(kept))
+                            self._ledger.discard(start, start + len(kept))
                             return []
                         frame.size += len(kept)
                         return [self._regions.chunk(frame, kept)]
+            if self._drafting.open is not None:
+                self._drafting.open.raw.append(text)
             self._buf = self._join_held() + text
         events: list[Event] = []
         with_json_depth(self.max_json_depth, self._guarded, events, False)
@@ -316,26 +649,24 @@ class ResponseParser:
         the rest of the output is discarded (reported), instead of raising."""
         self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
         self._held_space = False
-        if self._degraded:
-            self._regions.events = events
-            self._discard(len(self._buf))
-            if eos:
-                self._regions.close_open()
-            return
-        try:
-            self._process(events, eos)
-        except GrammarParseError as e:
-            self._release()  # (an error inside a draft is the draft's reading: it stands)
-            if self._strict:
-                if isinstance(e, ParseError) and e.line is None and e.position is not None:
-                    e.line, e.column = self._line_column(e.position) or (None, None)
-                raise
-            self._regions.events = events
-            self._record(e.code, str(e), getattr(e, "field", None), None)
-            self._degraded = True
-            self._discard(len(self._buf))
-            if eos:
-                self._regions.close_open()
+        if not self._degraded:
+            try:
+                self._process(events, eos)
+                return
+            except GrammarParseError as e:
+                self._drafting.release(self._regions)  # (an error inside a draft is the draft's reading: it stands)
+                if self._strict:
+                    if isinstance(e, ParseError) and e.line is None and e.position is not None:
+                        e.line, e.column = self._ledger.line_column(e.position, self._buf, self._offset(0)) \
+                            or (None, None)
+                    raise
+                self._regions.events = events
+                self._syntax.record(e.code, str(e), getattr(e, "field", None), None)
+                self._degraded = True
+        self._regions.events = events
+        self._discard(len(self._buf))
+        if eos:
+            self._regions.close_open()
 
     def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
         """End the stream: close open regions, return the message and the last events.
@@ -355,122 +686,63 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
-            if self._draft is not None:
-                self._draft.raw.append(text)
+            if self._drafting.open is not None:
+                self._drafting.open.raw.append(text)
         events: list[Event] = []
         self._guarded(events, eos=True)
         self._regions.settle_loose()
         if self._log is not None:
             return self._settled(events)
-        missing = [r.field for r in self._grammar.regions.values() if not r.spec.optional and r.field not in self._regions.output]
-        if missing:
-            error = ParseError(
-                f"Required response_template fields missing from parsed output: {missing}",
-                code="parse.missing_field",
-                message_so_far=self._regions.output,
-                hint="The model did not produce them; mark the fields optional if that is acceptable.",
-            )
+        missing = _missing_fields(self._grammar, self._regions.output)
+        if missing is not None:
             if self._strict:
-                raise error
-            self._record(error.code, str(error), missing[0], None)
-        defaults = self._grammar.defaults
-        self._regions.output = {k: v for k, v in self._regions.output.items() if k in defaults or not _is_empty(v)}
-        if self.errors:
-            self._regions.output["parse_errors"] = self.errors
+                raise missing[1]
+            self._syntax.record(missing[1].code, str(missing[1]), missing[0], None)
+        self._regions.output = _final_message(self._regions.output, self._grammar.defaults, self.errors)
         return self._regions.output, events
+
+    def _settled(self, events: list[Event]) -> tuple[Message, list[Event]]:
+        """The grammar's finalize hook settles the message from the whole output (see _settle_message)."""
+        self._regions.events = events
+        defaults = self._grammar.defaults
+        try:
+            final = _settle_message(self._settle, "".join(self._log or []),
+                                    _final_message(self._regions.output, defaults, []), self._tools, events)
+        except GrammarParseError as e:
+            if self._strict:
+                raise
+            self._syntax.record(e.code, str(e), None, None)  # lenient: the regions' message stands
+            final = _final_message(self._regions.output, defaults, self.errors)
+        self._regions.output = final
+        return final, events
 
     # ------------------------------------------------------------------ lenient mode and accounting
     def _offset(self, buffer_pos: int) -> int:
         """Offset in the model output (negative inside the replayed prompt) of a buffer position."""
         return self._base + buffer_pos - self._prefix_len
 
-    def _record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
-        """Lenient mode: keep a problem with its stable code, field and output span, and tell the stream."""
-        last = self.errors[-1] if self.errors else None
-        if code in _RUN_ERRORS and last and last["code"] == code and last["field"] == field and span \
-                and last["span"] and last["span"][1] == span[0]:
-            last["span"][1] = span[1]  # one run of dropped text is one problem, however it was chunked
-            return
-        self.errors.append({"code": code, "field": field, "span": span, "message": message})
-        # the span list is shared: a run that grows later grows in the event too
-        self._regions.events.append({"type": "parse_error", "code": code, "field": field, "span": span, "message": message})
-
     def _discard(self, end: int) -> None:
         """Drop buffer text up to ``end`` (it belongs to no field), and report its span."""
         start = self._pos
         if end > start:
-            self._note_discard(self._offset(start), self._offset(end))
+            self._ledger.discard(self._offset(start), self._offset(end))
             self._pos = end
 
-    def _note_discard(self, start: int, end: int) -> None:
-        if end <= start or end <= 0:
-            return
-        start = max(start, 0)
-        if self._discarded and self._discarded[-1][1] == start:
-            self._discarded[-1][1] = end
-        else:
-            self._discarded.append([start, end])
-        if self._trace is not None:
-            self._trace.append({"kind": "discarded", "start": start, "end": end})
-
-    def _settled(self, events: list[Event]) -> tuple[Message, list[Event]]:
-        """The grammar's finalize hook settles the message from the whole output; where the streamed
-        regions disagree, one ``correction`` event says so."""
-        self._regions.events = events
-        try:
-            final = self._settle.settle("".join(self._log or []))
-        except GrammarParseError as e:
-            if self._strict:
-                raise
-            self._record(e.code, str(e), None, None)  # lenient: the regions' message stands
-            final = {k: v for k, v in self._regions.output.items() if not _is_empty(v) or k in self._grammar.defaults}
-            final["parse_errors"] = self.errors
-            self._regions.output = final
-            return final, events
-        if self._tools is not None and isinstance(final, dict):
-            for key, value in final.items():
-                final[key] = self._tools.apply(value)
-        streamed = {k: v for k, v in self._regions.output.items() if not _is_empty(v) or k in self._grammar.defaults}
-        if not isinstance(final, dict):
-            changed = sorted(streamed)
-        else:
-            changed = sorted(k for k in set(final) | set(streamed)
-                             if k not in final or k not in streamed or not _same(final[k], streamed[k]))
-        if changed:
-            events.append({"type": "correction", "fields": changed, "message": final})
-        self._regions.output = final
-        return final, events
-
-    # ------------------------------------------------------------------ the loop
+    # ------------------------------------------------------------------ the prompt, and states to go back to
     def _consume_prefix(self, prefix: str) -> None:
-        anchor = self._grammar.start_anchor
-        truncated = prefix
-        if anchor is not None:
-            # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
-            # linear matcher finishes the search (same matches); literal anchors are linear already.
-            seconds = self._options.start_anchor_seconds
-            last_end = anchor.last_end(prefix, None if anchor.literals is not None else
-                                       START_ANCHOR_LIMIT if seconds is None else seconds)
-            if last_end is not None:
-                truncated = prefix[last_end:]
-            else:
-                warnings.warn(AnchorWarning(
-                    f"the prefix holds no start anchor of grammar {self._grammar.name or '(anonymous)'} "
-                    f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
-                    "rendered with this model's chat template, or the right grammar for it (grammar_parse.detect), "
-                    'or prefix="" if the output is the whole message.'), stacklevel=caller_stacklevel())
-        if not truncated:
+        tail = _prompt_tail(self._grammar, prefix, self._options.start_anchor_seconds)
+        if not tail:
             return
         # The same prompt tail (a pre-filled "<think>\n") comes with every request: its replay is kept per
         # grammar and parser options, and a new parser starts from a copy of the state it left.
-        key = None if self._trace is not None or len(truncated) > MAX_REPLAY_CHARS else \
-            (truncated, self._strict, self._regions.extended, self._max_region, self.max_json_depth)
+        key = None if self._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
+            (tail, self._strict, self._regions.extended, self._max_region, self.max_json_depth)
         replays: dict[Any, _Replay] = self._grammar.tables.shared.setdefault("replays", {})
         if key is not None and (replay := replays.get(key)) is not None:
             self._resume(replay)
             return
-        self._prefix_len = self._regions.prefix_len = len(truncated)
-        self._buf = truncated
+        self._prefix_len = self._regions.prefix_len = len(tail)
+        self._buf = tail
         self._process(self.initial_events, eos=False)
         if key is not None and (replay := self._replay()) is not None:
             if len(replays) >= MAX_REPLAYS:
@@ -494,37 +766,37 @@ class ResponseParser:
 
     def _state(self, buf: str) -> _State:
         """This parser's state, with ``buf`` as its buffer (the buffer, or the part of it a draft keeps)."""
-        return _State(list(self._stack), buf, self._pos, self._base, (self._lines_before, self._line_start),
-                      self._run, self._last_empty, [list(d) for d in self._discarded], copy_json(self.errors),
-                      self._regions.state())
+        return _State(list(self._stack), buf, self._pos, self._base, self._syntax.run, self._last_empty,
+                      self._ledger.state(), self._regions.state())
 
     def _restore(self, state: _State) -> None:
         """Take a :meth:`_state` (copied: a replay's is shared)."""
         self._stack[:] = state.stack
         self._buf, self._pos, self._base = state.buf, state.pos, state.base
-        self._lines_before, self._line_start = state.lines
-        self._run, self._last_empty = state.run, state.last_empty
-        self._discarded = [list(d) for d in state.discarded]
-        self.errors[:] = copy_json(state.errors)
+        self._syntax.run, self._last_empty = state.run, state.last_empty
+        self._ledger.restore(state.ledger)
         self._regions.restore(state.regions)
         self._cache = SearchCache()
 
+    # ------------------------------------------------------------------ the loop
     def _process(self, events: list[Event], eos: bool) -> None:
-        self._out = events
-        self._regions.events = events if self._draft is None else self._draft.held
+        drafting = self._drafting
+        drafting.out = events
+        self._regions.events = events if drafting.open is None else drafting.open.held
         states = self._states
         parser_stack = self._stack
         while True:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
             scanner = info.scanner
-            term, hit, hold = scanner.scan(buf, pos, eos, self._cache,
-                                           -1 if scanner.value_end is None else self._value_end(scanner.value_end))
+            term, hit, hold = scanner.scan(buf, pos, eos, self._cache, -1 if scanner.value_end is None else
+                                           _json_value_end(self._frames, scanner.value_end, buf, self._base))
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
                     continue
-                if parser_stack[-1] in self._drafts and self._drafted(info, term, start, end):
+                if parser_stack[-1] in drafting.states and (drafted := drafting.take(self, info, term, start, end)) >= 0:
+                    self._route(info, drafted)
                     continue
                 if term.role == "repeat":
                     self._repeat(term, hit)
@@ -543,10 +815,10 @@ class ResponseParser:
                         continue
                     if idle or marker == self._last_empty:
                         if eos:
-                            if self._undraft():
+                            if drafting.undo(self):
                                 continue
                             self._discard(len(buf))  # transformers leaves the rest unparsed
-                            self._end()
+                            self._syntax.end()
                         break
                     self._last_empty = marker
                 self._token(term, hit)
@@ -554,9 +826,9 @@ class ResponseParser:
             if eos:
                 if pos < len(buf) and self._route(info, len(buf)):
                     continue
-                if self._undraft():
+                if drafting.undo(self):
                     continue
-                self._end()
+                self._syntax.end()
                 break
             if hold > pos and self._route(info, hold):
                 continue
@@ -566,69 +838,13 @@ class ResponseParser:
             self._fast = self._fast_path()
             self._held_space = self._holds_space()
 
-    # ------------------------------------------------------------------ drafts (grammar_parse.drafts)
-    def _drafted(self, info: StateInfo, term: Terminal, start: int, end: int) -> bool:
-        """Read a delimiter found in an open reasoning block as reasoning text, taking a draft to rewind to
-        if the block is never closed; False when the delimiter is not one to hold back."""
-        region = self._drafts[self._stack[-1]]
-        if (self._draft is not None and region is not self._draft.region) \
-                or not interrupts(self._grammar, self._stack, term, region):
-            return False
-        if any(w.role == "close" and w.region is region and closes_at(w, self._buf, start) for w in info.watch):
-            # the block's own close, spelled like another delimiter (plamo3's stray one): a draft's end
-            self._closing = self._draft is not None
-            return False
-        if end == start:  # a lookahead opener: the character it looked at is text
-            if start >= len(self._buf):
-                return False
-            end = start + 1
-        if self._draft is None:  # (the scan has reached the delimiter: _pos is its start)
-            self._draft = _Draft(region, self._state(self._buf[:start]), None if self._trace is None else len(self._trace),
-                                 [self._buf[start:]])
-            self._regions.events = self._draft.held
-        self._route(info, end)
-        return True
-
-    def _release(self) -> None:
-        """The draft was reasoning after all: its held events go out."""
-        draft, self._draft = self._draft, None
-        if draft is not None:
-            self._out.extend(draft.held)
-            self._regions.events = self._out
-
-    def _undraft(self) -> bool:
-        """At the end of the output, with a draft still open: go back to it and read its delimiter as
-        markup (the rest of the output is read as it comes, with no further drafts). False with no draft."""
-        draft, self._draft = self._draft, None
-        if draft is None:
-            return False
-        self._drafts = {}
-        self._restore(draft.state)
-        self._buf += "".join(draft.raw)
-        if self._trace is not None and draft.trace is not None:
-            del self._trace[draft.trace:]
-        self._regions.events = self._out
-        return True
-
-    def _value_end(self, region: Region) -> int:
-        """Where the open ``region``'s JSON value ends in the buffer (-1: not yet, or it is not on top).
-        The walk goes on from where the last scan left it, so the cost is linear in the region's text."""
-        frame = self._frames[-1] if self._frames else None
-        if frame is None or frame.region is not region:
-            return -1
-        walk = frame.walk
-        if walk is None:
-            walk = frame.walk = JsonWalk(frame.start + len(frame.open_text))
-        end = walk.advance(self._buf, self._base)
-        return -1 if end is None else end - self._base
-
     def _fast_path(self) -> _FastPath | None:
         """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
         a run of text is under way, nothing is held back, and the live delimiters are all literal."""
         info = self._states[self._stack[-1]]
         quiet, text = info.scanner.quiet, info.text
         if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
-                or self._run is not text or self._trace is not None or self._draft is not None:
+                or self._syntax.run is not text or self._trace is not None or self._drafting.open is not None:
             return None
         if text.role != "text":
             return (quiet.trigger, quiet.hits, quiet.hold_space, None)
@@ -641,7 +857,7 @@ class ResponseParser:
         """Whether the scan stopped at a whitespace run that only a leading ``\\s*`` may claim (a region's
         opener followed by a flood, before any text): more whitespace then cannot change what the scan
         decides, so feed() holds it aside without scanning or copying the buffer."""
-        if self._draft is not None:
+        if self._drafting.open is not None:
             return False  # (a draft keeps every piece of output it may read again)
         scanner = self._states[self._stack[-1]].scanner
         run = len(self._buf) - self._pos
@@ -654,9 +870,10 @@ class ResponseParser:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
         live changed on the way (an ordered grammar), so the caller must scan again from the new place."""
         pos, wanted = self._pos, end
-        if info.text_sensitive and self._run is not info.text and end - pos > 1:
+        syntax = self._syntax
+        if info.text_sensitive and syntax.run is not info.text and end - pos > 1:
             end = pos + 1  # the first character decides the new state; scan the rest under it
-        self._text(info.text, self._buf[pos:end])
+        syntax.text(info.text, self._buf[pos:end], self._base + pos - self._prefix_len)
         self._pos = end
         return end < wanted or self._states[self._stack[-1]].scanner is not info.scanner
 
@@ -665,141 +882,35 @@ class ResponseParser:
         cut = self._pos - self._grammar.tables.context
         if cut > 0:
             lo = max(self._prefix_len - self._base, 0)  # (the replayed prompt has no lines of the output)
-            self._count_lines(self._buf, lo, cut, self._offset(0))
+            self._ledger.count_lines(self._buf, lo, cut, self._offset(0))
             self._buf = self._buf[cut:]
             self._pos -= cut
             self._base += cut
             self._cache.clear()
-
-    def _count_lines(self, text: str, lo: int, hi: int, start: int) -> None:
-        """Note the lines of output ``text[lo:hi]`` as it leaves the buffer (``start``: the output offset
-        of ``text[0]``); counted in place, not copied."""
-        last = text.rfind("\n", lo, hi)
-        if last >= 0:
-            self._lines_before += text.count("\n", lo, hi)
-            self._line_start = start + last + 1
-
-    def _line_column(self, offset: int) -> tuple[int, int] | None:
-        """1-based line and column of an output offset still in the buffer (None before it, or in the prompt)."""
-        q = offset + self._prefix_len - self._base
-        if offset < 0 or not 0 <= q <= len(self._buf):
-            return None
-        lo = max(self._prefix_len - self._base, 0)
-        newline = self._buf.rfind("\n", lo, q)
-        line = self._lines_before + self._buf.count("\n", lo, q) + 1
-        line_start = self._offset(newline + 1) if newline >= 0 else self._line_start
-        return line, offset - line_start + 1
-
-    def _text(self, term: Terminal | None, text: str) -> None:
-        start = self._offset(self._pos)
-        if term is None:
-            term = self._accepted_text()
-        if term is None:
-            if self._strict:
-                raise self._unexpected(f"text {text[:40]!r} where the grammar allows none")
-            # the message names no text: a run of stray text is one error however it was chunked
-            self._record("parse.unexpected", "text where the grammar allows none was discarded (see the span)",
-                         None, [start, start + len(text)])
-            self._note_discard(start, start + len(text))
-            return
-        if self._run is not term:
-            self._run = None
-            self._shift(term.name)  # (the text itself never goes to the parser: no copy)
-            self._run = term
-        if term.role != "text":
-            self._note_discard(start, start + len(text))
-            return
-        frame = self._frames[-1]
-        frame.size += len(text)
-        if frame.size > self._max_region:
-            if self._strict:
-                raise ParseError(f"region {frame.field} is longer than {self._max_region} characters",
-                                 code="parse.region_too_large", field=frame.field,
-                                 position=frame.start - self._prefix_len,
-                                 hint="Raise max_region_chars if such output is expected.")
-            keep = max(0, len(text) - (frame.size - self._max_region))
-            if keep < len(text):
-                self._record("parse.region_too_large", f"region {frame.field} is longer than {self._max_region} "
-                             "characters; the rest of it is discarded", frame.field, [start + keep, start + len(text)])
-            self._note_discard(start + keep, start + len(text))
-            text = text[:keep]
-            if not text:
-                return
-        if self._trace is not None:
-            self._trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
-        self._regions.events.append(self._regions.chunk(frame, text))
-
-    def _accepted_text(self) -> Terminal | None:
-        """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
-        for term in self._states[self._stack[-1]].text_candidates:
-            if feed(self._table, list(self._stack), term.name, {}):  # (no callbacks: a trial changes nothing)
-                return term
-        return None
 
     def _repeat(self, term: Terminal, hit: Hit) -> None:
         """An opener written again at the start of its region is markup: consumed, no token. (Text that
         reached the region first, whitespace of the prompt, makes it text after all.)"""
         frame = self._frames[-1] if self._frames else None
         if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
-            self._text(None, self._buf[hit[0]:hit[1]])
+            self._syntax.text(None, self._buf[hit[0]:hit[1]], self._offset(self._pos))
         elif self._trace is not None:
             self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
                                 "end": self._offset(hit[1])})
         self._pos = hit[1]
 
     def _token(self, term: Terminal, hit: Any) -> None:
-        self._run = None
+        syntax = self._syntax
+        syntax.run = None
         if self._trace is not None and hit[1] > hit[0]:
             self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
                                 "end": self._offset(hit[1])})
-        text = self._buf[hit[0]:hit[1]]
-        self._regions.shifting = (term, self._base + hit[0], text, hit[2])
-        self._shift(term.name)
-        self._regions.shifting = None
-        draft = self._draft
+        syntax.regions.shifting = (term, self._base + hit[0], self._buf[hit[0]:hit[1]], hit[2])
+        syntax.shift(term.name)
+        syntax.regions.shifting = None
+        draft = self._drafting.open
         if draft is not None:
-            closing, self._closing = self._closing, False
-            if closing or term.role == "close" and term.region is draft.region:
-                if self._reading == "fallback":
-                    draft.closed = True  # reasoning, unless the output ends with no call after the block
-                else:
-                    self._release()  # the reasoning block closed: what it held was reasoning
-            elif draft.closed and term.role == "open" and term.region is not None and is_call_region(term.region):
-                self._release()  # a call after the block: the one in it was a draft
-
-    def _shift(self, name: str) -> None:
-        stack, table = self._stack, self._table
-        if not feed(table, stack, name, self._callbacks, self._regions):
-            raise self._unexpected(f"{name} is not allowed here (expected {self._expected()})")
-        # Reduce at once where no lookahead is needed, so regions close when their delimiter completes.
-        states = self._states
-        callbacks, regions = self._callbacks, self._regions
-        while (rule := states[stack[-1]].default_rule) is not None:
-            reduce(table, stack, rule, callbacks.get(rule), regions)
-
-    def _end(self) -> None:
-        self._run = None
-        end_state = self._grammar.tables.parse_table.end_states["start"]
-        if not feed(self._table, self._stack, "$END", self._callbacks, self._regions, end_state):
-            # The output stopped where the grammar wanted more (a region's close delimiter, a required
-            # part): close what is open, innermost first, as a truncated stream should be.
-            self._regions.close_open()
-
-    def _expected(self) -> list[str]:
-        """The terminals the parser takes in its current state."""
-        return sorted(name for name in self._table[self._stack[-1]] if name.isupper() and name != "$END")
-
-    def _unexpected(self, what: str) -> ParseError:
-        """Input the grammar does not allow here (stray text, a delimiter out of place): the same code as
-        the lenient record of it."""
-        return ParseError(
-            f"unexpected input at offset {self._offset(self._pos)}: {what}",
-            code="parse.unexpected",
-            position=self._offset(self._pos),
-            message_so_far=self._regions.output,
-            expected=self._expected(),
-            hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
-        )
+            self._drafting.after_shift(draft, term, self._regions)
 
 
 @overload
