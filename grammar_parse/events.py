@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict, Union
 
-#: A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``.
-Message = dict[str, Any]
-
 # Optional keys come from a ``total=False`` subclass (not NotRequired) so the required/optional key sets
 # are right at run time on Python 3.10 too, without typing_extensions.
 
@@ -63,17 +60,57 @@ class RegionClose(_RegionCloseKeys, total=False):
     path: list[str | int]
 
 
-class ParseErrorEvent(TypedDict):
-    """Lenient mode (``strict=False``): a problem was recorded instead of raised. The same dict (less
-    ``type``) is in ``ResponseParser.errors`` and the message's ``parse_errors``. ``code`` is a stable
-    error code, ``field`` the field it concerns (or None), ``span`` the [start, end) output offsets it
-    covers (or None)."""
+class ParseProblem(TypedDict):
+    """A problem lenient mode recorded instead of raising: an entry of the message's ``parse_errors`` and
+    of ``ResponseParser.errors``. ``code`` is a stable error code, ``field`` the field it concerns (or
+    None), ``span`` the [start, end) output offsets it covers (or None)."""
 
-    type: Literal["parse_error"]
     code: str
     field: str | None
     span: list[int] | None
     message: str
+
+
+class ParseErrorEvent(ParseProblem):
+    """Lenient mode (``strict=False``): a problem was recorded instead of raised (the
+    :class:`ParseProblem`, with its ``type``)."""
+
+    type: Literal["parse_error"]
+
+
+class CallProblem(TypedDict):
+    """An entry of a tool call's ``errors`` (lenient mode, or ``tools=`` checks): where in the call
+    (``$.function.arguments.city``), what is wrong, and a stable code."""
+
+    path: str
+    message: str
+    code: str
+
+
+class ToolFunction(TypedDict):
+    """A tool call's ``function``: the name, and the arguments as parsed (a dict for JSON-object
+    arguments; in lenient mode, arguments that did not parse are the model's text)."""
+
+    name: str
+    arguments: Any
+
+
+class _ToolCallKeys(TypedDict):
+    type: str
+    function: ToolFunction
+
+
+class ToolCall(_ToolCallKeys, total=False):
+    """An entry of the message's ``tool_calls``: ``{"type": "function", "function": {"name",
+    "arguments"}}``, with ``id`` where the format writes one and ``errors`` where something was wrong."""
+
+    id: str
+    errors: list[CallProblem]
+
+
+#: A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``; its
+#: ``tool_calls`` are :class:`ToolCall`, its ``parse_errors`` :class:`ParseProblem`.
+Message = dict[str, Any]
 
 
 class Correction(TypedDict):
@@ -109,12 +146,16 @@ def merge_chunks(events: list[Event]) -> list[Event]:
 
 
 __all__ = [
+    "CallProblem",
     "Correction",
     "Event",
     "Message",
     "ParseErrorEvent",
+    "ParseProblem",
     "RegionChunk",
     "RegionClose",
     "RegionOpen",
+    "ToolCall",
+    "ToolFunction",
     "merge_chunks",
 ]
