@@ -380,6 +380,56 @@ def _count(what: str, values: Any, limit: int) -> None:
         raise _refuse("invalid_request", f"{what}: at most {limit} are accepted (this one has {len(values)})")
 
 
+async def _body(ctx: _Request, limits: Limits) -> bytes:
+    """The request's body, as JSON declared, at most ``limits.max_body`` bytes, arriving within
+    ``limits.body_timeout`` s."""
+    content_type = _header(ctx.scope, b"content-type").split(b";")[0].strip().lower()
+    if content_type != b"application/json":
+        raise _refuse("unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
+    declared = _header(ctx.scope, b"content-length")
+    if declared:
+        if not declared.isdigit():
+            raise _refuse("invalid_request", "Content-Length is not a number")
+        if int(declared) > limits.max_body:
+            raise _refuse("request_too_large", f"the body may be at most {limits.max_body} bytes",
+                          headers=[(b"connection", b"close")])
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        while True:
+            message = await ctx.receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            data = message.get("body", b"")
+            size += len(data)
+            if size > limits.max_body:
+                raise _refuse("request_too_large", f"the body may be at most {limits.max_body} bytes",
+                              headers=[(b"connection", b"close")])
+            chunks.append(data)
+            if not message.get("more_body"):
+                return
+
+    try:
+        await asyncio.wait_for(read(), limits.body_timeout)
+    except asyncio.TimeoutError:
+        raise _refuse("request_timeout", f"the body did not arrive within {limits.body_timeout:g} s",
+                      headers=[(b"connection", b"close")]) from None
+    return b"".join(chunks)
+
+def _decode(body: bytes, validator: Draft202012Validator, counted: tuple[str, str], limits: Limits) -> dict[str, Any]:
+    """The request from its body (run in a worker thread: validation costs ~1.7 ms per input item);
+    ``counted`` names its list of items (or messages) and its list of tools, bounded by the limits."""
+    request = read_json(body, limits)
+    if isinstance(request, dict):  # (limits before the schema: they bound what validation costs)
+        _count(counted[0], request.get(counted[0]), limits.max_items)
+        _count(counted[1], request.get(counted[1]), limits.max_tools)
+    _validate(validator, request)
+    _check_numbers(request)
+    return request  # type: ignore[no-any-return]  # (_validate has checked it is an object)
+
+
 # ---------------------------------------------------------------------------- Chat Completions requests
 _TEXT_PARTS = {"type": "array", "items": {"type": "object", "properties": {"type": {"type": "string"}},
                                           "required": ["type"]}}
@@ -931,37 +981,8 @@ class LMSPApp:
         if scope["type"] != "http":
             return
         ctx = _Request(scope, receive, send, secrets.token_hex(8))
-        loop = asyncio.get_running_loop()
         send_timeout = self.limits.send_timeout
-
-        async def logged_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                ctx.status = message["status"]
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", ctx.id.encode())]}
-            # A client that does not read fills the connection's buffers and the server's send waits: bounded
-            # by cancelling the waiting task (a timer costs ~1 us a send, a wait_for task ~20 us).
-            task = asyncio.current_task()
-            stalled = False
-
-            def give_up() -> None:
-                nonlocal stalled
-                stalled = True
-                if task is not None:
-                    task.cancel()
-
-            timer = loop.call_later(send_timeout, give_up)
-            try:
-                await send(message)
-            except asyncio.CancelledError:
-                if not stalled:
-                    raise
-                if task is not None and hasattr(task, "uncancel"):
-                    task.uncancel()
-                raise _ClientStalled from None
-            finally:
-                timer.cancel()
-
-        ctx.send = logged_send
+        ctx.send = _logged_send(ctx, send_timeout)
         _request_id.set(ctx.id)  # (each ASGI call runs in its own task, so in its own context)
         started = time.perf_counter()
         self.in_progress += 1
@@ -1071,54 +1092,6 @@ class LMSPApp:
         if version and not re.fullmatch(rb"\s*1(\.\d+)?\s*", version):
             raise _refuse("unsupported_version", f"this service speaks LMSP 1.0, not {_short(version.decode('latin-1'), 40)!r}")
 
-    # ------------------------------------------------------------------ request bodies
-    async def _body(self, ctx: _Request) -> bytes:
-        limits = self.limits
-        content_type = _header(ctx.scope, b"content-type").split(b";")[0].strip().lower()
-        if content_type != b"application/json":
-            raise _refuse("unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
-        declared = _header(ctx.scope, b"content-length")
-        if declared:
-            if not declared.isdigit():
-                raise _refuse("invalid_request", "Content-Length is not a number")
-            if int(declared) > limits.max_body:
-                raise _refuse("request_too_large", f"the body may be at most {limits.max_body} bytes",
-                              headers=[(b"connection", b"close")])
-        chunks: list[bytes] = []
-        size = 0
-
-        async def read() -> None:
-            nonlocal size
-            while True:
-                message = await ctx.receive()
-                if message["type"] == "http.disconnect":
-                    raise _ClientGone
-                data = message.get("body", b"")
-                size += len(data)
-                if size > limits.max_body:
-                    raise _refuse("request_too_large", f"the body may be at most {limits.max_body} bytes",
-                                  headers=[(b"connection", b"close")])
-                chunks.append(data)
-                if not message.get("more_body"):
-                    return
-
-        try:
-            await asyncio.wait_for(read(), limits.body_timeout)
-        except asyncio.TimeoutError:
-            raise _refuse("request_timeout", f"the body did not arrive within {limits.body_timeout:g} s",
-                          headers=[(b"connection", b"close")]) from None
-        return b"".join(chunks)
-
-    def _decode(self, body: bytes, validator: Draft202012Validator, counted: tuple[str, str]) -> dict[str, Any]:
-        """The request from its body (run in a worker thread: validation costs ~1.7 ms per input item)."""
-        request = read_json(body, self.limits)
-        if isinstance(request, dict):  # (limits before the schema: they bound what validation costs)
-            _count(counted[0], request.get(counted[0]), self.limits.max_items)
-            _count(counted[1], request.get(counted[1]), self.limits.max_tools)
-        _validate(validator, request)
-        _check_numbers(request)
-        return request  # type: ignore[no-any-return]  # (_validate has checked it is an object)
-
     def _check_model(self, request: dict[str, Any]) -> None:
         if request["model"] != self.model:
             raise _refuse("model_not_found", f"this service serves {self.model!r}, not {_short(request['model'], 80)!r}")
@@ -1127,8 +1100,8 @@ class LMSPApp:
 
     # ------------------------------------------------------------------ LMSP
     async def _lmsp_create(self, ctx: _Request) -> None:
-        body = await self._body(ctx)
-        request = await asyncio.to_thread(self._decode, body, self.request_schema, ("input", "tools"))
+        body = await _body(ctx, self.limits)
+        request = await asyncio.to_thread(_decode, body, self.request_schema, ("input", "tools"), self.limits)
         self._check_model(request)
         if (request.get("response_format") or {}).get("type") == "json_schema":
             raise _refuse("unsupported_capability", "structured output is not available for this model")
@@ -1155,7 +1128,7 @@ class LMSPApp:
         if streaming:
             await ctx.send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), _VERSION]})
-        done = await self._watch(ctx, self._generate(output, generation, choice, ctx.send if streaming else None))
+        done = await _watch(ctx, _generate(self.compiled, output, generation, choice, ctx.send if streaming else None))
         if done is None:
             return
         assert isinstance(done, _LMSPOutput)
@@ -1180,24 +1153,13 @@ class LMSPApp:
         return generation
 
     def _backend_problem(self, error: Exception) -> HTTPProblem:
-        document = self.client_problem(self._backend_error(error))
+        document = self.client_problem(_backend_error(error))
         return HTTPProblem(document["status"], document["code"], document["detail"], document["title"])
-
-    @staticmethod
-    def _backend_error(error: Exception) -> dict[str, Any]:
-        """The problem of a backend that failed (its detail is logged, never sent: see client_problem)."""
-        said = getattr(error, "problem", None)
-        if callable(said):  # (an UpstreamError says its own: 502, 504 for a stall)
-            document: dict[str, Any] = said()
-            document["detail"] = f"[{getattr(error, 'code', 'upstream')}] {document.get('detail')}"
-            return document
-        _log.warning("request_id=%s the backend failed", _request_id.get(), exc_info=error)
-        return problem("upstream_failed", f"{type(error).__name__}: {error}", 502, "The model server failed")
 
     # ------------------------------------------------------------------ Chat Completions
     async def _chat_create(self, ctx: _Request) -> None:
-        body = await self._body(ctx)
-        request = await asyncio.to_thread(self._decode, body, self.chat_schema, ("messages", "tools"))
+        body = await _body(ctx, self.limits)
+        request = await asyncio.to_thread(_decode, body, self.chat_schema, ("messages", "tools"), self.limits)
         self._check_model(request)
         refused = _chat_unsupported(request)
         if refused is not None:
@@ -1227,7 +1189,7 @@ class LMSPApp:
         if streaming:
             await ctx.send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        done = await self._watch(ctx, self._generate(output, generation, choice, ctx.send if streaming else None))
+        done = await _watch(ctx, _generate(self.compiled, output, generation, choice, ctx.send if streaming else None))
         if done is None:
             return
         assert isinstance(done, _ChatOutput)
@@ -1242,140 +1204,153 @@ class LMSPApp:
             "choices": [{"index": 0, "message": done.message(), "finish_reason": done.stream.finish_reason,
                          "logprobs": None}], "usage": done.usage})
 
-    # ------------------------------------------------------------------ generation
-    async def _watch(self, ctx: _Request, work: Awaitable[_Output]) -> _Output | None:
-        """Run a generation while watching the connection: a client that leaves cancels it (its pieces are
-        closed, so an upstream stops too). None when the client left."""
-        task = asyncio.ensure_future(work)
 
-        async def gone() -> None:
-            while (await ctx.receive())["type"] != "http.disconnect":
-                pass
 
-        watcher = asyncio.ensure_future(gone())
+# ---------------------------------------------------------------------------- one generation, run and framed
+async def _watch(ctx: _Request, work: Awaitable[_Output]) -> _Output | None:
+    """Run a generation while watching the connection: a client that leaves cancels it (its pieces are
+    closed, so an upstream stops too). None when the client left."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await ctx.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        ctx.outcome = "client_closed"
+        task.cancel()
         try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            ctx.outcome = "client_closed"
+            await task
+        except asyncio.CancelledError:
+            pass
+        return None
+    finally:
+        watcher.cancel()
+        if not task.done():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            return None
-        finally:
-            watcher.cancel()
-            if not task.done():
-                task.cancel()
 
-    async def _generate(self, output: _Output, generation: Generation, choice: ToolChoice,
-                        send: Send | None) -> _Output:
-        """Feed the backend's pieces to ``output``, sending its frames as they come when ``send`` is given
-        (streaming); returns the output as it ended (a truncated one re-read leniently: a new output)."""
-        pieces: list[str] = []
-        digest = hashlib.blake2b(digest_size=16)
-        sent = 0
-        calls = 0
+async def _generate(grammar: Grammar, output: _Output, generation: Generation, choice: ToolChoice,
+                    send: Send | None) -> _Output:
+    """Feed the backend's pieces to ``output`` (parsed by ``grammar``), sending its frames as they come when ``send`` is given
+    (streaming); returns the output as it ended (a truncated one re-read leniently: a new output)."""
+    pieces: list[str] = []
+    digest = hashlib.blake2b(digest_size=16)
+    sent = 0
+    calls = 0
 
-        async def emit(outs: list[dict[str, Any]]) -> None:
-            nonlocal sent
-            sent += len(outs)
-            if send is not None and outs:
-                frames = [output.frame(out) for out in outs]
-                for frame in frames:
-                    digest.update(frame)
-                await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+    async def emit(outs: list[dict[str, Any]]) -> None:
+        nonlocal sent
+        sent += len(outs)
+        if send is not None and outs:
+            frames = [output.frame(out) for out in outs]
+            for frame in frames:
+                digest.update(frame)
+            await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
 
-        def check(outs: list[dict[str, Any]]) -> str | None:
-            nonlocal calls
-            for name in output.calls(outs):
-                calls += 1
-                if (why := choice.on_call(name, calls)) is not None:
-                    return why
-            return None
-
-        source = generation.pieces
-        exhausted = False
-        try:
-            try:
-                async for piece in source:
-                    pieces.append(piece)
-                    outs = output.feed(piece)
-                    if (why := check(outs)) is not None:
-                        outs += output.fail(_violated(why))
-                    await emit(outs)
-                    if output.ended:
-                        break
-                else:
-                    exhausted = True
-            except _ClientStalled:
-                raise  # (nothing more can be sent: the pieces are closed below)
-            except Exception as e:  # noqa: BLE001 - a backend failing mid-generation ends the response cleanly
-                exhausted = True  # (an iterator that raised is finished)
-                await emit(output.fail(self._backend_error(e)))
-        finally:
-            if not exhausted:
-                await _close(source)
-        if output.ended:
-            return output
-        outs = output.finish(generation)
-        if output.failure is not None and output.failure["code"] == "parse_failed" and generation.truncated:
-            # Cut at the token limit inside a region: what was parsed is kept, leniently, so the response ends
-            # incomplete rather than failed. The re-read gives what was sent again (same pieces, same ids).
-            again = self._reread(output, pieces, generation, sent, digest.digest() if send is not None else None)
-            if again is not None:
-                output, outs = again
-        elif output.failure is None:
-            why = check(outs) or (None if generation.truncated else choice.at_end(calls))
-            if why is not None:
-                output.violate(_violated(why))
-        await emit(outs + output.close())
-        return output
-
-    def _reread(self, output: _Output, pieces: list[str], generation: Generation, sent: int,
-                digest: bytes | None) -> tuple[_Output, list[dict[str, Any]]] | None:
-        """A truncated output read again leniently, with a delimiter cut part-way at its end dropped: the
-        new output and what it has to send beyond the ``sent`` outputs already sent (whose ``digest``, when
-        streaming, they must match). None when they would not match: the failure stands."""
-        for trimmed in (self._trim(pieces), pieces):
-            again, outs = output.lenient(trimmed, generation)
-            if digest is not None:
-                check = hashlib.blake2b(digest_size=16)
-                for out in outs[:sent]:
-                    check.update(again.frame(out))
-                if check.digest() != digest:
-                    continue
-            return again, outs[sent:]
+    def check(outs: list[dict[str, Any]]) -> str | None:
+        nonlocal calls
+        for name in output.calls(outs):
+            calls += 1
+            if (why := choice.on_call(name, calls)) is not None:
+                return why
         return None
 
-    def _trim(self, pieces: list[str]) -> list[str]:
-        """The pieces without a delimiter the output was cut inside of at its end (``</tool_c``)."""
-        text = "".join(pieces)
-        cut = len(text)
-        lo = max(0, cut - 64)  # (delimiters are short: only the very end can hold a cut one)
-        for terminal in self.compiled.terminals.values():
-            matcher = terminal.matcher
-            if terminal.role not in ("open", "close", "delimiter") or matcher is None:
+    source = generation.pieces
+    exhausted = False
+    try:
+        try:
+            async for piece in source:
+                pieces.append(piece)
+                outs = output.feed(piece)
+                if (why := check(outs)) is not None:
+                    outs += output.fail(_violated(why))
+                await emit(outs)
+                if output.ended:
+                    break
+            else:
+                exhausted = True
+        except _ClientStalled:
+            raise  # (nothing more can be sent: the pieces are closed below)
+        except Exception as e:  # noqa: BLE001 - a backend failing mid-generation ends the response cleanly
+            exhausted = True  # (an iterator that raised is finished)
+            await emit(output.fail(_backend_error(e)))
+    finally:
+        if not exhausted:
+            await _close(source)
+    if output.ended:
+        return output
+    outs = output.finish(generation)
+    if output.failure is not None and output.failure["code"] == "parse_failed" and generation.truncated:
+        # Cut at the token limit inside a region: what was parsed is kept, leniently, so the response ends
+        # incomplete rather than failed. The re-read gives what was sent again (same pieces, same ids).
+        again = _reread(grammar, output, pieces, generation, sent, digest.digest() if send is not None else None)
+        if again is not None:
+            output, outs = again
+    elif output.failure is None:
+        why = check(outs) or (None if generation.truncated else choice.at_end(calls))
+        if why is not None:
+            output.violate(_violated(why))
+    await emit(outs + output.close())
+    return output
+
+def _reread(grammar: Grammar, output: _Output, pieces: list[str], generation: Generation, sent: int,
+            digest: bytes | None) -> tuple[_Output, list[dict[str, Any]]] | None:
+    """A truncated output read again leniently, with a delimiter cut part-way at its end dropped: the
+    new output and what it has to send beyond the ``sent`` outputs already sent (whose ``digest``, when
+    streaming, they must match). None when they would not match: the failure stands."""
+    for trimmed in (_trim(grammar, pieces), pieces):
+        again, outs = output.lenient(trimmed, generation)
+        if digest is not None:
+            check = hashlib.blake2b(digest_size=16)
+            for out in outs[:sent]:
+                check.update(again.frame(out))
+            if check.digest() != digest:
                 continue
-            _, pending = matcher.probe(text, lo, matcher.search(text, lo))
-            if pending == -1 or pending >= cut:
-                continue
-            whole = matcher.search(text, pending)
-            if whole is not None and whole[0] == pending and whole[1] == len(text):
-                continue  # (a complete delimiter at the end: kept)
-            cut = pending
-        if cut == len(text):
-            return pieces
-        kept: list[str] = []
-        length = 0
-        for piece in pieces:
-            if length + len(piece) >= cut:
-                kept.append(piece[:cut - length])
-                break
-            kept.append(piece)
-            length += len(piece)
-        return [p for p in kept if p]
+        return again, outs[sent:]
+    return None
+
+def _trim(grammar: Grammar, pieces: list[str]) -> list[str]:
+    """The pieces without a delimiter the output was cut inside of at its end (``</tool_c``)."""
+    text = "".join(pieces)
+    cut = len(text)
+    lo = max(0, cut - 64)  # (delimiters are short: only the very end can hold a cut one)
+    for terminal in grammar.terminals.values():
+        matcher = terminal.matcher
+        if terminal.role not in ("open", "close", "delimiter") or matcher is None:
+            continue
+        _, pending = matcher.probe(text, lo, matcher.search(text, lo))
+        if pending == -1 or pending >= cut:
+            continue
+        whole = matcher.search(text, pending)
+        if whole is not None and whole[0] == pending and whole[1] == len(text):
+            continue  # (a complete delimiter at the end: kept)
+        cut = pending
+    if cut == len(text):
+        return pieces
+    kept: list[str] = []
+    length = 0
+    for piece in pieces:
+        if length + len(piece) >= cut:
+            kept.append(piece[:cut - length])
+            break
+        kept.append(piece)
+        length += len(piece)
+    return [p for p in kept if p]
+
+
+def _backend_error(error: Exception) -> dict[str, Any]:
+    """The problem of a backend that failed (its detail is logged, never sent: see client_problem)."""
+    said = getattr(error, "problem", None)
+    if callable(said):  # (an UpstreamError says its own: 502, 504 for a stall)
+        document: dict[str, Any] = said()
+        document["detail"] = f"[{getattr(error, 'code', 'upstream')}] {document.get('detail')}"
+        return document
+    _log.warning("request_id=%s the backend failed", _request_id.get(), exc_info=error)
+    return problem("upstream_failed", f"{type(error).__name__}: {error}", 502, "The model server failed")
 
 
 class _ClientGone(Exception):
@@ -1391,6 +1366,42 @@ _VERSION = (b"lmsp-version", b"1.0")
 # a JSON response, a comment line before a stream's final event (LMSP's usage object takes no other keys).
 _ESTIMATED = (b"x-usage-estimated", b"true")
 _ESTIMATED_COMMENT = b": usage estimated (the model server counted no tokens)\n"
+
+
+def _logged_send(ctx: _Request, send_timeout: float) -> Send:
+    """The request's ``send``, noting the response's status (for the log line) and adding its
+    ``X-Request-ID``, and given up on (:class:`_ClientStalled`) when one send waits ``send_timeout`` s."""
+    send = ctx.send
+    loop = asyncio.get_running_loop()
+
+    async def logged_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            ctx.status = message["status"]
+            message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", ctx.id.encode())]}
+        # A client that does not read fills the connection's buffers and the server's send waits: bounded
+        # by cancelling the waiting task (a timer costs ~1 us a send, a wait_for task ~20 us).
+        task = asyncio.current_task()
+        stalled = False
+
+        def give_up() -> None:
+            nonlocal stalled
+            stalled = True
+            if task is not None:
+                task.cancel()
+
+        timer = loop.call_later(send_timeout, give_up)
+        try:
+            await send(message)
+        except asyncio.CancelledError:
+            if not stalled:
+                raise
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
+            raise _ClientStalled from None
+        finally:
+            timer.cancel()
+
+    return logged_send
 
 
 def _header(scope: Scope, name: bytes) -> bytes:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
 from .arguments import caller_stacklevel, expect_text
-from .delimiters import REGEX_SPACE, Hit, JsonWalk
+from .delimiters import REGEX_SPACE, JsonWalk
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
@@ -61,7 +61,7 @@ class _State(NamedTuple):
 
 
 class _Replay(NamedTuple):
-    """A parser's state after replaying a prompt tail (see ResponseParser._consume_prefix)."""
+    """A parser's state after replaying a prompt tail (see _replay_prompt)."""
 
     state: _State
     prefix_len: int
@@ -108,7 +108,7 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
-#: What feed() needs to route a quiet chunk without scanning (see ResponseParser._fast_path): the one
+#: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
 #: trigger character or the search for several, whether a trailing whitespace run is held back, and
 #: the open region (None: the text belongs to no field).
 _FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
@@ -194,8 +194,9 @@ class _DraftReading:
 
     __slots__ = ("reading", "states", "open", "closing", "out")
 
-    def __init__(self, reading: str) -> None:
-        self.reading = reading
+    def __init__(self, grammar: Grammar, asked: str | bool | None) -> None:
+        # (the reading asked for, else the grammar's calls_in_reasoning directive)
+        self.reading = reading(grammar.calls_in_reasoning if asked is None else asked)
         # The parser states of an open reasoning block, where markup is read as a draft, unless calls are
         # asked for; none while the prompt is replayed (its tail ends where the output starts): see arm().
         self.states: Mapping[int, Region] = {}
@@ -305,34 +306,77 @@ def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
     return prefix
 
 
-def _final_message(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
-    """The message as a parser returns it: empty fields left out (the template's defaults kept), and the
-    lenient-mode problems under ``parse_errors``."""
-    final = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
+def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
+    """Replay in ``parser`` the tail of the prompt its output continues (see _prompt_tail), so that a region
+    the template opened (``<think>`` in the prompt) is open when the output starts; its events are the
+    parser's ``initial_events``. The same tail (a pre-filled "<think>\n") comes with every request: its
+    replay is kept per grammar and parser options, and a new parser starts from a copy of the state it left."""
+    tail = _prompt_tail(parser.grammar, prefix, parser.options.start_anchor_seconds)
+    if not tail:
+        return
+    key = None if parser._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
+        (tail, parser._strict, parser._regions.extended, parser._max_region, parser.max_json_depth)
+    replays: dict[Any, _Replay] = parser.grammar.tables.shared.setdefault("replays", {})
+    if key is not None and (replay := replays.get(key)) is not None:
+        parser._restore(replay.state)
+        parser._prefix_len = replay.prefix_len
+        parser.initial_events = copy_json(replay.events)
+        parser._quiet()
+        return
+    parser._prefix_len = parser._regions.prefix_len = len(tail)
+    parser._buf = tail
+    parser._process(parser.initial_events, eos=False)
+    # (not kept when it holds what the snapshot does not carry: errors, or the region builder's exceptions)
+    if key is not None and parser._regions.shareable() and not parser.errors and parser._log is None:
+        if len(replays) >= MAX_REPLAYS:
+            replays.pop(next(iter(replays), None), None)  # the oldest (another thread may have taken it)
+        replays[key] = _Replay(parser._state(parser._buf), parser._prefix_len, copy_json(parser.initial_events))
+
+
+def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
+    """The message at the end of the output: a required field it did not give is an error (recorded in
+    lenient mode), empty fields are left out (the template's defaults kept), and the lenient-mode problems
+    go under ``parse_errors``."""
+    output = syntax.regions.output
+    missing = [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
+    if missing:
+        error = ParseError(
+            f"Required response_template fields missing from parsed output: {missing}",
+            code="parse.missing_field",
+            message_so_far=output,
+            hint="The model did not produce them; mark the fields optional if that is acceptable.",
+        )
+        if strict:
+            raise error
+        syntax.record(error.code, str(error), missing[0], None)
+    syntax.regions.output = _without_empty(output, grammar.defaults, syntax.ledger.errors)
+    return syntax.regions.output
+
+
+def _without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
+    """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
+    ``parse_errors`` when there are any."""
+    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
     if errors:
         final["parse_errors"] = errors
     return final
 
 
-def _missing_fields(grammar: Grammar, output: Message) -> tuple[str, ParseError] | None:
-    """The first required field the output did not give, with the error that says which are missing."""
-    missing = [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
-    if not missing:
-        return None
-    return missing[0], ParseError(
-        f"Required response_template fields missing from parsed output: {missing}",
-        code="parse.missing_field",
-        message_so_far=output,
-        hint="The model did not produce them; mark the fields optional if that is acceptable.",
-    )
-
-
-def _settle_message(settle: Any, text: str, streamed: Message, tools: ToolTypes | None,
-                    events: list[Event]) -> Message:
+def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTypes | None, strict: bool,
+                     events: list[Event]) -> Message:
     """A settled grammar's message: its finalize hook's run over the whole output ``text``, typed by the
-    tools; where it disagrees with the ``streamed`` message, one ``correction`` event in ``events`` says
-    which fields. The hook's error is raised."""
-    final: Message = settle.settle(text)
+    tools; where it disagrees with the streamed regions, one ``correction`` event in ``events`` says which
+    fields. When the hook fails, lenient mode records why and the regions' message stands."""
+    syntax.regions.events = events
+    streamed = _without_empty(syntax.regions.output, grammar.defaults, [])
+    try:
+        final: Message = grammar.settle.settle(text)
+    except GrammarParseError as e:
+        if strict:
+            raise
+        syntax.record(e.code, str(e), None, None)  # lenient: the regions' message stands
+        syntax.regions.output = _without_empty(syntax.regions.output, grammar.defaults, syntax.ledger.errors)
+        return syntax.regions.output
     if tools is not None and isinstance(final, dict):
         for key, value in final.items():
             final[key] = tools.apply(value)
@@ -343,7 +387,27 @@ def _settle_message(settle: Any, text: str, streamed: Message, tools: ToolTypes 
                          if k not in final or k not in streamed or not _same(final[k], streamed[k]))
     if changed:
         events.append({"type": "correction", "fields": changed, "message": final})
+    syntax.regions.output = final
     return final
+
+
+def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _FastPath | None:
+    """What feed() needs to route a quiet chunk without scanning, if the parser state ``info`` allows it:
+    a run of its text is under way (``run``), and the live delimiters are all literal."""
+    quiet, text = info.scanner.quiet, info.text
+    if quiet is None or text is None or run is not text:
+        return None
+    if text.role != "text":
+        return (quiet.trigger, quiet.hits, quiet.hold_space, None)
+    frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
+    if info.scanner.value_end is not None and frame.walk is None:
+        return None  # the walk to the value's end has not started
+    return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
+
+
+def _finalized_error() -> FinalizedError:
+    return FinalizedError("ResponseParser already finalized", code="usage.finalized",
+                          hint="Create a new ResponseParser for the next response.")
 
 
 def _json_value_end(frames: list[Frame], region: Region, buf: str, base: int) -> int:
@@ -424,6 +488,27 @@ class _Syntax:
         if self.trace is not None:
             self.trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
         self.regions.events.append(self.regions.chunk(frame, text))
+
+    def repeat(self, term: Terminal, text: str, start: int) -> None:
+        """An opener written again at the start of its region (``text`` at output offset ``start``) is
+        markup: consumed, no token. (Text that reached the region first, whitespace of the prompt, makes it
+        text after all.)"""
+        frame = self.frames[-1] if self.frames else None
+        if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
+            self.text(None, text, start)
+        elif self.trace is not None:
+            self.trace.append({"kind": "delimiter", "terminal": term.name, "start": start, "end": start + len(text)})
+
+    def delimiter(self, term: Terminal, text: str, at: int, captures: Any, start: int) -> None:
+        """Shift the delimiter ``term``, matched as ``text`` at stream offset ``at`` (output offset ``start``)
+        with ``captures`` (its named groups)."""
+        self.run = None
+        if self.trace is not None and text:
+            self.trace.append({"kind": "delimiter", "terminal": term.name, "start": start, "end": start + len(text)})
+        regions = self.regions
+        regions.shifting = (term, at, text, captures)
+        self.shift(term.name)
+        regions.shifting = None
 
     def accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
@@ -519,9 +604,7 @@ class ResponseParser:
         self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
                                                max_json_depth=max_json_depth, calls_in_reasoning=calls_in_reasoning)
         self._grammar = grammar = resolve_grammar(template)
-        calls_in_reasoning = options.calls_in_reasoning
-        self._drafting = _DraftReading(reading(grammar.calls_in_reasoning if calls_in_reasoning is None
-                                               else calls_in_reasoning))
+        self._drafting = _DraftReading(grammar, options.calls_in_reasoning)
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
         self._settle = grammar.settle
         prefix = _output_prefix(prefix, self._settle)
@@ -539,7 +622,7 @@ class ResponseParser:
         # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
         # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
         self._held: list[str] = []
-        self._held_space = False  # feed() may hold whitespace aside (see _holds_space)
+        self._held_space = False  # feed() may hold whitespace aside (see _quiet)
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
         self._prefix_len = 0
@@ -553,7 +636,7 @@ class ResponseParser:
         self._regions, self._frames, self._stack = syntax.regions, syntax.frames, syntax.stack
         self.initial_events: list[Event] = []
         if prefix:
-            with_json_depth(self.max_json_depth, self._consume_prefix, prefix)
+            with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
         self._drafting.arm(grammar)
 
     # ------------------------------------------------------------------ public API
@@ -588,6 +671,7 @@ class ResponseParser:
 
     @property
     def finalized(self) -> bool:
+        """Whether :meth:`finalize` has ended the stream (the parser takes no more output)."""
         return self._finalized
 
     def feed(self, text: str) -> list[Event]:
@@ -595,12 +679,11 @@ class ResponseParser:
         if type(text) is not str:
             expect_text(text, "text")
         if self._finalized:
-            raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
-                                 hint="Create a new ResponseParser for the next response.")
+            raise _finalized_error()
         if text:
             if self._log is not None:
                 self._log.append(text)
-            # (neither whitespace is held nor the fast path set while a draft is open: see _holds_space)
+            # (neither whitespace is held nor the fast path set while a draft is open: see _quiet)
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
@@ -678,8 +761,7 @@ class ResponseParser:
 
     def _finalize(self, text: str) -> tuple[Message, list[Event]]:
         if self._finalized:
-            raise FinalizedError("ResponseParser already finalized", code="usage.finalized",
-                                 hint="Create a new ResponseParser for the next response.")
+            raise _finalized_error()
         self._finalized = True
         self._fast = None
         self._buf = self._join_held() + text
@@ -692,29 +774,9 @@ class ResponseParser:
         self._guarded(events, eos=True)
         self._regions.settle_loose()
         if self._log is not None:
-            return self._settled(events)
-        missing = _missing_fields(self._grammar, self._regions.output)
-        if missing is not None:
-            if self._strict:
-                raise missing[1]
-            self._syntax.record(missing[1].code, str(missing[1]), missing[0], None)
-        self._regions.output = _final_message(self._regions.output, self._grammar.defaults, self.errors)
-        return self._regions.output, events
-
-    def _settled(self, events: list[Event]) -> tuple[Message, list[Event]]:
-        """The grammar's finalize hook settles the message from the whole output (see _settle_message)."""
-        self._regions.events = events
-        defaults = self._grammar.defaults
-        try:
-            final = _settle_message(self._settle, "".join(self._log or []),
-                                    _final_message(self._regions.output, defaults, []), self._tools, events)
-        except GrammarParseError as e:
-            if self._strict:
-                raise
-            self._syntax.record(e.code, str(e), None, None)  # lenient: the regions' message stands
-            final = _final_message(self._regions.output, defaults, self.errors)
-        self._regions.output = final
-        return final, events
+            return _settled_message(self._syntax, self._grammar, "".join(self._log), self._tools, self._strict,
+                                    events), events
+        return _final_message(self._syntax, self._grammar, self._strict), events
 
     # ------------------------------------------------------------------ lenient mode and accounting
     def _offset(self, buffer_pos: int) -> int:
@@ -728,42 +790,7 @@ class ResponseParser:
             self._ledger.discard(self._offset(start), self._offset(end))
             self._pos = end
 
-    # ------------------------------------------------------------------ the prompt, and states to go back to
-    def _consume_prefix(self, prefix: str) -> None:
-        tail = _prompt_tail(self._grammar, prefix, self._options.start_anchor_seconds)
-        if not tail:
-            return
-        # The same prompt tail (a pre-filled "<think>\n") comes with every request: its replay is kept per
-        # grammar and parser options, and a new parser starts from a copy of the state it left.
-        key = None if self._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
-            (tail, self._strict, self._regions.extended, self._max_region, self.max_json_depth)
-        replays: dict[Any, _Replay] = self._grammar.tables.shared.setdefault("replays", {})
-        if key is not None and (replay := replays.get(key)) is not None:
-            self._resume(replay)
-            return
-        self._prefix_len = self._regions.prefix_len = len(tail)
-        self._buf = tail
-        self._process(self.initial_events, eos=False)
-        if key is not None and (replay := self._replay()) is not None:
-            if len(replays) >= MAX_REPLAYS:
-                replays.pop(next(iter(replays), None), None)  # the oldest (another thread may have taken it)
-            replays[key] = replay
-
-    def _replay(self) -> _Replay | None:
-        """The state the prompt's replay left, to start other parsers from (None when it holds what the
-        snapshot does not carry: errors, or the region builder's exceptions)."""
-        if not self._regions.shareable() or self.errors or self._degraded or self._log is not None:
-            return None
-        return _Replay(self._state(self._buf), self._prefix_len, copy_json(self.initial_events))
-
-    def _resume(self, replay: _Replay) -> None:
-        """Start from a replay's state, as if the prompt had just been replayed."""
-        self._restore(replay.state)
-        self._prefix_len = replay.prefix_len
-        self.initial_events = copy_json(replay.events)
-        self._fast = self._fast_path()
-        self._held_space = self._holds_space()
-
+    # ------------------------------------------------------------------ states to go back to (a replayed prompt's, a draft's)
     def _state(self, buf: str) -> _State:
         """This parser's state, with ``buf`` as its buffer (the buffer, or the part of it a draft keeps)."""
         return _State(list(self._stack), buf, self._pos, self._base, self._syntax.run, self._last_empty,
@@ -799,7 +826,8 @@ class ResponseParser:
                     self._route(info, drafted)
                     continue
                 if term.role == "repeat":
-                    self._repeat(term, hit)
+                    self._syntax.repeat(term, buf[start:end], self._base + start - self._prefix_len)
+                    self._pos = end
                     continue
                 self._pos = end
                 if start == end:
@@ -821,7 +849,10 @@ class ResponseParser:
                             self._syntax.end()
                         break
                     self._last_empty = marker
-                self._token(term, hit)
+                self._syntax.delimiter(term, buf[start:end], self._base + start, hit[2],
+                                       self._base + start - self._prefix_len)
+                if drafting.open is not None:
+                    drafting.after_shift(drafting.open, term, self._regions)
                 continue
             if eos:
                 if pos < len(buf) and self._route(info, len(buf)):
@@ -835,36 +866,26 @@ class ResponseParser:
             break
         if not eos:  # (at the end nothing more is fed: no text to keep track of)
             self._trim()
-            self._fast = self._fast_path()
-            self._held_space = self._holds_space()
+            self._quiet()
 
-    def _fast_path(self) -> _FastPath | None:
-        """What feed() needs to route a quiet chunk without scanning, if the current state allows it:
-        a run of text is under way, nothing is held back, and the live delimiters are all literal."""
-        info = self._states[self._stack[-1]]
-        quiet, text = info.scanner.quiet, info.text
-        if quiet is None or text is None or self._grammar.tables.context or self._pos != len(self._buf) \
-                or self._syntax.run is not text or self._trace is not None or self._drafting.open is not None:
-            return None
-        if text.role != "text":
-            return (quiet.trigger, quiet.hits, quiet.hold_space, None)
-        frame = self._frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
-        if info.scanner.value_end is not None and frame.walk is None:
-            return None  # the walk to the value's end has not started
-        return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
-
-    def _holds_space(self) -> bool:
-        """Whether the scan stopped at a whitespace run that only a leading ``\\s*`` may claim (a region's
-        opener followed by a flood, before any text): more whitespace then cannot change what the scan
-        decides, so feed() holds it aside without scanning or copying the buffer."""
+    def _quiet(self) -> None:
+        """After a scan, how feed() may take the next chunks: on the fast path (see _fast_path) when nothing
+        is held back (the scan reached the buffer's end, no lookbehind, no trace), or holding aside a
+        whitespace run that only a leading ``\\s*`` may claim (a region's opener followed by a flood,
+        before any text: more whitespace cannot change what the scan decides, so it is neither scanned nor
+        joined into the buffer). Neither while a draft is open: it keeps every piece of output it may read
+        again."""
         if self._drafting.open is not None:
-            return False  # (a draft keeps every piece of output it may read again)
-        scanner = self._states[self._stack[-1]].scanner
-        run = len(self._buf) - self._pos
+            self._fast, self._held_space = None, False
+            return
+        info = self._states[self._stack[-1]]
+        buf, pos = self._buf, self._pos
+        self._fast = None if pos != len(buf) or self._trace is not None or self._grammar.tables.context \
+            else _fast_path(info, self._syntax.run, self._frames)
+        scanner = info.scanner
+        run = len(buf) - pos
         quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
-        if quiet is None or not quiet.hold_space or run <= 0:
-            return False
-        return not self._buf[self._pos:].strip(REGEX_SPACE)
+        self._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
@@ -888,29 +909,6 @@ class ResponseParser:
             self._base += cut
             self._cache.clear()
 
-    def _repeat(self, term: Terminal, hit: Hit) -> None:
-        """An opener written again at the start of its region is markup: consumed, no token. (Text that
-        reached the region first, whitespace of the prompt, makes it text after all.)"""
-        frame = self._frames[-1] if self._frames else None
-        if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
-            self._syntax.text(None, self._buf[hit[0]:hit[1]], self._offset(self._pos))
-        elif self._trace is not None:
-            self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
-                                "end": self._offset(hit[1])})
-        self._pos = hit[1]
-
-    def _token(self, term: Terminal, hit: Any) -> None:
-        syntax = self._syntax
-        syntax.run = None
-        if self._trace is not None and hit[1] > hit[0]:
-            self._trace.append({"kind": "delimiter", "terminal": term.name, "start": self._offset(hit[0]),
-                                "end": self._offset(hit[1])})
-        syntax.regions.shifting = (term, self._base + hit[0], self._buf[hit[0]:hit[1]], hit[2])
-        syntax.shift(term.name)
-        syntax.regions.shifting = None
-        draft = self._drafting.open
-        if draft is not None:
-            self._drafting.after_shift(draft, term, self._regions)
 
 
 @overload
@@ -989,9 +987,8 @@ def parse_response(
     parser = ResponseParser(template, prefix, tools=tools, options=options)
     if parser.grammar.settle is not None:
         # One-shot settling needs no streaming regions: the hook's own run is the result.
-        parser._log = [text]
         parser._finalized = True
-        return parser._settled([])[0]
+        return _settled_message(parser._syntax, parser.grammar, text, parser._tools, parser.options.strict, [])
     return parser.finalize(text)[0]
 
 
