@@ -336,8 +336,8 @@ def pyright_command() -> list[str]:
     return [node, str(script)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Message is dict[str, Any] until the precise Message type lands with "
-                   "its three producers (session._final_message, derive, view): remove this mark then")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Message is dict[str, Any] until its precise type lands (events.py, "
+                   "with one-line changes in derive.py and view.py): remove this mark then")
 def test_typing_snippets_are_pyright_strict_clean(snippets_in_layout):
     """pyright in strict mode infers a known type for every read of a message (a dict[str, Any] message
     gave ``Any | list[Unknown]`` for ``msg.get("tool_calls") or []``, an error in strict mode)."""
