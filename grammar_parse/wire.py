@@ -202,6 +202,13 @@ class WireArguments:
                 self._end_literal(out)
         return i
 
+    def whole(self, text: str) -> str:
+        """Arguments already known to be one strict JSON object within every limit (the tool-call streamer
+        checked them whole: a strict parse, no lone surrogate, no integer past the digits limit, no nesting
+        past the depth limit): sent as they are, with nothing to hold back or close."""
+        self._state, self._sent = _DONE, True
+        return text
+
     def finish(self) -> str:
         """The text that completes what was sent: the end of a number or literal that ended with the
         arguments, and the closing quote and brackets of what is still open."""
