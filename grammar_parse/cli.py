@@ -639,77 +639,65 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cove
     return EXIT_OK
 
 
-def build_argparser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="grammar-parse",
-        description="Parse raw LLM output into structured chat messages with grammars.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--version", action="version", version=f"grammar-parse {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the model's chat template comes from, and its kwargs (parse, stream, render, serve, batch, view)."""
+    p.add_argument("--model-dir", help="the model's directory (tokenizer_config.json or chat_template.jinja): "
+                                       "its chat template renders prompts and, without --grammar, picks the grammar")
+    p.add_argument("--chat-template", help="the model's chat template (a .jinja, chat_template.json or "
+                                           "tokenizer_config.json), as --model-dir")
+    p.add_argument("--template-kwargs", help='JSON object of chat-template kwargs, e.g. \'{"enable_thinking": false}\'')
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=EXIT_STATUS,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    def model_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model-dir", help="the model's directory (tokenizer_config.json or chat_template.jinja): "
-                                           "its chat template renders prompts and, without --grammar, picks the grammar")
-        p.add_argument("--chat-template", help="the model's chat template (a .jinja, chat_template.json or "
-                                               "tokenizer_config.json), as --model-dir")
-        p.add_argument("--template-kwargs", help='JSON object of chat-template kwargs, e.g. \'{"enable_thinking": false}\'')
+def _output_arguments(p: argparse.ArgumentParser) -> None:
+    """One output, its grammar, its prompt and tools, and how leniently it is read (parse and stream)."""
+    p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
+    p.add_argument("-g", "--grammar", help=GRAMMAR_HELP + "; without it, the grammar the model's chat template "
+                                                          "reads back (--model-dir, --chat-template)")
+    _model_arguments(p)
+    p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
+    p.add_argument("--messages-file", help="JSON list of the chat messages the model answered: the prefix is "
+                                           "rendered from them with the model's chat template")
+    p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
+    p.add_argument("--lenient", action="store_true",
+                   help="never fail on model output: keep unparseable text and report it under parse_errors")
+    p.add_argument("--calls-in-reasoning", choices=("never", "fallback", "always"),
+                   help="how a call written inside the reasoning is read: never (reasoning text), fallback (a call "
+                        "when no call follows the reasoning), always (a call); default: the grammar's")
 
-    def grammar_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", nargs="?", help="model output file (default, or -: stdin)")
-        p.add_argument("-g", "--grammar", help=GRAMMAR_HELP + "; without it, the grammar the model's chat template "
-                                                              "reads back (--model-dir, --chat-template)")
-        model_options(p)
-        p.add_argument("--prefix-file", help="the prompt the model continued (default: none, i.e. prefix \"\")")
-        p.add_argument("--messages-file", help="JSON list of the chat messages the model answered: the prefix is "
-                                               "rendered from them with the model's chat template")
-        p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments")
-        p.add_argument("--lenient", action="store_true",
-                       help="never fail on model output: keep unparseable text and report it under parse_errors")
-        p.add_argument("--calls-in-reasoning", choices=("never", "fallback", "always"),
-                       help="how a call written inside the reasoning is read: never (reasoning text), fallback (a call "
-                            "when no call follows the reasoning), always (a call); default: the grammar's")
 
-    p = command("parse", "parse a complete output and print the message as JSON")
-    grammar_options(p)
+def _parse_arguments(p: argparse.ArgumentParser) -> None:
+    _output_arguments(p)
     p.add_argument("--compact", action="store_true", help="print the JSON on one line")
-    p.set_defaults(run=_cmd_parse)
-    p = command("stream", "parse stdin as it arrives; print one event per line, then the message")
-    grammar_options(p)
-    p.set_defaults(run=_cmd_stream)
-    p = command("compile", "print the Lark grammar of a built-in, a .lark file or a .json template")
+
+
+def _grammar_argument(p: argparse.ArgumentParser) -> None:
+    """The one grammar a command reads (compile, check)."""
     p.add_argument("template", metavar="grammar", help=GRAMMAR_HELP)
-    p.set_defaults(run=_cmd_compile)
-    p = command("convert", "translate a legacy response_schema: the Lark grammar, and the v1 response_template "
-                           "where one can say the same")
+
+
+def _convert_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("schema", help="legacy response_schema JSON (or a tokenizer_config.json carrying one)")
-    p.set_defaults(run=_cmd_convert)
-    p = command("check", "validate a template or grammar (exit 0) or explain what is wrong (exit 1)")
-    p.add_argument("template", metavar="grammar", help=GRAMMAR_HELP)
-    p.set_defaults(run=_cmd_check)
-    p = command("detect", "name the built-in grammar that reads a model's chat template back, or explain why none "
-                          "does (exit 1); --derive prints a grammar derived from the template")
+
+
+def _detect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a model directory, chat_template.jinja, chat_template.json or tokenizer_config.json")
     p.add_argument("--derive", action="store_true", help="derive a grammar from the template even if a built-in fits")
     p.add_argument("--template-kwargs", help="JSON object of variables the template needs beyond messages and tools")
     p.add_argument("-o", "--output", help="write the derived grammar to this .lark file")
-    p.set_defaults(run=_cmd_detect)
-    p = command("render", "print the prompt a model's chat template renders for a list of messages")
-    model_options(p)
+
+
+def _render_arguments(p: argparse.ArgumentParser) -> None:
+    _model_arguments(p)
     p.add_argument("--messages-file", required=True, help="JSON list of chat messages")
     p.add_argument("--tools-file", help="JSON list of tool schemas")
     p.add_argument("--no-generation-prompt", action="store_true", help="do not open the assistant's turn")
-    p.set_defaults(run=_cmd_render)
-    p = command("serve", "run the reference gateway: LMSP Responses and OpenAI-compatible Chat Completions over "
-                         "recorded outputs or an upstream completions server (needs the serve extra)")
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The gateway's model, upstream, address and token; then its limits and store (:func:`_serve_limits`)."""
     p.add_argument("-g", "--grammar", help="grammar of the model's output, or auto (default): the model's, from "
                                            "--model-dir or --chat-template, else qwen3")
-    model_options(p)
+    _model_arguments(p)
     p.add_argument("--model", help="model id clients ask for (default: --upstream-model, else qwen3)")
     p.add_argument("--upstream", metavar="URL", help="an OpenAI-compatible completions API root to generate with, "
                                                      "e.g. http://127.0.0.1:8080/v1 (default: replay recorded outputs)")
@@ -723,6 +711,11 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--token", help=f"require this bearer token (visible to other users in `ps`: prefer "
                                    f"--token-file or ${TOKEN_ENV})")
     p.add_argument("--token-file", help=f"require the bearer token on this file's first line (else ${TOKEN_ENV})")
+    _serve_limits(p)
+
+
+def _serve_limits(p: argparse.ArgumentParser) -> None:
+    """The gateway's log level, size and time limits, and where it keeps responses."""
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="server log level (default info: one line per request, never bodies)")
     p.add_argument("--max-body", type=int, default=4 * 1024 * 1024, metavar="BYTES",
@@ -743,16 +736,16 @@ def build_argparser() -> argparse.ArgumentParser:
                    help="bytes the stored responses may take together, oldest evicted first (default 256 MiB)")
     p.add_argument("--store-ttl", type=float, default=3600.0, metavar="SECONDS",
                    help="how long a stored response is kept (default 3600)")
-    p.set_defaults(run=_cmd_serve)
-    p = command("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, "
-                         "parse errors, id), lenient, with worker processes and a summary")
+
+
+def _batch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", nargs="?", help="JSONL input (records, or JSON strings) or Parquet (.parquet) "
                                             "(default, or -: stdin)")
     p.add_argument("-o", "--output", help="output file: JSONL, or Parquet for .parquet (default, or -: JSONL on stdout)")
     p.add_argument("--input-format", choices=["jsonl", "parquet"], help="the input's format (default: by its name)")
     p.add_argument("--output-format", choices=["jsonl", "parquet"], help="the output's format (default: by its name)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
-    model_options(p)
+    _model_arguments(p)
     p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")
     p.add_argument("--prompt", help="the record's prompt (the prefix): a key or JMESPath")
     p.add_argument("--tools", help="the record's tool schemas: a key or JMESPath")
@@ -764,14 +757,13 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="append to -o, skipping the rows it already holds")
     p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
-    p.set_defaults(run=_cmd_batch)
-    p = command("view", "write one self-contained HTML page showing how an output parses: a summary of its "
-                        "problems, each region by field, delimiters, discarded text and errors, and the message; "
-                        "--row N (from 0) or --id VALUE shows a record of a batch input")
+
+
+def _view_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", nargs="?", help="model output file, or with --row/--id a batch input (JSONL or Parquet) "
                                             "(default, or -: stdin)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
-    model_options(p)
+    _model_arguments(p)
     p.add_argument("--prefix-file", help="the prompt the model continued (with --row or --id: for a record "
                                          "without one)")
     p.add_argument("--tools-file", help="JSON list of tool schemas, to type tool-call arguments (with --row or "
@@ -793,9 +785,54 @@ def build_argparser() -> argparse.ArgumentParser:
     p.add_argument("--fold", type=int, metavar="N",
                    help="fold regions longer than N characters, showing their head and tail (default 2000; 0: never)")
     p.add_argument("-o", "--output", help="the HTML file to write (default: stdout)")
-    p.set_defaults(run=_cmd_view)
-    p = command("list", "list the built-in grammars and their aliases")
-    p.set_defaults(run=_cmd_list)
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    """A command that takes none (list)."""
+
+
+#: The sub-commands in the order ``--help`` lists them: name, help (its description too), arguments, run.
+_COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None],
+                       Callable[[argparse.Namespace, TextIO], int]], ...] = (
+    ("parse", "parse a complete output and print the message as JSON", _parse_arguments, _cmd_parse),
+    ("stream", "parse stdin as it arrives; print one event per line, then the message", _output_arguments,
+     _cmd_stream),
+    ("compile", "print the Lark grammar of a built-in, a .lark file or a .json template", _grammar_argument,
+     _cmd_compile),
+    ("convert", "translate a legacy response_schema: the Lark grammar, and the v1 response_template where one can "
+                "say the same", _convert_arguments, _cmd_convert),
+    ("check", "validate a template or grammar (exit 0) or explain what is wrong (exit 1)", _grammar_argument,
+     _cmd_check),
+    ("detect", "name the built-in grammar that reads a model's chat template back, or explain why none does "
+               "(exit 1); --derive prints a grammar derived from the template", _detect_arguments, _cmd_detect),
+    ("render", "print the prompt a model's chat template renders for a list of messages", _render_arguments,
+     _cmd_render),
+    ("serve", "run the reference gateway: LMSP Responses and OpenAI-compatible Chat Completions over recorded "
+              "outputs or an upstream completions server (needs the serve extra)", _serve_arguments, _cmd_serve),
+    ("batch", "parse a JSONL file of outputs into a JSONL file of rows (reasoning, content, tool calls, parse "
+              "errors, id), lenient, with worker processes and a summary", _batch_arguments, _cmd_batch),
+    ("view", "write one self-contained HTML page showing how an output parses: a summary of its problems, each "
+             "region by field, delimiters, discarded text and errors, and the message; --row N (from 0) or --id "
+             "VALUE shows a record of a batch input", _view_arguments, _cmd_view),
+    ("list", "list the built-in grammars and their aliases", _no_arguments, _cmd_list),
+)
+
+
+def build_argparser() -> argparse.ArgumentParser:
+    """The ``grammar-parse`` command line: one sub-command per use (``_COMMANDS``), each with its arguments."""
+    ap = argparse.ArgumentParser(
+        prog="grammar-parse",
+        description="Parse raw LLM output into structured chat messages with grammars.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=f"grammar-parse {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, summary, arguments, run in _COMMANDS:
+        p = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
+                           epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
+        arguments(p)
+        p.set_defaults(run=run)
     return ap
 
 
