@@ -418,6 +418,7 @@ async def _body(ctx: _Request, limits: Limits) -> bytes:
                       headers=[(b"connection", b"close")]) from None
     return b"".join(chunks)
 
+
 def _decode(body: bytes, validator: Draft202012Validator, counted: tuple[str, str], limits: Limits) -> dict[str, Any]:
     """The request from its body (run in a worker thread: validation costs ~1.7 ms per input item);
     ``counted`` names its list of items (or messages) and its list of tools, bounded by the limits."""
@@ -1205,7 +1206,6 @@ class LMSPApp:
                          "logprobs": None}], "usage": done.usage})
 
 
-
 # ---------------------------------------------------------------------------- one generation, run and framed
 async def _watch(ctx: _Request, work: Awaitable[_Output]) -> _Output | None:
     """Run a generation while watching the connection: a client that leaves cancels it (its pieces are
@@ -1233,10 +1233,12 @@ async def _watch(ctx: _Request, work: Awaitable[_Output]) -> _Output | None:
         if not task.done():
             task.cancel()
 
+
 async def _generate(grammar: Grammar, output: _Output, generation: Generation, choice: ToolChoice,
                     send: Send | None) -> _Output:
-    """Feed the backend's pieces to ``output`` (parsed by ``grammar``), sending its frames as they come when ``send`` is given
-    (streaming); returns the output as it ended (a truncated one re-read leniently: a new output)."""
+    """Feed the backend's pieces to ``output`` (its parser's ``grammar`` trims a delimiter cut at the end),
+    sending its frames as they come when ``send`` is given (streaming); returns the output as it ended (a
+    truncated one re-read leniently: a new output)."""
     pieces: list[str] = []
     digest = hashlib.blake2b(digest_size=16)
     sent = 0
@@ -1297,6 +1299,7 @@ async def _generate(grammar: Grammar, output: _Output, generation: Generation, c
     await emit(outs + output.close())
     return output
 
+
 def _reread(grammar: Grammar, output: _Output, pieces: list[str], generation: Generation, sent: int,
             digest: bytes | None) -> tuple[_Output, list[dict[str, Any]]] | None:
     """A truncated output read again leniently, with a delimiter cut part-way at its end dropped: the
@@ -1312,6 +1315,7 @@ def _reread(grammar: Grammar, output: _Output, pieces: list[str], generation: Ge
                 continue
         return again, outs[sent:]
     return None
+
 
 def _trim(grammar: Grammar, pieces: list[str]) -> list[str]:
     """The pieces without a delimiter the output was cut inside of at its end (``</tool_c``)."""

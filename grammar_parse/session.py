@@ -10,6 +10,11 @@ when their rule is reduced. After every shift, reductions that need no lookahead
 region closes the moment its close delimiter completes.
 
 One-shot parsing is this session fed once: streaming and one-shot cannot disagree.
+
+Inside, :class:`ResponseParser` is the scan (the buffer, the delimiters, the fast path for quiet chunks);
+``_Syntax`` the LALR parser and the region builder under it; ``_Ledger`` what is reported beside the
+message (problems, discarded spans, the trace, lines); ``_DraftReading`` how calls written inside
+reasoning are read; module functions replay the prompt and assemble the message at the end.
 """
 
 from __future__ import annotations
@@ -114,7 +119,7 @@ def _is_empty(value: Any) -> bool:
 _FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
 
 
-# ---------------------------------------------------------------------------- what a parser reports beside the message
+# ---------------------------------------------------------------------------- reported beside the message
 class _Ledger:
     """What a parser reports beside the message, kept in one place so that a draft or a replayed prompt
     takes and restores it whole: the lenient-mode problems (``errors``), the output text that went into no
@@ -267,10 +272,11 @@ class _DraftReading:
         return True
 
 
-# ---------------------------------------------------------------------------- the prompt, the end, errors
+# ---------------------------------------------------------------------------- the prompt
 def _output_prefix(prefix: str | None, settle: Any) -> str:
-    """The prompt a parser replays: ``prefix``, required (``""`` opts out), and none for a grammar settled
-    at finalize (``settle``, a legacy schema's hook, reads the output alone)."""
+    """The prompt a parser replays: ``prefix``, which is required (``""`` opts out explicitly), or ``""``
+    for a grammar settled at finalize (``settle``: a legacy schema's hook reads the output alone and
+    refuses a prompt)."""
     if settle is not None:
         if prefix:
             raise ArgumentError(settle.prompt_error, code="usage.prefix", hint=settle.prompt_hint)
@@ -333,6 +339,7 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
         replays[key] = _Replay(parser._state(parser._buf), parser._prefix_len, copy_json(parser.initial_events))
 
 
+# ---------------------------------------------------------------------------- the message at the end
 def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
     """The message at the end of the output: a required field it did not give is an error (recorded in
     lenient mode), empty fields are left out (the template's defaults kept), and the lenient-mode problems
@@ -356,7 +363,7 @@ def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
 def _without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
     """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
     ``parse_errors`` when there are any."""
-    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
+    final: Message = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
     if errors:
         final["parse_errors"] = errors
     return final
@@ -391,6 +398,7 @@ def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTy
     return final
 
 
+# ---------------------------------------------------------------------------- for the scan
 def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _FastPath | None:
     """What feed() needs to route a quiet chunk without scanning, if the parser state ``info`` allows it:
     a run of its text is under way (``run``), and the live delimiters are all literal."""
@@ -790,7 +798,7 @@ class ResponseParser:
             self._ledger.discard(self._offset(start), self._offset(end))
             self._pos = end
 
-    # ------------------------------------------------------------------ states to go back to (a replayed prompt's, a draft's)
+    # ------------------------------------------------------------------ states to go back to (a prompt's, a draft's)
     def _state(self, buf: str) -> _State:
         """This parser's state, with ``buf`` as its buffer (the buffer, or the part of it a draft keeps)."""
         return _State(list(self._stack), buf, self._pos, self._base, self._syntax.run, self._last_empty,
@@ -822,8 +830,8 @@ class ResponseParser:
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
                     continue
-                if parser_stack[-1] in drafting.states and (drafted := drafting.take(self, info, term, start, end)) >= 0:
-                    self._route(info, drafted)
+                if parser_stack[-1] in drafting.states and (upto := drafting.take(self, info, term, start, end)) >= 0:
+                    self._route(info, upto)  # (the delimiter, read as reasoning text)
                     continue
                 if term.role == "repeat":
                     self._syntax.repeat(term, buf[start:end], self._base + start - self._prefix_len)
@@ -908,7 +916,6 @@ class ResponseParser:
             self._pos -= cut
             self._base += cut
             self._cache.clear()
-
 
 
 @overload
