@@ -724,6 +724,10 @@ def _key_at(body: str, key: str, start: int) -> int:
     return match.start() if match is not None else len(body)
 
 
+#: A probe's calls as (name, arguments), in order.
+_Calls = Sequence[tuple[str, Mapping[str, Any]]]
+
+
 def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None:
     """The probe's calls in ``body`` as blocks; None when they are not all where the encoding puts them."""
     blocks: list[_Block] = []
@@ -736,83 +740,103 @@ def _locate(body: str, probe: Probe, encoding: _Encoding) -> list[_Block] | None
     while index < len(calls):
         name, arguments = calls[index]
         if encoding.kind in ("json_object", "json_list", "json_name_keys"):
-            hit = None
-            for start, end, value in values:
-                if start < pos:
-                    continue
-                items = value if isinstance(value, list) else [value]
-                want = calls[index:index + len(items)]
-                if encoding.kind == "json_name_keys":
-                    ok = [dict(i) if isinstance(i, dict) else None for i in items] == [{n: dict(a)} for n, a in want]
-                else:
-                    ok = len(want) == len(items) and all(_paths(i, n, a) == (encoding.name_path, encoding.args_path)
-                                                         for i, (n, a) in zip(items, want))
-                if ok:
-                    hit = _Block(start, end, len(items))
-                    break
-            if hit is None:
-                return None
+            hit = _json_block(values, calls, index, pos, encoding)
         elif encoding.kind == "name_json":
-            found = next(((s, e) for s, e, v in values if s >= pos and v == dict(arguments)), None)
-            if found is None:
-                return None
-            at = body.rfind(name, pos, found[0])
-            if at < 0:
-                return None
-            slots = [_Slot("name", at, at + len(name)), _Slot("args", found[0], found[1])]
-            ident = ids[index] if index < len(ids) else ""
-            ident_at = body.find(ident, pos, found[0]) if ident else -1
-            if ident_at >= 0:  # the call id the template writes (Mistral's [CALL_ID], Solar's <|tool_call:begin|>)
-                slots.append(_Slot("id", ident_at, ident_at + len(ident)))
-            slots.sort(key=lambda s: s.start)
-            hit = _Block(slots[0].start, found[1], 1, tuple(slots))
+            hit = _name_json_block(body, values, pos, name, arguments, ids[index] if index < len(ids) else "")
         elif encoding.kind == "pythonic":
-            at = body.find(name + "(", pos)
-            if at < 0:
-                return None
-            if encoding.listed:
-                start = body.rfind("[", pos, at)
-                end = _closing(body, start, "[]") if start >= 0 else -1
-                if end < 0:
-                    return None
-                count = len([n for n, _ in calls[index:] if body.find(n + "(", start, end) >= 0])
-                hit = _Block(start, end, max(count, 1))
-            else:
-                end = _closing(body, at + len(name))
-                if end < 0:
-                    return None
-                hit = _Block(at, end, 1)
-        else:  # tagged
-            at = body.find(name, pos)
-            keys = list(arguments)
-            if at < 0 or not keys:
-                return None
-            first = min(_key_at(body, key, at + len(name)) for key in keys)
-            if first >= len(body):
-                return None
-            last = body.rfind(name, at, first)
-            slots = [_Slot("name", at, at + len(name))]
-            if last != at:  # the name written twice (muse's " to=NAME<|message|>... invoke name="NAME""")
-                slots.append(_Slot("name_again", last, last + len(name)))
-            at = last
-            cur = at + len(name)
-            written = sorted(arguments.items(), key=lambda kv: _key_at(body, kv[0], cur))  # (some templates sort)
-            for key, value in written:
-                key_at = _key_at(body, key, cur)
-                where = _value_at(body, value, key_at + len(key)) if key_at < len(body) else None
-                if where is None:
-                    return None
-                slots += [_Slot("key", key_at, key_at + len(key)), _Slot("value", where[0], where[1])]
-                cur = where[1]
-                closed = _element_close(body, key, key_at, where)
-                if closed is not None:  # (the value's close tag is the argument's, not the call's)
-                    slots.append(_Slot("element_close", cur, closed))
-                    cur = closed
-            hit = _Block(slots[0].start, cur, 1, tuple(slots))
+            hit = _pythonic_block(body, calls, index, pos, encoding.listed)
+        else:
+            hit = _tagged_block(body, pos, name, arguments)
+        if hit is None:
+            return None
         blocks.append(hit)
         pos = hit.end
         index += hit.calls
     return blocks
+
+
+def _json_block(values: Sequence[tuple[int, int, Any]], calls: _Calls, index: int, pos: int,
+                encoding: _Encoding) -> _Block | None:
+    """The first JSON value from ``pos`` that holds the calls from ``index`` on (one, or a list of them)."""
+    for start, end, value in values:
+        if start < pos:
+            continue
+        items = value if isinstance(value, list) else [value]
+        want = calls[index:index + len(items)]
+        if encoding.kind == "json_name_keys":
+            ok = [dict(i) if isinstance(i, dict) else None for i in items] == [{n: dict(a)} for n, a in want]
+        else:
+            ok = len(want) == len(items) and all(_paths(i, n, a) == (encoding.name_path, encoding.args_path)
+                                                 for i, (n, a) in zip(items, want))
+        if ok:
+            return _Block(start, end, len(items))
+    return None
+
+
+def _name_json_block(body: str, values: Sequence[tuple[int, int, Any]], pos: int, name: str,
+                     arguments: Mapping[str, Any], ident: str) -> _Block | None:
+    """A call written as its name, then its arguments as JSON (and its id, where the template writes one)."""
+    found = next(((s, e) for s, e, v in values if s >= pos and v == dict(arguments)), None)
+    if found is None:
+        return None
+    at = body.rfind(name, pos, found[0])
+    if at < 0:
+        return None
+    slots = [_Slot("name", at, at + len(name)), _Slot("args", found[0], found[1])]
+    ident_at = body.find(ident, pos, found[0]) if ident else -1
+    if ident_at >= 0:  # the call id the template writes (Mistral's [CALL_ID], Solar's <|tool_call:begin|>)
+        slots.append(_Slot("id", ident_at, ident_at + len(ident)))
+    slots.sort(key=lambda s: s.start)
+    return _Block(slots[0].start, found[1], 1, tuple(slots))
+
+
+def _pythonic_block(body: str, calls: _Calls, index: int, pos: int, listed: bool) -> _Block | None:
+    """A call written as Python (``name(key=value)``), or the list of calls around it."""
+    name = calls[index][0]
+    at = body.find(name + "(", pos)
+    if at < 0:
+        return None
+    if listed:
+        start = body.rfind("[", pos, at)
+        end = _closing(body, start, "[]") if start >= 0 else -1
+        if end < 0:
+            return None
+        count = len([n for n, _ in calls[index:] if body.find(n + "(", start, end) >= 0])
+        return _Block(start, end, max(count, 1))
+    end = _closing(body, at + len(name))
+    if end < 0:
+        return None
+    return _Block(at, end, 1)
+
+
+def _tagged_block(body: str, pos: int, name: str, arguments: Mapping[str, Any]) -> _Block | None:
+    """A call written as its name, then each argument's key and value in markup, as slots."""
+    at = body.find(name, pos)
+    keys = list(arguments)
+    if at < 0 or not keys:
+        return None
+    first = min(_key_at(body, key, at + len(name)) for key in keys)
+    if first >= len(body):
+        return None
+    last = body.rfind(name, at, first)
+    slots = [_Slot("name", at, at + len(name))]
+    if last != at:  # the name written twice (muse's " to=NAME<|message|>... invoke name="NAME""")
+        slots.append(_Slot("name_again", last, last + len(name)))
+    at = last
+    cur = at + len(name)
+    written = sorted(arguments.items(), key=lambda kv: _key_at(body, kv[0], cur))  # (some templates sort)
+    for key, value in written:
+        key_at = _key_at(body, key, cur)
+        where = _value_at(body, value, key_at + len(key)) if key_at < len(body) else None
+        if where is None:
+            return None
+        slots += [_Slot("key", key_at, key_at + len(key)), _Slot("value", where[0], where[1])]
+        cur = where[1]
+        closed = _element_close(body, key, key_at, where)
+        if closed is not None:  # (the value's close tag is the argument's, not the call's)
+            slots.append(_Slot("element_close", cur, closed))
+            cur = closed
+    return _Block(slots[0].start, cur, 1, tuple(slots))
 
 
 def _element_close(body: str, key: str, key_at: int, value: tuple[int, int]) -> int | None:
@@ -871,32 +895,13 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
     if encoding is None:
         raise _Refusal("derive.shape", f"the one-call probe's call ({name} with {dict(arguments)}) is written in no "
                                      "known form (JSON, a name then JSON or tagged arguments, pythonic)")
-    located: dict[str, tuple[str, list[_Block]]] = {}
-    for probe_name in ("one_call", "two_calls", "typed_arguments", "reasoning_call"):
-        turn = by.get(probe_name)
-        if turn is None or not turn.rendering.informative:
-            continue
-        body = turn.text[len(header):]
-        blocks = _locate(body, turn.probe, encoding)
-        if blocks is not None:
-            located[probe_name] = (body, blocks)
+    located = _locate_probes(by, header, encoding)
     if "one_call" not in located:
         raise _Refusal("derive.shape", f"the one-call probe's call is not found as a {encoding.kind} call")
     pick = "two_calls" if len(located.get("two_calls", ("", []))[1]) >= 2 else "one_call"
     body, blocks = located[pick]
-    start = _strip_lead(body, reasoning, marks)
-    end = _end_at(body, ends)
-    lead, trail = body[start:blocks[0].start], body[blocks[-1].end:end]
-    section_open = section_close = separator = ""
-    if len(blocks) >= 2:
-        inter = body[blocks[0].end:blocks[1].start]
-        close_n = _prefix_len(trail, inter)
-        open_n = _suffix_len(lead, inter[close_n:])
-        call_open, call_close = lead[len(lead) - open_n:], trail[:close_n]
-        separator = inter[close_n:len(inter) - open_n]
-        section_open, section_close = lead[:len(lead) - open_n], trail[close_n:]
-    else:
-        call_open, call_close = lead, trail
+    section_open, section_close, separator, call_open, call_close = _call_markers(body, blocks, reasoning, marks,
+                                                                                  ends)
     out: dict[str, Any] = {"encoding": encoding, "section_open": section_open.strip(),
                            "section_close": section_close.strip(), "separator": separator.strip(),
                            "call_open_text": call_open.strip()}
@@ -909,11 +914,72 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
         out["call_open"] = _re_literal(call_open) if call_open else ""
         out["call_close"] = call_close
         return out
-    # The name (and a call id) are in the opener: its pattern runs from the open marker to the arguments.
+    out.update(_named_opener(located, by, header, encoding, call_open, call_close, marks))
+    return out
+
+
+def _locate_probes(by: Mapping[str, _Turn], header: str, encoding: _Encoding) -> dict[str, tuple[str, list[_Block]]]:
+    """Each informative call probe's body (its turn after the header) and its calls located in it, where
+    they are all found as ``encoding`` writes them."""
+    located: dict[str, tuple[str, list[_Block]]] = {}
+    for probe_name in ("one_call", "two_calls", "typed_arguments", "reasoning_call"):
+        turn = by.get(probe_name)
+        if turn is None or not turn.rendering.informative:
+            continue
+        body = turn.text[len(header):]
+        blocks = _locate(body, turn.probe, encoding)
+        if blocks is not None:
+            located[probe_name] = (body, blocks)
+    return located
+
+
+def _call_markers(body: str, blocks: Sequence[_Block], reasoning: _Reasoning | None, marks: Sequence[str],
+                  ends: Sequence[str]) -> tuple[str, str, str, str, str]:
+    """The text around the calls of one turn, as written (unstripped): section open and close, the
+    separator between two calls, and one call's open and close. With two calls, what stands between them
+    tells a call's own markers from the section's; with one, all of it is the call's."""
+    start = _strip_lead(body, reasoning, marks)
+    end = _end_at(body, ends)
+    lead, trail = body[start:blocks[0].start], body[blocks[-1].end:end]
+    if len(blocks) < 2:
+        return "", "", "", lead, trail
+    inter = body[blocks[0].end:blocks[1].start]
+    close_n = _prefix_len(trail, inter)
+    open_n = _suffix_len(lead, inter[close_n:])
+    call_open, call_close = lead[len(lead) - open_n:], trail[:close_n]
+    separator = inter[close_n:len(inter) - open_n]
+    return lead[:len(lead) - open_n], trail[close_n:], separator, call_open, call_close
+
+
+def _named_opener(located: Mapping[str, tuple[str, list[_Block]]], by: Mapping[str, _Turn], header: str,
+                  encoding: _Encoding, call_open: str, call_close: str, marks: Sequence[str]) -> dict[str, Any]:
+    """The shape's fields for calls whose name (and id) are in the opener: its pattern runs from the open
+    marker to the arguments; tagged arguments' markup (parameters or elements) and the call's close."""
     elements = _elements(located, by, header) if encoding.kind == "tagged" else None
     params = _params(located) if encoding.kind == "tagged" and elements is None else None
     tags = params or elements
-    heads: list[list[tuple[str, str]]] = []  # per call: (slot kind, text before it) ..., ("", text before the payload)
+    heads = _opener_heads(located, tags)
+    out: dict[str, Any] = {"call_open": _opener_pattern(heads, call_open, marks),
+                           "has_id": any(kind == "id" for kind, _ in heads[0])}
+    out["call_open_text"] = call_open + "".join(
+        (text.strip() if not kind else text) + (f"{{{kind}}}" if kind else "") for kind, text in heads[0])
+    if params is not None:
+        out["params"] = params
+        if call_close.startswith(params.close):
+            call_close = call_close[len(params.close):].strip()
+    if elements is not None:
+        out["elements"] = elements
+    if tags is not None and not call_close:
+        raise _Refusal("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
+    out["call_close"] = call_close
+    return out
+
+
+def _opener_heads(located: Mapping[str, tuple[str, list[_Block]]],
+                  tags: _Params | _Elements | None) -> list[list[tuple[str, str]]]:
+    """Per located call, what its opener holds before the payload: (slot kind, text before it) ..., then
+    ("", text before the payload, up to the tags' opener); refused unless every call has the same slots."""
+    heads: list[list[tuple[str, str]]] = []
     for body_i, blocks_i in located.values():
         for block in blocks_i:
             payload = next(s for s in block.slots if s.kind in ("args", "key"))
@@ -927,6 +993,11 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
     shapes = {tuple(kind for kind, _ in h) for h in heads}
     if len(shapes) != 1:
         raise _Refusal("derive.shape", "the calls' names and ids are not written the same way in every probe")
+    return heads
+
+
+def _opener_pattern(heads: Sequence[Sequence[tuple[str, str]]], call_open: str, marks: Sequence[str]) -> str:
+    """The opener's regex: the open marker, then each slot's group between the texts every call agrees on."""
     pattern = _re_literal(call_open)
     for k, (kind, _) in enumerate(heads[0]):
         connector = _re_instances([h[k][1].rstrip() if k == len(heads[0]) - 1 else h[k][1] for h in heads]) if k else ""
@@ -938,20 +1009,7 @@ def _call_shape(by: Mapping[str, _Turn], header: str, reasoning: _Reasoning | No
             # A content marker the opener would read as a call (functionary's ">>>all" before text).
             pattern = _re_literal(call_open) + f"(?!{regex.escape(mark[len(call_open):])}\\b)" + \
                 pattern[len(_re_literal(call_open)):]
-    out["call_open"] = pattern
-    out["has_id"] = any(kind == "id" for kind, _ in heads[0])
-    out["call_open_text"] = call_open + "".join(
-        (text.strip() if not kind else text) + (f"{{{kind}}}" if kind else "") for kind, text in heads[0])
-    if params is not None:
-        out["params"] = params
-        if call_close.startswith(params.close):
-            call_close = call_close[len(params.close):].strip()
-    if elements is not None:
-        out["elements"] = elements
-    if tags is not None and not call_close:
-        raise _Refusal("derive.shape", "the calls' tagged arguments are not followed by a closing marker")
-    out["call_close"] = call_close
-    return out
+    return pattern
 
 
 def _pairs(block: _Block) -> Iterator[tuple[_Slot, _Slot]]:
