@@ -46,6 +46,13 @@ from .shapes import REASONING_FIELDS
 
 if TYPE_CHECKING:
     import jinja2
+    import jinja2.ext
+    import jinja2.utils
+    from jinja2.compiler import CodeGenerator
+    from jinja2.sandbox import ImmutableSandboxedEnvironment as _SandboxBase
+    from jinja2.sandbox import SandboxedEscapeFormatter, SandboxedFormatter
+else:
+    _SandboxBase = object  # (jinja2 is imported on first use: _environment_class mixes the guards into its sandbox)
 
 # Names a message's reasoning is passed under; templates read one of them (transformers fills both).
 REASONING_KEYS = REASONING_FIELDS  # (the name this module's readers know)
@@ -746,17 +753,158 @@ def _jinja() -> types.ModuleType:
 
 
 @lru_cache(maxsize=1)
-def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
-    """transformers' environment, with guards on the operations that can allocate without bound."""
+def _environment_class() -> type[_SizeGuards]:
+    """transformers' environment, with guards on the operations that can allocate without bound.
+
+    Built on first use, as jinja2 is imported only then: the classes that extend jinja2's own are made by
+    the factories below, the guards themselves are :class:`_SizeGuards`."""
     _jinja()
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.utils import generate_lorem_ipsum
+
+    generation = _generation_extension()
+    raise_exception, template_dict, template_namespace = _template_builtins()
+    # a filter that takes the context is never folded away at compile time
+    check_clock = jinja2.pass_context(_check_clock_filter)
+
+    class GuardedEnvironment(_SizeGuards, ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**", "%", "+"})
+        code_generator_class = _code_generator_class()
+        formatter_classes = _formatter_classes()
+
+        def __init__(self) -> None:
+            super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[generation, jinja2.ext.loopcontrols])
+            for name, estimate in _GUARDED_FILTERS.items():
+                original = _tojson if name == "tojson" else self.filters[name]
+                self.filters[name] = _guarded_filter(original, f"the {name} filter's result", estimate,
+                                                     iterates=name in _ITERATING_FILTERS)
+            self.globals["raise_exception"] = raise_exception
+            self.globals["strftime_now"] = _strftime_now
+            self.globals["dict"] = template_dict()
+            self.globals["namespace"] = template_namespace
+            self.globals["lipsum"] = _guarded_filter(generate_lorem_ipsum, "lipsum()", _lipsum_size)
+            self.filters[_CLOCK_FILTER] = check_clock
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            if isinstance(__obj, types.BuiltinMethodType) and isinstance(__obj.__self__, (str, bytes)) \
+                    and __obj.__name__ in _STR_METHODS:
+                if __obj.__name__ == "join" and args and isinstance(args[0], Iterator):
+                    args = (list(args[0]), *args[1:])
+                try:
+                    size = _str_method_size(__obj.__self__, __obj.__name__, args, kwargs)
+                except Exception:  # noqa: BLE001 - bad arguments: the method says so itself
+                    size = 0
+                _guard(size, f"str.{__obj.__name__}()")
+            return super().call(__context, __obj, *args, **kwargs)
+
+    return GuardedEnvironment
+
+
+class _SizeGuards(_SandboxBase):
+    """The environment's guards, mixed in before jinja2's ``ImmutableSandboxedEnvironment`` by
+    :func:`_environment_class` (jinja2 is not imported before then). The ``call`` guard stays in that
+    class: its ``__self``-style parameters are name-mangled with the class's own name, as jinja2's are."""
+
+    formatter_classes: tuple[type[SandboxedFormatter], type[SandboxedEscapeFormatter]]
+
+    def from_source(self, source: str) -> jinja2.Template:
+        """``from_string``, with a clock check at the top of every loop body, macro, call block and block.
+
+        A template repeats work only through these (jinja2 has no while; its sandbox caps ``range`` at
+        100,000 items but not loops nested in loops), so a render that runs long passes a check often,
+        even in loops that write nothing. Measured on the 70 vendored templates x 12 cases (840
+        renders, best of 9, CPython 3.11): 150 ms with the checks, 145 ms without (transformers' own
+        renderer: 120 ms; the rest is the size guards). A ``sys.settrace`` tracer that traces lines
+        only in template frames, the other way to stop such loops, made it 370 ms: the trace function
+        runs on every Python call in the thread, jinja2's runtime and filters included."""
+        import jinja2.nodes
+
+        tree = self.parse(source)
+        for node in list(tree.find_all((jinja2.nodes.For, jinja2.nodes.Macro, jinja2.nodes.CallBlock,
+                                        jinja2.nodes.Block))):
+            check = jinja2.nodes.Filter(jinja2.nodes.Const(None), _CLOCK_FILTER, [], [], None, None)
+            cast(Any, node).body.insert(0, jinja2.nodes.ExprStmt(check).set_lineno(node.lineno))
+        template: jinja2.Template = self.template_class.from_code(self, self.compile(tree), self.make_globals(None),
+                                                                  None)
+        return template
+
+    @staticmethod
+    def concat(parts: Any) -> str:
+        """Joins what a block, macro or ``{% set %}`` captures (the template's own output is checked
+        as it is written)."""
+        parts = parts if isinstance(parts, list) else list(parts)
+        _guard(sum(map(len, parts)), "a captured block")
+        return "".join(parts)
+
+    @staticmethod
+    def guarded_str_join(parts: tuple[Any, ...]) -> str:
+        _guard(sum(_size(part) for part in parts), "a ~ concatenation")
+        return "".join(map(str, parts))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and type(left) is str and type(right) is str:  # the common case, kept fast
+            _guard(len(left) + len(right), "the result of +")
+            return left + right
+        try:
+            size = _binop_size(operator, left, right)
+        except Exception:  # noqa: BLE001 - operands the operator refuses: it says so itself
+            size = 0
+        _guard(size, f"the result of {operator}")
+        return self.binop_table[operator](left, right)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """jinja2's sandboxed ``str.format`` / ``format_map``, with the field widths checked (asked of every
+        attribute a template reads: the common answer, None, comes first)."""
+        if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) \
+                or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str):
+            return None
+        from markupsafe import Markup
+
+        text: str = value.__self__
+        plain, escaping = self.formatter_classes
+        formatter = escaping(self, escape=text.escape) if isinstance(text, Markup) else plain(self)
+        is_format_map = value.__name__ == "format_map"
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            if is_format_map:
+                if kwargs:
+                    raise TypeError("format_map() takes no keyword arguments")
+                if len(args) != 1:
+                    raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+                kwargs, args = args[0], ()
+            return type(text)(formatter.vformat(text, args, kwargs))
+
+        return wrapper
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # transformers' own: jinja2's escapes HTML characters
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:  # noqa: A002 - transformers' name
+    limits = _LIMITS.get()
+    return (limits.now if limits is not None else datetime.now)().strftime(format)
+
+
+def _check_clock_filter(context: Any, value: None) -> None:
+    _check_clock()
+
+
+def _check_name(name: Any) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        from jinja2.exceptions import SecurityError
+
+        raise SecurityError(f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got "
+                            f"{name!r}. Please rename the attribute.")
+
+
+def _generation_extension() -> type[jinja2.ext.Extension]:
     import jinja2.ext
     import jinja2.nodes
     import jinja2.parser
-    import jinja2.utils
-    from jinja2.compiler import CodeGenerator, Frame, optimizeconst
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter
-    from jinja2.utils import generate_lorem_ipsum
-    from markupsafe import Markup
 
     class Generation(jinja2.ext.Extension):
         """The ``{% generation %}`` tag (transformers marks assistant text with it); renders its body."""
@@ -773,20 +921,18 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
         def _generation_support(self, context: Any, caller: Callable[[], str]) -> str:
             return caller()
 
+    return Generation
+
+
+def _template_builtins() -> tuple[Callable[[str], NoReturn], type[Any], type[jinja2.utils.Namespace]]:
+    """transformers' ``raise_exception``, the class of its ``dict`` and its ``namespace``."""
+    import jinja2.utils
+
     class Raised(jinja2.exceptions.TemplateError, _Raised):
         pass
 
     def raise_exception(message: str) -> NoReturn:
         raise Raised(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
-        # transformers' own: jinja2's escapes HTML characters
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(format: str) -> str:  # noqa: A002 - transformers' name
-        limits = _LIMITS.get()
-        return (limits.now if limits is not None else datetime.now)().strftime(format)
 
     class TemplateDict:
         """``dict`` for templates: builds dicts, without exposing the type itself."""
@@ -797,12 +943,6 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
         def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
             return dict.fromkeys(*args, **kwargs)
 
-    def check_name(name: Any) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(
-                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
-                "Please rename the attribute.")
-
     class TemplateNamespace(jinja2.utils.Namespace):
         """``namespace`` refusing underscore names, which could reach CPython internals."""
 
@@ -810,16 +950,19 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
             self, rest = args[0], args[1:]
             attrs = dict(*rest, **kwargs)
             for name in attrs:
-                check_name(name)
+                _check_name(name)
             jinja2.utils.Namespace.__init__(self, attrs)
 
         def __setitem__(self, name: str, value: Any) -> None:
-            check_name(name)
+            _check_name(name)
             jinja2.utils.Namespace.__setitem__(self, name, value)
 
-    @jinja2.pass_context  # a filter that takes the context is never folded away at compile time
-    def check_clock(context: Any, value: None) -> None:
-        _check_clock()
+    return raise_exception, TemplateDict, TemplateNamespace
+
+
+def _formatter_classes() -> tuple[type[SandboxedFormatter], type[SandboxedEscapeFormatter]]:
+    """jinja2's sandboxed ``str.format`` formatters, with a field's width checked first."""
+    from jinja2.sandbox import SandboxedEscapeFormatter, SandboxedFormatter
 
     class GuardedFormatter(SandboxedFormatter):
         def format_field(self, value: Any, format_spec: str) -> Any:
@@ -834,6 +977,14 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
     class GuardedEscapeFormatter(GuardedFormatter, SandboxedEscapeFormatter):
         pass
 
+    return GuardedFormatter, GuardedEscapeFormatter
+
+
+def _code_generator_class() -> type[CodeGenerator]:
+    """jinja2's code generator, with ``~`` compiled to a size-checked join."""
+    import jinja2.nodes
+    from jinja2.compiler import CodeGenerator, Frame, optimizeconst
+
     class GuardedCodeGenerator(CodeGenerator):
         @optimizeconst
         def visit_Concat(self, node: jinja2.nodes.Concat, frame: Frame) -> None:
@@ -847,108 +998,14 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
                 self.write(", ")
             self.write("))")
 
-    class GuardedEnvironment(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**", "%", "+"})
-        code_generator_class = GuardedCodeGenerator
-
-        def __init__(self) -> None:
-            super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
-            for name, estimate in _GUARDED_FILTERS.items():
-                original = tojson if name == "tojson" else self.filters[name]
-                self.filters[name] = _guarded_filter(original, f"the {name} filter's result", estimate,
-                                                     iterates=name in _ITERATING_FILTERS)
-            self.globals["raise_exception"] = raise_exception
-            self.globals["strftime_now"] = strftime_now
-            self.globals["dict"] = TemplateDict()
-            self.globals["namespace"] = TemplateNamespace
-            self.globals["lipsum"] = _guarded_filter(generate_lorem_ipsum, "lipsum()", _lipsum_size)
-            self.filters[_CLOCK_FILTER] = check_clock
-
-        def from_source(self, source: str) -> jinja2.Template:
-            """``from_string``, with a clock check at the top of every loop body, macro, call block and block.
-
-            A template repeats work only through these (jinja2 has no while; its sandbox caps ``range`` at
-            100,000 items but not loops nested in loops), so a render that runs long passes a check often,
-            even in loops that write nothing. Measured on the 70 vendored templates x 12 cases (840
-            renders, best of 9, CPython 3.11): 150 ms with the checks, 145 ms without (transformers' own
-            renderer: 120 ms; the rest is the size guards). A ``sys.settrace`` tracer that traces lines
-            only in template frames, the other way to stop such loops, made it 370 ms: the trace function
-            runs on every Python call in the thread, jinja2's runtime and filters included."""
-            tree = self.parse(source)
-            for node in list(tree.find_all((jinja2.nodes.For, jinja2.nodes.Macro, jinja2.nodes.CallBlock,
-                                            jinja2.nodes.Block))):
-                check = jinja2.nodes.Filter(jinja2.nodes.Const(None), _CLOCK_FILTER, [], [], None, None)
-                cast(Any, node).body.insert(0, jinja2.nodes.ExprStmt(check).set_lineno(node.lineno))
-            template: jinja2.Template = self.template_class.from_code(self, self.compile(tree), self.make_globals(None),
-                                                                      None)
-            return template
-
-
-        @staticmethod
-        def concat(parts: Any) -> str:
-            """Joins what a block, macro or ``{% set %}`` captures (the template's own output is checked
-            as it is written)."""
-            parts = parts if isinstance(parts, list) else list(parts)
-            _guard(sum(map(len, parts)), "a captured block")
-            return "".join(parts)
-
-        @staticmethod
-        def guarded_str_join(parts: tuple[Any, ...]) -> str:
-            _guard(sum(_size(part) for part in parts), "a ~ concatenation")
-            return "".join(map(str, parts))
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "+" and type(left) is str and type(right) is str:  # the common case, kept fast
-                _guard(len(left) + len(right), "the result of +")
-                return left + right
-            try:
-                size = _binop_size(operator, left, right)
-            except Exception:  # noqa: BLE001 - operands the operator refuses: it says so itself
-                size = 0
-            _guard(size, f"the result of {operator}")
-            return self.binop_table[operator](left, right)
-
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-            if isinstance(__obj, types.BuiltinMethodType) and isinstance(__obj.__self__, (str, bytes)) \
-                    and __obj.__name__ in _STR_METHODS:
-                if __obj.__name__ == "join" and args and isinstance(args[0], Iterator):
-                    args = (list(args[0]), *args[1:])
-                try:
-                    size = _str_method_size(__obj.__self__, __obj.__name__, args, kwargs)
-                except Exception:  # noqa: BLE001 - bad arguments: the method says so itself
-                    size = 0
-                _guard(size, f"str.{__obj.__name__}()")
-            return super().call(__context, __obj, *args, **kwargs)
-
-        def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
-            """jinja2's sandboxed ``str.format`` / ``format_map``, with the field widths checked."""
-            if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) \
-                    or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str):
-                return None
-            text: str = value.__self__
-            formatter = (GuardedEscapeFormatter(self, escape=text.escape) if isinstance(text, Markup)
-                         else GuardedFormatter(self))
-            is_format_map = value.__name__ == "format_map"
-
-            def wrapper(*args: Any, **kwargs: Any) -> str:
-                if is_format_map:
-                    if kwargs:
-                        raise TypeError("format_map() takes no keyword arguments")
-                    if len(args) != 1:
-                        raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
-                    kwargs, args = args[0], ()
-                return type(text)(formatter.vformat(text, args, kwargs))
-
-            return wrapper
-
-    return GuardedEnvironment
+    return GuardedCodeGenerator
 
 
 @lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
     # One environment per template, as transformers has it; compiled once per source (the server renders
     # the same template for every request).
-    return _environment_class()().from_source(source)  # type: ignore[attr-defined, no-any-return]
+    return _environment_class()().from_source(source)
 
 
 def _compile_checked(source: str, origin: str) -> jinja2.Template:
