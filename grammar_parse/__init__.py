@@ -52,7 +52,19 @@ from .errors import (
     PlaceholderError,
     TemplateError,
 )
-from .events import Correction, Event, Message, ParseErrorEvent, RegionChunk, RegionClose, RegionOpen
+from .events import (
+    CallProblem,
+    Correction,
+    Event,
+    Message,
+    ParseErrorEvent,
+    ParseProblem,
+    RegionChunk,
+    RegionClose,
+    RegionOpen,
+    ToolCall,
+    ToolFunction,
+)
 from .grammar import Grammar
 from .library import list_grammars, load_grammar
 from .options import ParseOptions
@@ -63,6 +75,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AnchorWarning",
     "ArgumentError",
+    "CallProblem",
     "ChatTemplate",
     "ChatTemplateError",
     "Correction",
@@ -77,12 +90,15 @@ __all__ = [
     "ParseError",
     "ParseErrorEvent",
     "ParseOptions",
+    "ParseProblem",
     "PlaceholderError",
     "RegionChunk",
     "RegionClose",
     "RegionOpen",
     "ResponseParser",
     "TemplateError",
+    "ToolCall",
+    "ToolFunction",
     "compile_template",
     "detect",
     "list_grammars",

@@ -37,6 +37,7 @@ import regex
 from .arguments import template_source_problem
 from .chat_template import ChatTemplate, load_chat_template
 from .errors import GrammarError, GrammarParseError
+from .events import Message
 from .grammar import Grammar, build_grammar
 from .probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
 from .session import parse_response
@@ -1206,7 +1207,7 @@ def _read_back(rendering: Rendering, grammar: Grammar, renders_reasoning: bool) 
         try:
             message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=TOOLS, strict=False)
         except GrammarParseError:
-            message = {}  # (read_back has said so)
+            message = Message()  # (read_back has said so)
     diffs += [f"parse error: {e.get('message', e)}" for e in message.get("parse_errors") or []]
     return diffs + [str(w.message) for w in caught]
 

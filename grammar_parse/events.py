@@ -7,7 +7,9 @@ Every event the parser emits is one of the :data:`Event` members, told apart by 
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union, overload
+
+_T = TypeVar("_T")
 
 # Optional keys come from a ``total=False`` subclass (not NotRequired) so the required/optional key sets
 # are right at run time on Python 3.10 too, without typing_extensions.
@@ -108,9 +110,50 @@ class ToolCall(_ToolCallKeys, total=False):
     errors: list[CallProblem]
 
 
-#: A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``; its
-#: ``tool_calls`` are :class:`ToolCall`, its ``parse_errors`` :class:`ParseProblem`.
-Message = dict[str, Any]
+#: The message keys whose values have a known type (every built-in grammar's fields), for the overloads below.
+_TextKey = Literal["role", "content", "reasoning_content", "thinking"]
+
+if TYPE_CHECKING:
+    # A plain dict at run time (transformers' keys, and whatever other fields a grammar fills); for a type
+    # checker, a dict whose well-known keys read as their types. Not a TypedDict: mypy has no TypedDict with
+    # extra keys (PEP 728), and the other keys must stay readable. Without these overloads every value was
+    # Any, and pyright strict turns ``msg.get("tool_calls") or []`` into a partially unknown type (an error).
+
+    class Message(dict[str, Any]):
+        """A parsed assistant message: ``{"role": "assistant", "content": ..., "tool_calls": [...], ...}``."""
+
+        @overload
+        def __getitem__(self, key: _TextKey) -> str: ...
+        @overload
+        def __getitem__(self, key: Literal["tool_calls"]) -> list[ToolCall]: ...
+        @overload
+        def __getitem__(self, key: Literal["parse_errors"]) -> list[ParseProblem]: ...
+        @overload
+        def __getitem__(self, key: str) -> Any: ...
+        def __getitem__(self, key: str) -> Any:
+            return super().__getitem__(key)
+
+        # (both checkers refuse any narrowing of get's overloads as an override: reading a well-known key
+        # through get() with these types is sound, and the last overload takes what dict.get takes)
+        @overload  # type: ignore[override]
+        def get(self, key: _TextKey, default: None = None, /) -> str | None: ...
+        @overload
+        def get(self, key: _TextKey, default: _T, /) -> str | _T: ...
+        @overload
+        def get(self, key: Literal["tool_calls"], default: None = None, /) -> list[ToolCall] | None: ...
+        @overload
+        def get(self, key: Literal["tool_calls"], default: list[ToolCall] | _T, /) -> list[ToolCall] | _T: ...
+        @overload
+        def get(self, key: Literal["parse_errors"], default: None = None, /) -> list[ParseProblem] | None: ...
+        @overload
+        def get(self, key: Literal["parse_errors"], default: list[ParseProblem] | _T, /) -> list[ParseProblem] | _T: ...
+        @overload
+        def get(self, key: str, default: Any = None, /) -> Any: ...
+        def get(self, key: str, default: Any = None, /) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+            return super().get(key, default)
+
+else:
+    Message = dict[str, Any]
 
 
 class Correction(TypedDict):

@@ -363,7 +363,7 @@ def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
 def _without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
     """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
     ``parse_errors`` when there are any."""
-    final: Message = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
+    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
     if errors:
         final["parse_errors"] = errors
     return final

@@ -389,7 +389,7 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
     # across offset 0 is cut there)
     spans = [{**span, "start": max(span["start"], -len(prefix))} for span in parser.spans]
     calls = _calls_of(spans, parser.grammar)
-    errors = [e for e in message.get("parse_errors") or [] if isinstance(e, Mapping) and e.get("span")]
+    errors: list[Mapping[str, Any]] = [e for e in message.get("parse_errors") or [] if isinstance(e, Mapping) and e.get("span")]
     pieces: dict[bool, list[_Piece]] = {True: [], False: []}  # (prefilled or not)
     for span, call, failed in zip(spans, calls, _in_errors(spans, errors)):
         for prefilled, (a, b) in ((True, (span["start"], min(span["end"], 0))), (False, (max(span["start"], 0),

@@ -371,7 +371,8 @@ def test_a_warning_without_a_code_is_one_line_named_by_its_class(capsys, monkeyp
         warnings.warn("something\nodd", DeprecationWarning, stacklevel=1)
         return 0
 
-    monkeypatch.setattr(cli, "_cmd_compile", warn)
+    monkeypatch.setattr(cli, "_COMMANDS", tuple((name, summary, arguments, warn if name == "compile" else run)
+                                                for name, summary, arguments, run in cli._COMMANDS))
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         assert main(["compile", "qwen3"]) == 0

@@ -72,7 +72,7 @@ def test_package_is_mypy_strict_clean(layout, monkeypatch, python):
     assert "no issues found" in report
 
 
-MESSAGE = "dict[str, Any]"
+MESSAGE = "grammar_parse.events.Message"
 
 #: (user code, what mypy must say about it: a revealed type, an error code, or None for nothing). The
 #: prelude defines `parser`, `msg`, `batch`, a streamed `event`, a tokenizer `tok` and an `ids_array`.
@@ -336,8 +336,6 @@ def pyright_command() -> list[str]:
     return [node, str(script)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Message is dict[str, Any] until its precise type lands (events.py, "
-                   "with one-line changes in derive.py and view.py): remove this mark then")
 def test_typing_snippets_are_pyright_strict_clean(snippets_in_layout):
     """pyright in strict mode infers a known type for every read of a message (a dict[str, Any] message
     gave ``Any | list[Unknown]`` for ``msg.get("tool_calls") or []``, an error in strict mode)."""
