@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import httpx  # noqa: E402
 
-from grammar_parse.lmsp import parse_sse  # noqa: E402
+from grammar_parse.adapters.lmsp import parse_sse  # noqa: E402
 from upstream_server import CHUNKS, GatewayProcess, Upstream  # noqa: E402
 
 # Plain content (no reasoning, no call): every text delta is a stretch of the raw output.

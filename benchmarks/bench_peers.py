@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402 - the same prose as the main benchmark
 import grammar_parse  # noqa: E402
-from grammar_parse.chat_completions import ChatCompletionsStream  # noqa: E402
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream  # noqa: E402
 
 INSTALL = ("pip install torch==2.13.0 && pip install --no-deps vllm==0.33.0 sglang==0.5.23 && "
            "pip install -r benchmarks/requirements-peers.txt")

@@ -24,7 +24,7 @@ from pathlib import Path
 # One fresh process per mode: it imports the package, then times each grammar once.
 _RUN = r"""
 import gc, json, pickle, sys, time
-from grammar_parse.grammar import build_grammar
+from grammar_parse._engine.grammar import build_grammar
 mode, path = sys.argv[1], sys.argv[2]
 warm, items = pickle.load(open(path, "rb"))
 build_grammar(warm[1], name=warm[0]) if mode == "build" else pickle.loads(warm[2])  # (first-use costs, not timed)

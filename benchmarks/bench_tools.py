@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grammar_parse.chat_completions import ChatCompletionsStream  # noqa: E402
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
     "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}]

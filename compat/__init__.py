@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, compile_template
-from grammar_parse.grammar import build_grammar
-from grammar_parse.template import check_depth
+from grammar_parse._engine.grammar import build_grammar
+from grammar_parse._engine.template import check_depth
 
 from .legacy import DEFAULT_TIMEOUT, LegacyValue, check_schema, is_legacy_schema, recursive_parse
 from .translate import Translation, to_template, translate

@@ -26,11 +26,11 @@ import regex
 from jmespath.parser import ParsedResult
 
 from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
-from grammar_parse.values import load_json
-from grammar_parse.linear_regex import BoundedRegex
-from grammar_parse.linear_regex import Match as LinearMatch
-from grammar_parse.regex_safety import refusal
-from grammar_parse.template import REGEX_HINT
+from grammar_parse._engine.values import load_json
+from grammar_parse._engine.linear_regex import BoundedRegex
+from grammar_parse._engine.linear_regex import Match as LinearMatch
+from grammar_parse._engine.regex_safety import refusal
+from grammar_parse._engine.template import REGEX_HINT
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs (a grammar's
 #: ``//@ legacy_timeout`` directive overrides it).

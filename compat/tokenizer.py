@@ -18,14 +18,14 @@ from typing import Any, overload
 
 from grammar_parse import (ArgumentError, ChatTemplate, Grammar, GrammarError, ResponseParser, compile_template,
                            load_model_grammar)
-from grammar_parse.events import Event, Message
+from grammar_parse._engine.events import Event, Message
 
 from .legacy import is_legacy_schema
 
 
 def grammar_for(tokenizer: Any) -> Grammar:
     """The grammar a tokenizer carries: response_template, else legacy response_schema, else the grammar
-    its chat template reads back (or one derived from it; grammar_parse.detect), with the tokenizer's
+    its chat template reads back (or one derived from it; grammar_parse.templates._detect), with the tokenizer's
     vocabulary and name to tell apart grammars that read it equally."""
     from . import legacy_grammar
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import regex
 
-from grammar_parse.compiler import template_to_lark
-from grammar_parse.regex_safety import sre as _sre
-from grammar_parse.regex_safety import sre_parse as _parser
-from grammar_parse.regex_shape import REPEAT_OPS
-from grammar_parse.template import Delimiter, FieldTemplate, Template
+from grammar_parse._engine.compiler import template_to_lark
+from grammar_parse._engine.regex_safety import sre as _sre
+from grammar_parse._engine.regex_safety import sre_parse as _parser
+from grammar_parse._engine.regex_shape import REPEAT_OPS
+from grammar_parse._engine.template import Delimiter, FieldTemplate, Template
 
 from .legacy import DEFAULT_TIMEOUT, LegacyValue, compiled_jmespath
 

@@ -38,9 +38,10 @@ _checkout = _Path(__file__).resolve().parent.parent
 if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).parent / "grammars").exists():
     _sys.meta_path.append(_CheckoutFinder(_checkout))  # (after the others: an editable install's finder wins)
 
-from .chat_template import ChatTemplate, load_chat_template, render_prompt
-from .compiler import compile_template
-from .detect import Detection, DetectionWarning, detect, load_model_grammar
+from . import _moved
+from ._engine.compiler import compile_template
+from .templates import (ChatTemplate, Detection, DetectionWarning, detect, load_chat_template,
+                        load_model_grammar, render_prompt)
 from .errors import (
     AnchorWarning,
     ArgumentError,
@@ -52,7 +53,7 @@ from .errors import (
     PlaceholderError,
     TemplateError,
 )
-from .events import (
+from ._engine.events import (
     CallProblem,
     Correction,
     Event,
@@ -65,12 +66,14 @@ from .events import (
     ToolCall,
     ToolFunction,
 )
-from .grammar import Grammar
-from .library import list_grammars, load_grammar
+from ._engine.grammar import Grammar
+from ._engine.library import list_grammars, load_grammar
 from .options import ParseOptions
-from .session import ResponseParser, parse_response
+from ._engine.session import ResponseParser, parse_response
 
 __version__ = "0.1.0"
+
+_moved.install()
 
 __all__ = [
     "AnchorWarning",

@@ -38,13 +38,13 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import jmespath
 
-from .arguments import print_warning_line
+from ._engine.arguments import print_warning_line
 from .errors import ArgumentError, GrammarParseError
-from .grammar import Grammar
+from ._engine.grammar import Grammar
 from .options import ParseOptions, merge_options
-from .session import ResponseParser, parse_response, resolve_grammar
-from .tools import check_tools
-from .shapes import REASONING_FIELDS
+from ._engine.session import ResponseParser, parse_response, resolve_grammar
+from ._engine.tools import check_tools
+from ._engine.shapes import REASONING_FIELDS
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -13,8 +13,8 @@
     ├── SchemaNameError    (KeyError)       a wire schema the package does not ship
     ├── UsageError         (RuntimeError)   the API used out of order (a result before it exists)
     │   └── FinalizedError                  feed() or finalize() after finalize()
-    ├── UpstreamError                       the gateway's model server failed (grammar_parse.backends); .status
-    └── CommandLineError                    a bad command line (grammar_parse.cli); exit status 2
+    ├── UpstreamError                       the gateway's model server failed (grammar_parse.serving._backends); .status
+    └── CommandLineError                    a bad command line (grammar_parse._cli); exit status 2
 
     AnchorWarning          (UserWarning)    a prefix holds none of the grammar's start anchors
 
@@ -38,7 +38,7 @@ ERROR_CODES: dict[str, str] = {
     "template.delimiter": "an open/close/start_anchor delimiter is empty, of the wrong type, or given twice",
     "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
     "template.regex_backtracking": "a pattern's repeats can match one text in so many ways that a backtracking "
-                                   "engine would run for ever on a near miss (grammar_parse.regex_safety)",
+                                   "engine would run for ever on a near miss (grammar_parse._engine.regex_safety)",
     "template.regex_size": "a pattern's counted repeat is above MAX_REPEAT (1000), or it is too large to analyse",
     "template.content": "a field names an unknown content parser or gives it bad arguments",
     "template.join": "'join' is not a string or is used without 'repeats'",
@@ -64,7 +64,7 @@ ERROR_CODES: dict[str, str] = {
                       "variable it was not given), so the grammar was chosen by the model's name alone",
     "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
     "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
-    # chat templates (grammar_parse.chat_template)
+    # chat templates (grammar_parse.templates._chat_template)
     "chat_template.missing": "a tokenizer config, chat_template.json or model directory holds no chat template",
     "chat_template.name": "a named chat template is not among the model's templates (or none is the default)",
     "chat_template.file": "a chat template file or model directory is missing, unreadable, not UTF-8 or not the "
@@ -80,7 +80,7 @@ ERROR_CODES: dict[str, str] = {
     "chat_template.timeout": "rendering ran past its time limit (5 s by default)",
     "chat_template.too_large": "the template's source, its output or a value it builds is above its size limit",
     "chat_template.jinja": "jinja2 (the grammar-parse[chat-templates] extra) is not installed",
-    # derived grammars (grammar_parse.derive)
+    # derived grammars (grammar_parse.templates._derive)
     "derive.no_calls": "a chat template renders no tool calls, so no grammar can be derived from it",
     "derive.shape": "a chat template's renderings show no consistent markup for reasoning or tool calls",
     "derive.round_trip": "a grammar derived from a chat template does not read its probe renderings back",
@@ -104,7 +104,7 @@ ERROR_CODES: dict[str, str] = {
     "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
                            "first): the call keeps it as \"\" with an error (reported in strict mode too)",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
-    # a call that is wrong for the request's tools (grammar_parse.wire; a call's errors, never raised)
+    # a call that is wrong for the request's tools (grammar_parse._engine.wire; a call's errors, never raised)
     "call.unknown_tool": "a call names a tool the request does not offer",
     "call.type": "a call's argument has a JSON type its tool's schema does not allow",
     "call.required": "a call lacks an argument its tool's schema requires",
@@ -125,7 +125,7 @@ ERROR_CODES: dict[str, str] = {
     "legacy.required": "an object node's required properties are missing",
     "legacy.transform": "a jmespath transform is invalid",
     "legacy.timeout": "a schema regex ran past the time limit (catastrophic backtracking on this output)",
-    # the server's upstream model server (grammar_parse.backends.UpstreamBackend)
+    # the server's upstream model server (grammar_parse.serving._backends.UpstreamBackend)
     "upstream.unreachable": "the model server could not be connected to (refused, unknown host, connect timeout)",
     "upstream.reset": "the model server dropped the connection before its stream finished",
     "upstream.status": "the model server answered an HTTP error status, or sent an error object in its stream",

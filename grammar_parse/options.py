@@ -19,14 +19,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .drafts import reading
+from ._engine.drafts import reading
 from .errors import ArgumentError
-from .values import JSON_MAX_DEPTH
+from ._engine.values import JSON_MAX_DEPTH
 
 #: Default bound on one region's text (characters): a runaway region stops growing past it.
 MAX_REGION_CHARS = 64 * 1024 * 1024
 #: Seconds the regex module may search a prompt for a start_anchor_pattern before the linear matcher takes
-#: over (grammar_parse.linear_regex: the same matches, so the choice never changes where the output starts).
+#: over (grammar_parse._engine.linear_regex: the same matches, so the choice never changes where the output starts).
 START_ANCHOR_LIMIT = 0.25
 
 

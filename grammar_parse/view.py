@@ -27,9 +27,9 @@ from typing import IO, Any
 
 from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
 from .errors import ArgumentError
-from .grammar import Grammar
-from .session import ResponseParser, resolve_grammar
-from .symbols import Region
+from ._engine.grammar import Grammar
+from ._engine.session import ResponseParser, resolve_grammar
+from ._engine.symbols import Region
 
 #: Colours of the fields (others take the last), and of the calls, told apart in turn.
 FIELD_COLOURS = {"reasoning_content": "#e8e0f8", "thinking": "#e8e0f8", "reasoning": "#e8e0f8",

@@ -10,8 +10,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 import grammar_parse
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
-from grammar_parse.grammar import Grammar
+from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse._engine.grammar import Grammar
 
 def examples(fraction: float) -> int:
     """``max_examples`` for a test that runs ``fraction`` of the active profile's budget, so that the deep

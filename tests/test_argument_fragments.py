@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.chat_completions import ChatCompletionsStream
-from grammar_parse.toolstream import ToolCallStreamer, call_regions
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
+from grammar_parse._engine.toolstream import ToolCallStreamer, call_regions
 from test_tool_streaming import CASES, counter, load_case
 
 #: Grammars whose every call still arrives whole, and why no streamer can do better.

@@ -129,7 +129,7 @@ def test_progress_shows_rate_and_eta_a_few_times_a_second():
 def test_the_batch_command(tmp_path, capsys):
     import json
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"id": i, "completion": "<think>t</think>a" if i % 3 else "<tool_call>{bad"})
@@ -231,7 +231,7 @@ def test_the_batch_command_reads_and_writes_parquet_and_resumes(tmp_path, capsys
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source, target = tmp_path / "in.parquet", tmp_path / "out.parquet"
     pq.write_table(pa.Table.from_pylist(MIXED), source)
@@ -305,7 +305,7 @@ def test_a_lone_surrogate_round_trips_through_jsonl(tmp_path):
     for (record, field, value), row in zip(SURROGATE_CASES.values(), rows[1::2], strict=False):
         assert value_of(row, field) == value, field
     # (the command, interrupted after the first surrogate's row and resumed: before, it died on that row again)
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source_file = tmp_path / "in.jsonl"
     source_file.write_bytes(source.getvalue())
@@ -336,7 +336,7 @@ def test_a_lone_surrogate_in_a_table_is_replaced_and_said_in_its_row(writer, tmp
     else:
         import pyarrow.parquet as pq
 
-        from grammar_parse.cli import main
+        from grammar_parse._cli import main
 
         source = tmp_path / "in.jsonl"
         source.write_bytes("".join(json.dumps(r) + "\n" for r in records).encode("ascii"))
@@ -367,7 +367,7 @@ def test_bad_bytes_make_their_row_an_error_and_the_rows_around_it_parse(bad, fir
     rows before it in the same read block (more than 8 KB of them here) and after it are parsed."""
     import json
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     count = 400  # (about 24 KB: several 8 KB blocks)
     lines = [json.dumps({"id": i, "completion": f"<think>t</think>answer {i:04d}"}).encode() for i in range(count)]
@@ -399,7 +399,7 @@ def test_only_a_newline_ends_a_jsonl_row(separator, how, tmp_path):
     import json
 
     from grammar_parse.batch import run_jsonl
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     texts = ["one", f"two{separator}half", "three"]
     body = "".join('{"id": %d, "completion": "%s"}\n' % (i, t) for i, t in enumerate(texts))
@@ -433,7 +433,7 @@ def test_jsonl_to_parquet_keeps_the_ids(ids, tmp_path):
     import json
 
     pq = pytest.importorskip("pyarrow.parquet")
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"id": i, "completion": "x"}) + "\n" for i in ids), encoding="utf-8")
@@ -510,7 +510,7 @@ def test_discarded_text_is_counted_in_each_row_and_the_summary(writer, tmp_path)
             "discarded_chars").to_pylist()
     else:
         pq = pytest.importorskip("pyarrow.parquet")
-        from grammar_parse.cli import main
+        from grammar_parse._cli import main
 
         source = tmp_path / "in.jsonl"
         source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -527,7 +527,7 @@ def test_discarded_text_is_counted_in_each_row_and_the_summary(writer, tmp_path)
 def test_a_wrong_text_key_stops_a_jsonl_run_before_any_row(text, first, tmp_path, capsys):
     import json
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "in.jsonl"
     source.write_text("\n" + "".join(json.dumps(first) + "\n" for _ in range(5)), encoding="utf-8")
@@ -542,7 +542,7 @@ def test_a_wrong_text_key_stops_a_jsonl_run_before_any_row(text, first, tmp_path
 def test_a_first_record_without_keys_to_check_runs_the_file(first, tmp_path):
     import json
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "in.jsonl"
     source.write_text(first + "\n" + json.dumps({"completion": "y"}) + "\n", encoding="utf-8")

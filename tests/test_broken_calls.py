@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
 from goldens import goldens
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ERROR_CODES, REPORTED_IN_STRICT
-from grammar_parse.lmsp import ResponseStream, schema_validator
+from grammar_parse.adapters.lmsp import ResponseStream, schema_validator
 from strategies import chunkings, examples
 from test_tool_streaming import accumulate
 from wire_checks import closed_prefix, strict_object

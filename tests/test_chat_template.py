@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grammar_parse.chat_template import (MAX_SOURCE_CHARS, REASONING_KEYS, ChatTemplate, load_chat_template,
+from grammar_parse.templates._chat_template import (MAX_SOURCE_CHARS, REASONING_KEYS, ChatTemplate, load_chat_template,
                                          render_prompt)
 from grammar_parse.errors import ERROR_CODES, ChatTemplateError
 
@@ -298,7 +298,7 @@ def test_the_raised_message_is_the_templates():
 
 
 def test_import_grammar_parse_without_jinja2():
-    code = ("import sys; sys.modules['jinja2'] = None; import grammar_parse, grammar_parse.chat_template as c\n"
+    code = ("import sys; sys.modules['jinja2'] = None; import grammar_parse, grammar_parse.templates._chat_template as c\n"
             "try:\n    c.ChatTemplate('{{ x }}')\nexcept c.ChatTemplateError as e:\n    print(e.code)")
     run = subprocess.run([sys.executable, "-c", code.replace("c.ChatTemplateError", "Exception")],
                          capture_output=True, text=True, check=True)

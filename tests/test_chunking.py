@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import grammar_parse
 from conformance import jsonable, strict_equal
-from grammar_parse.events import merge_chunks
+from grammar_parse._engine.events import merge_chunks
 from goldens import goldens
 from strategies import chunkings, grammar_outputs
 
@@ -163,7 +163,7 @@ def test_the_issue_k2_shape_streams_as_one_shot(type_name, tmp_path):
 ])
 def test_an_assertion_at_the_edge_keeps_a_partial_match_alive(pattern, buf):
     """What holds at the end of the text so far may not hold once more arrives: the match from 0 is pending."""
-    from grammar_parse.delimiters import RegexMatcher
+    from grammar_parse._engine.delimiters import RegexMatcher
 
     matcher = RegexMatcher(pattern)
     assert matcher.probe(buf, 0, matcher.search(buf, 0)) == (None, 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.cli import main
+from grammar_parse._cli import main
 from grammar_parse.errors import ERROR_CODES
 from test_session import CALL, XML_TEMPLATE, lambda_free_schema
 
@@ -348,7 +348,7 @@ def test_paths_need_a_separator_or_a_grammar_suffix(tmp_path, monkeypatch):
 
 
 def test_a_tokenizer_config_without_a_template_says_so(tmp_path):
-    from grammar_parse.library import grammar_from_json
+    from grammar_parse._engine.library import grammar_from_json
 
     with pytest.raises(gp.TemplateError) as info:
         grammar_from_json(json.loads(TOKENIZER_CONFIG))

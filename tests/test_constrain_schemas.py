@@ -344,7 +344,7 @@ def _template_dict() -> dict[str, Any]:
                        .read_text(encoding="utf-8"))
     for case in cases:
         try:
-            constrain.to_structural_tag(gp.session.resolve_grammar(case["template"]), tools=[_tool("f", {})])
+            constrain.to_structural_tag(gp._engine.session.resolve_grammar(case["template"]), tools=[_tool("f", {})])
         except gp.GrammarParseError:
             continue
         return dict(case["template"])
@@ -376,7 +376,7 @@ def test_the_table_covers_every_public_function_that_takes_a_grammar() -> None:
 @pytest.mark.parametrize("function", sorted(PUBLIC))
 def test_every_public_function_takes_every_form_of_a_grammar(function: str, form: str) -> None:
     given = FORMS[form]()
-    expected = PUBLIC[function](gp.session.resolve_grammar(given) if form != "grammar" else given)
+    expected = PUBLIC[function](gp._engine.session.resolve_grammar(given) if form != "grammar" else given)
     assert PUBLIC[function](given) == expected
 
 

@@ -10,8 +10,8 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat
-from grammar_parse.regex_shape import first_chars, pattern_shape
+from grammar_parse._engine.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat
+from grammar_parse._engine.regex_shape import first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -210,7 +210,7 @@ def test_json_walk_on_a_whole_text_agrees_with_the_walk_char_by_char(value, tail
 def test_the_last_start_anchor_ends_where_the_last_search_match_ends(literals, text):
     """A prompt is cut after its last start anchor: one literal that cannot overlap itself is found with
     rfind, any other anchor by searching; both as the regex's non-overlapping matches from the start."""
-    from grammar_parse.template import Delimiter
+    from grammar_parse._engine.template import Delimiter
 
     anchor = Delimiter(literals=tuple(literals))
     ends = [m.end() for m in anchor.compile().finditer(text)]

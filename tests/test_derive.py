@@ -20,11 +20,11 @@ import regex
 from test_linear_patterns import problems
 
 import grammar_parse as gp
-from grammar_parse.chat_template import ChatTemplate
-from grammar_parse.delimiters import RegexMatcher
-from grammar_parse.derive import Derived, derive_grammar
+from grammar_parse.templates._chat_template import ChatTemplate
+from grammar_parse._engine.delimiters import RegexMatcher
+from grammar_parse.templates._derive import Derived, derive_grammar
 from grammar_parse.errors import ERROR_CODES, GrammarError
-from grammar_parse.probes import CONTENT, PROBES, REASONING, TOOLS, USER, Rendering, render_probes
+from grammar_parse.templates._probes import CONTENT, PROBES, REASONING, TOOLS, USER, Rendering, render_probes
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 NAMES = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))

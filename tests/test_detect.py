@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.cli import main
+from grammar_parse._cli import main
 from grammar_parse.compat.tokenizer import grammar_for
-from grammar_parse.probes import TOOLS
+from grammar_parse.templates._probes import TOOLS
 
 pytest.importorskip("jinja2")
 

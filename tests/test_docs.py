@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grammar_parse.grammar import DIRECTIVE, build_grammar
+from grammar_parse._engine.grammar import DIRECTIVE, build_grammar
 from test_readme import check_shell, run_checked
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import strict_equal
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.errors import ArgumentError, GrammarError
-from grammar_parse.grammar import build_grammar
+from grammar_parse._engine.grammar import build_grammar
 from strategies import chunkings, examples
 
 QWEN_DRAFT = ('<think>I could write <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'

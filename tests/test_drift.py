@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 import grammar_parse
 from conformance import strict_equal
 from goldens import GOLDEN, goldens, parsed
-from grammar_parse.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
-from grammar_parse.grammar import Grammar, Terminal
-from grammar_parse.shapes import REASONING_FIELDS
+from grammar_parse._engine.delimiters import Hit, LiteralMatcher, RegexMatcher, ValueEnd
+from grammar_parse._engine.grammar import Grammar, Terminal
+from grammar_parse._engine.shapes import REASONING_FIELDS
 from strategies import chunkings, examples
 from test_xml_values import indent, raw_value_regions, value_spans, with_argument
 

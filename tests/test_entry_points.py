@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 
 import grammar_parse as gp
-from grammar_parse import batch, chat_completions, lmsp, view
-from grammar_parse.cli import main
+from grammar_parse import batch, view
+from grammar_parse.adapters import chat_completions
+from grammar_parse.adapters import lmsp
+from grammar_parse._cli import main
 from grammar_parse.errors import ERROR_CODES, ArgumentError, ChatTemplateError, GrammarParseError
-from grammar_parse.tools import CallValidator, ToolTypes, validate_call
+from grammar_parse._engine.tools import CallValidator, ToolTypes, validate_call
 
 IDS = "{}_1".format
 CALL = "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
@@ -149,18 +151,18 @@ def _chat_template() -> gp.ChatTemplate:
 
 #: Entry points in the modules that check their own text arguments (the parser's own, see the next table).
 TEXT_ENTRY_POINTS = {
-    "build_grammar": lambda v: __import__("grammar_parse.grammar", fromlist=["build_grammar"]).build_grammar(v),
+    "build_grammar": lambda v: __import__("grammar_parse._engine.grammar", fromlist=["build_grammar"]).build_grammar(v),
     "ChatTemplate(source)": lambda v: gp.ChatTemplate(v),
     "load_chat_template": gp.load_chat_template,
     "render_prompt(messages)": lambda v: gp.render_prompt(v, _chat_template()),
     "ChatTemplate.render(messages)": lambda v: _chat_template().render(v),
     "detect": gp.detect,
     "load_model_grammar": gp.load_model_grammar,
-    "derive_grammar": lambda v: __import__("grammar_parse.derive", fromlist=["derive_grammar"]).derive_grammar(v),
+    "derive_grammar": lambda v: __import__("grammar_parse.templates._derive", fromlist=["derive_grammar"]).derive_grammar(v),
 }
 
 #: Entry points whose text and prefix are checked by the parser's constructor and feed() (session.py): they
-#: use grammar_parse.arguments.expect_text, the helper tested just below.
+#: use grammar_parse._engine.arguments.expect_text, the helper tested just below.
 PARSER_TEXT_ENTRY_POINTS = {
     "parse_response(text)": lambda v: gp.parse_response(v, "qwen3", prefix=""),
     "parse_response(prefix)": lambda v: gp.parse_response("Hello!", "qwen3", prefix=v),
@@ -195,7 +197,7 @@ def test_wrong_types_are_argument_errors_naming_what_was_expected(entry, value, 
 @pytest.mark.parametrize("name", ["text", "prefix"])
 @pytest.mark.parametrize(("value", "words"), [pytest.param(v, w, id=i) for i, v, w in BAD_TEXT])
 def test_expect_text_says_what_a_text_argument_got(name, value, words):
-    from grammar_parse.arguments import expect_text
+    from grammar_parse._engine.arguments import expect_text
 
     with pytest.raises(ArgumentError) as info:
         expect_text(value, name)
@@ -205,7 +207,7 @@ def test_expect_text_says_what_a_text_argument_got(name, value, words):
 
 
 def test_expect_text_passes_text_through():
-    from grammar_parse.arguments import expect_text
+    from grammar_parse._engine.arguments import expect_text
 
     assert expect_text("hi", "text") == "hi"
     assert expect_text(None, "prefix", optional=True) is None
@@ -312,7 +314,7 @@ def test_a_deep_json_file_beside_the_template_is_a_clean_error(beside, tmp_path)
 
 
 def test_file_json_depth_is_bounded_below_the_recursion_limit(tmp_path):
-    from grammar_parse.json_input import MAX_FILE_JSON_DEPTH
+    from grammar_parse._engine.json_input import MAX_FILE_JSON_DEPTH
 
     # One level past the bound, far below where Python's parser fails: the bound itself refuses it.
     text = '{"chat_template": "x", "a": %s%s}' % ("[" * MAX_FILE_JSON_DEPTH, "]" * MAX_FILE_JSON_DEPTH)
@@ -365,7 +367,7 @@ def test_cli_warning_from_the_installed_command(tmp_path):
 
 
 def test_a_warning_without_a_code_is_one_line_named_by_its_class(capsys, monkeypatch):
-    from grammar_parse import cli
+    from grammar_parse import _cli as cli
 
     def warn(args: Any, out: Any) -> int:
         warnings.warn("something\nodd", DeprecationWarning, stacklevel=1)
@@ -381,7 +383,7 @@ def test_a_warning_without_a_code_is_one_line_named_by_its_class(capsys, monkeyp
 
 def test_serve_without_a_token_warns_in_one_line_with_its_code(capsys, monkeypatch):
     pytest.importorskip("httpx")
-    from grammar_parse import server
+    from grammar_parse.serving import _server as server
 
     served = []
     monkeypatch.setattr(server, "serve", lambda app, host, port, **kwargs: served.append((host, port)))

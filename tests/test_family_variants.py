@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import jsonable
 from goldens import goldens, parsed
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from strategies import chunkings, examples
 
 #: The grammars whose output is a series of headed message parts (class 6 applies to each).

@@ -1,4 +1,4 @@
-"""The compiled grammar's format (grammar_parse.format): one record of what a message is, read by every
+"""The compiled grammar's format (grammar_parse._engine.format): one record of what a message is, read by every
 consumer, inferred for every built-in grammar and stated where an authored grammar needs to."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 import grammar_parse as gp
 from grammar_parse import batch
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.errors import GrammarError
-from grammar_parse.grammar import build_grammar
+from grammar_parse._engine.grammar import build_grammar
 from grammar_parse.integrations import oneshot_message, reasoning_delimiters
 
 NAMES = sorted(gp.list_grammars())

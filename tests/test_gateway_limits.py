@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from grammar_parse.backends import CallableBackend, UpstreamBackend, UpstreamError, tokens
-from grammar_parse.chat_template import ChatTemplate
+from grammar_parse.serving._backends import CallableBackend, UpstreamBackend, UpstreamError, tokens
+from grammar_parse.templates._chat_template import ChatTemplate
 from grammar_parse.errors import ArgumentError
-from grammar_parse.lmsp import parse_sse
-from grammar_parse.server import NUMERIC_FIELDS, Limits, LMSPApp
-from grammar_parse.store import ResponseStore, entry_json
+from grammar_parse.adapters.lmsp import parse_sse
+from grammar_parse.serving._server import NUMERIC_FIELDS, Limits, LMSPApp
+from grammar_parse.serving.store import ResponseStore, entry_json
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
@@ -297,7 +297,7 @@ def test_a_lying_upstream_behind_the_gateway_ends_in_a_clean_502(upstream):
                                     "1.5,3", '"7",3', "null,3"])
 def test_upstream_usage_that_is_no_count_is_replaced_by_the_estimate(upstream, counts, caplog):
     prompt = f"[[usage:{counts}]][[id:usage-{counts}]]"
-    with caplog.at_level(logging.WARNING, "grammar_parse.backends"):
+    with caplog.at_level(logging.WARNING, "grammar_parse.serving._backends"):
         pieces, generation = run(generate(upstream.url, prompt))
     assert generation.estimated is True
     assert (generation.input_tokens, generation.output_tokens) == (len(tokens(prompt)), len(pieces))

@@ -48,7 +48,7 @@ def test_every_builtin_grammar_has_its_golden_cases(name):
 
 
 def _limited(name):
-    from grammar_parse.delimiters import RegexMatcher
+    from grammar_parse._engine.delimiters import RegexMatcher
 
     return any(isinstance(m, RegexMatcher) and m.limit
                for info in grammar_parse.load_grammar(name).tables.states.values() for _, m, *_ in info.scanner.entries)
@@ -61,7 +61,7 @@ HANDED_OVER = [c for c in CASES if _limited(c.grammar)]
 def test_golden_with_every_limited_search_handed_over(case, monkeypatch):
     """A delimiter search that runs past its limit hands over to the linear matcher; with a limit of zero
     every such search does, and each sample still gives its message, one-shot and streamed."""
-    from grammar_parse import delimiters
+    from grammar_parse._engine import delimiters
 
     monkeypatch.setattr(delimiters, "search_budget", lambda chars: 0.0)
     expected = json.loads(case.expected_path.read_text(encoding="utf-8"))

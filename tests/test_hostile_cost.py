@@ -16,9 +16,9 @@ from functools import cache
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.chat_completions import ChatCompletionsStream
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
-from grammar_parse.toolstream import _XmlCallReader
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
+from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse._engine.toolstream import _XmlCallReader
 
 SMALL, LARGE = 4_000, 32_000  # 8x the text
 

@@ -101,7 +101,7 @@ def test_reasoning_delimiters_are_the_reasoning_regions_whatever_its_field(name)
     """What the engines read to find where reasoning ends (SGLang's think_end_token): the reasoning region's
     own delimiters, written as the grammar's delimiters match them, also where the field is `thinking`
     (empty for 7 grammars before, gpt-oss among them)."""
-    from grammar_parse.delimiters import LiteralMatcher
+    from grammar_parse._engine.delimiters import LiteralMatcher
     from grammar_parse.integrations import reasoning_delimiters
 
     grammar = grammar_parse.load_grammar(name)

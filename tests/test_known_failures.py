@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from strategies import chunkings, examples
 
 CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
@@ -146,7 +146,7 @@ def test_7_untyped_xml_values_typed_by_schema_and_strings_left_alone():
 def test_11_per_chunk_work_does_not_grow_with_the_output(monkeypatch):
     """vLLM RFC #11522: parsers re-scan the whole output on every token. Here the held-back buffer stays
     small and the parser sees one token per region, however long the output."""
-    from grammar_parse import session
+    from grammar_parse._engine import session
 
     fed = []
     original = session.feed

@@ -10,14 +10,14 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 import grammar_parse
-from grammar_parse.compiler import lark_regex, lark_string
-from grammar_parse.grammar import build_grammar
+from grammar_parse._engine.compiler import lark_regex, lark_string
+from grammar_parse._engine.grammar import build_grammar
 
-NO_LEXER = "grammar_parse.grammar._ScannerLexer"
+NO_LEXER = "grammar_parse._engine.grammar._ScannerLexer"
 
 
 def lark_terminal(body: str):
-    from grammar_parse.grammar import _ScannerLexer
+    from grammar_parse._engine.grammar import _ScannerLexer
 
     parser = lark.Lark(f"start: T\nT: {body}\n", parser="lalr", lexer=_ScannerLexer, regex=True)
     return parser.terminals[0].pattern

@@ -1,119 +1,151 @@
-"""The modules' imports follow the pipeline: each module imports only modules before it in PIPELINE,
-no module imports another module's private (underscore) name, and every module is placed, and named in
-the layout page (docs/layout.md). Read from the source (ast), so a deferred import inside a function counts
-too; the only imports against the pipeline are the engine's on-demand loads of the compat plug-in."""
+"""The package's layout (docs/layout.md): sub-packages for the wings, the engine's internals private, and
+imports that follow the pipeline, lowest layer first. Read from the source (ast), so a deferred import inside a
+function counts too; the only imports against the pipeline are the engine's on-demand loads of the compat
+plug-in."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+import grammar_parse
 
-#: Lowest layer first. ``grammar_parse`` is the package's facade (``__init__``); compat is a plug-in above
-#: the engine that imports only the engine's lower layers or its facade.
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "grammar_parse"
+
+#: Lowest layer first, each module named below ``grammar_parse`` (``grammar_parse`` itself is the facade).
 PIPELINE = [
-    "errors", "events", "arguments",                               # what every stage reports; argument checks
-    "regex_safety", "linear_regex", "regex_shape", "delimiters",   # regexes: refusal, linear matching, shape, matchers
-    "values", "json_input", "tools", "wire",                       # content parsers, users' JSON, argument typing,
-                                                                   # wire JSON
-    "template", "shapes", "symbols", "format", "scanner", "tables",  # loading; a region's role and call shape,
-    "grammar",                                                     # what a message is; the compiled grammar
-    "compiler", "library",                                         # templates to grammars; the built-ins
-    "toolstream", "salvage", "regions", "drafts", "options", "session",  # the parser, and its options
-    "constrain.schemas", "constrain.cache",                        # a tool's schema made self-contained; kept exports
-    "constrain.regexes", "constrain.tagged", "constrain.pythonic",  # a grammar as a decoding constraint: pieces,
-    "constrain.lark", "constrain.forms", "constrain",              # payloads, llguidance's dialect, call forms, the exports
-    "chat_template", "probes", "derive", "detect",                 # a model's chat template, probed
-    "wire_stream", "chat_completions", "lmsp", "backends", "store",  # adapters, the gateway's upstream and store,
-    "server",                                                      # and the reference server
-    "batch", "view",                                               # many outputs at once; a picture of one
-    "grammar_parse",                                               # the facade
-    "compat.legacy", "compat.translate", "compat", "compat.tokenizer",
-    "integrations", "integrations.vllm", "integrations.sglang",     # the engine plugins, above the adapters
-    "integrations.batch_ray", "integrations.batch_spark", "integrations.batch_dask",  # the distributed recipes,
-    "integrations.batch_daft",                                                          # one per engine
-    "cli", "__main__",
+    "errors", "_engine.events", "_engine.arguments",                       # what every stage reports; checks
+    "_engine.regex_safety", "_engine.linear_regex", "_engine.regex_shape",  # regexes: refusal, linear matching,
+    "_engine.delimiters",                                                   # shape, run-time matchers
+    "_engine.values", "_engine.json_input", "_engine.tools", "_engine.wire",  # content parsers, users' JSON,
+                                                                            # argument typing, wire JSON
+    "_engine.template", "_engine.shapes", "_engine.symbols", "_engine.format",  # a region, its role and call
+    "_engine.scanner", "_engine.tables", "_engine.grammar",                 # shape; the format; the compiled
+    "_engine.compiler", "_engine.library",                                  # grammar; templates; built-ins
+    "_engine.toolstream", "_engine.salvage", "_engine.regions", "_engine.drafts",  # the parser
+    "options", "_engine.session", "_engine",                                # its options; the session
+    "constrain._schemas", "constrain._cache", "constrain._regexes",         # a grammar as a decoding constraint
+    "constrain._tagged", "constrain._pythonic", "constrain._lark", "constrain._forms", "constrain",
+    "templates._chat_template", "templates._probes", "templates._derive",   # a model's chat template, probed
+    "templates._detect", "templates",
+    "adapters._stream", "adapters.chat_completions", "adapters.lmsp", "adapters",  # the wire adapters
+    "serving._backends", "serving.store", "serving._server", "serving",     # the gateway
+    "batch", "view",                                                        # many outputs; a picture of one
+    "_moved", "grammar_parse",                                              # old import paths; the facade
+    "compat.legacy", "compat.translate", "compat", "compat.tokenizer",      # the compat plug-in
+    "integrations", "integrations.vllm", "integrations.sglang",             # the engine plug-ins
+    "integrations.batch_ray", "integrations.batch_spark", "integrations.batch_dask",  # the distributed recipes
+    "integrations.batch_daft",
+    "_cli", "__main__",
 ]
 
 #: Deferred imports against the pipeline, each a plug-in entry point: the engine loads the compat plug-in
 #: only for the grammars and documents that use it (a legacy schema's directives, a legacy JSON document).
-PLUG_IN_LOADS = {("grammar", "compat.legacy"), ("library", "compat"), ("library", "compat.legacy"),
-                 # a model directory or chat template is read by probing it through the whole parser
-                 ("library", "detect")}
+PLUG_IN_LOADS = {("_engine.grammar", "compat.legacy"), ("_engine.library", "compat"),
+                 ("_engine.library", "compat.legacy")}
+
+#: The public import paths (no underscore): the ones the README and the docs pages it links teach.
+PUBLIC = {"grammar_parse", "errors", "options", "batch", "view", "adapters", "adapters.chat_completions",
+          "adapters.lmsp", "serving", "serving.store", "templates", "constrain", "integrations",
+          "integrations.vllm", "integrations.sglang", "integrations.batch_ray", "integrations.batch_spark",
+          "integrations.batch_dask", "integrations.batch_daft", "compat", "compat.legacy", "compat.translate",
+          "compat.tokenizer", "grammars", "__main__"}
 
 
 def _module(path: Path) -> str:
-    if path.parent.name == "integrations":
-        return "integrations" if path.stem == "__init__" else f"integrations.{path.stem}"
-    if path.parent.name == "constrain":
-        return "constrain" if path.stem == "__init__" else f"constrain.{path.stem}"
-    if path.parent.name == "compat":
-        return "compat" if path.stem == "__init__" else f"compat.{path.stem}"
-    return "grammar_parse" if path.stem == "__init__" else path.stem
+    """A source file's module name below grammar_parse (compat/ is installed as grammar_parse.compat)."""
+    if path.is_relative_to(ROOT / "compat"):
+        parts = ["compat", *path.relative_to(ROOT / "compat").with_suffix("").parts]
+    else:
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or "grammar_parse"
 
 
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
-    """(imported project module, names imported from it, line) for every import in the file."""
-    package = {"compat": "grammar_parse.compat", "integrations": "grammar_parse.integrations",
-               "constrain": "grammar_parse.constrain"}.get(
-        path.parent.name, "grammar_parse")
+    """(imported project module, names imported from it, line) for every import in the file, deferred ones
+    included; ``from . import a`` imports the submodule a."""
+    me = _module(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    package = "" if package == "grammar_parse" else package
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
+                parts = package.split(".") if package else []
+                base = ".".join(parts[:len(parts) - (node.level - 1)])
+                target = ".".join(p for p in (base, node.module or "") if p)
+                full = f"grammar_parse.{target}" if target else "grammar_parse"
             else:
-                target = node.module or ""
+                full = node.module or ""
             names = [a.name for a in node.names]
         elif isinstance(node, ast.Import):
-            target, names = node.names[0].name, []
+            full, names = node.names[0].name, []
         else:
             continue
-        if target == "grammar_parse" or target.startswith("grammar_parse."):
-            module = target.removeprefix("grammar_parse.") if target != "grammar_parse" else "grammar_parse"
-            if module == "grammar_parse" and names == ["compat"]:
-                module, names = "compat", []
-            if isinstance(node, ast.ImportFrom) and node.level and not node.module:
-                # ``from . import a, b``: the submodules a and b of the package
-                found.extend((f"{module}.{n}".removeprefix("grammar_parse."), [], node.lineno) for n in names)
-                continue
+        if full != "grammar_parse" and not full.startswith("grammar_parse."):
+            continue
+        module = full.removeprefix("grammar_parse.") if full != "grammar_parse" else "grammar_parse"
+        subs = [f"{module}.{n}".removeprefix("grammar_parse.") for n in names]
+        if isinstance(node, ast.ImportFrom) and any(s in PIPELINE for s in subs):
+            found.extend((s, [], node.lineno) for s in subs if s in PIPELINE)
+        else:
             found.append((module, names, node.lineno))
     return found
 
 
-FILES = sorted([*(ROOT / "grammar_parse").glob("*.py"), *(ROOT / "compat").glob("*.py"),
-                *(ROOT / "grammar_parse" / "integrations").glob("*.py"),
-                *(ROOT / "grammar_parse" / "constrain").glob("*.py")])
+FILES = sorted(p for folder in (PACKAGE, ROOT / "compat") for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def test_every_module_has_its_place_in_the_pipeline():
+def test_every_module_has_its_place_in_the_pipeline() -> None:
     assert sorted(_module(f) for f in FILES) == sorted(PIPELINE)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[_module(f) for f in FILES])
-def test_imports_follow_the_pipeline(path):
+def test_imports_follow_the_pipeline(path: Path) -> None:
     me = _module(path)
     rank = PIPELINE.index(me)
     against = [(module, line) for module, _, line in _imports(path)
-               if module in PIPELINE and PIPELINE.index(module) >= rank and (me, module) not in PLUG_IN_LOADS]
+               if module in PIPELINE and PIPELINE.index(module) >= rank and module != me
+               and (me, module) not in PLUG_IN_LOADS]
     assert not against, f"{me} imports modules at or above its layer: {against}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=[_module(f) for f in FILES])
-def test_no_module_imports_another_modules_private_names(path):
+def test_no_module_imports_another_modules_private_names(path: Path) -> None:
     private = [(module, name, line) for module, names, line in _imports(path) for name in names
                if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))]
     assert not private, f"{_module(path)} imports private names: {private}"
 
 
-def test_the_layout_page_names_every_module():
-    layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")  # (the README links it)
+def test_public_import_paths_are_the_taught_ones() -> None:
+    """Every module without an underscore in its path is taught (named in the README or a docs page), and is
+    on the list above; every other module is private."""
+    installed = {_module(f) for f in FILES} | {"grammars"}
+    public = {m for m in installed if not any(part.startswith("_") and part != "__main__" for part in m.split("."))}
+    assert public == PUBLIC
+    taught = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+    untaught = [m for m in PUBLIC - {"grammar_parse", "__main__", "grammars"}
+                if not re.search(rf"grammar_parse\.{re.escape(m)}\b", taught)]
+    assert not untaught, f"public but taught nowhere: {untaught}"
+
+
+def test_the_facade_and_the_wings_import_what_they_export() -> None:
+    for name in ("grammar_parse", "grammar_parse.adapters", "grammar_parse.serving", "grammar_parse.templates",
+                 "grammar_parse.constrain"):
+        module = importlib.import_module(name)
+        assert all(hasattr(module, n) for n in module.__all__), name
+
+
+def test_the_layout_page_names_every_module() -> None:
+    layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`([\w.]+)/?`", layout))
-    missing = [m for m in PIPELINE if m not in ("grammar_parse", "__main__") and m not in named
-               and m.removeprefix("compat.").removeprefix("integrations.").removeprefix("constrain.") not in named]
+    missing = [m for m in PIPELINE if m not in ("grammar_parse", "__main__")
+               and m not in named and m.rpartition(".")[2] not in named]
     assert not missing, f"docs/layout.md does not name {missing}"

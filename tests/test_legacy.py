@@ -193,7 +193,7 @@ def test_tokenizer_config_prefers_response_template(tmp_path: Path):
 
 def test_lark_text_of_a_legacy_grammar_loads_back():
     grammar = legacy_grammar(SCHEMAS[7])
-    again = gp.grammar.build_grammar(grammar.lark_source)
+    again = gp._engine.grammar.build_grammar(grammar.lark_source)
     text = "<|START_THINKING|>hm<|END_THINKING|><|START_RESPONSE|>Hi<|END_RESPONSE|>"
     assert gp.parse_response(text, again) == gp.parse_response(text, grammar) == recursive_parse(text, SCHEMAS[7])
 
@@ -211,7 +211,7 @@ def test_convert_gives_an_equivalent_template_where_one_exists():
 def test_cli_convert_and_parse_legacy(tmp_path: Path):
     import io
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMAS[7]))

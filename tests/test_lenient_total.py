@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from goldens import goldens
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.compat import legacy_grammar, recursive_parse
 from grammar_parse.errors import ERROR_CODES, ParseError, TemplateError
-from grammar_parse.lmsp import ResponseStream, schema_validator
-from grammar_parse.toolstream import call_name
-from grammar_parse.values import parse_content
-from grammar_parse.wire import WireArguments
+from grammar_parse.adapters.lmsp import ResponseStream, schema_validator
+from grammar_parse._engine.toolstream import call_name
+from grammar_parse._engine.values import parse_content
+from grammar_parse._engine.wire import WireArguments
 from strategies import chunkings, delimiter_examples, examples
 from test_tool_streaming import JSON_VALUES
 from wire_checks import strict_object
@@ -480,7 +480,7 @@ def test_brackets_inside_json_strings_are_not_walked_in_python(monkeypatch):
     """Nesting is checked on the parsed value: a long argument full of brackets (past the depth limit in
     number) is not walked character by character; text that does not parse, and nests too deeply, is
     still reported as too deep first."""
-    from grammar_parse import values
+    from grammar_parse._engine import values
 
     walked = []
     original = values._check_depth

@@ -17,10 +17,10 @@ import regex
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.delimiters import RegexMatcher
-from grammar_parse.regex_safety import sre as _sre
-from grammar_parse.regex_safety import sre_parse as _sre_parse
-from grammar_parse.regex_shape import unnamed as _unnamed
+from grammar_parse._engine.delimiters import RegexMatcher
+from grammar_parse._engine.regex_safety import sre as _sre
+from grammar_parse._engine.regex_safety import sre_parse as _sre_parse
+from grammar_parse._engine.regex_shape import unnamed as _unnamed
 
 UNBOUNDED = _sre.MAXREPEAT
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance import load
-from grammar_parse.linear_regex import BoundedRegex, LinearRegex, _Runner
+from grammar_parse._engine.linear_regex import BoundedRegex, LinearRegex, _Runner
 
 #: Most steps ``linear_steps`` lets one call take before it stops it (a guard: a matcher that stopped
 #: remembering what failed runs for ever on the runaways below).
@@ -264,8 +264,8 @@ def test_partial_matches_of_the_built_in_limited_patterns():
     import random
 
     from goldens import goldens
-    from grammar_parse.delimiters import RegexMatcher
-    from grammar_parse.library import list_grammars, load_grammar
+    from grammar_parse._engine.delimiters import RegexMatcher
+    from grammar_parse._engine.library import list_grammars, load_grammar
 
     matchers = {}
     for name in list_grammars():

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from grammar_parse.lmsp import ResponseStream, parse_sse, respond, schema_validator, sse
-from grammar_parse.server import LMSPApp, ReplayBackend, tokens, uvicorn_config
+from grammar_parse.adapters.lmsp import ResponseStream, parse_sse, respond, schema_validator, sse
+from grammar_parse.serving._server import LMSPApp, ReplayBackend, tokens, uvicorn_config
 
 uvicorn = pytest.importorskip("uvicorn")  # in the test extra
 httpx = pytest.importorskip("httpx")

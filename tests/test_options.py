@@ -20,11 +20,11 @@ import pytest
 import grammar_parse as gp
 from grammar_parse import ParseOptions
 from grammar_parse.batch import parse_many, parse_table
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ArgumentError, ParseError
-from grammar_parse.lmsp import ResponseStream, respond
-from grammar_parse.server import Limits
-from grammar_parse.wire_stream import open_stream
+from grammar_parse.adapters.lmsp import ResponseStream, respond
+from grammar_parse.serving._server import Limits
+from grammar_parse.adapters._stream import open_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ import grammar_parse as gp
 from conformance import jsonable, load, model_template_samples, response_template_cases
 from goldens import all_goldens, goldens, parsed
 from grammar_parse.batch import portable_grammar
-from grammar_parse.grammar import Grammar
-from grammar_parse.session import resolve_grammar
+from grammar_parse._engine.grammar import Grammar
+from grammar_parse._engine.session import resolve_grammar
 
 GOLDENS = [g for g in all_goldens() if g.grammar in set(gp.list_grammars())]
 

@@ -93,7 +93,7 @@ def check_shell(code: str) -> int:
     """Each ``grammar-parse`` (or ``python -m grammar_parse``) command in a shell block parses with the CLI's
     own argument parser (``[...]`` marks an optional part), and every path into the project it names
     (benchmarks/, tests/, examples/, grammars/) exists. Returns how many commands were checked."""
-    from grammar_parse.cli import build_argparser
+    from grammar_parse._cli import build_argparser
 
     checked = 0
     for command in shell_commands(code):

@@ -12,10 +12,10 @@ import pytest
 import regex
 
 import grammar_parse as gp
-from grammar_parse import regex_safety
-from grammar_parse.grammar import build_grammar
-from grammar_parse.linear_regex import LinearRegex
-from grammar_parse.regex_safety import (MAX_AMBIGUITY, MAX_DEGREE, MAX_EDGES, MAX_POSITIONS, MAX_REPEAT,
+from grammar_parse._engine import regex_safety
+from grammar_parse._engine.grammar import build_grammar
+from grammar_parse._engine.linear_regex import LinearRegex
+from grammar_parse._engine.regex_safety import (MAX_AMBIGUITY, MAX_DEGREE, MAX_EDGES, MAX_POSITIONS, MAX_REPEAT,
                                         RegexSafetyError, analyse, refusal)
 from test_linear_regex import linear_steps
 
@@ -265,7 +265,7 @@ HOSTILE_PROMPTS = [
 def test_a_start_anchor_pattern_searches_a_hostile_prompt_in_bounded_time(pattern, prompt, monkeypatch):
     """Past its limit the search hands over to the linear matcher: the output starts where Python's re
     says, and the matcher's steps grow as the prompt does (the regex module alone: 16 s on the first)."""
-    from grammar_parse import session
+    from grammar_parse._engine import session
 
     template = {"start_anchor_pattern": pattern, "fields": {"content": {}}}
     small = prompt[:len(prompt) // 10]  # (Python's re takes under a second on a tenth)
@@ -286,7 +286,9 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     spaces and failed with parse.timeout, depending on the machine; past the limit the linear matcher now
     finishes the scan, with the regex module's message, in steps that grow as the text does."""
     from conformance import load
-    from grammar_parse import delimiters, toolstream, values
+    from grammar_parse._engine import delimiters
+    from grammar_parse._engine import toolstream
+    from grammar_parse._engine import values
 
     template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
 

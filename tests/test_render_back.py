@@ -15,7 +15,7 @@ import pytest
 
 import grammar_parse as gp
 from goldens import goldens
-from grammar_parse.probes import Probe, read_back, render_probe
+from grammar_parse.templates._probes import Probe, read_back, render_probe
 from test_detect import FAMILY, TEMPLATE_KWARGS, detection, template
 
 pytest.importorskip("jinja2")

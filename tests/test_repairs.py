@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
 from goldens import goldens
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.errors import ERROR_CODES
-from grammar_parse.toolstream import call_regions
+from grammar_parse._engine.toolstream import call_regions
 from strategies import chunkings, examples, grammar_outputs
 
 
@@ -146,7 +146,7 @@ def unrepaired(name: str) -> gp.Grammar:
 
 
 def _build(source: str, name: str) -> gp.Grammar:
-    from grammar_parse.grammar import build_grammar
+    from grammar_parse._engine.grammar import build_grammar
 
     return build_grammar(source, name=f"{name} unrepaired")
 

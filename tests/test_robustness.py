@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from grammar_parse.errors import ERROR_CODES
-from grammar_parse.values import parse_content
+from grammar_parse._engine.values import parse_content
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
@@ -106,7 +106,7 @@ def test_catastrophic_patterns_are_rejected_at_load(pattern):
 def test_a_slow_pattern_hands_over_at_run_time(monkeypatch):
     """A cubic delimiter pattern past its limit is finished by the linear matcher: the same message
     one-shot and streamed, whenever the limit fires."""
-    from grammar_parse import delimiters
+    from grammar_parse._engine import delimiters
 
     monkeypatch.setattr(delimiters, "REGEX_TIMEOUT", 0.01)
     template = {"start_anchor": "A", "fields": {"x": {"open_pattern": r"<x>.*?(?:a|b).*?(?:a|b).*?!", "close": "</x>"},
@@ -223,7 +223,7 @@ class _Scanned(str):
 def test_string_delims_cost_is_linear(text, monkeypatch):
     """Each quote pair's rewrite reads its text once, and the strings go back in one pass, however many
     (quadratic: about a minute for the first)."""
-    from grammar_parse import values
+    from grammar_parse._engine import values
 
     hide, hidden = values._hide_strings, values._HIDDEN
     rewrites: list[tuple[int, int]] = []  # (characters, characters read) of each quote pair's rewrite
@@ -273,7 +273,7 @@ def test_hostile_outputs_end_with_a_result_or_a_clear_error(text, strict):
 
 
 def test_surrogates_survive_the_wire_formats():
-    from grammar_parse.lmsp import ResponseStream, parse_sse, sse
+    from grammar_parse.adapters.lmsp import ResponseStream, parse_sse, sse
 
     stream = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_1")
     events = stream.feed("Hi \ud800 there<|im_end|>") + stream.complete()
@@ -289,7 +289,7 @@ BROKEN_THEN_GOOD = ('<tool_call>{"name": "get_weather", "arguments": {"city": "P
 
 
 def test_lenient_chat_completions_keep_streamed_calls_and_dense_indexes():
-    from grammar_parse.chat_completions import ChatCompletionsStream
+    from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
     stream = ChatCompletionsStream("qwen3", "", strict=False, ids=lambda kind: f"{kind}_{kind}")
     deltas = []
@@ -315,7 +315,7 @@ def test_lenient_chat_completions_keep_streamed_calls_and_dense_indexes():
 
 
 def test_lenient_lmsp_stream_reports_parse_errors_and_completes():
-    from grammar_parse.lmsp import ResponseStream, schema_validator
+    from grammar_parse.adapters.lmsp import ResponseStream, schema_validator
 
     counter = iter(range(1000))
     stream = ResponseStream("qwen3", "", ids=lambda kind: f"{kind}_{next(counter)}", strict=False)

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse as gp
-from grammar_parse.regex_shape import trailing_lookahead_as_text as _trailing_lookahead_as_text
-from grammar_parse.scanner import Scanner, SearchCache
+from grammar_parse._engine.regex_shape import trailing_lookahead_as_text as _trailing_lookahead_as_text
+from grammar_parse._engine.scanner import Scanner, SearchCache
 from strategies import chunkings, examples, grammar_outputs
 
 

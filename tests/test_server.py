@@ -1,4 +1,4 @@
-"""The gateway (grammar_parse.server) on loopback: the OpenAI client against /v1, the LMSP protocol's
+"""The gateway (grammar_parse.serving._server) on loopback: the OpenAI client against /v1, the LMSP protocol's
 corner cases (the tool loop over previous_response_id, truncation, tool_choice, versions, media types),
 and its hardening tried as a client that means harm would try it (body size and time, JSON depth and
 digits, item counts, the store's bounds, tokens, a client that leaves, a backend that fails). Every
@@ -27,11 +27,11 @@ import pytest
 import uvicorn
 
 import grammar_parse
-from grammar_parse.backends import Generation, ReplayBackend, UpstreamError, tokens
-from grammar_parse.cli import build_argparser
+from grammar_parse.serving._backends import Generation, ReplayBackend, UpstreamError, tokens
+from grammar_parse._cli import build_argparser
 from grammar_parse.errors import ERROR_CODES
-from grammar_parse.lmsp import parse_sse, schema_validator
-from grammar_parse.server import PROBLEM_CODES, Limits, LMSPApp, ResponseStore, random_ids
+from grammar_parse.adapters.lmsp import parse_sse, schema_validator
+from grammar_parse.serving._server import PROBLEM_CODES, Limits, LMSPApp, ResponseStore, random_ids
 from test_lmsp import Server, check_stream, rebuild, valid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -534,7 +534,7 @@ def test_bodies_that_are_not_json_objects(url, path, content_type, body, code):
 def test_parse_failures_say_nothing_of_the_output_and_log_it_all(caplog):
     broken = "<tool_call>\n{SECRET-OUTPUT not json\n</tool_call><|im_end|>"
     with gateway(backend=ReplayBackend(always(broken))) as address, \
-            caplog.at_level(logging.INFO, logger="grammar_parse.server"):
+            caplog.at_level(logging.INFO, logger="grammar_parse.serving._server"):
         replies = [lmsp(address, {"model": "qwen3", "input": [user("Hi")], "stream": stream}) for stream in (False, True)]
         replies += [chat(address, {"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}], "stream": stream})
                     for stream in (False, True)]
@@ -808,7 +808,7 @@ def test_bearer_tokens(url, header, ok):
 
 
 def test_each_request_is_logged_with_its_id_and_never_its_body(url, caplog):
-    with caplog.at_level(logging.INFO, logger="grammar_parse.server"):
+    with caplog.at_level(logging.INFO, logger="grammar_parse.serving._server"):
         reply = lmsp(url, {"model": "qwen3", "input": [user("PRIVATE-WORDS")]})
         missing = HTTP.get(f"{url}/nowhere%0A", headers={"Authorization": f"Bearer {TOKEN}"})
         lines = logged(caplog, reply.headers["x-request-id"], missing.headers["x-request-id"])
@@ -910,7 +910,7 @@ def test_a_backend_that_cannot_start_is_a_502():
 
 # ---------------------------------------------------------------------------- the command line
 def test_serve_token_sources(tmp_path, monkeypatch):
-    from grammar_parse.cli import _serve_token
+    from grammar_parse._cli import _serve_token
 
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n", encoding="utf-8")
@@ -960,7 +960,7 @@ class FakeUpstream:
 
 
 def test_an_upstream_that_refuses_connections_is_a_502():
-    from grammar_parse.backends import UpstreamBackend
+    from grammar_parse.serving._backends import UpstreamBackend
 
     upstream = f"http://127.0.0.1:{free_port()}/v1"
     with gateway(backend=UpstreamBackend(upstream)) as address:

@@ -124,7 +124,7 @@ def test_finalize_with_text_equals_feed_then_finalize():
     p2 = gp.ResponseParser(XML_TEMPLATE, prefix="")
     m2, events2 = p2.finalize(text)
     assert m1 == m2
-    assert gp.events.merge_chunks(events + final) == gp.events.merge_chunks(events2)
+    assert gp._engine.events.merge_chunks(events + final) == gp._engine.events.merge_chunks(events2)
 
 
 def test_message_property_shows_closed_regions():
@@ -181,7 +181,7 @@ def test_an_error_says_its_line_and_column_in_any_chunking(grammar, text, code, 
 
 
 def test_unexpected_input_has_one_code_in_both_modes_and_says_what_was_expected():
-    from grammar_parse.grammar import build_grammar
+    from grammar_parse._engine.grammar import build_grammar
 
     grammar = build_grammar('start: A B\nA: "<a>"\nB: "<b>"\n')
     with pytest.raises(grammar_parse.ParseError) as raised:
@@ -197,13 +197,13 @@ def _spans_without_trace():
 
 
 def _message_before_finish():
-    from grammar_parse.chat_completions import ChatCompletionsStream
+    from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
     return ChatCompletionsStream("qwen3", "").message
 
 
 def _unknown_schema():
-    from grammar_parse.lmsp import schema_validator
+    from grammar_parse.adapters.lmsp import schema_validator
 
     return schema_validator("no-such-schema")
 
@@ -248,7 +248,7 @@ def test_the_json_depth_limit_is_a_parameter_of_the_parser(limit, chunk):
 
 
 def test_the_adapters_stream_with_the_parsers_json_depth():
-    from grammar_parse.toolstream import ToolCallStreamer
+    from grammar_parse._engine.toolstream import ToolCallStreamer
 
     text = _nested(299)
     for depth, sent_whole in ((256, False), (400, True)):
@@ -290,7 +290,7 @@ def test_a_parser_started_from_a_kept_replay_is_the_parser_that_replayed():
 
 
 def test_kept_replays_are_bounded_and_long_prompt_tails_are_not_kept():
-    from grammar_parse.session import MAX_REPLAY_CHARS, MAX_REPLAYS
+    from grammar_parse._engine.session import MAX_REPLAY_CHARS, MAX_REPLAYS
 
     grammar = gp.load_grammar("qwen3")
     grammar.tables.shared.pop("replays", None)
@@ -313,7 +313,7 @@ def test_kept_replays_are_bounded_and_long_prompt_tails_are_not_kept():
 def test_a_long_argument_streams_on_the_fast_path(name, head, tail, monkeypatch):
     """Inside a call, chunks that cannot start a live delimiter skip the scan, whatever the delimiters'
     first characters are (an optional prefix, a newline): the scans stay few however long the argument."""
-    from grammar_parse import session
+    from grammar_parse._engine import session
 
     scans = []
     original = session.ResponseParser._process

@@ -106,8 +106,8 @@ def test_good_template_compiles_deterministically(template):
     first = grammar_parse.compile_template(copy.deepcopy(template))
     assert set(first.fields) == set(template["fields"])
     assert grammar_parse.compile_template(copy.deepcopy(template)) is first  # cached
-    from grammar_parse.compiler import template_to_lark
-    from grammar_parse.template import load_template
+    from grammar_parse._engine.compiler import template_to_lark
+    from grammar_parse._engine.template import load_template
 
     assert template_to_lark(load_template(template)) == first.lark_source
     assert "__ANON" not in first.lark_source
@@ -181,7 +181,7 @@ def test_deep_templates_are_rejected_at_load(name, template, path):
 def test_templates_with_too_many_fields_are_rejected_at_load():
     """A template's LALR table grows with the square of its fields: past MAX_TEMPLATE_FIELDS it is refused
     before the table is built (400 fields took 14 s once), naming the key; at the limit it loads."""
-    from grammar_parse.template import MAX_TEMPLATE_FIELDS
+    from grammar_parse._engine.template import MAX_TEMPLATE_FIELDS
 
     def template(n):
         fields = {f"f{i}": {"open": f"<f{i}>", "close": f"</f{i}>", "optional": True} for i in range(n - 1)}
@@ -214,7 +214,7 @@ def test_deep_legacy_schemas_are_rejected_at_load(name, schema, path):
 
 @pytest.mark.parametrize("depth, message", [(150, "deeper than 100 levels"), (DEEP, "not valid JSON")])
 def test_deep_grammar_directives_are_directive_errors(depth, message):
-    from grammar_parse.grammar import build_grammar
+    from grammar_parse._engine.grammar import build_grammar
 
     value = "[" * depth + "]" * depth
     with pytest.raises(grammar_parse.GrammarError) as info:
@@ -223,7 +223,7 @@ def test_deep_grammar_directives_are_directive_errors(depth, message):
 
 
 def test_templates_as_deep_as_the_limit_load():
-    from grammar_parse.template import MAX_TEMPLATE_DEPTH
+    from grammar_parse._engine.template import MAX_TEMPLATE_DEPTH
 
     levels = MAX_TEMPLATE_DEPTH - 2  # (the template and its defaults are two)
     grammar_parse.compile_template({**BASE, "defaults": {"a": _nest(levels, 1, lambda x: [x])}})

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse.compat.tokenizer import TokenStream
 from strategies import examples
 from token_streams import (IncrementalDetokenizer, Output, chunked, fixture_names, load_fixture,

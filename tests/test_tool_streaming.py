@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
-from grammar_parse.toolstream import JsonWalker
-from grammar_parse.tools import validate_call
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse._engine.toolstream import JsonWalker
+from grammar_parse._engine.tools import validate_call
 from strategies import chunkings, examples
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -273,7 +273,7 @@ def test_xml_tag_scans_handed_over_stream_the_same(grammar, path, monkeypatch):
     """The xml-inline streamer's tag scans run under a limit; past it the linear matcher finishes them
     (complete and partial tags alike). With the limit at zero every scan is handed over, and the deltas
     still fold into the one-shot message."""
-    from grammar_parse import toolstream
+    from grammar_parse._engine import toolstream
 
     monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
     text, prefix, tools, expected, one_shot, reason = load_case(grammar, path)
@@ -290,7 +290,7 @@ def test_tool_schemas_are_checked_once_not_per_call(monkeypatch):
     """A stream with tools= checks each call against its tool's schema; the schema is checked and its
     validator built once per distinct schema (it cost 2.5-3 ms a call: 850 calls took 1.2 s in finish),
     and the problems are the ones validate_call gives for each call alone."""
-    from grammar_parse import tools as tools_module
+    from grammar_parse._engine import tools as tools_module
 
     built = []
     real = tools_module._schema_validator

@@ -1,6 +1,6 @@
 """The types are a checked contract: mypy --strict passes on the package as it is installed, a user's code
 type-checks against it with the types it should see, and every event the parser emits has exactly the
-keys (and value types) of its TypedDict in grammar_parse.events.Event."""
+keys (and value types) of its TypedDict in grammar_parse._engine.events.Event."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from mypy import api as mypy_api
 
 import grammar_parse
 from conformance import model_template_samples
-from grammar_parse.grammar import build_grammar
+from grammar_parse._engine.grammar import build_grammar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,7 +72,7 @@ def test_package_is_mypy_strict_clean(layout, monkeypatch, python):
     assert "no issues found" in report
 
 
-MESSAGE = "grammar_parse.events.Message"
+MESSAGE = "grammar_parse._engine.events.Message"
 
 #: (user code, what mypy must say about it: a revealed type, an error code, or None for nothing). The
 #: prelude defines `parser`, `msg`, `batch`, a streamed `event`, a tokenizer `tok` and an `ids_array`.
@@ -361,9 +361,9 @@ def test_typing_snippets_are_mypy_strict_clean(layout, snippets_in_layout, monke
 
 
 # ---------------------------------------------------------------------------- messages vs their declared key types
-#: The well-known keys of a message and the type each has (grammar_parse.events: ToolCall, ParseProblem).
+#: The well-known keys of a message and the type each has (grammar_parse._engine.events: ToolCall, ParseProblem).
 MESSAGE_KEYS = {"role": str, "content": str, "reasoning_content": str, "thinking": str,
-                "tool_calls": list[grammar_parse.events.ToolCall], "parse_errors": list[grammar_parse.events.ParseProblem]}
+                "tool_calls": list[grammar_parse._engine.events.ToolCall], "parse_errors": list[grammar_parse._engine.events.ParseProblem]}
 
 
 def typed_problems(value: Any, hint: Any, where: str) -> list[str]:

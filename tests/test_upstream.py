@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from grammar_parse.backends import CallableBackend, ReplayBackend, UpstreamBackend, UpstreamError, tokens
+from grammar_parse.serving._backends import CallableBackend, ReplayBackend, UpstreamBackend, UpstreamError, tokens
 from grammar_parse.errors import ERROR_CODES
-from grammar_parse.lmsp import parse_sse, respond, schema_validator
-from grammar_parse.server import LMSPApp
+from grammar_parse.adapters.lmsp import parse_sse, respond, schema_validator
+from grammar_parse.serving._server import LMSPApp
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")

@@ -137,7 +137,7 @@ def test_each_call_region_is_coloured_as_one(grammar, name, regions, label):
 
 
 def test_the_view_command_writes_the_page(tmp_path):
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     output = tmp_path / "out.txt"
     output.write_text("<think>a</think>b", encoding="utf-8")
@@ -204,7 +204,7 @@ def _write_log(source, records) -> None:
 def test_the_view_command_shows_a_row_of_a_batch_input(tmp_path, suffix):
     """--row N counts from 0, as pandas does (the batch's output row N answers it); --id VALUE finds the
     record whose id column holds VALUE: the same page, titled with both."""
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / f"logs{suffix}"
     _write_log(source, LOG)
@@ -223,7 +223,7 @@ def test_the_view_command_shows_a_row_of_a_batch_input(tmp_path, suffix):
 def test_the_view_command_finds_a_record_by_an_id_that_is_a_number(tmp_path, suffix):
     """--id VALUE matches the id column (by default ``id``) written as JSON writes it: 7 finds the number 7;
     the first record that has it wins."""
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     records = [{"id": n, "completion": f"<think>r{n}</think>c{n}"} for n in (5, 7, 9, 7)]
     source = tmp_path / f"logs{suffix}"
@@ -265,7 +265,7 @@ ROW_ERRORS = [
 @pytest.mark.parametrize(("lines", "arguments", "code", "said"), [c[1:] for c in ROW_ERRORS],
                          ids=[c[0] for c in ROW_ERRORS])
 def test_a_row_that_cannot_be_shown_is_one_usage_error(tmp_path, capsys, lines, arguments, code, said):
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "logs.jsonl"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -280,7 +280,7 @@ def test_a_row_that_cannot_be_shown_is_one_usage_error(tmp_path, capsys, lines, 
 def test_a_bad_byte_is_its_rows_problem_only(tmp_path, capsys):
     """A JSONL line with a byte that is not UTF-8 (a Latin-1 é) is that row's problem: the other rows show,
     and that one is a usage error naming its line, as batch makes it that row's error."""
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "logs.jsonl"
     source.write_bytes(b'{"completion": "caf\xe9"}\n{"completion": "<think>a</think>b"}\n')
@@ -295,7 +295,7 @@ def test_a_bad_byte_is_its_rows_problem_only(tmp_path, capsys):
 
 
 def test_a_parquet_row_past_the_end_is_one_usage_error(tmp_path, capsys):
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "logs.parquet"
     _write_log(source, LOG[:2])
@@ -385,7 +385,7 @@ def test_the_view_command_writes_a_page_with_a_lone_surrogate(tmp_path, where, r
     is not UTF-8: the page is written as UTF-8, its <meta charset>, and the surrogate marked."""
     import io
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     source = tmp_path / "logs.jsonl"
     source.write_text(record + "\n", encoding="ascii")
@@ -403,7 +403,7 @@ def test_the_view_command_writes_a_page_with_a_lone_surrogate(tmp_path, where, r
 def test_the_view_command_writes_non_ascii_to_a_narrow_stdout(tmp_path):
     import io
 
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     output = tmp_path / "out.txt"
     output.write_text("<think>é\n</think>b", encoding="utf-8")
@@ -685,7 +685,7 @@ def test_hostile_text_in_the_new_parts_stays_text(fold):
 def test_an_output_file_with_a_byte_that_is_not_utf8_is_shown(tmp_path):
     """A model output file with a Latin-1 é (byte 0xE9) is shown, not refused: the byte is a marked U+FFFD
     whose title names it, every other character as written."""
-    from grammar_parse.cli import main
+    from grammar_parse._cli import main
 
     output = tmp_path / "out.txt"
     output.write_bytes(b"<think>caf\xe9</think>ok")

@@ -1,4 +1,4 @@
-"""A call whose region opens and closes in one feed is read whole (grammar_parse.toolstream.WHOLE_CALLS)
+"""A call whose region opens and closes in one feed is read whole (grammar_parse._engine.toolstream.WHOLE_CALLS)
 instead of walked value by value: differentially, the Chat Completions message and its deltas' sum are the
 same either way, on every golden sample of every grammar and on mutations of its calls' arguments that
 each take the whole reading off its plain path (constants, huge integers, surrogates, control
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import grammar_parse as gp
-from grammar_parse import toolstream
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse._engine import toolstream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from goldens import Golden, all_goldens, called_tools
 
 SAMPLES = [g for g in all_goldens() if g.grammar in gp.list_grammars()]

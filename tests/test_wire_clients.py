@@ -12,9 +12,9 @@ import httpx
 import openai
 import pytest
 
-from grammar_parse.backends import ReplayBackend
-from grammar_parse.lmsp import ResponseStream, parse_sse, schema_validator, sse
-from grammar_parse.server import LMSPApp
+from grammar_parse.serving._backends import ReplayBackend
+from grammar_parse.adapters.lmsp import ResponseStream, parse_sse, schema_validator, sse
+from grammar_parse.serving._server import LMSPApp
 from test_lmsp import Server, check_stream, counter, valid
 
 TOKEN = "wire-token"

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from conformance import strict_equal
 from goldens import goldens, parsed
-from grammar_parse.chat_completions import ChatCompletionsStream
-from grammar_parse.derive import derive_grammar
-from grammar_parse.grammar import Grammar, build_grammar
-from grammar_parse.probes import render_probes
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
+from grammar_parse.templates._derive import derive_grammar
+from grammar_parse._engine.grammar import Grammar, build_grammar
+from grammar_parse.templates._probes import render_probes
 from strategies import chunkings, examples
 
 # ---------------------------------------------------------------------------- where values are raw text

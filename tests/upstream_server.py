@@ -374,12 +374,12 @@ async def serve_gateway(upstream: str, port: int, read_timeout: float, lifetime:
     ``GET /_gateway`` answering what the tests count: tasks, connections, stored responses, RSS, CPU."""
     import uvicorn
 
-    from grammar_parse.backends import UpstreamBackend
-    from grammar_parse.server import Limits, LMSPApp, uvicorn_config
+    from grammar_parse.serving._backends import UpstreamBackend
+    from grammar_parse.serving._server import Limits, LMSPApp, uvicorn_config
 
     app = LMSPApp(grammar="qwen3", backend=UpstreamBackend(upstream, read_timeout=read_timeout),
                   limits=Limits(send_timeout=send_timeout))
-    logging.getLogger("grammar_parse.server").setLevel(logging.ERROR)  # (the tests' upstream faults are expected)
+    logging.getLogger("grammar_parse.serving._server").setLevel(logging.ERROR)  # (the tests' upstream faults are expected)
     server: Any = None
 
     async def control(scope: dict[str, Any], receive: Any, send: Any) -> None:

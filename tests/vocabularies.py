@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from grammar_parse import Grammar
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher
 
 #: Delimiter texts shaped like a model's control tokens: <|...|>, <｜...｜>, [UPPER], and the think and
 #: tool_call tags that Qwen-style tokenizers add.

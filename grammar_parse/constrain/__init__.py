@@ -13,7 +13,7 @@ What the constraint is built from, all read off the compiled grammar: the reason
 close literals, the call region's open and close delimiters (a regex opener is instantiated per tool by
 putting the tool's name in its ``name`` group), the delimiter rule that wraps the calls (a section such
 as ``<｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜>``, or a tag like ``<|python_tag|>``), and the shape of
-the payload, from the region's value spec (:func:`grammar_parse.format.call_shape`): a JSON body of
+the payload, from the region's value spec (:func:`grammar_parse._engine.format.call_shape`): a JSON body of
 arguments, a ``{"name", "arguments"}`` object, or a JSON array of such objects.
 
 Two choices hold for every grammar:
@@ -21,7 +21,7 @@ Two choices hold for every grammar:
 * **The end of turn is not part of the constraint.** The constraint ends where the message may end; the
   server ends the turn with the model's stop token (``<|im_end|>``, ``</s>``), which both engines allow
   once the constraint is complete.
-* **Every call form the parser reads is checked, or cannot be written** (grammar_parse.constrain.forms):
+* **Every call form the parser reads is checked, or cannot be written** (grammar_parse.constrain._forms):
   the forms that stand in the documented call's place, other call regions and bare calls at the answer's
   start are offered and checked; the free text may not spell the others. A call inside the reasoning is
   free text there, not a checked call.
@@ -35,8 +35,8 @@ token reference, so with ``tokens=`` (:func:`added_tokens`) a delimiter that is 
 
 The grammar is named as everywhere (a built-in name, a path, a template dict or a Grammar). A tool's schema
 may use references (pydantic's ``$defs``): they are resolved per tool before any part of it is placed
-(:mod:`grammar_parse.constrain.schemas`). Exports are kept per (grammar, tools, options)
-(:mod:`grammar_parse.constrain.cache`), so the serving path builds each constraint once.
+(:mod:`grammar_parse.constrain._schemas`). Exports are kept per (grammar, tools, options)
+(:mod:`grammar_parse.constrain._cache`), so the serving path builds each constraint once.
 """
 
 from __future__ import annotations
@@ -48,18 +48,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..delimiters import LiteralMatcher, RegexMatcher
-from ..arguments import grammar_problem, text_problem
+from .._engine.delimiters import LiteralMatcher, RegexMatcher
+from .._engine.arguments import grammar_problem, text_problem
 from ..errors import ArgumentError
-from ..grammar import Grammar
-from ..symbols import Region, Terminal
-from ..format import CallLayout, reaches
-from ..shapes import CallShape
-from ..toolstream import call_regions
-from . import cache, forms, pythonic, schemas, tagged
-from .cache import CACHE_BYTES, CACHE_ENTRIES
-from .lark import LarkWriter, lark_regex
-from .regexes import Delim, Unsupported, delim_of, escape, expansions, text_with_tokens, without_start
+from .._engine.grammar import Grammar
+from .._engine.symbols import Region, Terminal
+from .._engine.format import CallLayout, reaches
+from .._engine.shapes import CallShape
+from .._engine.toolstream import call_regions
+from . import _cache as cache
+from . import _forms as forms
+from . import _pythonic as pythonic
+from . import _schemas as schemas
+from . import _tagged as tagged
+from ._cache import CACHE_BYTES, CACHE_ENTRIES
+from ._lark import LarkWriter, lark_regex
+from ._regexes import Delim, Unsupported, delim_of, escape, expansions, text_with_tokens, without_start
 
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", "clear_cache", "cache_info"]
@@ -68,7 +72,7 @@ __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", 
 #: or model file, a response-template dict, or a compiled Grammar.
 GrammarLike = Grammar | str | os.PathLike[str] | Mapping[str, Any]
 
-#: Payload shapes this module can constrain (grammar_parse.format.CallShape modes).
+#: Payload shapes this module can constrain (grammar_parse._engine.format.CallShape modes).
 SUPPORTED_PAYLOADS = ("json_body", "json_key", "json_array", "components", "xml", "pythonic", "at_close")
 #: The whitespace the constraint lets a model write around payloads and between calls: JSON's own (Unicode
 #: spaces such as \x0b pass a regex's \s but not json.loads, so a payload read as JSON would not parse).
@@ -114,7 +118,7 @@ class _Format:
     bare: str | None = None
     bare_plan: CallShape | None = None
     bare_texts: tuple[str, ...] = ()  # the bare call's shortest text, which xgrammar's free text excludes
-    # Other call regions offered beside this one, and at the answer's start only (constrain.forms).
+    # Other call regions offered beside this one, and at the answer's start only (constrain._forms).
     extras: tuple[_Format, ...] = ()
     starts: tuple[_Format, ...] = ()
 
@@ -156,7 +160,7 @@ def _call_format(grammar: Grammar) -> _Format:
         raise _unsupported(grammar, f"its calls' payload ({plan.mode}) has no constraint")
     # The region's own OPEN and CLOSE are the documented form, offered with the openers that stand in its
     # place (gpt-oss's recipient before the channel); the other call openers are made impossible or offered
-    # at the answer's start (grammar_parse.constrain.forms).
+    # at the answer's start (grammar_parse.constrain._forms).
     upper = region.rule.upper()
     layout = grammar.format.calls[region.rule]
     openers = [grammar.terminals[name] for name in layout.openers]
@@ -434,7 +438,7 @@ def to_llguidance(grammar: GrammarLike, *, tools: Any, tool_choice: Any = "auto"
     added token only by reference, so a delimiter spelled by one (``<tool_call>``, ``<|python_tag|>``) is
     written as ``<[id]>``; without them the constraint fits a tokenizer that spells delimiters in bytes.
     ``grammar`` is a built-in name, a path, a response-template dict or a Grammar (as everywhere). Exports
-    are kept per (grammar, tools, options) (grammar_parse.constrain.cache).
+    are kept per (grammar, tools, options) (grammar_parse.constrain._cache).
     Raises ArgumentError ``constrain.unsupported`` for a grammar whose calls cannot be expressed yet.
     """
     found, fmt, state = _prepared(grammar, prefix, reasoning, parallel_tool_calls)
@@ -452,7 +456,7 @@ def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, pa
     out = ["%llguidance {}", ""]
     trigger = "(?:" + "|".join(escape(t) for t in fmt.trigger) + ")"
     out.append("TEXT: /(?s:.*)/")
-    # The answer's text: any, but no call form the constraint does not offer (grammar_parse.constrain.forms).
+    # The answer's text: any, but no call form the constraint does not offer (grammar_parse.constrain._forms).
     shut = [f"(?s:.*)(?:{escape(t)})" for t in fmt.forbidden] + [f"(?:(?s:.*)\n)?(?:{rx})" for rx in fmt.forbidden_rx]
     answer = "TEXT"
     if shut:
@@ -662,7 +666,7 @@ def _lark_body(out: list[str], rule: str, first: str, first_notrig: str, mode: s
 
 def _lark_calls(out: list[str], writer: LarkWriter, fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
                 parallel: bool) -> list[str]:
-    """``block_k``, what follows trigger k: the structural tag's blocks translated (grammar_parse.constrain.lark)
+    """``block_k``, what follows trigger k: the structural tag's blocks translated (grammar_parse.constrain._lark)
     with the trigger, which the free text before it has already taken, cut from each block's begin. Returns
     what ends the free text before each: ``TRIGGER_k``, a lexeme with the trigger's text, or the trigger's
     expression when it starts with a token."""
@@ -704,7 +708,7 @@ def _grammar(grammar: Any) -> Grammar:
         return grammar
     if not isinstance(grammar, (str, os.PathLike, Mapping)):
         raise grammar_problem(grammar, "grammar")  # (named as this function's argument, not load_grammar's)
-    from ..library import load_grammar  # (the library compiles grammars; the exports need it only here)
+    from .._engine.library import load_grammar  # (the library compiles grammars; the exports need it only here)
 
     return load_grammar(grammar)
 
@@ -723,7 +727,7 @@ def _prepared(grammar: Any, prefix: Any, reasoning: Any, parallel_tool_calls: An
 
 
 def clear_cache() -> None:
-    """Forget every export kept (grammar_parse.constrain.cache)."""
+    """Forget every export kept (grammar_parse.constrain._cache)."""
     cache.clear()
 
 
@@ -774,7 +778,7 @@ def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any
     # xgrammar cannot say "text that does not start with the reasoning opener" (llguidance's FIRST): where
     # the reasoning may open, the free text after it may not hold the opener at all. Nor can it exclude a
     # regex: the call forms not offered are kept out by their literal heads, a bare call's by its shortest
-    # text (grammar_parse.constrain.forms).
+    # text (grammar_parse.constrain._forms).
     shut = list(fmt.reasoning.opens) if fmt.reasoning is not None and state == "start" else []
     shut += [*fmt.forbidden, *fmt.start_texts]
     no_call = {"type": "any_text", "excludes": [*fmt.trigger, *shut]}
@@ -817,7 +821,7 @@ def _structural_tag(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any
 
 def _call_tags(fmt: _Format, tools: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[dict[str, Any]]:
     """One ``tag`` per call form: the canonical opener up to the tool's name as its begin; the forms of the
-    other call regions offered beside it (constrain.forms) too."""
+    other call regions offered beside it (constrain._forms) too."""
     return _merged([tag for one in (fmt, *fmt.extras) for tag in _own_tags(one, tools, parallel)])
 
 
@@ -905,7 +909,7 @@ def _wrapped(fmt: _Format, one: dict[str, Any], parallel: bool) -> list[dict[str
 
 def _bare_block(fmt: _Format, tools: list[tuple[str, dict[str, Any]]],
                 parallel: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(head, rest) of each call form offered only at the answer's start (grammar_parse.constrain.forms):
+    """(head, rest) of each call form offered only at the answer's start (grammar_parse.constrain._forms):
     a regex the head lexeme matches and the structural-tag format of what follows it."""
     out = []
     for start in fmt.starts:

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
-from grammar_parse.delimiters import LiteralMatcher, RegexMatcher
-from grammar_parse.tools import call_function
-from grammar_parse.wire import WireArguments, dumps
+from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher
+from grammar_parse._engine.tools import call_function
+from grammar_parse._engine.wire import WireArguments, dumps
 
 #: What every parser name of ours starts with (the engines' own names never do).
 PREFIX = "gp_"
@@ -56,7 +56,7 @@ def register(name: str, template: Any) -> str:
     """Serve ``template`` (a ``.lark`` path, a template dict or JSON path, a built-in name) under parser
     name ``name`` (taken as given when it starts with ``gp_``, else prefixed), in every engine module
     imported now or later. Returns the name. Bad templates fail here, at load time."""
-    from grammar_parse.session import resolve_grammar
+    from grammar_parse._engine.session import resolve_grammar
 
     key = name if name.startswith(PREFIX) else parser_name(name)
     _custom[key] = resolve_grammar(template)  # (a bad template raises its own error, naming field and key)
@@ -108,7 +108,7 @@ def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
 def reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
     """The text that opens and closes the grammar's reasoning (its region, whatever its field is named:
     ``thinking`` in gpt-oss), "" where it has none or it has no fixed text: read from the grammar's format
-    (grammar_parse.format), where it was worked out once. The engines read them to find where reasoning ends
+    (grammar_parse._engine.format), where it was worked out once. The engines read them to find where reasoning ends
     (SGLang's ``think_end_token``)."""
     return grammar.format.reasoning_delimiters
 

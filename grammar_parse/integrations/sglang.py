@@ -15,7 +15,7 @@ pair under every name of :func:`grammar_parse.integrations.parser_names` (``gp_q
 **One parse per request, handed from the reasoning detector to the tool detector.** SGLang runs the
 reasoning parser first and gives the tool-call parser the normal text it returns. A grammar reads the
 whole output at once (a call written inside the reasoning is still a call), so the reasoning detector
-runs the grammar on the raw output (one :class:`~grammar_parse.chat_completions.ChatCompletionsStream`
+runs the grammar on the raw output (one :class:`~grammar_parse.adapters.chat_completions.ChatCompletionsStream`
 per request, fed only the new text of each step: a step costs its own length) and keeps the reasoning.
 When SGLang says a tool parser reads its normal text (``tool_call_parser_active``), that text is a
 :class:`Handoff`: the content as a ``str``, carrying the content and call deltas of the step (streaming)
@@ -80,7 +80,7 @@ from sglang.srt.plugins import hook_registry
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from grammar_parse import Grammar
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
 from grammar_parse.integrations import (GENERIC, grammar_for, on_register, oneshot_message, parser_names,

@@ -14,7 +14,7 @@ a parser pair under every name of :func:`grammar_parse.integrations.parser_names
 **One session per request, shared by the pair.** vLLM composes the two into its ``DelegatingParser``,
 which gives the reasoning parser the text until it says reasoning has ended and the tool parser the text
 after. A grammar reads the whole output at once (a call written inside the reasoning is still a call),
-so both parsers of a request share one :class:`~grammar_parse.chat_completions.ChatCompletionsStream`:
+so both parsers of a request share one :class:`~grammar_parse.adapters.chat_completions.ChatCompletionsStream`:
 vLLM builds a request's reasoning parser and then, in the same constructor, its tool parser, and the tool
 parser joins the reasoning parser built just before it on this thread for the same tokenizer (and hands
 it the request's tools, which vLLM gives only to the tool parser). The reasoning parser never reports the
@@ -91,10 +91,10 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
 from grammar_parse import Grammar, ResponseParser
-from grammar_parse.chat_completions import ChatCompletionsStream
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
-from grammar_parse.events import Event
+from grammar_parse._engine.events import Event
 from grammar_parse.integrations import (
     GENERIC,
     grammar_for,
@@ -105,7 +105,7 @@ from grammar_parse.integrations import (
     register,
     tool_dicts,
 )
-from grammar_parse.tools import call_function
+from grammar_parse._engine.tools import call_function
 
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"

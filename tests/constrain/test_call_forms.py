@@ -23,7 +23,7 @@ import pytest
 
 import grammar_parse as gp
 from goldens import Golden, goldens, samples
-from grammar_parse.session import ResponseParser
+from grammar_parse._engine.session import ResponseParser
 
 pytest.importorskip("llguidance")
 pytest.importorskip("xgrammar")

@@ -19,8 +19,8 @@ import pytest
 import grammar_parse as gp
 from goldens import Golden, called_tools, goldens
 from grammar_parse import constrain
-from grammar_parse.session import ResponseParser
-from grammar_parse.toolstream import call_regions
+from grammar_parse._engine.session import ResponseParser
+from grammar_parse._engine.toolstream import call_regions
 
 llguidance = pytest.importorskip("llguidance")
 xgrammar = pytest.importorskip("xgrammar")
@@ -468,8 +468,8 @@ def delimiter_texts(grammar: gp.Grammar) -> list[bytes]:
         if terminal.region is None or terminal.region.parent is None:
             continue
         try:
-            texts = constrain.regexes.delim_of(terminal).canonical()
-        except constrain.regexes.Unsupported:
+            texts = constrain._regexes.delim_of(terminal).canonical()
+        except constrain._regexes.Unsupported:
             continue
         out.update(t.encode() for t in texts if t)
     return sorted(out)

@@ -1,4 +1,4 @@
-"""Tool calls in a call syntax as a constraint (grammar_parse.constrain.pythonic): Python-style calls
+"""Tool calls in a call syntax as a constraint (grammar_parse.constrain._pythonic): Python-style calls
 (llama4_pythonic, olmo3) and Gemma's ``call:NAME{key:<escape>v<escape>}`` (function_gemma, gemma4), each
 argument typed by the tool's schema so that the grammar's value parser reads back a value the schema
 accepts. Checked byte by byte with both engines, as in test_constrain.
@@ -17,7 +17,7 @@ import pytest
 import grammar_parse as gp
 from grammar_parse import constrain
 from grammar_parse.constrain import pythonic
-from grammar_parse.constrain.regexes import Unsupported
+from grammar_parse.constrain._regexes import Unsupported
 
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
@@ -330,8 +330,8 @@ def test_string_bodies_keep_out_the_words() -> None:
 def test_transformers_bare_keys_touch_the_brace_comma_and_colon(text: str) -> None:
     """With ``unquoted_keys: true`` (transformers' dialect, not "spaced") the value parser reads a bare key
     only right after ``{`` or ``,`` and right before ``:``: the constraint accepts what it reads."""
-    from grammar_parse.symbols import Region
-    from grammar_parse.values import ValueSpec, parse_content
+    from grammar_parse._engine.symbols import Region
+    from grammar_parse._engine.values import ValueSpec, parse_content
 
     args = {"unquoted_keys": True, "string_delims": [["<escape>", "<escape>"]]}
     spec = ValueSpec(content="json", content_args=args,

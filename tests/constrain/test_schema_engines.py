@@ -5,7 +5,7 @@ validates (issue 32, item 2: the nested arguments' ``#/$defs/X`` pointed at the 
 engine compiled the constraint for 41 of 54 grammars).
 
 A call syntax (Python, Gemma's dialect) spells each value out as a regex, which has no recursion: a recursive
-model is written a few levels inside itself there (grammar_parse.constrain.pythonic.RECURSION_DEPTH).
+model is written a few levels inside itself there (grammar_parse.constrain._pythonic.RECURSION_DEPTH).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tagged and XML tool-call arguments as a constraint (grammar_parse.constrain.tagged): each parameter in
+"""Tagged and XML tool-call arguments as a constraint (grammar_parse.constrain._tagged): each parameter in
 the schema's order, required ones required, values typed by the schema so that the parser reads them back
 as that type. Checked byte by byte with both engines, as in test_constrain.
 """
@@ -13,7 +13,7 @@ import pytest
 import grammar_parse as gp
 from grammar_parse import constrain
 from grammar_parse.constrain import tagged
-from grammar_parse.constrain.regexes import Unsupported
+from grammar_parse.constrain._regexes import Unsupported
 
 pytest.importorskip("llguidance")
 pytest.importorskip("xgrammar")

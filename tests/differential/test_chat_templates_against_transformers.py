@@ -1,4 +1,4 @@
-"""The probe conversations (grammar_parse.probes) rendered by transformers itself and by render_prompt, for
+"""The probe conversations (grammar_parse.templates._probes) rendered by transformers itself and by render_prompt, for
 every vendored chat template: the prompts and the history renderings must be equal, or both must refuse.
 (tests/test_chat_template.py checks other conversations against renderings transformers made once; this
 runs it live, on the conversations detect and derive depend on.)"""
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import grammar_parse as gp
-from grammar_parse.probes import PROBES, TOOLS, USER
+from grammar_parse.templates._probes import PROBES, TOOLS, USER
 
 pytest.importorskip("jinja2")
 chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 from goldens import all_goldens, goldens  # noqa: E402
 from grammar_parse import list_grammars  # noqa: E402
-from grammar_parse.chat_completions import chat_message  # noqa: E402
+from grammar_parse.adapters.chat_completions import chat_message  # noqa: E402
 from grammar_parse.integrations import parser_name, register  # noqa: E402
 
 FAMILIES = ["qwen3", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45", "kimi_k2", "gemma4"]

@@ -31,7 +31,7 @@ from conformance import load  # noqa: E402
 from char_tokens import CharTokenizer  # noqa: E402
 from goldens import all_goldens  # noqa: E402
 from token_streams import chunked  # noqa: E402
-from grammar_parse.chat_completions import chat_message  # noqa: E402
+from grammar_parse.adapters.chat_completions import chat_message  # noqa: E402
 from grammar_parse.integrations import parser_name  # noqa: E402
 
 PLUGIN = "grammar_parse.integrations.vllm"

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from grammar_parse.lmsp import parse_sse
+from grammar_parse.adapters.lmsp import parse_sse
 
 #: Every test's client work runs under this bound (seconds): a hung stream fails the test, never the run.
 OVERALL = 300.0

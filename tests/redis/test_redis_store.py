@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from grammar_parse.backends import CallableBackend
-from grammar_parse.server import LMSPApp
-from grammar_parse.store import RedisResponseStore, entry_json
+from grammar_parse.serving._backends import CallableBackend
+from grammar_parse.serving._server import LMSPApp
+from grammar_parse.serving.store import RedisResponseStore, entry_json
 
 redis = pytest.importorskip("redis")
 if shutil.which("redis-server") is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from grammar_parse.chat_completions import ChatCompletionsStream, chat_message
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 
 OUTPUT = '<think>hm</think>Hi <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 

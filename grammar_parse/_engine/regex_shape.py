@@ -1,0 +1,371 @@
+"""What a delimiter regex's source says about its matches, read once when a grammar loads.
+
+A streaming matcher needs facts about its pattern that a regex engine does not report: how long a match
+can be and how far its assertions look around it (how much history a trimmed buffer keeps, when a match
+at the buffer's edge is final), which characters every match starts or ends with (the fast paths that
+skip a chunk without searching it), whether the pattern is a ``\\s*literal`` that ``str.find`` can search,
+and whether its searches need a time limit. They are read here off Python's own regex parse tree, once per
+pattern, at load time.
+
+The matching itself happens at run time, in :mod:`grammar_parse._engine.delimiters`. Keeping the two apart keeps
+that hot-path module to its matchers, and gives the loaders (the tool streamer, the legacy schema
+translation) the analysis without them. Layering: ``regex_safety`` (parsing, backtracking analysis) ->
+``linear_regex`` -> ``regex_shape`` -> ``delimiters``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from .regex_safety import analyse, refusal, sre, sre_parse
+
+#: A match width (or look-around distance) with no bound.
+UNBOUNDED = 1 << 30
+#: The parsed-regex ops of a backtracking repeat (greedy or lazy).
+REPEAT_OPS = (sre.MAX_REPEAT, sre.MIN_REPEAT)
+# Every repeat op, possessive ones included (Python 3.11+).
+_ANY_REPEAT = (*REPEAT_OPS, getattr(sre, "POSSESSIVE_REPEAT", None))
+
+
+def _std_flags(flags: int) -> int:
+    """``flags`` as Python's own regex parser takes them (no ``regex``-only bits)."""
+    return flags & ~regex.VERSION1 & 0xFFFF
+
+
+# ---------------------------------------------------------------------------- widths and context
+@dataclass(frozen=True)
+class PatternShape:
+    """What a regex can look at beyond the text it consumes.
+
+    ``max_width``: longest match (UNBOUNDED if unbounded). ``end_reach``: how many characters past a
+    match's end an assertion may inspect (``$`` looks one further for a final newline; a negative
+    lookahead as far as its body). ``context``: how many characters before the search position the
+    pattern may inspect (``^``, ``\\b``, lookbehind), so trimmed buffers keep that much history.
+    """
+
+    max_width: int
+    end_reach: int
+    context: int
+    lookaround: bool = False
+
+
+_UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED, lookaround=True)
+
+
+def _width(sub: Any) -> int:
+    hi = sub.getwidth()[1]
+    return UNBOUNDED if hi >= sre.MAXREPEAT or hi >= getattr(sre_parse, "MAXWIDTH", UNBOUNDED) else int(hi)
+
+
+def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
+    """Collect end reach and context of a parsed pattern; return whether it has end-sensitive parts."""
+    sensitive = False
+    for op, av in sub:
+        if op is sre.AT:
+            if av in (sre.AT_END, sre.AT_END_LINE):
+                reach[0] = max(reach[0], 1)
+                sensitive = True
+            elif av in (sre.AT_END_STRING, sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
+                sensitive = True
+            if av in (sre.AT_BEGINNING, sre.AT_BEGINNING_LINE, sre.AT_BEGINNING_STRING,
+                      sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
+                context[0] = max(context[0], 1)
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
+            context.append(-1)  # marks a lookaround (automata libraries model them as consuming text)
+            direction, body = av
+            inner = _walk(body, reach, context)
+            if direction < 0:
+                context[0] = max(context[0], _width(body))
+            elif op is sre.ASSERT_NOT or inner:
+                # A negative lookahead that holds now can fail once more text arrives.
+                reach[0] = max(reach[0], _width(body))
+                sensitive = True
+        elif op is sre.BRANCH:
+            for alt in av[1]:
+                sensitive |= _walk(alt, reach, context)
+        elif op is sre.SUBPATTERN:
+            sensitive |= _walk(av[-1], reach, context)
+        elif op in _ANY_REPEAT:
+            sensitive |= _walk(av[2], reach, context)
+        elif op is getattr(sre, "ATOMIC_GROUP", None):
+            sensitive |= _walk(av, reach, context)
+        elif op is sre.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    sensitive |= _walk(branch, reach, context)
+    return sensitive
+
+
+def unnamed(pattern: str) -> str:
+    """``pattern`` with its named groups made non-capturing (for analysis, never for matching)."""
+    return regex.sub(r"(?<!\\)((?:\\\\)*)\(\?P<\w+>", r"\1(?:", pattern)
+
+
+def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
+    """Analyse ``pattern`` with Python's own regex parser; unknown syntax gives a cautious answer."""
+    # \p{..} classes exist only in `regex`; any one character stands in for them here. Named groups do
+    # not matter to the shape, and `regex` allows a name twice where the stdlib parser does not.
+    simplified = unnamed(regex.sub(r"\\[pP]\{[^}]*\}|\\[pP][A-Za-z]", "A", pattern))
+    try:
+        parsed = sre_parse.parse(simplified, _std_flags(flags))
+    except Exception:  # noqa: BLE001 - any syntax the stdlib parser lacks
+        return _UNKNOWN_SHAPE
+    reach, context = [0], [0]
+    _walk(parsed, reach, context)
+    return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0],
+                        lookaround=-1 in context[1:])
+
+
+# ---------------------------------------------------------------------------- first and last characters
+def _literal_items(pattern: str, flags: int) -> list[Any] | None:
+    """The parsed top-level items of ``pattern``, or None where its literals may match other characters
+    (case ignored, ``regex``-only escapes) or the stdlib parser cannot read it."""
+    if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
+        return None
+    try:
+        return list(sre_parse.parse(unnamed(pattern), _std_flags(flags)))
+    except Exception:  # noqa: BLE001 - syntax only `regex` knows
+        return None
+
+
+def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The characters every match of ``pattern`` starts with, or None when that is not a small known set
+    (the pattern can match empty, starts with an assertion or a broad class, ignores case, ...).
+
+    A chunk without any of them cannot begin a match, complete or partial: the session's fast path."""
+    items = _literal_items(pattern, flags)
+    found = None if items is None else _firsts(items)
+    return "".join(sorted(found)) if found else None
+
+
+def _firsts(items: list[Any]) -> set[str] | None:
+    """First characters of a parsed sequence whose first item always consumes one, else None."""
+    if not items:
+        return None
+    op, av = items[0]
+    if op is sre.LITERAL:
+        return {chr(av)}
+    if op is sre.IN:
+        out: set[str] = set()
+        for item_op, item_av in av:
+            if item_op is sre.LITERAL:
+                out.add(chr(item_av))
+            elif item_op is sre.RANGE and item_av[1] - item_av[0] < 64:
+                out.update(map(chr, range(item_av[0], item_av[1] + 1)))
+            else:
+                return None  # negated sets, categories, wide ranges
+        return out
+    if op is sre.SUBPATTERN:
+        return None if av[1] else _firsts(list(av[-1]))  # inline flags: give up
+    if op is getattr(sre, "ATOMIC_GROUP", None):
+        return _firsts(list(av))
+    if op is sre.BRANCH:
+        union: set[str] = set()
+        for alternative in av[1]:
+            found = _firsts(list(alternative))
+            if found is None:
+                return None
+            union |= found
+        return union
+    if op in _ANY_REPEAT:
+        inner = _firsts(list(av[2]))
+        if inner is None or av[0] >= 1:
+            return inner
+        rest = _firsts(items[1:])  # (an optional item: a match may start with what follows it)
+        return None if rest is None else inner | rest
+    return None
+
+
+def last_char(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The literal character every match of ``pattern`` ends with, or None when there is no such one.
+    A match can only complete in text that holds it (the tool streamer rescans only then)."""
+    items = _literal_items(pattern, flags)
+    while items:
+        op, av = items[-1]
+        if op is sre.LITERAL:
+            return chr(av)
+        if op is not sre.SUBPATTERN or av[1]:
+            return None
+        items = list(av[-1])  # (a group without inline flags ends where its last item does)
+    return None
+
+
+def required_tail(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """The last run of literal text (3 characters or more where there is one) that every match of
+    ``pattern`` contains, or None: no match can complete before it appears, so the tool streamer waits
+    for it instead of retrying a pattern whose lazy ``.*?`` runs to the end of a long body each time."""
+    items = _literal_items(pattern, flags)
+    if items is None:
+        return None
+    runs, current = [], ""
+    for op, av in items:  # (top level only: a group's literals may belong to one alternative)
+        if op is sre.LITERAL:
+            current += chr(av)
+        else:
+            runs.append(current)
+            current = ""
+    runs = [r for r in [*runs, current] if r]
+    if not runs:
+        return None
+    return next((r for r in reversed(runs) if len(r) >= 3), runs[-1])
+
+
+# ---------------------------------------------------------------------------- rewriting the source
+def _source_tokens(pattern: str) -> Iterator[tuple[int, str, bool]]:
+    """(offset, token, inside a character class) for each token of ``pattern``: an escape, a class
+    opener with the ``^`` and ``]`` right after it (``[``, ``[^``, ``[]``, ``[^]``: that ``]`` is a
+    member), or one character. The flag is False for an opener and True for its closing ``]``."""
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch, inside = pattern[i], in_class
+        if ch == "\\":
+            tok = pattern[i:i + 2]
+        elif in_class:
+            tok = ch
+            in_class = ch != "]"
+        elif ch == "[":
+            j = i + 1
+            if pattern.startswith("^", j):
+                j += 1
+            if pattern.startswith("]", j):
+                j += 1
+            tok = pattern[i:j]
+            in_class = True
+        else:
+            tok = ch
+        yield i, tok, inside
+        i += len(tok)
+
+
+def _is_anchor(tok: str) -> bool:
+    """Whether a token outside a class is a zero-width anchor (``^ $ \\A \\Z \\z \\b \\B \\G``)."""
+    return tok in ("^", "$") or len(tok) == 2 and tok[0] == "\\" and tok[1] in "AZzbBG"
+
+
+def strip_anchors(pattern: str) -> str:
+    """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
+
+    The result matches a superset of the original; it is only used to guess how a live path continues,
+    and the guess is then checked against the real pattern.
+    """
+    return "".join(tok for _, tok, inside in _source_tokens(pattern) if inside or not _is_anchor(tok))
+
+
+def trailing_lookahead_as_text(pattern: str) -> str | None:
+    """``X(?:Y)`` for a pattern ``X(?=Y)`` whose only lookaround is that lookahead at its very end; None
+    for any other pattern."""
+    depth, last_top, last_close = 0, -1, -1
+    for i, tok, inside in _source_tokens(pattern):
+        if inside:
+            continue
+        if tok == "(":
+            if depth == 0:
+                last_top = i
+            depth += 1
+        elif tok == ")":
+            depth -= 1
+            if depth == 0:
+                last_close = i
+    # the last top-level group is a lookahead and it closes at the very end
+    if last_top == -1 or not pattern.startswith("(?=", last_top) or last_close != len(pattern) - 1:
+        return None
+    head, tail = pattern[:last_top], pattern[last_top + 3:]
+    if any(mark in head or mark in tail for mark in ("(?=", "(?!", "(?<")):
+        return None
+    return f"{head}(?:{tail}"
+
+
+# ---------------------------------------------------------------------------- `\s*literal` patterns
+# What the regex module's \s matches (str.isspace() also accepts \x1c-\x1f, which \s does not).
+_NOT_REGEX_SPACE = frozenset("\x1c\x1d\x1e\x1f")
+_ESCAPE_CHARS = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+
+
+def is_regex_space(ch: str) -> bool:
+    """Whether the regex module's ``\\s`` matches the character ``ch``."""
+    return ch.isspace() and ch not in _NOT_REGEX_SPACE
+
+
+def literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | None:
+    """Recognise ``\\s*(?:lit1|lit2)\\s*`` (each ``\\s*`` optional): (leading, literals, trailing), else
+    None. Such a pattern is searched with ``str.find`` and a whitespace walk (see ``RegexMatcher``)."""
+    tokens: list[str] = []
+    i = 0
+    while i < len(pattern):
+        tok = pattern[i : i + 2] if pattern[i] == "\\" else pattern[i]
+        tokens.append(tok)
+        i += len(tok)
+    leading = tokens[:2] == ["\\s", "*"]
+    if leading:
+        tokens = tokens[2:]
+    trailing = tokens[-2:] == ["\\s", "*"]
+    if trailing:
+        tokens = tokens[:-2]
+    if tokens[:3] == ["(", "?", ":"] and tokens[-1:] == [")"]:
+        tokens = tokens[3:-1]
+    literals: list[str] = []
+    current: list[str] = []
+    for tok in tokens + ["|"]:
+        if tok == "|":
+            if not current or leading and is_regex_space(current[0][0]):
+                return None  # (after a leading \s*, a literal that starts with whitespace shifts the match)
+            literals.append("".join(current))
+            current = []
+        elif len(tok) == 2:  # an escape: punctuation stands for itself, \n \t ... for control characters
+            if tok[1] in _ESCAPE_CHARS:
+                current.append(_ESCAPE_CHARS[tok[1]])
+            elif tok[1].isalnum():
+                return None
+            else:
+                current.append(tok[1])
+        elif tok in ".^$*+?{}[]()\\":
+            return None
+        else:
+            current.append(tok)
+    return leading, tuple(literals), trailing
+
+
+# ---------------------------------------------------------------------------- backtracking
+def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool]:
+    """(why the pattern is refused, or None; whether its searches need a limit): see
+    :mod:`grammar_parse._engine.regex_safety`. Patterns whose ambiguity is polynomial (``.*?\\S.*?``) are accepted
+    with a limit; exponential, high-degree, redundant and oversized ones are refused."""
+    found = refusal(pattern, flags)
+    if found is not None:
+        return found.reason, True
+    profile = analyse(pattern, flags)
+    return None, not profile.linear or profile.rescans
+
+
+def spellings(items: object, limit: int = 256) -> list[str]:
+    """The usual spellings of a short regex: each whitespace run written as nothing or one space, each
+    optional group left out or written ([] when there are more than ``limit``, or a part varies otherwise)."""
+    c = sre
+    out = [""]
+    for op, av in items:  # type: ignore[attr-defined]
+        if op is c.LITERAL:
+            choices = [chr(av)]
+        elif op is c.SUBPATTERN:
+            choices = spellings(av[3], limit)
+        elif op is c.BRANCH:
+            choices = [t for branch in av[1] for t in spellings(branch, limit)]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0 and len(av[2]) == 1 and av[2][0][0] is c.IN \
+                and av[2][0][1] == [(c.CATEGORY, c.CATEGORY_SPACE)]:
+            choices = ["", " "]
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and (av[0], av[1]) == (0, 1):
+            choices = ["", *spellings(av[2], limit)]
+        else:
+            return []
+        if not choices or len(out) * len(choices) > limit:
+            return []
+        out = [a + b for a in out for b in choices]
+    return out
+
+
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "is_regex_space", "last_char",
+           "literal_alternatives", "pattern_shape", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
+           "unnamed"]

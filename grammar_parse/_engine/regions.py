@@ -1,0 +1,411 @@
+"""Regions: what the parser builds as delimiters are shifted and rules reduced.
+
+The session (:mod:`grammar_parse._engine.session`) finds delimiters and drives Lark's LALR parser; the
+:class:`RegionBuilder` supplies the parser's callbacks (lark injects a tree builder the same way) and owns
+what they build: the open regions (frames), component regions and the scope they fill, joins and repeats,
+the typing of values at close, the message, and the region events. Lenient-mode problems go back to the
+session through the ``report`` callback, so the session keeps one account of errors and spans.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+
+from ..errors import ERROR_CODES, ParseError
+from .events import Event, Message, RegionChunk, RegionOpen
+from .delimiters import JsonWalk
+from .grammar import Grammar, Region, Terminal
+from .tables import Callbacks, RuleHandle
+from .salvage import check_calls, component_errors, salvage_calls
+from .tools import ToolTypes
+from .values import copy_json, fill, reads_elements
+
+#: Lenient mode: (code, message, field, output span) of a problem, for the session to record.
+Report = Callable[[str, str, "str | None", "list[int] | None"], None]
+
+
+def trailing_space(chunks: list[str]) -> str:
+    """The whitespace a text region's chunks end with (read from the end: chunks are not joined again)."""
+    tail: list[str] = []
+    for chunk in reversed(chunks):
+        body = chunk.rstrip()
+        tail.append(chunk[len(body):])
+        if body:
+            break
+    return "".join(reversed(tail))
+
+
+class Frame:
+    """An open region: its body chunks (joined once, at close), the open delimiter's captures, the
+    values of its component regions, and where its events point (``path``, None for a message field)."""
+
+    __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk",
+                 "problems", "repair", "passthrough")
+
+    def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
+                 field: str, path: list[str | int] | None) -> None:
+        self.region = region
+        self.chunks: list[str] = []
+        self.captures = captures
+        self.start = start  # stream offset (the replayed prompt included) of its open delimiter
+        self.open_text = open_text
+        self.children: dict[str, Any] = {k: copy_json(v) for k, v in region.scope.items()}
+        self.field = field
+        self.path = path
+        self.size = 0
+        self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
+        self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
+        self.repair: str | None = None  # lenient mode: the repair.* code of the glitch its opener read
+        # strict mode: a repair opener's region (and all inside it) is text of the region around it
+        self.passthrough = False
+
+    def copy(self) -> Frame:
+        """A frame with the same state that shares nothing mutable with this one."""
+        frame = Frame(self.region, dict(self.captures), self.start, self.open_text, self.field,
+                      None if self.path is None else list(self.path))
+        frame.chunks = list(self.chunks)
+        frame.children = copy_json(self.children)
+        frame.size = self.size
+        frame.walk = copy.copy(self.walk)  # (its fields are immutable: a shallow copy shares nothing)
+        frame.problems = [dict(p) for p in self.problems]
+        frame.repair, frame.passthrough = self.repair, self.passthrough
+        return frame
+
+
+class RegionBuilder:
+    """Builds regions, values and events from the parser's callbacks.
+
+    ``position`` gives the stream offset (the replayed prompt included) the scan has reached; the session
+    sets :attr:`shifting` to the delimiter it is shifting (its terminal, stream offset, text and match),
+    :attr:`prefix_len` to the length of the replayed prompt, and points :attr:`events` at the list the
+    current call returns.
+    """
+
+    def __init__(self, grammar: Grammar, *, tools: ToolTypes | None, strict: bool, extended: bool,
+                 position: Callable[[], int], report: Report, unexpected: Callable[[str], ParseError]) -> None:
+        self._grammar = grammar
+        self._tools = tools
+        self._strict = strict
+        self.extended = extended  # region_open events also carry the open delimiter's captures
+        self._position = position
+        self._report = report
+        self._unexpected = unexpected
+        self.output: Message = copy_json(grammar.defaults)
+        self.frames: list[Frame] = []
+        self.events: list[Event] = []
+        self.shifting: tuple[Terminal, int, str, Any] | None = None
+        self.prefix_len = 0
+        self._loose: list[str] = []  # text of broken tool calls that names no function, for content
+        self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
+
+    def state(self) -> tuple[Any, ...]:
+        """What the builder holds between events, copied: for a replayed prompt's snapshot (see
+        ResponseParser._consume_prefix) or a draft to go back to (grammar_parse._engine.drafts)."""
+        return (copy_json(self.output), [f.copy() for f in self.frames], self.prefix_len, list(self._content_chunks),
+                list(self._loose))
+
+    def shareable(self) -> bool:
+        """Whether the state may start other parsers: not with broken calls' loose text or a value typed by
+        the tools (the next parser may have other tools)."""
+        return not self._loose and all(isinstance(v, str) for k, v in self.output.items()
+                                       if k not in self._grammar.defaults)
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take the state a :meth:`state` holds (copied: a replay's is shared by parsers)."""
+        output, frames, self.prefix_len, chunks, loose = state
+        self.output = copy_json(output)
+        self.frames[:] = [f.copy() for f in frames]
+        self._content_chunks, self._loose = list(chunks), list(loose)
+        self.shifting = None
+
+    def callbacks(self) -> Callbacks:
+        """The parser's callbacks (each takes a RegionBuilder): an opener per region-opening terminal and a
+        closer per region rule. Built once per grammar."""
+        grammar = self._grammar
+        shared = grammar.tables.shared
+        callbacks: Callbacks | None = shared.get("regions")
+        if callbacks is None:
+            built: dict[RuleHandle | str, Callable[[RegionBuilder], None]] = {}
+            for rule, region in grammar.tables.rule_regions.items():
+                built[rule] = _closer(region)
+            for term in grammar.terminals.values():
+                if term.region is not None and term.role in ("open", "text"):
+                    built[term.name] = _opener(term)
+            callbacks = shared["regions"] = built
+        return callbacks
+
+    def chunk(self, frame: Frame, text: str) -> RegionChunk:
+        """Add text to an open region; the region_chunk event that streams it."""
+        if frame.passthrough:
+            return self._text_around(text)
+        frame.chunks.append(text)
+        event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": text, "dirty": frame.region.dirty}
+        if frame.path is not None:
+            event["path"] = frame.path
+        return event
+
+    def _loose_text(self, text: str) -> None:
+        """Text of a broken tool-call region that names no function: it joins the text region the call
+        was written in (content, or reasoning), or else the content, and streams as that field's text."""
+        self.events.append(self._text_around(text))
+
+    def _text_around(self, text: str) -> RegionChunk:
+        """``text`` added to the text region around the open regions passed through (the innermost other
+        one, if it holds text: content, or reasoning), or else to the content; the chunk that streams it."""
+        frame = next((f for f in reversed(self.frames) if not f.passthrough), None)
+        if frame is not None and frame.path is None and getattr(frame.region.spec, "content", None) == "text":
+            frame.chunks.append(text)
+            frame.size += len(text)
+            field = frame.field
+        else:
+            self._loose.append(text)  # the next content region starts with it, or finalize adds it
+            field = "content"
+        return {"type": "region_chunk", "field": field, "text": text, "dirty": False}
+
+    def settle_loose(self) -> None:
+        """At the end (a no-op without loose text): loose text no content region took joins the content (as a stream concatenates it)."""
+        if not self._loose:
+            return
+        text, self._loose = "".join(self._loose), []
+        existing = self.output.get("content")
+        if not isinstance(existing, str) or not existing:
+            self.output["content"] = text.strip()
+            return
+        region = next((r for r in self._grammar.regions.values() if r.field == "content" and r.parent is None), None)
+        join = region.spec.join if region is not None else None
+        self.output["content"] = existing + join + text.strip() if join is not None else \
+            (existing + trailing_space(self._content_chunks) + text).rstrip()
+
+    def close_open(self) -> None:
+        """Close every open region, innermost first (end of output, or giving up in lenient mode)."""
+        while self.frames:
+            self.close(self.frames[-1].region)
+
+    def _push(self, region: Region, captures: dict[str, str], start: int, open_text: str) -> None:
+        """Open a region: a message field, or a component of the nearest open region it belongs to."""
+        opener = self.shifting[0] if self.shifting is not None else None
+        repair = opener.repair if opener is not None and opener.region is region else None
+        if (repair is not None and self._strict) or (self.frames and self.frames[-1].passthrough):
+            # Strict mode reads a glitch as the text it is (what the grammar gave before the repair): the
+            # region's delimiters and text go to the text region around it as they come.
+            frame = Frame(region, captures, start, open_text, region.field, None)
+            frame.passthrough = True
+            self.frames.append(frame)
+            if open_text:
+                self.events.append(self._text_around(open_text))
+            return
+        if region.parent is None:
+            frame = Frame(region, captures, start, open_text, region.field, None)
+            if self._loose and region.field == "content":
+                frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
+                frame.size = sum(map(len, frame.chunks))
+            frame.repair = repair
+            event: RegionOpen = {"type": "region_open", "field": region.field}
+            if self.extended:
+                event["captures"] = captures
+                event["region"] = region.rule  # (a field of several regions: which one, for the call streamer)
+            self.events.append(event)
+        else:
+            parent = next((f for f in reversed(self.frames) if f.region.rule == region.parent), None)
+            if parent is None:
+                raise self._unexpected(f"{region.rule} outside the {region.parent} it belongs to")
+            path: list[str | int] = [*(parent.path if parent.path is not None else self._message_path(parent)),
+                                     region.key]
+            if region.entry_key is not None:
+                try:
+                    path.append(str(fill(region.entry_key, captures)))
+                except (KeyError, ValueError):
+                    pass  # the entry's key comes from a component not parsed yet
+            frame = Frame(region, captures, start, open_text, parent.field, path)
+            event = {"type": "region_open", "field": frame.field, "path": path}
+            if self.extended:
+                event["captures"] = captures
+            self.events.append(event)
+        self.frames.append(frame)
+
+    def _message_path(self, frame: Frame) -> list[str | int]:
+        """Where a message field's value will go: [field] or, for a repeated field, [field, index]."""
+        if not frame.region.spec.repeats:
+            return [frame.field]
+        existing = self.output.get(frame.field)
+        return [frame.field, len(existing) if isinstance(existing, list) else 0]
+
+    def close(self, region: Region) -> None:
+        """Close ``region``: its value is parsed and typed, stored in the message or its parent's scope."""
+        if not self.frames or self.frames[-1].region is not region:
+            # A field without an opener opens at its first text; a rule that held none never opened it.
+            if region.implicit:
+                return
+            # A rule reduced as this region without its open delimiter (an alternative opened by another
+            # terminal): it is an empty region.
+            self._push(region, {}, self._position(), "")
+        frame = self.frames.pop()
+        spec = region.spec
+        shifting = self.shifting
+        # closed by its own close delimiter (else by another delimiter, or at the end of the output)
+        closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
+        close_text = shifting[2] if shifting is not None and closing else ""
+        if frame.passthrough:
+            if close_text:
+                self.events.append(self._text_around(close_text))
+            return
+        if frame.repair is not None:
+            start = frame.start - self.prefix_len
+            # (a region its next delimiter ends, without a close of its own, ends where that delimiter starts)
+            end = shifting[1] if shifting is not None and not closing else self._position()
+            self._report(frame.repair, f"repaired: {ERROR_CODES[frame.repair]} ({frame.open_text[:80]!r})",
+                         frame.field, [start, end - self.prefix_len])
+        if region.entry_key is not None and shifting is not None and not closing \
+                and not any(chunk.strip() for chunk in frame.chunks):
+            # A key/value argument ended by another delimiter (the next key, the call's close) before any
+            # value; at the end of the output it is cut off instead, with nothing to report.
+            self._missing_value(frame)
+            return
+        try:
+            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
+            if self._tools is not None and region.parent is None:
+                value = self._tools.apply(value, elements=reads_elements(spec))
+            if spec.join is not None and not isinstance(value, str):
+                raise ParseError(
+                    f"Field '{region.field}': 'join' requires each match to parse to a string, got "
+                    f"{type(value).__name__}.",
+                    code="parse.join",
+                )
+            if region.is_call:
+                check_calls(value)
+        except ParseError as e:
+            reason = e.detail.split("\n", 1)[0]  # what a broken call's errors say (without the region's place)
+            e.locate(frame.field, frame.start - self.prefix_len, self.output)  # (a component's: its call's)
+            if self._strict:
+                raise e from None
+            self._report(e.code, str(e), frame.field, [frame.start - self.prefix_len, self._position() - self.prefix_len])
+            if region.is_call:
+                self._close_broken_calls(frame, close_text, {"message": reason, "code": e.code})
+                return
+            value = "".join(frame.chunks).strip()  # the raw text is kept
+            if region.parent is not None:  # the call it belongs to says so
+                self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if
+                                                       region.entry_key is not None and frame.path else "",
+                                                       "message": reason, "code": e.code})
+        if frame.problems and isinstance(value, dict) and region.is_call:
+            value = {**value, "errors": component_errors(region, frame.problems)}
+        if region.parent is not None:
+            self._store_component(frame, value)
+            return
+        self._store(frame, value)
+
+    def _missing_value(self, frame: Frame) -> None:
+        """A key the model wrote without a value: the argument is ``""``, its call carries an error and the
+        message a ``parse_errors`` entry, the same in both modes: the call is certain apart from one value,
+        and a strict error would lose the calls after it (see errors.REPORTED_IN_STRICT)."""
+        region = frame.region
+        entry = str(frame.path[-1]) if frame.path else ""
+        message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
+        self._parent(region).problems.append({"key": region.key, "entry": entry, "message": message,
+                                              "code": "parse.missing_value"})
+        start = frame.start - self.prefix_len
+        self._report("parse.missing_value", message, frame.field,
+                     [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
+        self._store_component(frame, "")
+
+    def _close_broken_calls(self, frame: Frame, close_text: str, problem: dict[str, str]) -> None:
+        """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
+        its text that names no function (all of it, delimiters included, if it names none) is text."""
+        body = "".join(frame.chunks)
+        found = salvage_calls(frame.region, body, frame.captures, frame.children, problem)
+        if found.calls:
+            value: Any = found.calls if getattr(frame.region.spec, "transform_each", False) else found.calls[0]
+            typed = self._tools.apply(value, elements=reads_elements(frame.region.spec)) if self._tools is not None else value
+            self._store(frame, typed)
+        else:
+            # the stream learns that the region gave no call (its text follows as content)
+            self.events.append({"type": "region_close", "field": frame.field, "value": None})
+        loose = found.rest if found.calls else frame.open_text + body + close_text
+        if loose.strip():
+            self._loose_text(loose)
+
+    def _store(self, frame: Frame, value: Any) -> None:
+        """A message field's value goes into the message (joined, appended or set) and the stream."""
+        region = frame.region
+        spec = region.spec
+        output = self.output
+        key = region.field
+        if spec.join is not None:
+            previous = output.get(key)
+            output[key] = value if previous is None else previous + spec.join + value
+        elif spec.repeats:
+            # transformers appends each region's value, lists too; a grammar can ask that a region's list
+            # extend the field instead (two blocks of calls are one list of calls).
+            values = value if region.extend and isinstance(value, list) else [value]
+            existing = output.get(key)
+            if isinstance(existing, list):
+                existing.extend(values)
+            else:
+                output[key] = list(values)
+        else:
+            output[key] = value
+        if key == "content":
+            self._content_chunks = frame.chunks
+        self.events.append({"type": "region_close", "field": key, "value": value})
+
+    def _parent(self, region: Region) -> Frame:
+        """The open frame a component region belongs to."""
+        return next(f for f in reversed(self.frames) if f.region.rule == region.parent)
+
+    def _store_component(self, frame: Frame, value: Any) -> None:
+        """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
+        region = frame.region
+        scope = self._parent(region).children
+        have = scope.get(region.key)
+        if region.entry_key is not None:
+            if isinstance(have, dict) or have is None:
+                entry = fill(region.entry_key, {**frame.captures, **frame.children})
+                scope.setdefault(region.key, {})[str(entry)] = value
+        elif region.spec.repeats:
+            scope.setdefault(region.key, []).append(value)
+        elif isinstance(value, dict) and isinstance(have, dict):
+            scope[region.key] = {**have, **value}  # a whole object beside keyed entries
+        elif not have:
+            scope[region.key] = value
+        # Otherwise the call's value is already something else (arguments that did not parse, where an
+        # object follows; an object, where text that does not parse follows): it stays, as a stream that
+        # sent it must keep it; the component's text is in the call's span, and its error on the call.
+        path = frame.path
+        assert path is not None  # a component's frame always has one (see _push)
+        self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
+
+
+
+def _opener(term: Terminal) -> Callable[[RegionBuilder], None]:
+    """The callback of a terminal that opens ``term.region`` (its delimiter, or its first text)."""
+    region = term.region
+    assert region is not None
+    if term.role == "open":
+        def on_open(builder: RegionBuilder) -> None:
+            shifting = builder.shifting
+            if shifting is None:
+                builder._push(region, {}, builder._position(), "")
+                return
+            _, start, opened, match = shifting
+            captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
+            builder._push(region, captures, start, opened)
+        return on_open
+
+    def on_text(builder: RegionBuilder) -> None:
+        frames = builder.frames
+        if not frames or frames[-1].region is not region:
+            builder._push(region, {}, builder._position(), "")
+    return on_text
+
+
+def _closer(region: Region) -> Callable[[RegionBuilder], None]:
+    """The callback of a rule that closes ``region`` when it is reduced."""
+    def on_close(builder: RegionBuilder) -> None:
+        builder.close(region)
+    return on_close
+
+
+__all__ = ["Frame", "RegionBuilder", "Report", "trailing_space"]

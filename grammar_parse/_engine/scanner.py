@@ -1,0 +1,215 @@
+"""The streaming scanner: among the delimiters live in a parser state, which one fires next.
+
+One Scanner exists per distinct watch-list (cached on the grammar). ``scan`` returns the delimiter to
+commit now, if any, and ``hold``: the first buffer position that might still belong to a delimiter.
+Everything before ``hold`` can be emitted as text at once; everything from it waits for more input.
+
+The choice among complete matches is transformers': earliest start, then longest, then opens before
+closes (terminal priority), then field name. A complete match is only committed if it starts before
+every pending one, because a pending delimiter that starts no later might be the one that fires.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
+from ..errors import ParseError
+from .symbols import Region, Terminal
+
+
+class SearchCache:
+    """A session's memo for its scans, cleared whenever the session drops consumed text (offsets shift).
+
+    ``hits``: terminal name -> (buffer, searched-from, hit), for the scans that repeat on one buffer after
+    each token. ``progress``: terminal name -> what the last streaming scan of a shorter buffer
+    established (:class:`Progress`), so the next feed's scan does not start over from the held position.
+    """
+
+    __slots__ = ("hits", "progress")
+
+    def __init__(self) -> None:
+        self.hits: dict[str, tuple[str, int, Hit | None]] = {}
+        self.progress: dict[str, Progress] = {}
+
+    def clear(self) -> None:
+        self.hits.clear()
+        self.progress.clear()
+
+
+class QuietTest:
+    """A cheap test that a chunk cannot start any watched delimiter, for the session's fast path.
+
+    Exists only when every watched delimiter is a literal (or ``\\s*`` + literals), a regex whose
+    matches all start with one of a few known characters, or the end of a JSON value (the session's fast
+    path walks it): then a delimiter, complete or partial, needs one of those first characters in the
+    buffer, except that a leading ``\\s*`` keeps a trailing whitespace run pending (``hold_space``).
+    """
+
+    def __init__(self, triggers: str, hold_space: bool) -> None:
+        self.triggers = triggers
+        self.hold_space = hold_space
+        # One trigger is found with str.find; several with a character-class search (``trigger`` is then
+        # empty and unused).
+        self.trigger = triggers if len(triggers) == 1 else ""
+        self.hits: Callable[[str], re.Match[str] | None] | None = \
+            None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
+
+
+def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
+    triggers: set[str] = set()
+    hold_space = False
+    for term in watch:
+        m = term.matcher
+        if isinstance(m, ValueEnd):
+            continue  # the session's fast path walks the chunk itself (see ResponseParser.feed)
+        if isinstance(m, LiteralMatcher):
+            triggers.update(m.first_chars)
+        elif isinstance(m, RegexMatcher) and m.lowered is not None:
+            leading, literals, _ = m.lowered
+            triggers.update(lit[0] for lit in literals)
+            hold_space |= leading
+        elif isinstance(m, RegexMatcher) and m.first_chars:
+            triggers.update(m.first_chars)
+        else:
+            return None
+    # (a delimiter may start with a whitespace character, as ``\n?```<end>`` does: chunks holding one
+    # take the general route; only a match starting with ``\s``, which has no short list, rules it out)
+    if not triggers:
+        return None
+    return QuietTest("".join(sorted(triggers)), hold_space)
+
+
+#: How a scan asks a watched delimiter (Scanner.entries): a search memoised per buffer, the end of the
+#: open region's JSON value (the session walks it), or a repeated opener (matched at one position).
+_SEARCH, _VALUE_END, _REPEAT = 0, 1, 2
+
+
+class Scanner:
+    """Commit/hold decisions for one set of live delimiters."""
+
+    def __init__(self, watch: tuple[Terminal, ...]) -> None:
+        # (the grammar watches only terminals that have a matcher) Each entry: the terminal, its matcher,
+        # how to ask it, whether it is a LiteralMatcher / a RegexMatcher, and its tie-break key.
+        self.entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]] = [
+            (t, t.matcher, _VALUE_END if isinstance(t.matcher, ValueEnd) else _REPEAT if isinstance(t.matcher, Repeat)
+             else _SEARCH, isinstance(t.matcher, LiteralMatcher), isinstance(t.matcher, RegexMatcher), t.sort_key)
+            for t in watch if t.matcher is not None]
+        self.quiet = _quiet_test(watch)
+        # A repeated opener is watched only across the first few whitespace characters of its region: past
+        # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
+        self.repeat_space = max((m.space for _, m, kind, *_ in self.entries if kind == _REPEAT), default=-1)
+        self.quiet_past_repeats = self.quiet if self.repeat_space < 0 else \
+            _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
+        #: The region whose JSON value's end is a live close here (the session walks its text), if any.
+        self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
+
+    def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
+             value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
+        """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``; ``value_end`` is
+        where the open region's JSON value ends in ``buf`` (-1: not yet, or no such region)."""
+        n = hold = len(buf)
+        best: Terminal | None = None
+        best_hit: Hit | None = None
+        best_key: Any = None
+        hits, progress = cache.hits, cache.progress
+        if eos and not progress:
+            return self._scan_final(buf, pos, hits, value_end)
+        for term, matcher, kind, literal, is_regex, sort_key in self.entries:
+            try:
+                if kind == _VALUE_END:
+                    hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
+                elif kind == _REPEAT:
+                    hit = matcher.search(buf, pos)  # (it looks at pos only: a miss there says nothing later)
+                else:
+                    # Where an earlier feed's scan stopped: no match starts before its pending run (dead
+                    # starts stay dead as text arrives), and that run may be resumed without a rescan.
+                    start, known = pos, progress.get(term.name)
+                    if known is not None:
+                        if known.pos <= pos <= known.dead_below() and known.end <= n:
+                            start = known.dead_below()
+                            if not eos and is_regex and start < n \
+                                    and (pending := matcher.resume(buf, known)) is not None:
+                                if pending < hold:
+                                    hold = pending
+                                continue
+                        else:
+                            known = None
+                            del progress[term.name]
+                    # (a literal that was not in the shorter buffer can only end in the new text)
+                    hit = _search(hits, term, matcher, buf, pos, start if known is None or known.found or not literal
+                                  else max(start, known.end - matcher.max_width + 1))
+                    if not eos:
+                        found, searched = hit is not None, hit
+                        hit, pending = matcher.probe(buf, start, hit)
+                        # (a pending run found past a complete match is exact only with an automaton)
+                        if hit is None and (literal or is_regex and (not found or matcher.exact_pending)):
+                            known = progress[term.name] = Progress(n, pos, pending, found)
+                            if is_regex:
+                                matcher.note(buf, known, searched)
+                        else:
+                            progress.pop(term.name, None)
+                        if pending != -1 and pending < hold:
+                            hold = pending
+                if kind != _SEARCH and not eos:
+                    hit, pending = matcher.probe(buf, pos, hit)
+                    if pending != -1 and pending < hold:
+                        hold = pending
+            except TimeoutError:
+                raise _timed_out(term) from None
+            if hit is not None:
+                key = (hit[0], hit[0] - hit[1], sort_key)
+                if best_key is None or key < best_key:
+                    best, best_hit, best_key = term, hit, key
+        if best_hit is not None and best_hit[0] >= hold:
+            return None, None, hold
+        return best, best_hit, hold
+
+    def _scan_final(self, buf: str, pos: int, hits: dict[str, tuple[str, int, Hit | None]],
+                    value_end: int) -> tuple[Terminal | None, Hit | None, int]:
+        """``scan`` at the end of the output with no streaming scan behind it (one-shot parsing): no
+        match can grow and none is pending, so it is the earliest, longest, first-ranked match."""
+        n = len(buf)
+        best: Terminal | None = None
+        best_hit: Hit | None = None
+        best_key: Any = None
+        for term, matcher, kind, _, _, sort_key in self.entries:
+            try:
+                if kind == _VALUE_END:
+                    hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
+                elif kind == _REPEAT:
+                    hit = matcher.search(buf, pos)
+                else:
+                    hit = _search(hits, term, matcher, buf, pos, pos)
+            except TimeoutError:
+                raise _timed_out(term) from None
+            if hit is not None and hit[0] < n:
+                key = (hit[0], hit[0] - hit[1], sort_key)
+                if best_key is None or key < best_key:
+                    best, best_hit, best_key = term, hit, key
+        return best, best_hit, n
+
+
+def _search(hits: dict[str, tuple[str, int, Hit | None]], term: Terminal, matcher: Any, buf: str, pos: int,
+            frm: int) -> Hit | None:
+    """The first match of ``term`` in ``buf`` from ``pos``, searched from ``frm`` (no match starts between
+    them), memoised per buffer: the scan repeats after each token."""
+    cached = hits.get(term.name)
+    if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
+        return cached[2]
+    hit: Hit | None = matcher.search(buf, frm)
+    hits[term.name] = (buf, pos, hit)
+    return hit
+
+
+def _timed_out(term: Terminal) -> ParseError:
+    matcher = term.matcher
+    pattern = f" ({matcher.pattern!r})" if isinstance(matcher, RegexMatcher) else ""  # (only regexes time out)
+    return ParseError(f"delimiter {term.name}{pattern} ran past its time limit on this output",
+                      code="parse.timeout", field=term.region.field if term.region else None,
+                      hint="The pattern backtracks badly on this text; make it more specific.")
+
+
+__all__ = ["Scanner", "SearchCache"]

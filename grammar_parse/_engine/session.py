@@ -1,0 +1,1002 @@
+"""The streaming session: scanner and LALR parser turning text into region events and a message.
+
+The scanner finds delimiters (only those live in the current parser state) and routes the text between
+them; the parser state decides the structure. The parser walks Lark's LALR table itself
+(:func:`grammar_parse._engine.tables.feed`, on a stack of states alone) and only ever sees structure tokens:
+delimiters and the first text token of a run, so its cost grows with the number of regions, not the
+bytes. Regions
+open when their open delimiter (or, for the field without one, its first byte) is shifted and close
+when their rule is reduced. After every shift, reductions that need no lookahead happen at once, so a
+region closes the moment its close delimiter completes.
+
+One-shot parsing is this session fed once: streaming and one-shot cannot disagree.
+
+Inside, :class:`ResponseParser` is the scan (the buffer, the delimiters, the fast path for quiet chunks);
+``_Syntax`` the LALR parser and the region builder under it; ``_Ledger`` what is reported beside the
+message (problems, discarded spans, the trace, lines); ``_DraftReading`` how calls written inside
+reasoning are read; module functions replay the prompt and assemble the message at the end.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, overload
+
+from .arguments import caller_stacklevel, expect_text
+from .delimiters import REGEX_SPACE, JsonWalk
+from .drafts import closes_at, interrupts, reading, reasoning_states
+from ..errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
+from .events import Event, Message
+from .grammar import Grammar, Region, StateInfo, Terminal
+from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
+from .regions import Frame, RegionBuilder
+from .salvage import is_call_region
+from .scanner import SearchCache
+from .tables import feed, reduce
+from .tools import ToolTypes
+from .values import JSON_MAX_DEPTH, copy_json, with_json_depth
+
+TemplateLike = dict[str, Any] | Grammar | str | Path
+
+# MAX_REGION_CHARS (a region's default bound) and START_ANCHOR_LIMIT (seconds of regex search for a start
+# anchor) are the defaults of ParseOptions, defined with it (grammar_parse.options) and kept importable here.
+#: Prompt tails longer than this (a grammar without a start anchor sees the whole prompt) are replayed
+#: for each parser, not kept; at most MAX_REPLAYS are kept per grammar.
+MAX_REPLAY_CHARS = 4096
+MAX_REPLAYS = 256
+#: Lenient errors about dropped text: a run of it is one error, whatever the chunking.
+_RUN_ERRORS = frozenset({"parse.unexpected", "parse.region_too_large"})
+
+
+class _State(NamedTuple):
+    """A parser's state between two scans, to start again from: a replayed prompt's (shared by the parsers
+    that start from it, so taken and restored as copies) or a draft's."""
+
+    stack: list[int]
+    buf: str
+    pos: int
+    base: int
+    run: Terminal | None
+    last_empty: tuple[int, str] | None
+    ledger: tuple[Any, ...]  # (see _Ledger.state)
+    regions: tuple[Any, ...]
+
+
+class _Replay(NamedTuple):
+    """A parser's state after replaying a prompt tail (see _replay_prompt)."""
+
+    state: _State
+    prefix_len: int
+    events: list[Event]
+
+
+@dataclass
+class _Draft:
+    """Where a delimiter that interrupts an open reasoning block was found (grammar_parse._engine.drafts): the state
+    to go back to, and what happened since, the output from there on (to read again) and the events held
+    back."""
+
+    region: Region
+    state: _State  # (its buffer ends at the delimiter)
+    trace: int | None  # how many spans were traced before it
+    raw: list[str]  # the output from the delimiter on, as it arrives
+    held: list[Event] = field(default_factory=list)
+    closed: bool = False  # the block has closed (the "fallback" reading waits for a call after it)
+
+
+def resolve_grammar(template: TemplateLike) -> Grammar:
+    """A Grammar from a template dict, a Grammar, or a built-in grammar name / ``.lark`` path."""
+    if isinstance(template, Grammar):
+        return template
+    from .library import grammar_from_dict, load_grammar
+
+    if isinstance(template, (str, Path)):
+        return load_grammar(template)
+    return grammar_from_dict(template)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that does not let True equal 1 or 1 equal 1.0 (JSON values)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, dict, str)) and not value)
+
+
+#: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
+#: trigger character or the search for several, whether a trailing whitespace run is held back, and
+#: the open region (None: the text belongs to no field).
+_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
+
+
+# ---------------------------------------------------------------------------- reported beside the message
+class _Ledger:
+    """What a parser reports beside the message, kept in one place so that a draft or a replayed prompt
+    takes and restores it whole: the lenient-mode problems (``errors``), the output text that went into no
+    field (``discarded``), every span with ``trace=True``, and the lines of the output that have left the
+    buffer (for an error's line and column)."""
+
+    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start")
+
+    def __init__(self, trace: bool) -> None:
+        self.errors: list[dict[str, Any]] = []
+        self.discarded: list[list[int]] = []
+        self.trace: list[dict[str, Any]] | None = [] if trace else None
+        # How many newlines the output before the buffer held, and the output offset where its last line starts.
+        self.lines_before = 0
+        self.line_start = 0
+
+    def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> Event | None:
+        """Keep a problem with its stable code, field and output span: the ``parse_error`` event that tells
+        the stream, or None when the problem only lengthens the run of dropped text before it."""
+        last = self.errors[-1] if self.errors else None
+        if code in _RUN_ERRORS and last and last["code"] == code and last["field"] == field and span \
+                and last["span"] and last["span"][1] == span[0]:
+            last["span"][1] = span[1]  # one run of dropped text is one problem, however it was chunked
+            return None
+        self.errors.append({"code": code, "field": field, "span": span, "message": message})
+        # the span list is shared: a run that grows later grows in the event too
+        return {"type": "parse_error", "code": code, "field": field, "span": span, "message": message}
+
+    def discard(self, start: int, end: int) -> None:
+        """Note output text ``[start, end)`` that went into no field (the prompt's part of it excluded)."""
+        if end <= start or end <= 0:
+            return
+        start = max(start, 0)
+        if self.discarded and self.discarded[-1][1] == start:
+            self.discarded[-1][1] = end
+        else:
+            self.discarded.append([start, end])
+        if self.trace is not None:
+            self.trace.append({"kind": "discarded", "start": start, "end": end})
+
+    def count_lines(self, text: str, lo: int, hi: int, start: int) -> None:
+        """Note the lines of output ``text[lo:hi]`` as it leaves the buffer (``start``: the output offset
+        of ``text[0]``); counted in place, not copied."""
+        last = text.rfind("\n", lo, hi)
+        if last >= 0:
+            self.lines_before += text.count("\n", lo, hi)
+            self.line_start = start + last + 1
+
+    def line_column(self, offset: int, buf: str, start: int) -> tuple[int, int] | None:
+        """1-based line and column of an output offset still in ``buf`` (``start``: the output offset of
+        ``buf[0]``, negative while it holds the replayed prompt); None before it, or in the prompt."""
+        q = offset - start
+        if offset < 0 or not 0 <= q <= len(buf):
+            return None
+        lo = max(-start, 0)  # (the replayed prompt has no lines of the output)
+        newline = buf.rfind("\n", lo, q)
+        line = self.lines_before + buf.count("\n", lo, q) + 1
+        line_start = start + newline + 1 if newline >= 0 else self.line_start
+        return line, offset - line_start + 1
+
+    def state(self) -> tuple[Any, ...]:
+        """A copy of what is kept, but the trace (a draft cuts the trace back itself)."""
+        return [list(d) for d in self.discarded], copy_json(self.errors), self.lines_before, self.line_start
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take a :meth:`state` (copied: a replay's is shared); the lists stay the same objects."""
+        discarded, errors, self.lines_before, self.line_start = state
+        self.discarded[:] = [list(d) for d in discarded]
+        self.errors[:] = copy_json(errors)
+
+
+# ---------------------------------------------------------------------------- drafts (grammar_parse._engine.drafts)
+class _DraftReading:
+    """How call markup written inside an open reasoning block is read (grammar_parse._engine.drafts): the reading in
+    force, the parser states where it applies, and the draft under way, if any (where to rewind the parser
+    to if the block never closes, and the events held back until that is known)."""
+
+    __slots__ = ("reading", "states", "open", "closing", "out")
+
+    def __init__(self, grammar: Grammar, asked: str | bool | None) -> None:
+        # (the reading asked for, else the grammar's calls_in_reasoning directive)
+        self.reading = reading(grammar.calls_in_reasoning if asked is None else asked)
+        # The parser states of an open reasoning block, where markup is read as a draft, unless calls are
+        # asked for; none while the prompt is replayed (its tail ends where the output starts): see arm().
+        self.states: Mapping[int, Region] = {}
+        self.open: _Draft | None = None
+        self.closing = False  # the delimiter being shifted closes the open reasoning block
+        self.out: list[Event] = []  # the events of the scan under way, where released events go
+
+    def arm(self, grammar: Grammar) -> None:
+        """Read drafts from now on (the output starts)."""
+        self.states = reasoning_states(grammar) if self.reading != "always" else {}
+
+    def take(self, parser: ResponseParser, info: StateInfo, term: Terminal, start: int, end: int) -> int:
+        """Whether a delimiter found in an open reasoning block is read as reasoning text: the end of the
+        text to route as such (taking a draft of ``parser`` to rewind to if the block is never closed), or
+        -1 when the delimiter is not one to hold back."""
+        region = self.states[parser._stack[-1]]
+        if (self.open is not None and region is not self.open.region) \
+                or not interrupts(parser.grammar, parser._stack, term, region):
+            return -1
+        buf = parser._buf
+        if any(w.role == "close" and w.region is region and closes_at(w, buf, start) for w in info.watch):
+            # the block's own close, spelled like another delimiter (plamo3's stray one): a draft's end
+            self.closing = self.open is not None
+            return -1
+        if end == start:  # a lookahead opener: the character it looked at is text
+            if start >= len(buf):
+                return -1
+            end = start + 1
+        if self.open is None:  # (the scan has reached the delimiter: the parser's position is its start)
+            trace = parser._trace
+            self.open = _Draft(region, parser._state(buf[:start]), None if trace is None else len(trace), [buf[start:]])
+            parser._regions.events = self.open.held
+        return end
+
+    def after_shift(self, draft: _Draft, term: Terminal, regions: RegionBuilder) -> None:
+        """A delimiter was shifted with ``draft`` open: the block's close ends it as reasoning (the
+        "fallback" reading waits for a call after the block first), a call after the closed block shows
+        that it was a draft."""
+        closing, self.closing = self.closing, False
+        if closing or term.role == "close" and term.region is draft.region:
+            if self.reading == "fallback":
+                draft.closed = True  # reasoning, unless the output ends with no call after the block
+            else:
+                self.release(regions)  # the reasoning block closed: what it held was reasoning
+        elif draft.closed and term.role == "open" and term.region is not None and is_call_region(term.region):
+            self.release(regions)  # a call after the block: the one in it was a draft
+
+    def release(self, regions: RegionBuilder) -> None:
+        """The draft was reasoning after all: its held events go out."""
+        draft, self.open = self.open, None
+        if draft is not None:
+            self.out.extend(draft.held)
+            regions.events = self.out
+
+    def undo(self, parser: ResponseParser) -> bool:
+        """At the end of the output, with a draft still open: rewind ``parser`` to it, to read its delimiter
+        as markup (the rest of the output is read as it comes, with no further drafts). False with no draft."""
+        draft, self.open = self.open, None
+        if draft is None:
+            return False
+        self.states = {}
+        parser._restore(draft.state)
+        parser._buf += "".join(draft.raw)
+        trace = parser._trace
+        if trace is not None and draft.trace is not None:
+            del trace[draft.trace:]
+        parser._regions.events = self.out
+        return True
+
+
+# ---------------------------------------------------------------------------- the prompt
+def _output_prefix(prefix: str | None, settle: Any) -> str:
+    """The prompt a parser replays: ``prefix``, which is required (``""`` opts out explicitly), or ``""``
+    for a grammar settled at finalize (``settle``: a legacy schema's hook reads the output alone and
+    refuses a prompt)."""
+    if settle is not None:
+        if prefix:
+            raise ArgumentError(settle.prompt_error, code="usage.prefix", hint=settle.prompt_hint)
+        return ""
+    if prefix is None:
+        raise ArgumentError(
+            "ResponseParser/parse_response requires `prefix` (the chat prompt sent to the model before "
+            "generation), because chat templates often pre-write part of the assistant message (e.g. an "
+            "opening `<think>` tag) that the parser must see to parse the output correctly. If the "
+            'generation already contains the complete message, pass `prefix=""` to opt out explicitly.',
+            code="usage.prefix",
+        )
+    return prefix
+
+
+def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
+    """The part of the prompt to replay: what follows its last start anchor (all of it, with an
+    AnchorWarning, when it holds none)."""
+    anchor = grammar.start_anchor
+    if anchor is None:
+        return prefix
+    # A pattern anchor searches the whole prompt, which a user controls: past START_ANCHOR_LIMIT the
+    # linear matcher finishes the search (same matches); literal anchors are linear already.
+    last_end = anchor.last_end(prefix, None if anchor.literals is not None else
+                               START_ANCHOR_LIMIT if seconds is None else seconds)
+    if last_end is not None:
+        return prefix[last_end:]
+    warnings.warn(AnchorWarning(
+        f"the prefix holds no start anchor of grammar {grammar.name or '(anonymous)'} "
+        f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
+        "rendered with this model's chat template, or the right grammar for it (grammar_parse.templates._detect), "
+        'or prefix="" if the output is the whole message.'), stacklevel=caller_stacklevel())
+    return prefix
+
+
+def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
+    """Replay in ``parser`` the tail of the prompt its output continues (see _prompt_tail), so that a region
+    the template opened (``<think>`` in the prompt) is open when the output starts; its events are the
+    parser's ``initial_events``. The same tail (a pre-filled "<think>\n") comes with every request: its
+    replay is kept per grammar and parser options, and a new parser starts from a copy of the state it left."""
+    tail = _prompt_tail(parser.grammar, prefix, parser.options.start_anchor_seconds)
+    if not tail:
+        return
+    key = None if parser._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
+        (tail, parser._strict, parser._regions.extended, parser._max_region, parser.max_json_depth)
+    replays: dict[Any, _Replay] = parser.grammar.tables.shared.setdefault("replays", {})
+    if key is not None and (replay := replays.get(key)) is not None:
+        parser._restore(replay.state)
+        parser._prefix_len = replay.prefix_len
+        parser.initial_events = copy_json(replay.events)
+        parser._quiet()
+        return
+    parser._prefix_len = parser._regions.prefix_len = len(tail)
+    parser._buf = tail
+    parser._process(parser.initial_events, eos=False)
+    # (not kept when it holds what the snapshot does not carry: errors, or the region builder's exceptions)
+    if key is not None and parser._regions.shareable() and not parser.errors and parser._log is None:
+        if len(replays) >= MAX_REPLAYS:
+            replays.pop(next(iter(replays), None), None)  # the oldest (another thread may have taken it)
+        replays[key] = _Replay(parser._state(parser._buf), parser._prefix_len, copy_json(parser.initial_events))
+
+
+# ---------------------------------------------------------------------------- the message at the end
+def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
+    """The message at the end of the output: a required field it did not give is an error (recorded in
+    lenient mode), empty fields are left out (the template's defaults kept), and the lenient-mode problems
+    go under ``parse_errors``."""
+    output = syntax.regions.output
+    missing = [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
+    if missing:
+        error = ParseError(
+            f"Required response_template fields missing from parsed output: {missing}",
+            code="parse.missing_field",
+            message_so_far=output,
+            hint="The model did not produce them; mark the fields optional if that is acceptable.",
+        )
+        if strict:
+            raise error
+        syntax.record(error.code, str(error), missing[0], None)
+    syntax.regions.output = _without_empty(output, grammar.defaults, syntax.ledger.errors)
+    return syntax.regions.output
+
+
+def _without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
+    """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
+    ``parse_errors`` when there are any."""
+    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
+    if errors:
+        final["parse_errors"] = errors
+    return final
+
+
+def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTypes | None, strict: bool,
+                     events: list[Event]) -> Message:
+    """A settled grammar's message: its finalize hook's run over the whole output ``text``, typed by the
+    tools; where it disagrees with the streamed regions, one ``correction`` event in ``events`` says which
+    fields. When the hook fails, lenient mode records why and the regions' message stands."""
+    syntax.regions.events = events
+    streamed = _without_empty(syntax.regions.output, grammar.defaults, [])
+    try:
+        final: Message = grammar.settle.settle(text)
+    except GrammarParseError as e:
+        if strict:
+            raise
+        syntax.record(e.code, str(e), None, None)  # lenient: the regions' message stands
+        syntax.regions.output = _without_empty(syntax.regions.output, grammar.defaults, syntax.ledger.errors)
+        return syntax.regions.output
+    if tools is not None and isinstance(final, dict):
+        for key, value in final.items():
+            final[key] = tools.apply(value)
+    if not isinstance(final, dict):
+        changed = sorted(streamed)
+    else:
+        changed = sorted(k for k in set(final) | set(streamed)
+                         if k not in final or k not in streamed or not _same(final[k], streamed[k]))
+    if changed:
+        events.append({"type": "correction", "fields": changed, "message": final})
+    syntax.regions.output = final
+    return final
+
+
+# ---------------------------------------------------------------------------- for the scan
+def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _FastPath | None:
+    """What feed() needs to route a quiet chunk without scanning, if the parser state ``info`` allows it:
+    a run of its text is under way (``run``), and the live delimiters are all literal."""
+    quiet, text = info.scanner.quiet, info.text
+    if quiet is None or text is None or run is not text:
+        return None
+    if text.role != "text":
+        return (quiet.trigger, quiet.hits, quiet.hold_space, None)
+    frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
+    if info.scanner.value_end is not None and frame.walk is None:
+        return None  # the walk to the value's end has not started
+    return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
+
+
+def _finalized_error() -> FinalizedError:
+    return FinalizedError("ResponseParser already finalized", code="usage.finalized",
+                          hint="Create a new ResponseParser for the next response.")
+
+
+def _json_value_end(frames: list[Frame], region: Region, buf: str, base: int) -> int:
+    """Where the open ``region``'s JSON value ends in ``buf`` (whose stream offset is ``base``; -1: not yet,
+    or it is not on top). The walk goes on from where the last scan left it, so the cost is linear in the
+    region's text."""
+    frame = frames[-1] if frames else None
+    if frame is None or frame.region is not region:
+        return -1
+    walk = frame.walk
+    if walk is None:
+        walk = frame.walk = JsonWalk(frame.start + len(frame.open_text))
+    end = walk.advance(buf, base)
+    return -1 if end is None else end - base
+
+
+# ---------------------------------------------------------------------------- the parser under the scan
+class _Syntax:
+    """The parser proper, under the scan: the LALR state stack that tables.feed drives over Lark's table,
+    fed only structure tokens (delimiters, and the first text token of a run), and the region builder its
+    reductions call, into whose open region the scan routes text (bounded by ``max_region_chars``). It
+    holds no buffer: the scan hands it text with its output offset, and says where it is (``position``)."""
+
+    __slots__ = ("states", "table", "end_state", "stack", "strict", "max_region", "ledger", "trace", "position",
+                 "run", "regions", "frames", "callbacks")
+
+    def __init__(self, grammar: Grammar, tools: ToolTypes | None, options: ParseOptions, extended: bool,
+                 ledger: _Ledger, position: Callable[[], int]) -> None:
+        tables = grammar.tables
+        self.states, self.table = tables.states, tables.parse_table.states
+        self.end_state = tables.parse_table.end_states["start"]
+        self.stack: list[int] = [tables.parse_table.start_states["start"]]
+        self.strict, self.max_region = options.strict, options.max_region_chars
+        self.ledger, self.trace = ledger, ledger.trace
+        self.position = position  # the stream offset the scan has reached
+        self.run: Terminal | None = None  # text terminal whose run the parser has already seen
+        self.regions = RegionBuilder(grammar, tools=tools, strict=options.strict, extended=extended,
+                                     position=position, report=self.record, unexpected=self.unexpected)
+        self.frames = self.regions.frames
+        self.callbacks = self.regions.callbacks()
+
+    def text(self, term: Terminal | None, text: str, start: int) -> None:
+        """Route ``text`` (at output offset ``start``) as the text terminal ``term`` (None: the one the parser
+        accepts here) into the open region; text that belongs to no field is discarded (and reported)."""
+        if term is None:
+            term = self.accepted_text()
+        if term is None:
+            if self.strict:
+                raise self.unexpected(f"text {text[:40]!r} where the grammar allows none")
+            # the message names no text: a run of stray text is one error however it was chunked
+            self.record("parse.unexpected", "text where the grammar allows none was discarded (see the span)",
+                        None, [start, start + len(text)])
+            self.ledger.discard(start, start + len(text))
+            return
+        if self.run is not term:
+            self.run = None
+            self.shift(term.name)  # (the text itself never goes to the parser: no copy)
+            self.run = term
+        if term.role != "text":
+            self.ledger.discard(start, start + len(text))
+            return
+        frame = self.frames[-1]
+        frame.size += len(text)
+        if frame.size > self.max_region:
+            if self.strict:
+                raise ParseError(f"region {frame.field} is longer than {self.max_region} characters",
+                                 code="parse.region_too_large", field=frame.field,
+                                 position=frame.start - self.regions.prefix_len,
+                                 hint="Raise max_region_chars if such output is expected.")
+            keep = max(0, len(text) - (frame.size - self.max_region))
+            if keep < len(text):
+                self.record("parse.region_too_large", f"region {frame.field} is longer than {self.max_region} "
+                            "characters; the rest of it is discarded", frame.field, [start + keep, start + len(text)])
+            self.ledger.discard(start + keep, start + len(text))
+            text = text[:keep]
+            if not text:
+                return
+        if self.trace is not None:
+            self.trace.append({"kind": "text", "field": frame.field, "start": start, "end": start + len(text)})
+        self.regions.events.append(self.regions.chunk(frame, text))
+
+    def repeat(self, term: Terminal, text: str, start: int) -> None:
+        """An opener written again at the start of its region (``text`` at output offset ``start``) is
+        markup: consumed, no token. (Text that reached the region first, whitespace of the prompt, makes it
+        text after all.)"""
+        frame = self.frames[-1] if self.frames else None
+        if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
+            self.text(None, text, start)
+        elif self.trace is not None:
+            self.trace.append({"kind": "delimiter", "terminal": term.name, "start": start, "end": start + len(text)})
+
+    def delimiter(self, term: Terminal, text: str, at: int, captures: Any, start: int) -> None:
+        """Shift the delimiter ``term``, matched as ``text`` at stream offset ``at`` (output offset ``start``)
+        with ``captures`` (its named groups)."""
+        self.run = None
+        if self.trace is not None and text:
+            self.trace.append({"kind": "delimiter", "terminal": term.name, "start": start, "end": start + len(text)})
+        regions = self.regions
+        regions.shifting = (term, at, text, captures)
+        self.shift(term.name)
+        regions.shifting = None
+
+    def accepted_text(self) -> Terminal | None:
+        """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
+        for term in self.states[self.stack[-1]].text_candidates:
+            if feed(self.table, list(self.stack), term.name, {}):  # (no callbacks: a trial changes nothing)
+                return term
+        return None
+
+    def shift(self, name: str) -> None:
+        """Feed the terminal ``name`` to the parser, and reduce at once where no lookahead is needed, so
+        regions close when their delimiter completes."""
+        stack, table = self.stack, self.table
+        if not feed(table, stack, name, self.callbacks, self.regions):
+            raise self.unexpected(f"{name} is not allowed here (expected {self.expected()})")
+        states = self.states
+        callbacks, regions = self.callbacks, self.regions
+        while (rule := states[stack[-1]].default_rule) is not None:
+            reduce(table, stack, rule, callbacks.get(rule), regions)
+
+    def end(self) -> None:
+        """The end of the output."""
+        self.run = None
+        if not feed(self.table, self.stack, "$END", self.callbacks, self.regions, self.end_state):
+            # The output stopped where the grammar wanted more (a region's close delimiter, a required
+            # part): close what is open, innermost first, as a truncated stream should be.
+            self.regions.close_open()
+
+    def expected(self) -> list[str]:
+        """The terminals the parser takes in its current state."""
+        return sorted(name for name in self.table[self.stack[-1]] if name.isupper() and name != "$END")
+
+    def unexpected(self, what: str) -> ParseError:
+        """Input the grammar does not allow here (stray text, a delimiter out of place): the same code as
+        the lenient record of it."""
+        offset = self.position() - self.regions.prefix_len
+        return ParseError(
+            f"unexpected input at offset {offset}: {what}",
+            code="parse.unexpected",
+            position=offset,
+            message_so_far=self.regions.output,
+            expected=self.expected(),
+            hint="Check that the output matches the grammar here, or parse with strict=False to drop it.",
+        )
+
+    def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> None:
+        """Lenient mode: keep a problem (see _Ledger.record), and tell the stream."""
+        event = self.ledger.record(code, message, field, span)
+        if event is not None:
+            self.regions.events.append(event)
+
+
+class ResponseParser:
+    """Streaming parser for one model response.
+
+    ``template`` is a response_template dict, a compiled Grammar, or a built-in grammar name (or a path to
+    a ``.lark`` file). ``prefix`` is the prompt the model continued (pass ``""`` if the output is
+    complete on its own): it is truncated after the last start anchor and replayed, so a region the
+    template pre-opened (``<think>`` in the prompt) is parsed correctly; its events are ``initial_events``.
+
+    ``strict=False`` (lenient mode) never raises because of model output: a region whose text cannot be
+    parsed keeps its raw text as its value, and the problem is recorded in :attr:`errors`, in the
+    message under ``"parse_errors"``, and as a ``parse_error`` event. A tool-call region that cannot be
+    parsed still gives its calls (``grammar_parse._engine.salvage``): each named one is a call dict, with the
+    raw text of arguments that did not parse and an ``errors`` list; its text that names no function
+    goes to the text around it (content, or the reasoning it was written in). ``discarded_spans`` lists the
+    output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
+    ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values.
+    ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are shorthands
+    for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each ``region_open``
+    also carries ``captures``, the named groups of its open delimiter.
+
+    Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
+    quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
+    Until that is known, what follows such markup is held back (grammar_parse._engine.drafts).
+    ``calls_in_reasoning`` chooses the reading (default: the grammar's ``calls_in_reasoning`` directive,
+    else ``"never"``): ``"never"`` as above; ``"fallback"``, a call in a closed reasoning block is a call
+    when no call follows the block (families known to call from inside their reasoning, Qwen3); ``"always"``
+    (or True), every call written in reasoning is a call.
+
+    >>> p = ResponseParser("qwen3", prefix="")
+    >>> events = p.feed("<think>hm</think>Hi")
+    >>> message, final_events = p.finalize()
+    >>> message["content"]
+    'Hi'
+    """
+
+    def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
+                 strict: bool | None = None, extended_events: bool = False, trace: bool | None = None,
+                 max_region_chars: int | None = None, max_json_depth: int | None = None,
+                 calls_in_reasoning: str | bool | None = None, options: ParseOptions | None = None):
+        expect_text(prefix, "prefix", optional=True)
+        # (the keywords are shorthands for the options' fields: resolved once here, never per chunk)
+        self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
+                                               max_json_depth=max_json_depth, calls_in_reasoning=calls_in_reasoning)
+        self._grammar = grammar = resolve_grammar(template)
+        self._drafting = _DraftReading(grammar, options.calls_in_reasoning)
+        # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
+        self._settle = grammar.settle
+        prefix = _output_prefix(prefix, self._settle)
+        self._log: list[str] | None = None if self._settle is None else []
+        self._tools = ToolTypes.from_tools(tools)
+        self._strict = options.strict
+        self._ledger = ledger = _Ledger(options.trace)
+        self.errors: list[dict[str, Any]] = ledger.errors  # lenient mode: what could not be parsed (see _Ledger)
+        self._trace = ledger.trace  # (the ledger's, read on the hot path)
+        self._max_region = options.max_region_chars
+        self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see values.json_depth)
+        self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
+        self._states = grammar.tables.states
+        self._buf = ""
+        # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
+        # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
+        self._held: list[str] = []
+        self._held_space = False  # feed() may hold whitespace aside (see _quiet)
+        self._pos = 0
+        self._base = 0  # stream offset of _buf[0]
+        self._prefix_len = 0
+        self._cache = SearchCache()
+        self._last_empty: tuple[int, str] | None = None
+        self._fast: _FastPath | None = None
+        self._finalized = False
+        self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
+                                        lambda: self._base + self._pos)
+        # (the syntax's region builder, its open frames and its LALR state stack, read on the hot path)
+        self._regions, self._frames, self._stack = syntax.regions, syntax.frames, syntax.stack
+        self.initial_events: list[Event] = []
+        if prefix:
+            with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
+        self._drafting.arm(grammar)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def grammar(self) -> Grammar:
+        """The compiled grammar this parser runs."""
+        return self._grammar
+
+    @property
+    def options(self) -> ParseOptions:
+        """The parse options in force (those given, with the shorthand keywords folded in)."""
+        return self._options
+
+    @property
+    def message(self) -> Message:
+        """The message as parsed so far (closed regions only)."""
+        return self._regions.output
+
+    @property
+    def discarded_spans(self) -> list[tuple[int, int]]:
+        """[start, end) offsets of output text that went into no field (text outside every region)."""
+        return [(a, b) for a, b in self._ledger.discarded]
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        """With ``trace=True``: every consumed piece of the output in order, as ``{"kind": "text" |
+        "delimiter" | "discarded", "start", "end", "field" or "terminal"}`` (prompt replay excluded)."""
+        if self._trace is None:
+            raise UsageError("this parser records no spans", code="usage.no_trace",
+                             hint="Create the parser with trace=True to record spans.")
+        return self._trace
+
+    @property
+    def finalized(self) -> bool:
+        """Whether :meth:`finalize` has ended the stream (the parser takes no more output)."""
+        return self._finalized
+
+    def feed(self, text: str) -> list[Event]:
+        """Add the next piece of model output; return the events it completes."""
+        if type(text) is not str:
+            expect_text(text, "text")
+        if self._finalized:
+            raise _finalized_error()
+        if text:
+            if self._log is not None:
+                self._log.append(text)
+            # (neither whitespace is held nor the fast path set while a draft is open: see _quiet)
+            if self._held_space and not text.strip(REGEX_SPACE):
+                self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
+                return []
+            fast = self._fast
+            if fast is not None:
+                trigger, search, hold_space, frame = fast
+                if not (text.find(trigger) >= 0 if search is None else search(text)):
+                    # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
+                    # except a trailing whitespace run that a leading \s* may still claim. Text that would
+                    # pass the region size limit takes the general route, which applies it.
+                    if hold_space and not text.strip(REGEX_SPACE):
+                        self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
+                        return []
+                    combined = self._join_held() + text
+                    kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
+                    # (a region that ends with its JSON value takes the general route once the value ends)
+                    if (frame is None or frame.size + len(kept) <= self._max_region and
+                            (frame.walk is None or frame.walk.advance(combined, self._base) is None)):
+                        self._buf = combined[len(kept):]
+                        if not kept:
+                            return []
+                        start = self._offset(0)
+                        self._ledger.count_lines(kept, 0, len(kept), start)
+                        self._base += len(kept)
+                        if frame is None:
+                            self._ledger.discard(start, start + len(kept))
+                            return []
+                        frame.size += len(kept)
+                        return [self._regions.chunk(frame, kept)]
+            if self._drafting.open is not None:
+                self._drafting.open.raw.append(text)
+            self._buf = self._join_held() + text
+        events: list[Event] = []
+        with_json_depth(self.max_json_depth, self._guarded, events, False)
+        return events
+
+    def _join_held(self) -> str:
+        """The buffer, with the held whitespace run joined into it (one copy for the whole run)."""
+        if self._held:
+            self._buf += "".join(self._held)
+            self._held.clear()
+        return self._buf
+
+    def _guarded(self, events: list[Event], eos: bool) -> None:
+        """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
+        the rest of the output is discarded (reported), instead of raising."""
+        self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
+        self._held_space = False
+        if not self._degraded:
+            try:
+                self._process(events, eos)
+                return
+            except GrammarParseError as e:
+                self._drafting.release(self._regions)  # (an error inside a draft is the draft's reading: it stands)
+                if self._strict:
+                    if isinstance(e, ParseError) and e.line is None and e.position is not None:
+                        e.line, e.column = self._ledger.line_column(e.position, self._buf, self._offset(0)) \
+                            or (None, None)
+                    raise
+                self._regions.events = events
+                self._syntax.record(e.code, str(e), getattr(e, "field", None), None)
+                self._degraded = True
+        self._regions.events = events
+        self._discard(len(self._buf))
+        if eos:
+            self._regions.close_open()
+
+    def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
+        """End the stream: close open regions, return the message and the last events.
+
+        ``text``, if given, is a last piece of output; ``finalize(text)`` gives the same message as
+        ``feed(text)`` followed by ``finalize()`` but skips the streaming decisions (one-shot parsing).
+        """
+        return with_json_depth(self.max_json_depth, self._finalize, text)
+
+    def _finalize(self, text: str) -> tuple[Message, list[Event]]:
+        if self._finalized:
+            raise _finalized_error()
+        self._finalized = True
+        self._fast = None
+        self._buf = self._join_held() + text
+        if text:
+            if self._log is not None:
+                self._log.append(text)
+            if self._drafting.open is not None:
+                self._drafting.open.raw.append(text)
+        events: list[Event] = []
+        self._guarded(events, eos=True)
+        self._regions.settle_loose()
+        if self._log is not None:
+            return _settled_message(self._syntax, self._grammar, "".join(self._log), self._tools, self._strict,
+                                    events), events
+        return _final_message(self._syntax, self._grammar, self._strict), events
+
+    # ------------------------------------------------------------------ lenient mode and accounting
+    def _offset(self, buffer_pos: int) -> int:
+        """Offset in the model output (negative inside the replayed prompt) of a buffer position."""
+        return self._base + buffer_pos - self._prefix_len
+
+    def _discard(self, end: int) -> None:
+        """Drop buffer text up to ``end`` (it belongs to no field), and report its span."""
+        start = self._pos
+        if end > start:
+            self._ledger.discard(self._offset(start), self._offset(end))
+            self._pos = end
+
+    # ------------------------------------------------------------------ states to go back to (a prompt's, a draft's)
+    def _state(self, buf: str) -> _State:
+        """This parser's state, with ``buf`` as its buffer (the buffer, or the part of it a draft keeps)."""
+        return _State(list(self._stack), buf, self._pos, self._base, self._syntax.run, self._last_empty,
+                      self._ledger.state(), self._regions.state())
+
+    def _restore(self, state: _State) -> None:
+        """Take a :meth:`_state` (copied: a replay's is shared)."""
+        self._stack[:] = state.stack
+        self._buf, self._pos, self._base = state.buf, state.pos, state.base
+        self._syntax.run, self._last_empty = state.run, state.last_empty
+        self._ledger.restore(state.ledger)
+        self._regions.restore(state.regions)
+        self._cache = SearchCache()
+
+    # ------------------------------------------------------------------ the loop
+    def _process(self, events: list[Event], eos: bool) -> None:
+        drafting = self._drafting
+        drafting.out = events
+        self._regions.events = events if drafting.open is None else drafting.open.held
+        states = self._states
+        parser_stack = self._stack
+        while True:
+            info = states[parser_stack[-1]]
+            buf, pos = self._buf, self._pos
+            scanner = info.scanner
+            term, hit, hold = scanner.scan(buf, pos, eos, self._cache, -1 if scanner.value_end is None else
+                                           _json_value_end(self._frames, scanner.value_end, buf, self._base))
+            if term is not None and hit is not None:  # (the scanner gives both or neither)
+                start, end, _ = hit
+                if start > pos and self._route(info, start):
+                    continue
+                if parser_stack[-1] in drafting.states and (upto := drafting.take(self, info, term, start, end)) >= 0:
+                    self._route(info, upto)  # (the delimiter, read as reasoning text)
+                    continue
+                if term.role == "repeat":
+                    self._syntax.repeat(term, buf[start:end], self._base + start - self._prefix_len)
+                    self._pos = end
+                    continue
+                self._pos = end
+                if start == end:
+                    # A zero-width close of a region that never opened does nothing and ends the pass
+                    # (transformers); any zero-width delimiter firing twice in one place would loop.
+                    marker = (self._base + start, term.name)
+                    idle = term.role == "close" and not (self._frames and self._frames[-1].region is term.region)
+                    if term.role == "open" and self._frames and self._frames[-1].region is term.region \
+                            and end < len(buf):
+                        # A lookahead opener inside its own open region (a `{` in the JSON it opened) is
+                        # the region's text: it would end the region and open another at the same place.
+                        self._route(info, end + 1)
+                        continue
+                    if idle or marker == self._last_empty:
+                        if eos:
+                            if drafting.undo(self):
+                                continue
+                            self._discard(len(buf))  # transformers leaves the rest unparsed
+                            self._syntax.end()
+                        break
+                    self._last_empty = marker
+                self._syntax.delimiter(term, buf[start:end], self._base + start, hit[2],
+                                       self._base + start - self._prefix_len)
+                if drafting.open is not None:
+                    drafting.after_shift(drafting.open, term, self._regions)
+                continue
+            if eos:
+                if pos < len(buf) and self._route(info, len(buf)):
+                    continue
+                if drafting.undo(self):
+                    continue
+                self._syntax.end()
+                break
+            if hold > pos and self._route(info, hold):
+                continue
+            break
+        if not eos:  # (at the end nothing more is fed: no text to keep track of)
+            self._trim()
+            self._quiet()
+
+    def _quiet(self) -> None:
+        """After a scan, how feed() may take the next chunks: on the fast path (see _fast_path) when nothing
+        is held back (the scan reached the buffer's end, no lookbehind, no trace), or holding aside a
+        whitespace run that only a leading ``\\s*`` may claim (a region's opener followed by a flood,
+        before any text: more whitespace cannot change what the scan decides, so it is neither scanned nor
+        joined into the buffer). Neither while a draft is open: it keeps every piece of output it may read
+        again."""
+        if self._drafting.open is not None:
+            self._fast, self._held_space = None, False
+            return
+        info = self._states[self._stack[-1]]
+        buf, pos = self._buf, self._pos
+        self._fast = None if pos != len(buf) or self._trace is not None or self._grammar.tables.context \
+            else _fast_path(info, self._syntax.run, self._frames)
+        scanner = info.scanner
+        run = len(buf) - pos
+        quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
+        self._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
+
+    def _route(self, info: StateInfo, end: int) -> bool:
+        """Route buffer text up to ``end`` into the current region; True when the delimiters that are
+        live changed on the way (an ordered grammar), so the caller must scan again from the new place."""
+        pos, wanted = self._pos, end
+        syntax = self._syntax
+        if info.text_sensitive and syntax.run is not info.text and end - pos > 1:
+            end = pos + 1  # the first character decides the new state; scan the rest under it
+        syntax.text(info.text, self._buf[pos:end], self._base + pos - self._prefix_len)
+        self._pos = end
+        return end < wanted or self._states[self._stack[-1]].scanner is not info.scanner
+
+    def _trim(self) -> None:
+        """Drop consumed text, keeping what delimiters may look back at."""
+        cut = self._pos - self._grammar.tables.context
+        if cut > 0:
+            lo = max(self._prefix_len - self._base, 0)  # (the replayed prompt has no lines of the output)
+            self._ledger.count_lines(self._buf, lo, cut, self._offset(0))
+            self._buf = self._buf[cut:]
+            self._pos -= cut
+            self._base += cut
+            self._cache.clear()
+
+
+@overload
+def parse_response(
+    text: str,
+    template: TemplateLike,
+    *,
+    prefix: str | None = None,
+    tools: Iterable[Any] | None = None,
+    strict: bool | None = None,
+    calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
+) -> Message: ...
+
+
+@overload
+def parse_response(
+    text: list[str],
+    template: TemplateLike,
+    *,
+    prefix: str | list[str] | None = None,
+    tools: Iterable[Any] | None = None,
+    strict: bool | None = None,
+    calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
+) -> list[Message]: ...
+
+
+def parse_response(
+    text: str | list[str],
+    template: TemplateLike,
+    *,
+    prefix: str | list[str] | None = None,
+    tools: Iterable[Any] | None = None,
+    strict: bool | None = None,
+    calls_in_reasoning: str | bool | None = None,
+    max_region_chars: int | None = None,
+    max_json_depth: int | None = None,
+    options: ParseOptions | None = None,
+) -> Message | list[Message]:
+    """Parse a complete model output (or a list of them) into a message (or a list of messages).
+
+    Equivalent to feeding the whole text to a :class:`ResponseParser` and finalizing it. For a batch,
+    ``prefix`` is one prompt for all texts or a list with one per text. ``strict=False`` is lenient
+    mode (see :class:`ResponseParser`): problems are reported under ``"parse_errors"``, never raised.
+    ``calls_in_reasoning`` reads calls written inside reasoning (see :class:`ResponseParser`); ``options``
+    gives the switches and limits as one :class:`~grammar_parse.options.ParseOptions` (the keywords are its
+    shorthands).
+    """
+    options = merge_options(options, strict=strict, calls_in_reasoning=calls_in_reasoning,
+                            max_region_chars=max_region_chars, max_json_depth=max_json_depth)
+    if isinstance(text, (list, tuple)):
+        if text and all(isinstance(t, Mapping) for t in text):
+            expect_text(text, "text")  # (a conversation, not a batch of outputs: said so)
+        prefixes: list[str | None]
+        if isinstance(prefix, (list, tuple)):
+            if len(prefix) != len(text):
+                raise ArgumentError(
+                    f"got {len(text)} texts but {len(prefix)} prefixes",
+                    code="usage.batch",
+                    hint="Pass one prefix per text, or a single prefix string for all of them.",
+                )
+            prefixes = list(prefix)
+        else:
+            prefixes = [prefix] * len(text)
+        return [parse_response(t, template, prefix=p, tools=tools, options=options) for t, p in zip(text, prefixes)]
+    expect_text(text, "text")
+    if isinstance(prefix, (list, tuple)):
+        if prefix and all(isinstance(p, Mapping) for p in prefix):
+            expect_text(prefix, "prefix")  # (a conversation as the prompt: said so)
+        raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
+    parser = ResponseParser(template, prefix, tools=tools, options=options)
+    if parser.grammar.settle is not None:
+        # One-shot settling needs no streaming regions: the hook's own run is the result.
+        parser._finalized = True
+        return _settled_message(parser._syntax, parser.grammar, text, parser._tools, parser.options.strict, [])
+    return parser.finalize(text)[0]
+
+
+__all__ = ["MAX_REGION_CHARS", "START_ANCHOR_LIMIT", "ResponseParser", "parse_response", "resolve_grammar"]
