@@ -782,29 +782,9 @@ class _PythonicCallReader:
                     self.text, self.name = [], []
                 i = j
             elif state == "callee":
-                if not self.name and _NAME_START.match(window, i) is None:
-                    self.state = "done"
-                    break
-                m = _NAME_CHARS.match(window, i + (not self.name))
-                assert m is not None  # (it matches the empty string)
-                self.name.append(window[i:m.end()])
-                self.text.append(window[i:m.end()])
-                i = m.end()
-                if i < n:
-                    self.state = "gap"
+                i = self._callee(window, i)
             elif state == "gap":
-                j = skip_chars(window, i, " \t")
-                self.text.append(window[i:j])
-                if j < n:
-                    if window[j] != "(":
-                        self.state = "done"
-                        break
-                    self._start("".join(self.name))
-                    self.text.append("(")
-                    self.depth, self.quote, self.state = 1, "", "args"
-                    self.arg, self.arg_ok = [], not self.streamer.lenient
-                    j += 1
-                i = j
+                i = self._gap(window, i)
             else:  # after
                 j = skip_chars(window, i, " \t\r")
                 if j < n:
@@ -814,6 +794,34 @@ class _PythonicCallReader:
                     else:
                         self.state = "done"  # (f(a=1)(b=2), f(a=1).x: not a call list the parser reads)
                 i = j
+
+    def _callee(self, window: str, i: int) -> int:
+        """Read the called name from ``i``; where the text is not a name, the list is done."""
+        if not self.name and _NAME_START.match(window, i) is None:
+            self.state = "done"
+            return len(window)
+        m = _NAME_CHARS.match(window, i + (not self.name))
+        assert m is not None  # (it matches the empty string)
+        self.name.append(window[i:m.end()])
+        self.text.append(window[i:m.end()])
+        if m.end() < len(window):
+            self.state = "gap"
+        return m.end()
+
+    def _gap(self, window: str, i: int) -> int:
+        """Read the spaces between the name and its ``(``, which starts the call's arguments."""
+        j = skip_chars(window, i, " \t")
+        self.text.append(window[i:j])
+        if j < len(window):
+            if window[j] != "(":
+                self.state = "done"
+                return len(window)
+            self._start("".join(self.name))
+            self.text.append("(")
+            self.depth, self.quote, self.state = 1, "", "args"
+            self.arg, self.arg_ok = [], not self.streamer.lenient
+            j += 1
+        return j
 
     def _args(self, window: str, i: int) -> int:
         """Walk the arguments' text from ``i`` to the parenthesis that closes the call; where the walk stops."""

@@ -470,6 +470,40 @@ def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, pa
         out.append(f"OPENTEXT: {answer} & ~/{WS}(?:{'|'.join(fmt.start_heads)})(?s:.*)/")
         out.append("OPENNOTRIG: OPENTEXT & NOTRIG")
     opentext = "OPENTEXT" if fmt.start_heads else answer
+    starts = _lark_reasoning(out, writer, grammar, fmt, state, mode, tokens, opentext)
+    out.append("start: " + " | ".join(starts))
+    heads: list[str] = []
+    if mode != "none":
+        try:
+            heads = _lark_calls(out, writer, fmt, allowed, parallel_tool_calls)
+        except Unsupported as e:
+            raise _unsupported(grammar, str(e)) from None
+    free, free0 = _passing(out, grammar, fmt, tokens, "body0" in starts)
+    first_free = free
+    if fmt.start_heads:
+        first_free = "OPENNOTRIG" if free == "NOTRIG" else "freeb"
+        if first_free == "freeb":
+            out.append("freeb: OPENNOTRIG passing*")
+    try:
+        for k, (head, rest) in enumerate(bare):
+            out.append(f"bare_head_{k}[lazy]: " + lark_regex(f"{WS}(?:{head})"))
+        if bare:
+            out.append("bare_call: " + " | ".join(f"bare_head_{k} {writer.expression(rest)}"
+                                                   for k, (_head, rest) in enumerate(bare)))
+    except Unsupported as e:
+        raise _unsupported(grammar, str(e)) from None
+    calls = _Calls(heads, "bare_call" if bare else None, answer)
+    _lark_body(out, "body", opentext, first_free, mode, parallel_tool_calls, calls, free)
+    if "body0" in starts:
+        _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, calls, free)
+    out.extend(writer.rules)
+    return "\n".join(out) + "\n"
+
+
+def _lark_reasoning(out: list[str], writer: LarkWriter, grammar: Grammar, fmt: _Format, state: str, mode: str,
+                    tokens: Mapping[str, int], opentext: str) -> list[str]:
+    """The reasoning's rules (free text between its delimiters, as tokens where they are ones) and the start
+    rule's alternatives: the reasoning then the body, or the body alone."""
     starts: list[str] = []
     if fmt.reasoning is not None and state != "content":
         text = "NOTRIG" if mode == "none" and fmt.calls_in_reasoning else "TEXT"
@@ -504,33 +538,7 @@ def _llguidance(grammar: Grammar, fmt: _Format, tools: Any, tool_choice: Any, pa
             starts += ["reasoning body", "body0"]
     else:
         starts.append("body")
-    out.append("start: " + " | ".join(starts))
-    heads: list[str] = []
-    if mode != "none":
-        try:
-            heads = _lark_calls(out, writer, fmt, allowed, parallel_tool_calls)
-        except Unsupported as e:
-            raise _unsupported(grammar, str(e)) from None
-    free, free0 = _passing(out, grammar, fmt, tokens, "body0" in starts)
-    first_free = free
-    if fmt.start_heads:
-        first_free = "OPENNOTRIG" if free == "NOTRIG" else "freeb"
-        if first_free == "freeb":
-            out.append("freeb: OPENNOTRIG passing*")
-    try:
-        for k, (head, rest) in enumerate(bare):
-            out.append(f"bare_head_{k}[lazy]: " + lark_regex(f"{WS}(?:{head})"))
-        if bare:
-            out.append("bare_call: " + " | ".join(f"bare_head_{k} {writer.expression(rest)}"
-                                                   for k, (_head, rest) in enumerate(bare)))
-    except Unsupported as e:
-        raise _unsupported(grammar, str(e)) from None
-    calls = _Calls(heads, "bare_call" if bare else None, answer)
-    _lark_body(out, "body", opentext, first_free, mode, parallel_tool_calls, calls, free)
-    if "body0" in starts:
-        _lark_body(out, "body0", "FIRST", free0, mode, parallel_tool_calls, calls, free)
-    out.extend(writer.rules)
-    return "\n".join(out) + "\n"
+    return starts
 
 
 def _passing(out: list[str], grammar: Grammar, fmt: _Format, tokens: Mapping[str, int],
