@@ -73,7 +73,7 @@ from ._engine.session import ResponseParser, parse_response
 
 __version__ = "0.1.0"
 
-_moved.install()
+_moved.install(_sys.modules[__name__])
 
 __all__ = [
     "AnchorWarning",

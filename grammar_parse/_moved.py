@@ -74,6 +74,17 @@ class _Alias(types.ModuleType):
         return dir(importlib.import_module(MOVED[self.__name__]))
 
 
+class _Package(types.ModuleType):
+    """The package's own module: importing an old path binds the stand-in as an attribute of its parent,
+    which must not hide a facade name spelled the same (``grammar_parse.detect``, the function, was also the
+    0.1 module)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, _Alias) and name in self.__dict__:
+            return
+        super().__setattr__(name, value)
+
+
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the old paths (only those) and loads each as an :class:`_Alias`."""
 
@@ -89,8 +100,10 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                       "goes in the next release)", DeprecationWarning, stacklevel=2)  # (the import machinery's frames are skipped)
 
 
-def install() -> None:
-    """Put the finder first on ``sys.meta_path`` (once): it answers only for the old paths."""
+def install(package: types.ModuleType) -> None:
+    """Put the finder first on ``sys.meta_path`` (once): it answers only for the old paths; and keep the
+    package's own names from being hidden by them."""
+    package.__class__ = _Package
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _MovedFinder())
 

@@ -25,6 +25,13 @@ def test_an_old_path_imports_the_new_module_with_a_warning(old: str) -> None:
     assert all(getattr(alias, name) is getattr(new, name) for name in names)
 
 
+def test_an_old_module_path_does_not_hide_the_facade_name_spelled_the_same() -> None:
+    sys.modules.pop("grammar_parse.detect", None)
+    with pytest.warns(DeprecationWarning):
+        importlib.import_module("grammar_parse.detect")
+    assert callable(gp.detect) and gp.detect is gp.templates.detect
+
+
 def test_a_from_import_of_an_old_path_names_the_users_line() -> None:
     sys.modules.pop("grammar_parse.session", None)
     with pytest.warns(DeprecationWarning) as caught:
