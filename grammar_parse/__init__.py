@@ -54,6 +54,9 @@ from .errors import (
     TemplateError,
 )
 from ._engine.events import (
+    CallArguments,
+    CallClose,
+    CallOpen,
     CallProblem,
     Correction,
     Event,
@@ -77,6 +80,9 @@ _moved.install(_sys.modules[__name__])
 
 __all__ = [
     "AnchorWarning",
+    "CallArguments",
+    "CallClose",
+    "CallOpen",
     "ArgumentError",
     "CallProblem",
     "ChatTemplate",

@@ -220,8 +220,9 @@ def contract_problems(event: dict[str, Any]) -> list[str]:
 
 def stream(template: Any, text: str, *, prefix: str | None = "", tools: Any = None, size: int = 7,
            strict: bool = True) -> list[Any]:
-    """Every event of one output: streamed in chunks, with captures on region_open."""
-    parser = grammar_parse.ResponseParser(template, prefix, tools=tools, strict=strict, extended_events=True)
+    """Every event of one output: streamed in chunks, with captures on region_open and the call events."""
+    parser = grammar_parse.ResponseParser(template, prefix, tools=tools, strict=strict, extended_events=True,
+                                          call_events=True)
     events = list(parser.initial_events)
     for i in range(0, len(text), size):
         events += parser.feed(text[i:i + size])

@@ -166,7 +166,37 @@ class Correction(TypedDict):
     message: Message
 
 
-Event = Union[RegionOpen, RegionChunk, RegionClose, ParseErrorEvent, Correction]
+class _CallOpenKeys(TypedDict):
+    type: Literal["call_open"]
+    index: int
+    name: str
+
+
+class CallOpen(_CallOpenKeys, total=False):
+    """A tool call's head (``call_events=True``): its index among the calls (in output order), its name, and
+    its id where the model wrote one. It comes once per call, before its arguments."""
+
+    id: str
+
+
+class CallArguments(TypedDict):
+    """A piece of a call's arguments text (``call_events=True``): the pieces only append, and together they
+    are the call's arguments as strict JSON (the model's own text, a value typing changed written typed)."""
+
+    type: Literal["call_arguments"]
+    index: int
+    arguments: str
+
+
+class CallClose(TypedDict):
+    """A call is complete (``call_events=True``): its arguments text is whole."""
+
+    type: Literal["call_close"]
+    index: int
+    done: Literal[True]
+
+
+Event = Union[RegionOpen, RegionChunk, RegionClose, ParseErrorEvent, Correction, CallOpen, CallArguments, CallClose]
 
 
 def merge_chunks(events: list[Event]) -> list[Event]:
@@ -189,6 +219,9 @@ def merge_chunks(events: list[Event]) -> list[Event]:
 
 
 __all__ = [
+    "CallArguments",
+    "CallClose",
+    "CallOpen",
     "CallProblem",
     "Correction",
     "Event",

@@ -33,10 +33,10 @@ from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .regions import Frame, RegionBuilder
-from .salvage import is_call_region
 from .scanner import SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
+from .toolstream import ToolCallStreamer
 from .values import JSON_MAX_DEPTH, copy_json, with_json_depth
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
@@ -246,7 +246,7 @@ class _DraftReading:
                 draft.closed = True  # reasoning, unless the output ends with no call after the block
             else:
                 self.release(regions)  # the reasoning block closed: what it held was reasoning
-        elif draft.closed and term.role == "open" and term.region is not None and is_call_region(term.region):
+        elif draft.closed and term.role == "open" and term.region is not None and term.region.is_call:
             self.release(regions)  # a call after the block: the one in it was a draft
 
     def release(self, regions: RegionBuilder) -> None:
@@ -586,7 +586,10 @@ class ResponseParser:
     ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values.
     ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are shorthands
     for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each ``region_open``
-    also carries ``captures``, the named groups of its open delimiter.
+    also carries ``captures``, the named groups of its open delimiter. With ``call_events=True`` (extended events
+    too) the events carry the tool calls as well, in the same pass: ``call_open`` (a call's index, name and id),
+    ``call_arguments`` (text that only appends, whose whole is the call's arguments as strict JSON) and
+    ``call_close``, after the region events of the same piece of output (what the wire adapters frame).
 
     Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
     quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
@@ -606,7 +609,8 @@ class ResponseParser:
     def __init__(self, template: TemplateLike, prefix: str | None = None, *, tools: Iterable[Any] | None = None,
                  strict: bool | None = None, extended_events: bool = False, trace: bool | None = None,
                  max_region_chars: int | None = None, max_json_depth: int | None = None,
-                 calls_in_reasoning: str | bool | None = None, options: ParseOptions | None = None):
+                 calls_in_reasoning: str | bool | None = None, options: ParseOptions | None = None,
+                 call_events: bool = False):
         expect_text(prefix, "prefix", optional=True)
         # (the keywords are shorthands for the options' fields: resolved once here, never per chunk)
         self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
@@ -646,6 +650,8 @@ class ResponseParser:
         if prefix:
             with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
         self._drafting.arm(grammar)
+        #: With ``call_events=True``: the tool-call streamer behind the call events (its calls, as sent).
+        self.calls: ToolCallStreamer | None = _attach_calls(self, tools, extended_events) if call_events else None
 
     # ------------------------------------------------------------------ public API
     @property
@@ -916,6 +922,39 @@ class ResponseParser:
             self._pos -= cut
             self._base += cut
             self._cache.clear()
+
+
+def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended: bool) -> ToolCallStreamer:
+    """Make ``parser`` emit call events (``call_events=True``): one tool-call streamer reads its region events
+    as they are made, and its deltas join them. The parser's own feed stays as it is for every other parser."""
+    if not extended:
+        raise ArgumentError("call_events=True needs extended_events=True (the streamer reads each region's "
+                            "captures)", code="usage.argument", hint="Pass extended_events=True too.")
+    streamer = ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth,
+                                lenient=not parser.options.strict)
+    feed, finalize = parser.feed, parser.finalize
+
+    def feed_calls(text: str) -> list[Event]:
+        return _with_calls(streamer, feed(text))
+
+    def finalize_calls(text: str = "") -> tuple[Message, list[Event]]:
+        message, events = finalize(text)
+        return message, _with_calls(streamer, events)
+
+    parser.feed, parser.finalize = feed_calls, finalize_calls  # type: ignore[method-assign]
+    parser.initial_events = _with_calls(streamer, parser.initial_events)
+    return streamer
+
+
+def _with_calls(streamer: ToolCallStreamer, events: list[Event]) -> list[Event]:
+    """``events`` and, after them, the call events they complete."""
+    deltas = streamer.feed(events) if events else ()
+    if not deltas:
+        return events
+    for delta in deltas:
+        kind = "call_open" if "name" in delta else "call_close" if "done" in delta else "call_arguments"
+        events.append({"type": kind, **delta})  # type: ignore[arg-type]
+    return events
 
 
 @overload

@@ -979,7 +979,8 @@ class ToolCallStreamer:
         self.out = []
         for event in events:
             # only the field's region events move its calls (the rest would flush nothing new)
-            if event["type"] == "parse_error" or event["type"] == "correction" or event["field"] != self.field:
+            if event["type"] != "region_open" and event["type"] != "region_chunk" and event["type"] != "region_close" \
+                    or event["field"] != self.field:
                 continue
             if "path" in event:
                 self._component(event)

@@ -32,7 +32,7 @@ not sent, and a ``parse.tool_call`` entry of ``parse_errors`` says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import UsageError
@@ -40,7 +40,6 @@ from .._engine.events import Event
 from ..options import ParseOptions, merge_options
 from .._engine.session import TemplateLike
 from .._engine.tools import CallValidator, call_function
-from .._engine.toolstream import ToolCallDelta
 from .._engine.shapes import REASONING_FIELDS
 from ._stream import StrippedText, TextKinds, default_ids, open_stream
 
@@ -128,12 +127,11 @@ class ChatCompletionsStream:
                 text = stripped.add(event["text"])
                 if text:
                     out.append({target: text})
-        for delta in self.calls.feed(events):  # (it returns at once when no event is its field's)
-            if not delta.get("done"):
-                out.append({"tool_calls": [self._tool_delta(delta)]})
+            elif event["type"] == "call_open" or event["type"] == "call_arguments":
+                out.append({"tool_calls": [self._tool_delta(event)]})
         return out
 
-    def _tool_delta(self, delta: ToolCallDelta) -> dict[str, Any]:
+    def _tool_delta(self, delta: Mapping[str, Any]) -> dict[str, Any]:
         index = delta["index"]
         if "name" in delta:
             call_id = delta.get("id") or self.ids("call")

@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GrammarParseError, SchemaNameError
 from .._engine.events import Event
 from ..options import ParseOptions, merge_options
 from .._engine.session import TemplateLike
-from .._engine.toolstream import ToolCallDelta
 from .._engine.values import copy_json
 from .._engine.wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 from ._stream import IdFactory, StrippedText, TextKinds, open_stream
@@ -208,6 +207,9 @@ class ResponseStream:
                 out.append(self._event("response.parse_error", {"code": event["code"], "field": event["field"],
                                                                 "span": event["span"], "message": event["message"]}))
                 continue
+            if event["type"] == "call_open" or event["type"] == "call_arguments" or event["type"] == "call_close":
+                out += self._tool(event)
+                continue
             kind = self.kinds(event)
             if kind is None:
                 continue
@@ -215,8 +217,6 @@ class ResponseStream:
                 out += self._text(event["field"], kind, event["text"])
             elif event["type"] == "region_close" and event["field"] in self.open_items:
                 out += self._finish_text(event["field"])
-        for delta in self.calls.feed(events):  # (it returns at once when no event is its field's)
-            out += self._tool(delta)
         for problem_ in self.calls.problems[self.reported:]:
             out.append(self._problem(problem_))
         self.reported = len(self.calls.problems)
@@ -255,7 +255,7 @@ class ResponseStream:
             item["summary"] = [{"type": "summary_text", "text": text}]
         return [self._event("response.output_item.done", {"output_index": index, "item": copy_json(item)})]
 
-    def _tool(self, delta: ToolCallDelta) -> list[dict[str, Any]]:
+    def _tool(self, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
         call = delta["index"]
         if "name" in delta:
             index = len(self.output)
