@@ -38,11 +38,6 @@ class Salvage:
     rest: str = ""
 
 
-def is_call_region(region: Region) -> bool:
-    """Whether a region's value is tool calls (its role in the grammar's format)."""
-    return region.is_call
-
-
 @dataclass
 class _Piece:
     """One call's worth of a body: where its text is, whether it is complete, and the scope its
@@ -343,4 +338,4 @@ def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[_Piec
         pos = end
 
 
-__all__ = ["Salvage", "check_calls", "component_errors", "is_call_region", "salvage_calls"]
+__all__ = ["Salvage", "check_calls", "component_errors", "salvage_calls"]
