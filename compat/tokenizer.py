@@ -16,8 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, overload
 
-from grammar_parse import (ArgumentError, ChatTemplate, Grammar, GrammarError, ResponseParser, compile_template,
-                           load_model_grammar)
+from grammar_parse import (
+    ArgumentError,
+    ChatTemplate,
+    Grammar,
+    GrammarError,
+    ResponseParser,
+    compile_template,
+    load_model_grammar,
+)
 from grammar_parse._engine.events import Event, Message
 
 from .legacy import is_legacy_schema

@@ -29,7 +29,6 @@ from grammar_parse._engine.template import Delimiter, FieldTemplate, Template
 
 from .legacy import DEFAULT_TIMEOUT, LegacyValue, compiled_jmespath
 
-
 _DELIMITER_OPS = {_sre.LITERAL, _sre.IN, _sre.AT, _sre.NOT_LITERAL}
 
 

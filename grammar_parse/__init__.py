@@ -40,19 +40,6 @@ if (_checkout / "grammars" / "__init__.py").is_file() and not (_Path(__file__).p
 
 from . import _moved
 from ._engine.compiler import compile_template
-from .templates import (ChatTemplate, Detection, DetectionWarning, detect, load_chat_template,
-                        load_model_grammar, render_prompt)
-from .errors import (
-    AnchorWarning,
-    ArgumentError,
-    ChatTemplateError,
-    FinalizedError,
-    GrammarError,
-    GrammarParseError,
-    ParseError,
-    PlaceholderError,
-    TemplateError,
-)
 from ._engine.events import (
     CallArguments,
     CallClose,
@@ -71,8 +58,28 @@ from ._engine.events import (
 )
 from ._engine.grammar import Grammar
 from ._engine.library import list_grammars, load_grammar
-from .options import ParseOptions
 from ._engine.session import ResponseParser, parse_response
+from .errors import (
+    AnchorWarning,
+    ArgumentError,
+    ChatTemplateError,
+    FinalizedError,
+    GrammarError,
+    GrammarParseError,
+    ParseError,
+    PlaceholderError,
+    TemplateError,
+)
+from .options import ParseOptions
+from .templates import (
+    ChatTemplate,
+    Detection,
+    DetectionWarning,
+    detect,
+    load_chat_template,
+    load_model_grammar,
+    render_prompt,
+)
 
 __version__ = "0.1.0"
 

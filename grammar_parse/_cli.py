@@ -23,13 +23,13 @@ from typing import IO, Any, BinaryIO, TextIO
 
 from . import __version__
 from ._engine.arguments import print_warning_line
-from .templates._chat_template import load_chat_template, render_prompt
-from .templates._detect import detect
-from .errors import ArgumentError, GrammarError, GrammarParseError, ParseError
 from ._engine.grammar import Grammar
 from ._engine.json_input import JSONLimitError, load_user_json
 from ._engine.library import TOKENIZER_CONFIG_KEYS, list_grammars, load_grammar
 from ._engine.session import ResponseParser
+from .errors import ArgumentError, GrammarError, GrammarParseError, ParseError
+from .templates._chat_template import load_chat_template, render_prompt
+from .templates._detect import detect
 
 EXIT_OK = 0
 EXIT_PARSE = 1  # the model output did not parse (strict mode); `check`: the grammar or template is invalid

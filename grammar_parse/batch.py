@@ -39,12 +39,12 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 import jmespath
 
 from ._engine.arguments import print_warning_line
-from .errors import ArgumentError, GrammarParseError
 from ._engine.grammar import Grammar
-from .options import ParseOptions, merge_options
 from ._engine.session import ResponseParser, parse_response, resolve_grammar
-from ._engine.tools import check_tools
 from ._engine.shapes import REASONING_FIELDS
+from ._engine.tools import check_tools
+from .errors import ArgumentError, GrammarParseError
+from .options import ParseOptions, merge_options
 
 if TYPE_CHECKING:
     import pyarrow as pa

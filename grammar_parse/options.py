@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._engine.drafts import reading
-from .errors import ArgumentError
 from ._engine.values import JSON_MAX_DEPTH
+from .errors import ArgumentError
 
 #: Default bound on one region's text (characters): a runaway region stops growing past it.
 MAX_REGION_CHARS = 64 * 1024 * 1024

@@ -25,11 +25,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
-from .errors import ArgumentError
 from ._engine.grammar import Grammar
 from ._engine.session import ResponseParser, resolve_grammar
 from ._engine.symbols import Region
+from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
+from .errors import ArgumentError
 
 #: Colours of the fields (others take the last), and of the calls, told apart in turn.
 FIELD_COLOURS = {"reasoning_content": "#e8e0f8", "thinking": "#e8e0f8", "reasoning": "#e8e0f8",

@@ -31,8 +31,17 @@ import regex
 
 from .linear_regex import LinearRegex
 from .regex_safety import sre, sre_parse
-from .regex_shape import (UNBOUNDED, backtracking_risk, first_chars, is_regex_space, literal_alternatives, pattern_shape,
-                          strip_anchors, trailing_lookahead_as_text, unnamed)
+from .regex_shape import (
+    UNBOUNDED,
+    backtracking_risk,
+    first_chars,
+    is_regex_space,
+    literal_alternatives,
+    pattern_shape,
+    strip_anchors,
+    trailing_lookahead_as_text,
+    unnamed,
+)
 
 #: Seconds one search of a delimiter (or content) pattern may take in the regex module before the linear
 #: matcher, which finds the same matches, takes over (see search_budget).

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .delimiters import LiteralMatcher, RegexMatcher
 from ..errors import ArgumentError
+from .delimiters import LiteralMatcher, RegexMatcher
 from .grammar import CALLS_IN_REASONING, Grammar, Region, Terminal
 from .tables import feed, reduce
 

@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .delimiters import LiteralMatcher, RegexMatcher
-from .regex_shape import spellings
 from .regex_safety import sre_parse
+from .regex_shape import spellings
 from .shapes import CONTENT, REASONING, TOOL_CALLS, CallShape
 from .symbols import Region, Terminal
+
 
 # ---------------------------------------------------------------------------- the whole format
 @dataclass(frozen=True)

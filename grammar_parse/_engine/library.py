@@ -18,9 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..errors import GrammarError, TemplateError
 from .arguments import grammar_problem
 from .compiler import compile_template
-from ..errors import GrammarError, TemplateError
 from .grammar import DIRECTIVE, Grammar, build_grammar
 from .json_input import JSONLimitError, load_user_json
 

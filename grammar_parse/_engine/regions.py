@@ -13,13 +13,12 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-
 from ..errors import ERROR_CODES, ParseError
-from .events import Event, Message, RegionChunk, RegionOpen
 from .delimiters import JsonWalk
+from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
-from .tables import Callbacks, RuleHandle
 from .salvage import check_calls, component_errors, salvage_calls
+from .tables import Callbacks, RuleHandle
 from .tools import ToolTypes
 from .values import copy_json, fill, reads_elements
 

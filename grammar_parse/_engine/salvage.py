@@ -22,11 +22,10 @@ import regex
 
 from ..errors import ParseError
 from .grammar import Region
-from .tools import call_function
 from .shapes import CallShape
+from .tools import call_function
 from .toolstream import JsonWalker, call_name
-from .values import (PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_tokens,
-                     skip_chars)
+from .values import PLACEHOLDER, ValueSpec, fill, fill_known, json_depth, parse_content, python_tokens, skip_chars
 
 
 @dataclass

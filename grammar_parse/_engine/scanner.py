@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from ..errors import ParseError
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .symbols import Region, Terminal
 
 

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, overload
 
+from ..errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
+from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .arguments import caller_stacklevel, expect_text
 from .delimiters import REGEX_SPACE, JsonWalk
 from .drafts import closes_at, interrupts, reading, reasoning_states
-from ..errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
-from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import feed, reduce

@@ -17,7 +17,6 @@ from .delimiters import Matcher
 from .shapes import REASONING, TOOL_CALLS, CallShape, call_shape, infer_role
 from .values import RegionValue
 
-
 _WHOLE = CallShape("at_close")
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from lark.parsers.lalr_analysis import Shift
 
-from .delimiters import LiteralMatcher, RegexMatcher, Repeat
 from ..errors import GrammarError
+from .delimiters import LiteralMatcher, RegexMatcher, Repeat
 from .scanner import Scanner
 from .symbols import Region, Terminal
 

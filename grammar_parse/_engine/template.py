@@ -17,10 +17,10 @@ from typing import Any
 
 import regex
 
-from .regex_safety import refusal
-from .delimiters import PlainState
 from ..errors import TemplateError
+from .delimiters import PlainState
 from .linear_regex import BoundedRegex
+from .regex_safety import refusal
 from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
 
 TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})

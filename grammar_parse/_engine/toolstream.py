@@ -58,15 +58,28 @@ from typing import Any, TypedDict
 
 import regex
 
-from .events import Event, RegionChunk, RegionClose, RegionOpen
-from .shapes import CallShape
-from .grammar import Grammar, Region
-from .tools import ToolTypes, call_function
 from .delimiters import search_budget
+from .events import Event, RegionChunk, RegionClose, RegionOpen
+from .grammar import Grammar, Region
 from .linear_regex import BoundedRegex
 from .regex_shape import UNBOUNDED, last_char, pattern_shape, required_tail
-from .values import (CALL_TOKEN, JSON_MAX_DEPTH, int_digits_limit, PLACEHOLDER, ValueSpec, fill, json_depth, load_json, parse_content,
-                     python_step, skip_chars, sub_parse, with_json_depth)
+from .shapes import CallShape
+from .tools import ToolTypes, call_function
+from .values import (
+    CALL_TOKEN,
+    JSON_MAX_DEPTH,
+    PLACEHOLDER,
+    ValueSpec,
+    fill,
+    int_digits_limit,
+    json_depth,
+    load_json,
+    parse_content,
+    python_step,
+    skip_chars,
+    sub_parse,
+    with_json_depth,
+)
 from .wire import WireArguments, dumps
 
 

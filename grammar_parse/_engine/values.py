@@ -24,9 +24,9 @@ from typing import Any, Protocol, TypeVar
 
 import regex
 
+from ..errors import ParseError, PlaceholderError
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
-from ..errors import ParseError, PlaceholderError
 
 ContentParser = Callable[[str, Mapping[str, Any]], Any]
 _T = TypeVar("_T")

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .._engine.events import Event
-from .._engine.shapes import CONTENT, REASONING
-from ..options import ParseOptions
 from .._engine.session import ResponseParser, TemplateLike
+from .._engine.shapes import CONTENT, REASONING
 from .._engine.tools import tool_list
 from .._engine.toolstream import ToolCallStreamer
+from ..options import ParseOptions
 
 #: ``ids(kind)`` makes one id of a kind (``call``, ``resp``, ``msg``, ...): injectable, so tests are deterministic.
 IdFactory = Callable[[str], str]

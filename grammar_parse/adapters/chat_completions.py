@@ -35,12 +35,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..errors import UsageError
 from .._engine.events import Event
-from ..options import ParseOptions, merge_options
 from .._engine.session import TemplateLike
-from .._engine.tools import CallValidator, call_function
 from .._engine.shapes import REASONING_FIELDS
+from .._engine.tools import CallValidator, call_function
+from ..errors import UsageError
+from ..options import ParseOptions, merge_options
 from ._stream import StrippedText, TextKinds, default_ids, open_stream
 
 

@@ -45,12 +45,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GrammarParseError, SchemaNameError
 from .._engine.events import Event
-from ..options import ParseOptions, merge_options
 from .._engine.session import TemplateLike
 from .._engine.values import copy_json
 from .._engine.wire import CallChecker, ClientText, open_call, parse_failure, wire_json
+from ..errors import GrammarParseError, SchemaNameError
+from ..options import ParseOptions, merge_options
 from ._stream import IdFactory, StrippedText, TextKinds, open_stream
 
 if TYPE_CHECKING:
@@ -374,8 +374,9 @@ def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str
 def schema_validator(name: str) -> Draft202012Validator:
     """A jsonschema validator for one definition of the protocol's schema (``request``, ``response``,
     ``item_message``, ``event:response.completed``, ``event`` for any event, ...)."""
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
 
     document = json.loads(resources.files("grammar_parse").joinpath("schemas/lmsp.json").read_text(encoding="utf-8"))
     if name not in document["$defs"]:

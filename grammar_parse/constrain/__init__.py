@@ -42,20 +42,20 @@ may use references (pydantic's ``$defs``): they are resolved per tool before any
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.arguments import grammar_problem, text_problem
-from ..errors import ArgumentError
-from .._engine.grammar import Grammar
-from .._engine.symbols import Region, Terminal
+from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.format import CallLayout, reaches
+from .._engine.grammar import Grammar
 from .._engine.shapes import CallShape
+from .._engine.symbols import Region, Terminal
 from .._engine.toolstream import call_regions
+from ..errors import ArgumentError
 from . import _cache as cache
 from . import _forms as forms
 from . import _pythonic as pythonic
@@ -64,7 +64,6 @@ from . import _tagged as tagged
 from ._cache import CACHE_BYTES, CACHE_ENTRIES
 from ._lark import LarkWriter, lark_regex
 from ._regexes import Delim, Unsupported, delim_of, escape, expansions, text_with_tokens, without_start
-
 
 __all__ = ["to_llguidance", "to_structural_tag", "end_of_turn", "added_tokens", "clear_cache", "cache_info"]
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.grammar import Grammar
-from .._engine.symbols import Region, Terminal
-from .._engine.shapes import CallShape
-from .._engine.toolstream import call_regions
 from .._engine.regex_shape import spellings
+from .._engine.shapes import CallShape
+from .._engine.symbols import Region, Terminal
+from .._engine.toolstream import call_regions
 from ._regexes import Regex, Unsupported, delim_of, parse_regex, sre_c, sre_p
 
 

@@ -83,8 +83,15 @@ from grammar_parse import Grammar
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
-from grammar_parse.integrations import (GENERIC, grammar_for, on_register, oneshot_message, parser_names,
-                                        reasoning_delimiters, tool_dicts)
+from grammar_parse.integrations import (
+    GENERIC,
+    grammar_for,
+    on_register,
+    oneshot_message,
+    parser_names,
+    reasoning_delimiters,
+    tool_dicts,
+)
 
 #: The reasoning field of grammar_parse's messages and deltas (SGLang's own name too).
 _REASONING = "reasoning_content"

@@ -91,10 +91,11 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
 from grammar_parse import Grammar, ResponseParser
+from grammar_parse._engine.events import Event
+from grammar_parse._engine.tools import call_function
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
-from grammar_parse._engine.events import Event
 from grammar_parse.integrations import (
     GENERIC,
     grammar_for,
@@ -105,7 +106,6 @@ from grammar_parse.integrations import (
     register,
     tool_dicts,
 )
-from grammar_parse._engine.tools import call_function
 
 #: The reasoning field of vLLM's deltas and messages.
 _REASONING = "reasoning"

@@ -20,17 +20,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing
-from collections.abc import (AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping,
-                             Sequence)
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Union
 
 import regex
 
-from ..errors import GrammarParseError
 from ..adapters.lmsp import problem
+from ..errors import GrammarParseError
 
 if TYPE_CHECKING:
     import httpx

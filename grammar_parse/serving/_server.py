@@ -88,17 +88,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._backends import SAMPLING_FIELDS, Generation, ReplayBackend, tokens
-from ..adapters.chat_completions import ChatCompletionsStream, chunk
-from ..templates._chat_template import ChatTemplate
-from ..errors import ERROR_CODES, ArgumentError, ChatTemplateError, GrammarParseError
 from .._engine.grammar import Grammar
-from ..adapters.lmsp import ResponseStream, problem, schema_validator, sse
 from .._engine.session import resolve_grammar
-from .store import ResponseStorage, ResponseStore, open_store
 from .._engine.tools import check_tools
 from .._engine.toolstream import call_regions
 from .._engine.wire import CallChecker, ClientText, open_call, parse_failure, wire_json
+from ..adapters.chat_completions import ChatCompletionsStream, chunk
+from ..adapters.lmsp import ResponseStream, problem, schema_validator, sse
+from ..errors import ERROR_CODES, ArgumentError, ChatTemplateError, GrammarParseError
+from ..templates._chat_template import ChatTemplate
+from ._backends import SAMPLING_FIELDS, Generation, ReplayBackend, tokens
+from .store import ResponseStorage, ResponseStore, open_store
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator

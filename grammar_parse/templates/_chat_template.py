@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .._engine.arguments import expect_text, messages_problem, template_source_problem
-from ..errors import ChatTemplateError
 from .._engine.json_input import JSONLimitError, load_user_json
 from .._engine.shapes import REASONING_FIELDS
+from ..errors import ChatTemplateError
 
 if TYPE_CHECKING:
     import jinja2

@@ -35,13 +35,13 @@ from typing import Any
 import regex
 
 from .._engine.arguments import template_source_problem
-from ._chat_template import ChatTemplate, load_chat_template
-from ..errors import GrammarError, GrammarParseError
 from .._engine.events import Message
 from .._engine.grammar import Grammar, build_grammar
-from ._probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
 from .._engine.session import parse_response
 from .._engine.values import parse_content
+from ..errors import GrammarError, GrammarParseError
+from ._chat_template import ChatTemplate, load_chat_template
+from ._probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes
 
 __all__ = ["Derived", "DeriveReport", "derive_grammar"]
 

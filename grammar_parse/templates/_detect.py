@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from .._engine.arguments import caller_stacklevel, template_source_problem
-from ._chat_template import ChatTemplate
-from ..errors import ArgumentError, ChatTemplateError, GrammarError
 from .._engine.grammar import Grammar
 from .._engine.json_input import load_user_json
 from .._engine.library import list_grammars, load_grammar, normalise_name
-from ._probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
 from .._engine.session import START_ANCHOR_LIMIT
+from ..errors import ArgumentError, ChatTemplateError, GrammarError
+from ._chat_template import ChatTemplate
+from ._probes import HOSTILE, PROBES, Rendering, read_back, render_probe, render_probes
 
 #: Template kwargs whose generation prompts are compared, to say where reasoning opens.
 THINKING_SWITCHES: tuple[Mapping[str, Any], ...] = (

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._chat_template import REASONING_KEYS, ChatTemplate
-from ..errors import ChatTemplateError
 from .._engine.grammar import Grammar
 from .._engine.session import parse_response
+from ..errors import ChatTemplateError
+from ._chat_template import REASONING_KEYS, ChatTemplate
 
 #: Template failures that end probing: running out of time or size (a template that always does would cost
 #: that once per probe), or no template at all. A sandbox refusal stays a refusal of one probe's shape (Kimi
