@@ -29,7 +29,7 @@ from grammar_parse._engine.linear_regex import BoundedRegex
 from grammar_parse._engine.linear_regex import Match as LinearMatch
 from grammar_parse._engine.regex_safety import refusal
 from grammar_parse._engine.template import REGEX_HINT
-from grammar_parse._engine.values import load_json
+from grammar_parse._engine.reading import load_json
 from grammar_parse.errors import ParseError, SchemaTypeError, TemplateError
 
 #: Default limit, in seconds, for each regex operation a legacy schema runs (a grammar's

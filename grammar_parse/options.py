@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._engine.drafts import reading
-from ._engine.values import JSON_MAX_DEPTH
+from ._engine.reading import JSON_MAX_DEPTH
 from .errors import ArgumentError
 
 #: Default bound on one region's text (characters): a runaway region stops growing past it.

@@ -22,8 +22,12 @@ PIPELINE = [
     "errors", "_engine.events", "_engine.arguments",                       # what every stage reports; checks
     "_engine.regex_safety", "_engine.linear_regex", "_engine.regex_shape",  # regexes: refusal, linear matching,
     "_engine.delimiters",                                                   # shape, run-time matchers
-    "_engine.values", "_engine.json_input", "_engine.tools", "_engine.wire",  # content parsers, users' JSON,
-                                                                            # argument typing, wire JSON
+    "_engine.reading",                                                      # JSON and Python text within limits
+    "_engine.content.base", "_engine.content.text", "_engine.content.json",  # the content parsers, one module
+    "_engine.content.xml", "_engine.content.kv_lines", "_engine.content.pythonic",  # each, and their registry
+    "_engine.content.json_name_keys", "_engine.content",
+    "_engine.values", "_engine.json_input", "_engine.tools", "_engine.wire",  # region values (parser, transform),
+                                                                            # users' JSON, argument typing, wire JSON
     "_engine.template", "_engine.shapes", "_engine.symbols", "_engine.format",  # a region, its role and call
     "_engine.scanner", "_engine.tables", "_engine.grammar",                 # shape; the format; the compiled
     "_engine.compiler", "_engine.library",                                  # grammar; templates; built-ins

@@ -26,7 +26,7 @@ from grammar_parse.compat import legacy_grammar, recursive_parse
 from grammar_parse.errors import ERROR_CODES, ParseError, TemplateError
 from grammar_parse.adapters.lmsp import ResponseStream, schema_validator
 from grammar_parse._engine.toolstream import call_name
-from grammar_parse._engine.values import parse_content
+from grammar_parse._engine.content import parse_content
 from grammar_parse._engine.wire import WireArguments
 from strategies import chunkings, delimiter_examples, examples
 from test_tool_streaming import JSON_VALUES
@@ -480,11 +480,11 @@ def test_brackets_inside_json_strings_are_not_walked_in_python(monkeypatch):
     """Nesting is checked on the parsed value: a long argument full of brackets (past the depth limit in
     number) is not walked character by character; text that does not parse, and nests too deeply, is
     still reported as too deep first."""
-    from grammar_parse._engine import values
+    from grammar_parse._engine import reading
 
     walked = []
-    original = values._check_depth
-    monkeypatch.setattr(values, "_check_depth", lambda text, limit: (walked.append(len(text)), original(text, limit))[1])
+    original = reading._check_depth
+    monkeypatch.setattr(reading, "_check_depth", lambda text, limit: (walked.append(len(text)), original(text, limit))[1])
     brackets = '{"query": "%s"}' % ("[x] {y} " * 200)
     assert parse_content(brackets, "json", {}) == {"query": "[x] {y} " * 200}
     assert walked == []

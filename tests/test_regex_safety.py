@@ -288,7 +288,7 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     from conformance import load
     from grammar_parse._engine import delimiters
     from grammar_parse._engine import toolstream
-    from grammar_parse._engine import values
+    from grammar_parse._engine.content import xml
 
     template = next(e["template"] for e in load("transformers_model_templates.json") if "qwen3.5" in e["model_family"])
 
@@ -306,7 +306,7 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     assert gp.parse_response(call(20), template, prefix="") == expected  # (the regex module, within its limit)
     # every scan of the tag pattern hands over at once (a limit of zero), and no delimiter search does (no
     # limit): the steps counted are the tag pattern's
-    monkeypatch.setattr(values, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(xml, "search_budget", lambda chars: 0.0)
     monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
     monkeypatch.setattr(delimiters, "search_budget", lambda chars: None)
     for run in (lambda text: gp.parse_response(text, template, prefix=""), streamed):

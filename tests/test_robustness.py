@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from grammar_parse.errors import ERROR_CODES
-from grammar_parse._engine.values import parse_content
+from grammar_parse._engine.content import parse_content
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
@@ -223,9 +223,9 @@ class _Scanned(str):
 def test_string_delims_cost_is_linear(text, monkeypatch):
     """Each quote pair's rewrite reads its text once, and the strings go back in one pass, however many
     (quadratic: about a minute for the first)."""
-    from grammar_parse._engine import values
+    from grammar_parse._engine.content import json as json_content
 
-    hide, hidden = values._hide_strings, values._HIDDEN
+    hide, hidden = json_content._hide_strings, json_content._HIDDEN
     rewrites: list[tuple[int, int]] = []  # (characters, characters read) of each quote pair's rewrite
     strings: list[str] = []
     passes: list[int] = []  # characters of each pass that puts the strings back
@@ -242,8 +242,8 @@ def test_string_delims_cost_is_linear(text, monkeypatch):
             passes.append(len(text))
             return hidden.sub(repl, text)
 
-    monkeypatch.setattr(values, "_hide_strings", counted_hide)
-    monkeypatch.setattr(values, "_HIDDEN", CountedHidden())
+    monkeypatch.setattr(json_content, "_hide_strings", counted_hide)
+    monkeypatch.setattr(json_content, "_HIDDEN", CountedHidden())
     parse_content(text, "json", {"string_delims": QUOTES, "allow_non_json": True})
     assert len(rewrites) == len(QUOTES) and all(0 < read <= chars for chars, read in rewrites), rewrites
     assert len(passes) == (1 if strings else 0), passes

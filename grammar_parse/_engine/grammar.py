@@ -47,12 +47,13 @@ from ..errors import ERROR_CODES, GrammarError, TemplateError
 from .arguments import expect_text
 from .delimiters import LiteralMatcher, Matcher, RegexMatcher, ValueEnd
 from .format import Format, build_format
+from .reading import PLACEHOLDER
 from .regex_safety import RegexSafetyError, refusal
 from .shapes import COMPONENT, ROLES
 from .symbols import Region, Terminal
 from .tables import StateInfo, Tables, build_tables
 from .template import REGEX_HINT, Delimiter, check_depth, check_named_groups, load_delimiter, load_value_spec
-from .values import PLACEHOLDER, RegionValue, ValueSpec
+from .values import RegionValue, ValueSpec
 
 DIRECTIVE = "//@"
 UNCLAIMED = "UNCLAIMED"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ParseError
-from .values import JSON_MAX_DEPTH, json_depth_limit, load_json
+from .reading import JSON_MAX_DEPTH, json_depth_limit, load_json
 
 #: Deepest nesting of lists and objects accepted in a user's JSON file or option.
 MAX_FILE_JSON_DEPTH = JSON_MAX_DEPTH

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ERROR_CODES, ParseError
+from .content.xml import reads_elements
 from .delimiters import JsonWalk
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
+from .reading import copy_json
 from .salvage import check_calls, component_errors, salvage_calls
 from .tables import Callbacks, RuleHandle
 from .tools import ToolTypes
-from .values import copy_json, fill, reads_elements
+from .values import fill
 
 #: Lenient mode: (code, message, field, output span) of a problem, for the session to record.
 Report = Callable[[str, str, "str | None", "list[int] | None"], None]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ParseError
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
+from .delimiters import Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .symbols import Region, Terminal
 
 

@@ -32,12 +32,12 @@ from .delimiters import REGEX_SPACE, JsonWalk
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
+from .reading import copy_json, with_json_depth
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
 from .toolstream import ToolCallStreamer
-from .values import JSON_MAX_DEPTH, copy_json, with_json_depth
 
 TemplateLike = dict[str, Any] | Grammar | str | Path
 

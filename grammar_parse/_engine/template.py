@@ -18,10 +18,11 @@ from typing import Any
 import regex
 
 from ..errors import TemplateError
+from .content import CONTENT_PARSERS
 from .delimiters import PlainState
 from .linear_regex import BoundedRegex
 from .regex_safety import refusal
-from .values import CONTENT_PARSERS, RegionValue, ValueSpec, mixed_placeholder
+from .values import RegionValue, ValueSpec, mixed_placeholder
 
 TEMPLATE_KEYS = frozenset({"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"})
 DELIMITER_KEYS = frozenset({"open", "open_pattern", "close", "close_pattern"})

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any, Union
 
 from ..errors import ArgumentError
-from .values import load_json
+from .reading import load_json
 
 
 def call_function(value: Any) -> dict[str, Any] | None:

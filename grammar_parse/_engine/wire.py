@@ -48,8 +48,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
+from .reading import int_digits_limit, json_depth
 from .tools import CallValidator
-from .values import int_digits_limit, json_depth
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError

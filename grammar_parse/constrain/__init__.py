@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,7 +53,7 @@ from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.format import CallLayout, reaches
 from .._engine.grammar import Grammar
 from .._engine.shapes import CallShape
-from .._engine.symbols import Region, Terminal
+from .._engine.symbols import Region
 from .._engine.toolstream import call_regions
 from ..errors import ArgumentError
 from . import _cache as cache

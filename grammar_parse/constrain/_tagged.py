@@ -44,7 +44,8 @@ from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.grammar import Grammar
 from .._engine.symbols import Region
 from .._engine.tools import schema_types
-from .._engine.values import PLACEHOLDER, ValueSpec
+from .._engine.reading import PLACEHOLDER
+from .._engine.values import ValueSpec
 from ._regexes import Delim, Regex, Unsupported, delim_of, escape, parse_regex, sre_c
 from ._schemas import placed
 

@@ -13,13 +13,10 @@ engine modules import their engine; this one imports neither, so the core instal
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
-from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher
 from grammar_parse._engine.tools import call_function
 from grammar_parse._engine.wire import WireArguments, dumps
 

@@ -38,7 +38,7 @@ from .._engine.arguments import template_source_problem
 from .._engine.events import Message
 from .._engine.grammar import Grammar, build_grammar
 from .._engine.session import parse_response
-from .._engine.values import parse_content
+from .._engine.content import parse_content
 from ..errors import GrammarError, GrammarParseError
 from ._chat_template import ChatTemplate, load_chat_template
 from ._probes import CONTENT, REASONING, TOOLS, USER, Probe, Rendering, read_back, render_probes

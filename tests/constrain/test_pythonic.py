@@ -331,7 +331,8 @@ def test_transformers_bare_keys_touch_the_brace_comma_and_colon(text: str) -> No
     """With ``unquoted_keys: true`` (transformers' dialect, not "spaced") the value parser reads a bare key
     only right after ``{`` or ``,`` and right before ``:``: the constraint accepts what it reads."""
     from grammar_parse._engine.symbols import Region
-    from grammar_parse._engine.values import ValueSpec, parse_content
+    from grammar_parse._engine.content import parse_content
+    from grammar_parse._engine.values import ValueSpec
 
     args = {"unquoted_keys": True, "string_delims": [["<escape>", "<escape>"]]}
     spec = ValueSpec(content="json", content_args=args,
