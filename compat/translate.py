@@ -316,6 +316,40 @@ def _parse_regex(pattern: str) -> Any:
     return _parser.parse(pattern, regex.DOTALL)
 
 
+def _field_regions(properties: Mapping[str, Any], notes: list[str]) -> tuple[list[_Region], dict[str, Any]]:
+    """The regions of a root without a regex of its own: one per field whose own regex a literal opens."""
+    regions: list[_Region] = []
+    nodes: dict[str, Any] = {}
+    for name, node in properties.items():
+        if not isinstance(node, dict) or "const" in node:
+            continue
+        pattern = node.get("x-regex") or node.get("x-regex-iterator")
+        if pattern is None or "x-regex-substitutions" in node:
+            notes.append(f"field {name!r} has no regex of its own to bound a region; settled at finalize()")
+            continue
+        try:
+            parsed = _parse_regex(pattern)
+            found: dict[int, list[tuple[list[Any], int]]] = {}
+            _paths(list(parsed), [], found)
+            first = min(found) if found else None
+            region = None
+            if first is not None:
+                before, after = _context(found[first], -1), _strip_end(_context(found[first], +1))
+                if _has_literal(before):
+                    region = _Region(name, _unparse(before), _unparse(after) if _has_literal(after) else None,
+                                     "item" if "x-regex-iterator" in node else "wrap",
+                                     repeats="x-regex-iterator" in node)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"field {name!r}: its regex cannot be analysed ({e}); settled at finalize()")
+            continue
+        if region is None:
+            notes.append(f"field {name!r}: no literal opens its region; settled at finalize()")
+        else:
+            regions.append(region)
+            nodes[name] = node
+    return regions, nodes
+
+
 def translate(schema: dict[str, Any]) -> Translation:
     """The streaming fields of a legacy schema (best effort: the final run of the schema is exact)."""
     notes: list[str] = []
@@ -351,34 +385,7 @@ def translate(schema: dict[str, Any]) -> Translation:
                 regions.append(region)
         nodes = {r.name: properties.get(r.name, {}) for r in regions}
     else:
-        nodes = {}
-        for name, node in properties.items():
-            if not isinstance(node, dict) or "const" in node:
-                continue
-            pattern = node.get("x-regex") or node.get("x-regex-iterator")
-            if pattern is None or "x-regex-substitutions" in node:
-                notes.append(f"field {name!r} has no regex of its own to bound a region; settled at finalize()")
-                continue
-            try:
-                parsed = _parse_regex(pattern)
-                found = {}
-                _paths(list(parsed), [], found)
-                first = min(found) if found else None
-                region = None
-                if first is not None:
-                    before, after = _context(found[first], -1), _strip_end(_context(found[first], +1))
-                    if _has_literal(before):
-                        region = _Region(name, _unparse(before), _unparse(after) if _has_literal(after) else None,
-                                         "item" if "x-regex-iterator" in node else "wrap",
-                                         repeats="x-regex-iterator" in node)
-            except Exception as e:  # noqa: BLE001
-                notes.append(f"field {name!r}: its regex cannot be analysed ({e}); settled at finalize()")
-                continue
-            if region is None:
-                notes.append(f"field {name!r}: no literal opens its region; settled at finalize()")
-            else:
-                regions.append(region)
-                nodes[name] = node
+        regions, nodes = _field_regions(properties, notes)
     # The implicit field ends at what the regex lets follow it, except where another region opens.
     opener_texts = {t for r in regions if r.open is not None and (t := _opener_text(r.open))}
     for r in regions:

@@ -153,3 +153,15 @@ def test_the_layout_page_names_every_module() -> None:
     missing = [m for m in PIPELINE if m not in ("grammar_parse", "__main__")
                and m not in named and m.rpartition(".")[2] not in named]
     assert not missing, f"docs/layout.md does not name {missing}"
+
+
+def test_no_function_over_80_lines_and_no_class_over_350() -> None:
+    """Small pieces: a function past 80 lines or a class past 350 is doing several things."""
+    long = []
+    for path in FILES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > (350 if isinstance(node, ast.ClassDef) else 80):
+                    long.append(f"{_module(path)}.{node.name}: {lines} lines")
+    assert not long, long

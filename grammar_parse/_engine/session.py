@@ -576,20 +576,18 @@ class ResponseParser:
     complete on its own): it is truncated after the last start anchor and replayed, so a region the
     template pre-opened (``<think>`` in the prompt) is parsed correctly; its events are ``initial_events``.
 
-    ``strict=False`` (lenient mode) never raises because of model output: a region whose text cannot be
-    parsed keeps its raw text as its value, and the problem is recorded in :attr:`errors`, in the
-    message under ``"parse_errors"``, and as a ``parse_error`` event. A tool-call region that cannot be
-    parsed still gives its calls (``grammar_parse._engine.salvage``): each named one is a call dict, with the
-    raw text of arguments that did not parse and an ``errors`` list; its text that names no function
-    goes to the text around it (content, or the reasoning it was written in). ``discarded_spans`` lists the
-    output text that belongs to no field; ``trace=True`` records every span (:attr:`spans`).
-    ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting of its JSON values.
-    ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are shorthands
-    for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each ``region_open``
-    also carries ``captures``, the named groups of its open delimiter. With ``call_events=True`` (extended events
-    too) the events carry the tool calls as well, in the same pass: ``call_open`` (a call's index, name and id),
-    ``call_arguments`` (text that only appends, whose whole is the call's arguments as strict JSON) and
-    ``call_close``, after the region events of the same piece of output (what the wire adapters frame).
+    ``strict=False`` (lenient mode) never raises because of model output: a region whose text cannot be parsed keeps
+    its raw text as its value, and the problem is recorded in :attr:`errors`, in the message under ``"parse_errors"``,
+    and as a ``parse_error`` event. A tool-call region that cannot be parsed still gives its calls
+    (``grammar_parse._engine.salvage``): each named one is a call dict, with the raw text of arguments that did not
+    parse and an ``errors`` list; its text that names no function goes to the text around it (content, or the
+    reasoning it was written in). ``discarded_spans`` lists the output text that belongs to no field; ``trace=True``
+    records every span (:attr:`spans`). ``max_region_chars`` bounds one region's text, ``max_json_depth`` the nesting
+    of its JSON values. ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are
+    shorthands for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each
+    ``region_open`` also carries ``captures``, the named groups of its open delimiter; with ``call_events=True`` too,
+    the tool calls come out in the same pass (``call_open``, ``call_arguments``, ``call_close``; :attr:`calls` is
+    their streamer).
 
     Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
     quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
@@ -631,9 +629,7 @@ class ResponseParser:
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._states = grammar.tables.states
         self._buf = ""
-        # A whitespace run the fast path holds for a leading \s* (the buffer's tail, not yet joined into
-        # it): joining each chunk into the buffer would copy the whole run per chunk, quadratic in a flood.
-        self._held: list[str] = []
+        self._held: list[str] = []  # a whitespace run held for a leading \s*: joined once (per chunk: quadratic)
         self._held_space = False  # feed() may hold whitespace aside (see _quiet)
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
@@ -650,8 +646,7 @@ class ResponseParser:
         if prefix:
             with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
         self._drafting.arm(grammar)
-        #: With ``call_events=True``: the tool-call streamer behind the call events (its calls, as sent).
-        self.calls: ToolCallStreamer | None = _attach_calls(self, tools, extended_events) if call_events else None
+        self.calls = _attach_calls(self, tools, extended_events) if call_events else None  # (its calls, as sent)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -926,7 +921,10 @@ class ResponseParser:
 
 def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended: bool) -> ToolCallStreamer:
     """Make ``parser`` emit call events (``call_events=True``): one tool-call streamer reads its region events
-    as they are made, and its deltas join them. The parser's own feed stays as it is for every other parser."""
+    as they are made, and its deltas join them, after the region events of the same piece of output:
+    ``call_open`` (a call's index, name and id), ``call_arguments`` (text that only appends, whose whole is the
+    call's arguments as strict JSON) and ``call_close``: what the wire adapters frame. The parser's own feed
+    stays as it is for every other parser."""
     if not extended:
         raise ArgumentError("call_events=True needs extended_events=True (the streamer reads each region's "
                             "captures)", code="usage.argument", hint="Pass extended_events=True too.")

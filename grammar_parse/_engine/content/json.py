@@ -133,16 +133,7 @@ class JsonWalker:
                     continue
                 self.in_string = False
                 i = j + 1
-                if self.string_is_key:
-                    raw = "".join(self.key_chars)
-                    try:  # (a key without escapes is itself; raw control characters are allowed)
-                        key = raw if "\\" not in raw else _LAX_JSON.decode('"' + raw + '"')
-                    except ValueError:
-                        key = raw  # a broken escape: the key as written (the value's parse reports it)
-                    listener.on_key(len(self.stack), key, base + i)
-                else:
-                    listener.on_value_end(len(self.stack), base + i)
-                    self._after_value()
+                self._string_end(base + i)
                 continue
             ch = text[i]
             if self.scalar_start >= 0:
@@ -162,15 +153,7 @@ class JsonWalker:
                 i += 1
                 continue
             if ch == '"':
-                self.in_string = True
-                self.escape = False
-                if self.stack and self.stack[-1] == "{" and self.expect_key[-1]:
-                    self.string_is_key = True
-                    self.key_chars = []
-                    self.expect_key[-1] = False
-                else:
-                    self.string_is_key = False
-                    listener.on_value_start(len(self.stack), base + i)
+                self._string_start(base + i)
                 i += 1
                 continue
             if ch in "{[":
@@ -193,6 +176,31 @@ class JsonWalker:
             listener.on_value_start(len(self.stack), base + i)
             i += 1
         self.offset = base + n
+
+    def _string_start(self, pos: int) -> None:
+        """A string opens at ``pos``: a key where an object expects one, else a value."""
+        self.in_string = True
+        self.escape = False
+        if self.stack and self.stack[-1] == "{" and self.expect_key[-1]:
+            self.string_is_key = True
+            self.key_chars = []
+            self.expect_key[-1] = False
+        else:
+            self.string_is_key = False
+            self.listener.on_value_start(len(self.stack), pos)
+
+    def _string_end(self, pos: int) -> None:
+        """A string closed just before ``pos``: a key names the value to come, a value has ended."""
+        if self.string_is_key:
+            raw = "".join(self.key_chars)
+            try:  # (a key without escapes is itself; raw control characters are allowed)
+                key = raw if "\\" not in raw else _LAX_JSON.decode('"' + raw + '"')
+            except ValueError:
+                key = raw  # a broken escape: the key as written (the value's parse reports it)
+            self.listener.on_key(len(self.stack), key, pos)
+        else:
+            self.listener.on_value_end(len(self.stack), pos)
+            self._after_value()
 
     def finish(self) -> None:
         """End of text: a number still being read ends here."""
