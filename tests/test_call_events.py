@@ -7,10 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import grammar_parse as gp
 from grammar_parse.errors import ArgumentError
 from goldens import Golden, all_goldens
+from strategies import chunkings, examples, grammar_outputs
 
 SAMPLES = [g for g in all_goldens() if g.grammar in gp.list_grammars() and "error" not in g.expected
            and g.expected.get("tool_calls")]
@@ -62,3 +65,35 @@ def test_call_events_come_after_the_region_events_of_the_same_piece() -> None:
 def test_call_events_need_extended_events() -> None:
     with pytest.raises(ArgumentError, match="extended_events"):
         gp.ResponseParser("qwen3", "", call_events=True)
+
+
+def _accumulated(grammar: str, chunks: list[str]) -> tuple[list[tuple[str, str, bool]], Any]:
+    """Each call's (name, arguments text, closed) from a lenient parse fed ``chunks``, and the message."""
+    parser = gp.ResponseParser(grammar, "", extended_events=True, call_events=True, strict=False)
+    events = list(parser.initial_events)
+    for chunk in chunks:
+        events += parser.feed(chunk)
+    message, last = parser.finalize()
+    calls: dict[int, list[Any]] = {}
+    for event in events + last:
+        if event["type"] == "call_open":
+            calls[event["index"]] = [event["name"], "", False]
+        elif event["type"] == "call_arguments":
+            calls[event["index"]][1] += event["arguments"]
+        elif event["type"] == "call_close":
+            calls[event["index"]][2] = True
+    return [tuple(c) for c in calls.values()], message
+
+
+CALL_GRAMMARS = sorted(n for n in gp.list_grammars() if gp.load_grammar(n).format.calls)
+
+
+@pytest.mark.parametrize("name", CALL_GRAMMARS)
+@settings(max_examples=examples(0.3), deadline=None)
+@given(data=st.data())
+def test_call_events_of_any_chunking_add_up_as_one_shot(name: str, data: st.DataObject) -> None:
+    """Whatever the chunking, the call events add up to the same calls (one-shot reads plain calls whole,
+    a chunked stream walks them: two readers that must agree)."""
+    text = data.draw(grammar_outputs(name), label="text")
+    chunks = data.draw(chunkings(text), label="chunks")
+    assert _accumulated(name, chunks) == _accumulated(name, [text])
