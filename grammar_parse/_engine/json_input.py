@@ -5,7 +5,7 @@ Python's ``json.loads`` raises a bare RecursionError on a document nested some t
 ``tokenizer_config.json`` 200,000 deep did), which no caller expects. Real files nest a few levels (a
 tool's parameter schema perhaps a dozen), so :data:`MAX_FILE_JSON_DEPTH` is far above any of them and far
 below where Python's parser gives up; each caller turns :class:`JSONLimitError` into its own error class.
-The limits are the ones model output's JSON is read with (``values.load_json``).
+The limits are the ones model output's JSON is read with (``reading.load_json``).
 """
 
 from __future__ import annotations

@@ -625,7 +625,7 @@ class ResponseParser:
         self.errors: list[dict[str, Any]] = ledger.errors  # lenient mode: what could not be parsed (see _Ledger)
         self._trace = ledger.trace  # (the ledger's, read on the hot path)
         self._max_region = options.max_region_chars
-        self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see values.json_depth)
+        self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see reading.json_depth)
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._states = grammar.tables.states
         self._buf = ""

@@ -215,7 +215,7 @@ class ToolTypes:
     def apply(self, value: Any, *, elements: bool = False) -> Any:
         """Name every tool call in ``value`` as the request does (:meth:`resolve`; a name it does not offer
         gets an ``errors`` entry) and cast its string arguments, in place; return ``value``.
-        ``elements``: the arguments were read from nested elements (values.reads_elements), whose objects
+        ``elements``: the arguments were read from nested elements (content.xml.reads_elements), whose objects
         and lists are typed too; other formats' objects and lists are the model's typed JSON, left alone."""
         if isinstance(value, list):
             return [self.apply(item, elements=elements) for item in value]

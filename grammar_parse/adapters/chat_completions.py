@@ -91,10 +91,11 @@ class ChatCompletionsStream:
         out, self.pending = self.pending + deltas, []
         return out
 
-    def finish(self, *, truncated: bool = False, length: bool = False) -> list[dict[str, Any]]:
+    def finish(self, text: str = "", *, truncated: bool = False, length: bool = False) -> list[dict[str, Any]]:
         """End of generation (``truncated=True`` if it stopped at the token limit: ``finish_reason`` is then
-        ``length``): the last deltas. ``length=True`` says the same, under the name kept for compatibility."""
-        parsed, events = self.parser.finalize()
+        ``length``): the last deltas. ``length=True`` says the same, under the name kept for compatibility.
+        ``text``, if given, is a last piece of output, read one-shot (as ``ResponseParser.finalize(text)``)."""
+        parsed, events = self.parser.finalize(text)
         out = self.pending + self._deltas(events)
         self.pending = []
         self._message = self._build_message(parsed)
@@ -190,8 +191,7 @@ def chat_message(text: str, template: TemplateLike, *, prefix: str | None = None
                             max_region_chars=max_region_chars, max_json_depth=max_json_depth)
     stream = ChatCompletionsStream(template, prefix, tools=tools, reasoning_field=reasoning_field, ids=ids,
                                    options=options)
-    stream.feed(text)
-    stream.finish(truncated=truncated or length)
+    stream.finish(text, truncated=truncated or length)
     assert stream.finish_reason is not None  # finish() sets it
     return stream.message, stream.finish_reason
 

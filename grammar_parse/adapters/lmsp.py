@@ -133,14 +133,16 @@ class ResponseStream:
         except Exception as e:  # noqa: BLE001 - a bug must still end the stream with its one final event
             return out + self.fail(internal_error(e))
 
-    def complete(self, input_tokens: int = 0, output_tokens: int = 0, *, truncated: bool = False) -> list[dict[str, Any]]:
+    def complete(self, input_tokens: int = 0, output_tokens: int = 0, *, truncated: bool = False,
+                 text: str = "") -> list[dict[str, Any]]:
         """End of generation: ``response.completed``, or ``response.incomplete`` when ``truncated`` (the
-        token limit): open regions are closed and their items kept."""
+        token limit): open regions are closed and their items kept. ``text``, if given, is a last piece of
+        output, read one-shot (as ``ResponseParser.finalize(text)``)."""
         if self.final is not None:
             return []
         out, self.pending = self.pending, []
         try:
-            _, events = self.parser.finalize()
+            _, events = self.parser.finalize(text)
             out += self._translate(events)
         except GrammarParseError as e:
             self.parse_error = e
@@ -366,8 +368,7 @@ def respond(text: str, template: TemplateLike, *, prefix: str | None, model: str
     """One-shot: the response object for a complete output (the same items the stream builds; ``strict`` and
     ``options`` as in :class:`ResponseStream`: with ``strict=False`` output that does not parse still completes)."""
     stream = ResponseStream(template, prefix, tools=tools, ids=ids, strict=strict, options=options)
-    stream.feed(text)
-    stream.complete(input_tokens, output_tokens, truncated=truncated)
+    stream.complete(input_tokens, output_tokens, truncated=truncated, text=text)
     return stream.response(model=model, created_at=created_at)
 
 

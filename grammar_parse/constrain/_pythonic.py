@@ -2,7 +2,7 @@
 days=3)]``) and Gemma's ``call:get_weather{city:<escape>Paris<escape>,days:3}``, typed by each tool's schema.
 
 Which syntax a call region's payload is in comes from its value spec, the parser that reads the payload
-when the call closes: ``pythonic`` (grammar_parse._engine.values: Python call syntax, parsed and never run) or
+when the call closes: ``pythonic`` (grammar_parse._engine.content.pythonic: Python call syntax, parsed and never run) or
 ``json`` with ``string_delims`` (JSON in a model's dialect: strings between custom quotes, and with
 ``unquoted_keys`` bare keys). The payload is a tree of structural-tag nodes over regexes, the form of every
 value fixed by its schema, so no part of it needs a JSON grammar: small regexes are merged (one lexeme for
