@@ -102,6 +102,10 @@ def _not_strict(constant: str) -> Any:
 _STRICT_JSON = json.JSONDecoder(parse_constant=_not_strict)
 _SCAN_STRING: Any = getattr(json.decoder, "scanstring")
 _WS_RUN = regex.compile(r"[ \t\n\r]*")
+# An object's members, one match per step: its first key's quote (or its end), a colon, what follows a value.
+_FIRST = regex.compile(r'[ \t\n\r]*(["}])')
+_COLON = regex.compile(r"[ \t\n\r]*:[ \t\n\r]*")
+_NEXT = regex.compile(r'[ \t\n\r]*(?:(})|,[ \t\n\r]*")')
 _LONE_SURROGATE = regex.compile(r"[\ud800-\udfff]")
 #: Whether a call whose region opens and closes within one feed is read whole (``_JsonCallReader.whole``)
 #: rather than walked value by value: the same deltas' sum, a tenth of the work. Off to compare the two.
@@ -120,27 +124,28 @@ def _object_members(text: str, start: int) -> tuple[list[tuple[str, int, int, An
     members: list[tuple[str, int, int, Any]] = []
     if text[start:start + 1] != "{":
         return None
-    i = _WS_RUN.match(text, start + 1).end()  # type: ignore[union-attr]
-    if text[i:i + 1] == "}":
-        return members, i + 1
+    m = _FIRST.match(text, start + 1)
+    if m is None:
+        return None
+    i = m.end()
+    if m.group(1) == "}":
+        return members, i
     try:
-        while text[i:i + 1] == '"':
-            key, i = _SCAN_STRING(text, i + 1, True)
-            i = _WS_RUN.match(text, i).end()  # type: ignore[union-attr]
-            if text[i:i + 1] != ":":
+        while True:
+            key, i = _SCAN_STRING(text, i, True)
+            m = _COLON.match(text, i)
+            if m is None:
                 return None
-            i = _WS_RUN.match(text, i + 1).end()  # type: ignore[union-attr]
-            value, end = _STRICT_JSON.raw_decode(text, i)
-            members.append((key, i, end, value))
-            i = _WS_RUN.match(text, end).end()  # type: ignore[union-attr]
-            if text[i:i + 1] == "}":
-                return members, i + 1
-            if text[i:i + 1] != ",":
+            value, end = _STRICT_JSON.raw_decode(text, m.end())
+            members.append((key, m.end(), end, value))
+            m = _NEXT.match(text, end)
+            if m is None:
                 return None
-            i = _WS_RUN.match(text, i + 1).end()  # type: ignore[union-attr]
+            if m.group(1) == "}":
+                return members, m.end()
+            i = m.end()
     except ValueError:  # (JSONDecodeError, and an integer past the digits limit)
         return None
-    return None
 
 
 def call_name(value: Any) -> str | None:
