@@ -123,3 +123,23 @@ def test_reasoning_delimiters_of_known_formats(name, expected):
     from grammar_parse.integrations import reasoning_delimiters
 
     assert reasoning_delimiters(grammar_parse.load_grammar(name)) == expected
+
+
+def test_a_shared_parse_is_one_parse_for_both_parsers_of_a_request() -> None:
+    """SharedParse (what vLLM's and SGLang's parser pairs read): the prompt tail and tools are taken until the
+    output streams, the last deltas come once, and one-shot the message is parsed once, each caller getting
+    its own copy."""
+    from grammar_parse.integrations import SharedParse
+
+    shared = SharedParse(grammar_parse.load_grammar("qwen3"))
+    shared.start("<|im_start|>assistant\n<think>\n", [{"type": "function", "function": {"name": "f"}}])
+    deltas = shared.feed("hm</think>Hi <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>")
+    shared.start("ignored", None)  # (the stream has started: the request's prompt is known)
+    assert shared.prefix.endswith("<think>\n")
+    deltas += shared.finish()
+    assert shared.finish() == []
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "hm"
+    assert [c["function"]["name"] for d in deltas for c in d.get("tool_calls", []) if "name" in c["function"]] == ["f"]
+    first = shared.message("<think>a</think>b")
+    first.pop("content")
+    assert shared.message("<think>a</think>b")["content"] == "b"

@@ -7,8 +7,9 @@ else its legacy ``response_schema``). :func:`register` adds a grammar of one's o
 template dict) under a name, from a plugin file the engine loads.
 
 What every engine plugin shares lives here: the names, the grammar each stands for, tools as the plain dicts
-grammar_parse reads (the engines pass pydantic models), and the prompt tail the parser starts after. The
-engine modules import their engine; this one imports neither, so the core install can import it.
+grammar_parse reads (the engines pass pydantic models), the prompt tail the parser starts after, and
+:class:`SharedParse`, the one parse of a request that an engine's reasoning parser and tool parser both read.
+The engine modules import their engine; this one imports neither, so the core install can import it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse._engine.tools import call_function
 from grammar_parse._engine.wire import WireArguments, dumps
 
@@ -145,6 +147,57 @@ def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[s
     return message
 
 
+class SharedParse:
+    """One request's parse, which an engine's reasoning parser and tool parser share: the grammar, the request's
+    prompt tail and tools, one Chat Completions stream over the output (built at its first text, once the
+    prompt is known; lenient) whose deltas both parsers take their part of, and one-shot one message per
+    output. vLLM's two parsers hold the same one; SGLang's reasoning detector hands its deltas to the tool
+    detector, which parses on its own only when it serves alone."""
+
+    def __init__(self, grammar: Grammar, *, reasoning_field: str = "reasoning_content") -> None:
+        self.grammar = grammar
+        self.reasoning_field = reasoning_field
+        self.prefix = ""
+        self.tools: list[dict[str, Any]] | None = None
+        self.stream: ChatCompletionsStream | None = None
+        self.finished = False
+        self._oneshot: tuple[str, bool, dict[str, Any]] | None = None
+
+    def start(self, prefix: str | None = None, tools: Iterable[Any] | None = None) -> None:
+        """The request's prompt tail and tools, taken until the output starts streaming."""
+        if self.stream is None:
+            if prefix is not None:
+                self.prefix = prefix
+            if tools is not None:
+                self.tools = tool_dicts(tools)
+
+    def _stream(self) -> ChatCompletionsStream:
+        if self.stream is None:
+            self.stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools,
+                                                reasoning_field=self.reasoning_field, strict=False)
+        return self.stream
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """The Chat Completions deltas this piece of output completes."""
+        return self._stream().feed(text)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The last deltas, once (the partner parser's call gets none)."""
+        if self.finished:
+            return []
+        self.finished = True
+        return self._stream().finish()
+
+    def message(self, text: str, *, reasoning_as_content: bool = False) -> dict[str, Any]:
+        """The one-shot message of a whole output (:func:`oneshot_message`), parsed once however many of the
+        two parsers ask; each gets its own copy."""
+        if self._oneshot is None or self._oneshot[:2] != (text, reasoning_as_content):
+            message = oneshot_message(text, self.grammar, self.prefix, self.tools, reasoning_field=self.reasoning_field,
+                                      reasoning_as_content=reasoning_as_content)
+            self._oneshot = (text, reasoning_as_content, message)
+        return dict(self._oneshot[2])
+
+
 def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int] | None) -> str | None:
     """The decoded end of the prompt, which the parser starts after (None when the engine gave none)."""
     if prompt_ids is None:
@@ -152,5 +205,5 @@ def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int
     return decode(list(prompt_ids[-PROMPT_TAIL_TOKENS:]))
 
 
-__all__ = ["GENERIC", "PREFIX", "grammar_for", "on_register", "oneshot_message", "parser_name", "parser_names",
+__all__ = ["GENERIC", "PREFIX", "SharedParse", "grammar_for", "on_register", "oneshot_message", "parser_name", "parser_names",
            "prompt_tail", "reasoning_delimiters", "register", "tool_dicts"]

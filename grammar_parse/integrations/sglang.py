@@ -15,7 +15,7 @@ pair under every name of :func:`grammar_parse.integrations.parser_names` (``gp_q
 **One parse per request, handed from the reasoning detector to the tool detector.** SGLang runs the
 reasoning parser first and gives the tool-call parser the normal text it returns. A grammar reads the
 whole output at once (a call written inside the reasoning is still a call), so the reasoning detector
-runs the grammar on the raw output (one :class:`~grammar_parse.adapters.chat_completions.ChatCompletionsStream`
+runs the grammar on the raw output (one :class:`~grammar_parse.integrations.SharedParse`, its stream of deltas,
 per request, fed only the new text of each step: a step costs its own length) and keeps the reasoning.
 When SGLang says a tool parser reads its normal text (``tool_call_parser_active``), that text is a
 :class:`Handoff`: the content as a ``str``, carrying the content and call deltas of the step (streaming)
@@ -73,21 +73,19 @@ except ImportError as e:  # (the plugin is an optional extra: say how to get the
                       "pip install 'grammar-parse[sglang]'") from e
 
 from sglang.srt.function_call.base_format_detector import BaseFormatDetector
-from sglang.srt.function_call.core_types import StreamingParseResult, StructureInfo, ToolCallItem
+from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallItem
 from sglang.srt.function_call.function_call_parser import FunctionCallParser
 from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector, ReasoningParser
 from sglang.srt.plugins import hook_registry
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-from grammar_parse import Grammar
-from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
 from grammar_parse.integrations import (
     GENERIC,
+    SharedParse,
     grammar_for,
     on_register,
-    oneshot_message,
     parser_names,
     reasoning_delimiters,
     tool_dicts,
@@ -156,38 +154,30 @@ class GrammarReasoningDetector(BaseReasoningFormatDetector):
         super().__init__(opener, closer, force_reasoning=force_reasoning, stream_reasoning=stream_reasoning,
                          **kwargs)
         self.hands_off = tool_call_parser_active
-        self.prefix = ""
-        self.tools: list[dict[str, Any]] | None = None
-        self._stream: ChatCompletionsStream | None = None
+        self.shared = SharedParse(self.grammar, reasoning_field=_REASONING)
         self._held = ""  # reasoning held back while stream_reasoning is False
         self._last: Handoff | None = None
 
     def start(self, prompt: str | None, tools: Any = None) -> None:
         """The request's rendered prompt and tools (from the ``ReasoningParser`` hook)."""
-        if self._stream is None:
-            self.prefix = _prompt_tail(prompt)
-            self.tools = tool_dicts(tools)
+        self.shared.start(_prompt_tail(prompt), tools)
 
     # one-shot
     def detect_and_parse(self, text: str) -> _ReasoningResult:
-        message = oneshot_message(text, self.grammar, self.prefix, self.tools)
+        message = self.shared.message(text)
         content = message.get("content") or ""
         reasoning = message.get(_REASONING) or ""
         return _ReasoningResult(_handoff(content, [], message) if self.hands_off else content, reasoning)
 
     # streaming
     def parse_streaming_increment(self, new_text: str) -> _ReasoningResult:
-        if self._stream is None:
-            self._stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools, strict=False)
-        return self._split(self._stream.feed(new_text), final=False)
+        return self._split(self.shared.feed(new_text), final=False)
 
     def finish(self) -> _ReasoningResult:
         """The last deltas. Handed off, content and calls join the text handed on this step, which SGLang
         passes to the tool parser after this call."""
-        if self._stream is None:
-            self._stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools, strict=False)
         handed = self._last
-        result = self._split(self._stream.finish(), final=True)
+        result = self._split(self.shared.finish(), final=True)
         if isinstance(result.normal_text, Handoff) and handed is not None:
             handed.deltas.extend(result.normal_text.deltas)
             result.normal_text = ""
@@ -215,29 +205,21 @@ class GrammarToolDetector(BaseFormatDetector):
     def __init__(self, tokenizer: Any = None) -> None:
         super().__init__()
         self.grammar = grammar_for(self.parser_name, tokenizer)
-        self.prefix = ""
-        self.tools: list[dict[str, Any]] | None = None
-        self._stream: ChatCompletionsStream | None = None
-        self._parsed: tuple[str, dict[str, Any]] | None = None  # (has_tool_call and detect_and_parse share it)
+        self.shared = SharedParse(self.grammar, reasoning_field=_REASONING)  # (when it serves alone)
         self._has_tag: bool | None = None  # (whether the grammar, or the last request asked, has a tag)
 
     def start(self, prompt: str | None, tools: Any = None) -> None:
         """The request's rendered prompt and tools (from the ``FunctionCallParser`` hook: ``has_tool_call``
         is given no tools, and its parse is the one ``detect_and_parse`` returns)."""
-        if self._stream is None:
-            self.prefix = _prompt_tail(prompt)
-            self.tools = tool_dicts(tools)
+        self.shared.start(_prompt_tail(prompt), tools)
 
     # one-shot
     def _message(self, text: str, tools: Any) -> dict[str, Any]:
         if isinstance(text, Handoff) and text.message is not None:
             return text.message
-        if self._parsed is None or self._parsed[0] != text:
-            tools = self.tools or tool_dicts(tools)
-            # (no reasoning parser: the reasoning is content)
-            message = oneshot_message(text, self.grammar, self.prefix, tools, reasoning_as_content=True)
-            self._parsed = (text, message)
-        return self._parsed[1]
+        if not self.shared.tools:
+            self.shared.start(tools=tools)
+        return self.shared.message(text, reasoning_as_content=True)  # (no reasoning parser: the reasoning is content)
 
     def has_tool_call(self, text: str) -> bool:
         """Whether the output has calls, or (parsed raw) markup the content must lose: SGLang keeps the raw
@@ -256,15 +238,14 @@ class GrammarToolDetector(BaseFormatDetector):
     def parse_streaming_increment(self, new_text: str, tools: list[Any]) -> StreamingParseResult:
         if isinstance(new_text, Handoff):
             return self._result(new_text.deltas)
-        if self._stream is None:
-            self._stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools or tool_dicts(tools),
-                                                 strict=False)
-        return self._result(self._stream.feed(new_text))
+        if self.shared.stream is None and not self.shared.tools:
+            self.shared.start(tools=tools)
+        return self._result(self.shared.feed(new_text))
 
     def finish(self, tools: list[Any]) -> StreamingParseResult:
-        if self._stream is None:  # (handed off: the reasoning detector has sent everything)
+        if self.shared.stream is None:  # (handed off: the reasoning detector has sent everything)
             return StreamingParseResult()
-        return self._result(self._stream.finish())
+        return self._result(self.shared.finish())
 
     def _result(self, deltas: list[dict[str, Any]]) -> StreamingParseResult:
         """SGLang's result for a step's deltas, keeping the base class's per-call records in step (the chat
@@ -284,7 +265,7 @@ class GrammarToolDetector(BaseFormatDetector):
                 self.prev_tool_call_arr[index]["arguments"] = self.streamed_args_for_tool[index]
                 calls.append(ToolCallItem(tool_index=index, name=function.get("name") if "id" in call else None,
                                           parameters=fragment))
-        text = _text(deltas, ("content",) if self._stream is None else (_REASONING, "content"))
+        text = _text(deltas, ("content",) if self.shared.stream is None else (_REASONING, "content"))
         return StreamingParseResult(normal_text=text, calls=calls)
 
     # constrained decoding
@@ -298,7 +279,7 @@ class GrammarToolDetector(BaseFormatDetector):
         try:
             tag = to_structural_tag(self.grammar, tools=tool_dicts(tools) or [], tool_choice=choice,
                                     parallel_tool_calls=parallel_tool_calls is not False,
-                                    prefix=self.prefix or None, reasoning=bool(thinking_mode))
+                                    prefix=self.shared.prefix or None, reasoning=bool(thinking_mode))
         except ArgumentError as e:
             _log_unconstrained(self.parser_name, e)
             self._has_tag = False

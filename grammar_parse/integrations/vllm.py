@@ -14,7 +14,7 @@ a parser pair under every name of :func:`grammar_parse.integrations.parser_names
 **One session per request, shared by the pair.** vLLM composes the two into its ``DelegatingParser``,
 which gives the reasoning parser the text until it says reasoning has ended and the tool parser the text
 after. A grammar reads the whole output at once (a call written inside the reasoning is still a call),
-so both parsers of a request share one :class:`~grammar_parse.adapters.chat_completions.ChatCompletionsStream`:
+so both parsers of a request share one :class:`~grammar_parse.integrations.SharedParse` (its stream of deltas):
 vLLM builds a request's reasoning parser and then, in the same constructor, its tool parser, and the tool
 parser joins the reasoning parser built just before it on this thread for the same tokenizer (and hands
 it the request's tools, which vLLM gives only to the tool parser). The reasoning parser never reports the
@@ -93,14 +93,13 @@ from vllm.tool_parsers import ToolParser, ToolParserManager
 from grammar_parse import Grammar, ResponseParser
 from grammar_parse._engine.events import Event
 from grammar_parse._engine.tools import call_function
-from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.constrain import to_structural_tag
 from grammar_parse.errors import ArgumentError
 from grammar_parse.integrations import (
     GENERIC,
+    SharedParse,
     grammar_for,
     on_register,
-    oneshot_message,
     parser_names,
     prompt_tail,
     register,
@@ -168,39 +167,31 @@ def _client_constrains(request: Any) -> bool:
 
 
 class _Joint:
-    """What a request's reasoning and tool parser share: the grammar, the tools, the prompt tail and the
-    stream of deltas (built at the first delta, once the prompt is known)."""
+    """What a request's reasoning and tool parser share: the one parse of the request
+    (:class:`~grammar_parse.integrations.SharedParse`: grammar, tools, prompt tail, the stream of deltas), and
+    what vLLM needs beside it (the tokenizer, where the reasoning goes, where the constraint starts)."""
 
     def __init__(self, grammar: Grammar, tokenizer: Any) -> None:
+        self.shared = SharedParse(grammar, reasoning_field=_REASONING)
         self.grammar = grammar
         self.reasoning_field = grammar.format.reasoning_field()
         self.tokenizer = tokenizer
-        self.tools: list[dict[str, Any]] | None = None
-        self.prefix = ""
         self.reasoning_to_content = True  # (until a reasoning parser is known to be there)
         #: The tool parser set a constraint that holds the reasoning too: the reasoning ends for vLLM's
         #: structured outputs wherever none is open, so the constraint starts at the first token.
         self.constrained_from_start = False
-        self.stream: ChatCompletionsStream | None = None
-        self.finished = False
 
     def set_prompt(self, prompt_ids: Sequence[int] | None) -> None:
-        tail = prompt_tail(lambda ids: _decode(self.tokenizer, ids), prompt_ids)
-        if tail is not None and self.stream is None:
-            self.prefix = tail
+        self.shared.start(prefix=prompt_tail(lambda ids: _decode(self.tokenizer, ids), prompt_ids))
 
     def feed(self, text: str) -> DeltaMessage | None:
-        if self.stream is None:
-            self.stream = ChatCompletionsStream(self.grammar, self.prefix, tools=self.tools,
-                                                reasoning_field=_REASONING, strict=False)
-        return self.delta(self.stream.feed(text))
+        return self.delta(self.shared.feed(text))
 
     def finish(self) -> DeltaMessage | None:
-        if self.finished or self.stream is None:
+        if self.shared.finished or self.shared.stream is None:
             return None
-        self.finished = True
-        last = self.delta(self.stream.finish())
-        _report(self.stream.message.get("tool_calls") or ())
+        last = self.delta(self.shared.finish())
+        _report(self.shared.stream.message.get("tool_calls") or ())
         return last
 
     def delta(self, deltas: list[dict[str, Any]]) -> DeltaMessage | None:
@@ -225,8 +216,7 @@ class _Joint:
 
     def message(self, text: str) -> dict[str, Any]:
         """The one-shot message of a whole output (see :func:`grammar_parse.integrations.oneshot_message`)."""
-        message = oneshot_message(text, self.grammar, self.prefix, self.tools, reasoning_field=_REASONING,
-                                  reasoning_as_content=self.reasoning_to_content)
+        message = self.shared.message(text, reasoning_as_content=self.reasoning_to_content)
         _report(message.pop("parsed_calls"))
         return message
 
@@ -282,8 +272,8 @@ class GrammarReasoningParser(ReasoningParser):
 
     # one-shot
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
-        if self.joint.tools is None:
-            self.joint.tools = tool_dicts(getattr(request, "tools", None))
+        if self.joint.shared.tools is None:
+            self.joint.shared.start(tools=getattr(request, "tools", None))
         message = self.joint.message(model_output)
         if not message.get("content") and not message.get("tool_calls"):
             return message.get(_REASONING), None
@@ -330,11 +320,11 @@ class GrammarToolParser(ToolParser):
         partner = getattr(_pending, "parser", None)
         _pending.parser = None
         if (isinstance(partner, GrammarReasoningParser) and partner.parser_name == self.parser_name
-                and partner.model_tokenizer is tokenizer and partner.joint.stream is None):
+                and partner.model_tokenizer is tokenizer and partner.joint.shared.stream is None):
             self.joint = partner.joint
         else:
             self.joint = _Joint(grammar_for(self.parser_name, tokenizer), tokenizer)
-        self.joint.tools = tool_dicts(tools)
+        self.joint.shared.start(tools=tools)
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         message = model_output.message if isinstance(model_output, Parsed) else self.joint.message(model_output)
@@ -378,13 +368,13 @@ class GrammarToolParser(ToolParser):
                                                     and not request.include_reasoning)
         partnered = not self.joint.reasoning_to_content and isinstance(request, ChatCompletionRequest)
         if not reasoning and partnered:
-            events = _replayed(self.joint.grammar, self.joint.prefix)
+            events = _replayed(self.joint.grammar, self.joint.shared.prefix)
             reasoning = self.joint.constrained_from_start = \
                 events is not None and not _reasoning_open(events, self.joint.reasoning_field)
         try:
             tag = to_structural_tag(self.joint.grammar, tools=tools, tool_choice=choice,
                                     parallel_tool_calls=request.parallel_tool_calls is not False,
-                                    prefix=self.joint.prefix or None, reasoning=reasoning)
+                                    prefix=self.joint.shared.prefix or None, reasoning=reasoning)
         except ArgumentError as e:
             _log.info_once("grammar_parse: %s leaves tool calls unconstrained (%s): %s", self.parser_name,
                            e.code, str(e))
