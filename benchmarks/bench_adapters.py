@@ -71,5 +71,23 @@ def main() -> None:
                   f"{m * 1e3:.2f} | {m / p:.2f}x |")
 
 
+def hostile() -> None:
+    """Arguments made of the longest integers Python converts (4,300 digits): the one-shot message's cost per MB
+    stays flat as the output grows (a check that scanned each run of digits from every digit would grow with
+    the runs' length squared: 9 s for 0.9 MB)."""
+    print()
+    print("| hostile arguments | 0.1 MB | 1 MB | s per MB, 1 MB / 0.1 MB |")
+    print("| --- | ---: | ---: | ---: |")
+    costs = []
+    for count in (23, 230):
+        number = "9" * 4300
+        text = '<tool_call>\n{"name": "f", "arguments": {"n": [' + ",".join([number] * count) + "]}}\n</tool_call>"
+        seconds = best(lambda: chat_message(text, "qwen3", prefix="", ids=lambda kind: kind), 3)
+        costs.append(seconds / (len(text) / 1e6))
+    print(f"| 4,300-digit integers, chat_message one-shot (s per MB) | {costs[0]:.3f} | {costs[1]:.3f} | "
+          f"{costs[1] / costs[0]:.2f} |")
+
+
 if __name__ == "__main__":
     main()
+    hostile()

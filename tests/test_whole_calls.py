@@ -22,6 +22,8 @@ MUTATIONS = {
     "nan": '"n": NaN, ',
     "infinite": '"n": 1e999, ',
     "huge_int": '"n": ' + "9" * 5000 + ", ",
+    "limit_int": '"n": ' + "9" * 4300 + ", ",  # (the longest integer Python converts: read whole)
+    "past_limit_int": '"n": -' + "9" * 4301 + ", ",
     "escaped_surrogate": '"s": "\\ud800", ',
     "raw_surrogate": '"s": "\ud800", ',
     "raw_tab": '"s": "a\tb", ',
