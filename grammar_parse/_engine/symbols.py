@@ -13,11 +13,10 @@ from dataclasses import field as dataclass_field
 from functools import cached_property
 from typing import Any
 
+from .content.base import WHOLE
 from .delimiters import Matcher
 from .shapes import REASONING, TOOL_CALLS, CallShape, call_shape, infer_role
 from .values import RegionValue
-
-_WHOLE = CallShape("at_close")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Region:
     @property
     def shape(self) -> CallShape:
         """The region's call shape (``at_close``, read whole when it closes, for a region that is not calls)."""
-        return self.call if self.call is not None else _WHOLE
+        return self.call if self.call is not None else WHOLE
 
     @property
     def is_reasoning(self) -> bool:

@@ -46,8 +46,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._engine.events import Event
-from .._engine.session import TemplateLike
 from .._engine.reading import copy_json
+from .._engine.session import TemplateLike
 from .._engine.wire import CallChecker, ClientText, open_call, parse_failure, wire_json
 from ..errors import GrammarParseError, SchemaNameError
 from ..options import ParseOptions, merge_options

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
-from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse._engine.tools import call_function
 from grammar_parse._engine.wire import WireArguments, dumps
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
 #: What every parser name of ours starts with (the engines' own names never do).
 PREFIX = "gp_"
