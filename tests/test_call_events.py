@@ -39,6 +39,7 @@ def _calls(sample: Golden, size: int) -> tuple[list[dict[str, Any]], list[Any], 
         elif event["type"] == "call_close":
             assert not calls[event["index"]]["closed"], "a call closed twice"
             calls[event["index"]]["closed"] = True
+            calls[event["index"]]["value"] = event["value"]
     return list(calls.values()), events, message
 
 
@@ -51,8 +52,9 @@ def test_call_events_add_up_to_the_messages_calls(sample: Golden, size: int) -> 
     assert all(c["closed"] for c in calls)
     for call, want in zip(calls, expected):
         arguments = want["function"].get("arguments", {})
+        assert call["value"] == json.loads(call["arguments"])  # (the typed value the closing event carries)
         if not want.get("errors") and isinstance(arguments, dict):
-            assert json.loads(call["arguments"]) == arguments
+            assert json.loads(call["arguments"]) == arguments == call["value"]
 
 
 def test_call_events_come_after_the_region_events_of_the_same_piece() -> None:
@@ -67,8 +69,9 @@ def test_call_events_need_extended_events() -> None:
         gp.ResponseParser("qwen3", "", call_events=True)
 
 
-def _accumulated(grammar: str, chunks: list[str]) -> tuple[list[tuple[str, str, bool]], Any]:
-    """Each call's (name, arguments text, closed) from a lenient parse fed ``chunks``, and the message."""
+def _accumulated(grammar: str, chunks: list[str]) -> tuple[list[tuple[Any, ...]], Any]:
+    """Each call's (name, arguments text, (typed value, problems) once closed) from a lenient parse fed
+    ``chunks``, and the message."""
     parser = gp.ResponseParser(grammar, "", extended_events=True, call_events=True, strict=False)
     events = list(parser.initial_events)
     for chunk in chunks:
@@ -77,11 +80,11 @@ def _accumulated(grammar: str, chunks: list[str]) -> tuple[list[tuple[str, str, 
     calls: dict[int, list[Any]] = {}
     for event in events + last:
         if event["type"] == "call_open":
-            calls[event["index"]] = [event["name"], "", False]
+            calls[event["index"]] = [event["name"], "", None]
         elif event["type"] == "call_arguments":
             calls[event["index"]][1] += event["arguments"]
         elif event["type"] == "call_close":
-            calls[event["index"]][2] = True
+            calls[event["index"]][2] = (event["value"], event["problems"])
     return [tuple(c) for c in calls.values()], message
 
 

@@ -189,11 +189,15 @@ class CallArguments(TypedDict):
 
 
 class CallClose(TypedDict):
-    """A call is complete (``call_events=True``): its arguments text is whole."""
+    """A call is complete (``call_events=True``): its arguments text is whole; ``value`` is its typed value
+    (the JSON value of that text), ``problems`` what the wire filter changed or left out of the model's
+    arguments to keep them strict JSON (a broken call's and the tools' checks are in the message's call)."""
 
     type: Literal["call_close"]
     index: int
     done: Literal[True]
+    value: Any
+    problems: list[dict[str, str]]
 
 
 Event = Union[RegionOpen, RegionChunk, RegionClose, ParseErrorEvent, Correction, CallOpen, CallArguments, CallClose]

@@ -923,7 +923,8 @@ def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended:
     """Make ``parser`` emit call events (``call_events=True``): one tool-call streamer reads its region events
     as they are made, and its deltas join them, after the region events of the same piece of output:
     ``call_open`` (a call's index, name and id), ``call_arguments`` (text that only appends, whose whole is the
-    call's arguments as strict JSON) and ``call_close``: what the wire adapters frame. The parser's own feed
+    call's arguments as strict JSON) and ``call_close`` (the arguments' typed value and the wire's problems):
+    what the wire adapters frame. The parser's own feed
     stays as it is for every other parser."""
     if not extended:
         raise ArgumentError("call_events=True needs extended_events=True (the streamer reads each region's "

@@ -81,13 +81,17 @@ from .wire import WireArguments, dumps
 
 class ToolCallDelta(TypedDict, total=False):
     """One step of one call: ``index`` always; ``id``/``name`` once, first; then ``arguments`` fragments;
-    finally ``done: True`` once the call is complete."""
+    finally ``done: True`` once the call is complete, with ``value``, the arguments' typed value (the JSON
+    value of the whole arguments text), and ``problems``, what the wire filter changed or left out of the
+    model's arguments (``{"path", "message", "code"}``, as a call's ``errors``)."""
 
     index: int
     id: str
     name: str
     arguments: str
     done: bool
+    value: Any
+    problems: list[dict[str, str]]
 
 
 _WS = " \t\n\r"
@@ -156,6 +160,9 @@ def call_regions(grammar: Grammar, field: str | None = None) -> list[Region]:
 
 
 # ---------------------------------------------------------------------------- one call being streamed
+_UNREAD = object()  # (a _Call's typed value not read yet)
+
+
 @dataclass
 class _Call:
     index: int
@@ -166,6 +173,7 @@ class _Call:
     given: list[str] = field(default_factory=list)  # the arguments text the readers gave (before the wire filter)
     wire: WireArguments = field(default_factory=WireArguments)
     value: Any = None  # the call's value in the region's final value, once it closed (None: not known)
+    typed: Any = _UNREAD  # the value of the whole arguments text, where reading it whole already parsed it
     members: int | None = None  # arguments sent member by member: how many so far
     closed: bool = False
     wants_id: bool = False  # the model writes an id for this call somewhere in its body
@@ -248,7 +256,7 @@ class _JsonCallReader:
         else:
             members = found[0]
         sends: list[tuple[str, Any]] = []  # ("head", None) or ("args", text), in the walk's order
-        named, args_taken = call.name, False
+        named, args_taken, parsed = call.name, False, None
         for key, value_start, value_end, value in members:
             if self.kind == "json_key" and key == plan.name_key and named is None and isinstance(value, str):
                 named = value
@@ -261,6 +269,7 @@ class _JsonCallReader:
                     return False
                 # (an integer past the digits limit, which the wire filter refuses, failed the strict parse)
                 sends.append(("args", body[value_start:value_end]))
+                parsed = value
         for what, value in sends:
             if what == "args":
                 streamer._start_arguments(call)
@@ -269,6 +278,7 @@ class _JsonCallReader:
                     # (checked strict JSON above: the wire filter would pass it as it is)
                     call.given.append(value)
                     streamer._send_wire(call, call.wire.whole(value))
+                    call.typed = parsed
                 else:
                     streamer._send_arguments(call, text)
             elif getattr(call, what) is None:
@@ -1099,7 +1109,9 @@ class ToolCallStreamer:
             if not call.dropped:
                 if not (call.closed and call.sent_head):
                     break
-                self.out.append({"index": call.index, "done": True})
+                value = json.loads(call.arguments) if call.typed is _UNREAD else call.typed
+                self.out.append({"index": call.index, "done": True, "value": value,
+                                 "problems": list(call.wire.problems)})
             self.done_upto += 1
 
     # typing
