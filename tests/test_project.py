@@ -68,3 +68,14 @@ for name in ("tests", "benchmarks", "docs"):
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
     assert (done.returncode, done.stdout, done.stderr) == (0, "b\n", "")
+
+
+def test_every_package_folder_is_installed() -> None:
+    """pyproject.toml lists its packages: a sub-package folder left off the list is left out of the wheel
+    (a non-editable install then fails to import it), while a source checkout still works."""
+    found = re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M | re.S)
+    assert found is not None
+    listed = set(re.findall(r'"([\w.]+)"', found.group(1)))
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "grammar_parse").rglob("__init__.py")
+               if "__pycache__" not in p.parts}
+    assert folders - listed == set()
