@@ -64,14 +64,37 @@ MOVED: dict[str, str] = {
 }
 
 
+#: Where the names of an old module went when it was split (the content parsers and the limits they share
+#: left ``values``; the JSON walker left ``toolstream``; the call shape, renamed from ``CallPlan``, is a
+#: region's ``call`` now).
+SPLIT: dict[str, tuple[str, ...]] = {
+    "grammar_parse.values": ("grammar_parse._engine.reading", "grammar_parse._engine.content",
+                             "grammar_parse._engine.content.xml", "grammar_parse._engine.content.text"),
+    "grammar_parse.toolstream": ("grammar_parse._engine.content.json",),
+}
+RENAMED: dict[tuple[str, str], tuple[str, str]] = {
+    ("grammar_parse.toolstream", "CallPlan"): ("grammar_parse._engine.content.base", "CallShape"),
+    ("grammar_parse.symbols", "REASONING_FIELDS"): ("grammar_parse._engine.shapes", "REASONING_FIELDS"),
+}
+
+
 class _Alias(types.ModuleType):
-    """An old path's stand-in: every attribute is the new module's."""
+    """An old path's stand-in: every attribute is the new module's (or, for a module that was split, the
+    module's its name went to)."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(importlib.import_module(MOVED[self.__name__]), name)
+        if (self.__name__, name) in RENAMED:
+            module, new_name = RENAMED[self.__name__, name]
+            return getattr(importlib.import_module(module), new_name)
+        for module in (MOVED[self.__name__], *SPLIT.get(self.__name__, ())):
+            found = importlib.import_module(module)
+            if hasattr(found, name):
+                return getattr(found, name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r} (it moved to {MOVED[self.__name__]})")
 
     def __dir__(self) -> list[str]:
-        return dir(importlib.import_module(MOVED[self.__name__]))
+        return sorted({n for m in (MOVED[self.__name__], *SPLIT.get(self.__name__, ()))
+                       for n in dir(importlib.import_module(m))})
 
 
 class _Package(types.ModuleType):

@@ -56,3 +56,19 @@ def test_a_grammar_pickled_under_the_old_paths_loads() -> None:
         grammar = pickle.loads(old)
     assert gp.parse_response("<think>a</think>b", grammar, prefix="") == {
         "role": "assistant", "reasoning_content": "a", "content": "b"}
+
+
+@pytest.mark.parametrize(("old", "names"), [
+    ("grammar_parse.values", ["parse_content", "CONTENT_PARSERS", "load_json", "json_depth", "sub_parse",
+                              "without_separators", "ValueSpec", "fill"]),
+    ("grammar_parse.toolstream", ["JsonWalker", "CallPlan", "ToolCallStreamer"]),
+    ("grammar_parse.symbols", ["REASONING_FIELDS", "Region"]),
+])
+def test_the_names_of_a_split_module_are_found_where_they_went(old: str, names: list[str]) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning):
+        module = importlib.import_module(old)
+    assert all(getattr(module, name) is not None for name in names)
+    assert module.CallPlan is gp._engine.content.CallShape if old.endswith("toolstream") else True
+    with pytest.raises(AttributeError, match="moved to"):
+        module.no_such_name  # noqa: B018 - the lookup is the test
