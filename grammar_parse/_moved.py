@@ -14,7 +14,7 @@ import importlib.util
 import sys
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: Each old import path, to the module that now holds what it held.
@@ -78,11 +78,20 @@ RENAMED: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+#: Functions of 0.1 that a region's own attributes replaced.
+GONE: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("grammar_parse.toolstream", "plan_for"): lambda region: region.shape,
+    ("grammar_parse.salvage", "is_call_region"): lambda region: region.is_call,
+}
+
+
 class _Alias(types.ModuleType):
     """An old path's stand-in: every attribute is the new module's (or, for a module that was split, the
     module's its name went to)."""
 
     def __getattr__(self, name: str) -> Any:
+        if (self.__name__, name) in GONE:
+            return GONE[self.__name__, name]
         if (self.__name__, name) in RENAMED:
             module, new_name = RENAMED[self.__name__, name]
             return getattr(importlib.import_module(module), new_name)
