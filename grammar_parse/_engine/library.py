@@ -99,7 +99,7 @@ def _engine_fingerprint() -> str:
     """What a cached grammar was built by: the engine's source and the Python version (an entry made by
     other code is not read)."""
     digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in sorted(Path(__file__).parent.rglob("*.py")):  # (the content parsers too)
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
