@@ -96,10 +96,13 @@ CACHE_DIR_ENV = "GRAMMAR_PARSE_CACHE_DIR"
 
 @lru_cache(maxsize=1)
 def _engine_fingerprint() -> str:
-    """What a cached grammar was built by: the engine's source and the Python version (an entry made by
-    other code is not read)."""
+    """What a cached grammar was built by: the package's source (the compat plug-in's too: a legacy grammar
+    pickles its classes) and the Python version; an entry made by other code is not read."""
+    from grammar_parse import compat
+
     digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
-    for path in sorted(Path(__file__).parent.rglob("*.py")):  # (the content parsers too)
+    roots = {Path(__file__).parents[1], Path(compat.__file__).parent}
+    for path in sorted({p for root in roots for p in root.rglob("*.py")}):
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
