@@ -27,13 +27,14 @@ from typing import IO, Any
 
 from ._engine.grammar import Grammar
 from ._engine.session import ResponseParser, resolve_grammar
+from ._engine.shapes import CONTENT, REASONING
 from ._engine.symbols import Region
 from .batch import BadLine, Columns, decode_line, jsonl_lines, read_row
 from .errors import ArgumentError
 
-#: Colours of the fields (others take the last), and of the calls, told apart in turn.
-FIELD_COLOURS = {"reasoning_content": "#e8e0f8", "thinking": "#e8e0f8", "reasoning": "#e8e0f8",
-                 "content": "#e2f2e2", "": "#f0f0f0"}
+#: Colours of the fields by their role in the grammar's format (other fields take the last), and of the calls,
+#: told apart in turn.
+ROLE_COLOURS = {REASONING: "#e8e0f8", CONTENT: "#e2f2e2", "": "#f0f0f0"}
 CALL_COLOURS = ("#fde7c8", "#cfe8fc", "#fbd3e0", "#d8f3ee", "#f3efc4")
 #: A region (adjacent spans of one kind, field, call and error state) longer than this many characters, or
 #: than FOLD_LINES lines, is folded: its first and last ``fold // 4`` characters (at most KEEP_LINES lines
@@ -94,10 +95,10 @@ def _attr(text: str) -> str:
     return html.escape(_LONE_SURROGATE.sub("\ufffd", text))
 
 
-def _field_style(field: str, call: int | None) -> str:
+def _field_style(role: str, call: int | None) -> str:
     if call is not None:
         return f"background:{CALL_COLOURS[call % len(CALL_COLOURS)]}"
-    return f"background:{FIELD_COLOURS.get(field, FIELD_COLOURS[''])}"
+    return f"background:{ROLE_COLOURS.get(role, ROLE_COLOURS[''])}"
 
 
 def _of_a_call(region: Region, grammar: Grammar) -> bool:
@@ -169,7 +170,7 @@ def _span_html(raw: str, piece: _Piece) -> str:
                 f'data-kind="discarded" {where}>{body}</span>')
     field = _attr(str(span.get("field")))
     call_attr = f' data-call="{call}"' if call is not None else ""
-    return (f'<span class="field{classes}" style="{_field_style(str(span.get("field")), call)}" data-kind="text" '
+    return (f'<span class="field{classes}" style="{_field_style(span.get("role", ""), call)}" data-kind="text" '
             f'data-field="{field}"{call_attr} title="{field}" {where}>{body}</span>')
 
 
@@ -387,7 +388,9 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
     events += last
     # (the prompt's replay commits spans before the output, negative offsets: the pre-filled part; a span
     # across offset 0 is cut there)
-    spans = [{**span, "start": max(span["start"], -len(prefix))} for span in parser.spans]
+    roles = parser.grammar.format.field_roles  # (a text span is coloured by its field's role)
+    spans = [{**span, "start": max(span["start"], -len(prefix)), "role": roles.get(span.get("field", ""), "")}
+             for span in parser.spans]
     calls = _calls_of(spans, parser.grammar)
     errors: list[Mapping[str, Any]] = [e for e in message.get("parse_errors") or [] if isinstance(e, Mapping) and e.get("span")]
     pieces: dict[bool, list[_Piece]] = {True: [], False: []}  # (prefilled or not)
@@ -407,7 +410,7 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
     output += "".join(f'<a class="anchor" id="{a}"></a>' for _, a in anchors) + "".join(map(_code_html, codes))
     # (the calls' fields and their components are coloured by call, not by field: no legend of their own)
     fields = dict.fromkeys(r.field for r in parser.grammar.regions.values() if not _of_a_call(r, parser.grammar))
-    legend = "".join(f'<span style="{_field_style(f, None)}">{_escape(f)}</span>' for f in fields)
+    legend = "".join(f'<span style="{_field_style(roles.get(f, ""), None)}">{_escape(f)}</span>' for f in fields)
     label = "tool call" if regions == len(tool_calls) else "tool-call region"
     legend += "".join(f'<span style="{_field_style("", i)}">{label} {i + 1}</span>' for i in range(regions))
     heading = title or f"{parser.grammar.name or 'grammar'}: a parse"
