@@ -65,16 +65,18 @@ MOVED: dict[str, str] = {
 
 
 #: Where the names of an old module went when it was split (the content parsers and the limits they share
-#: left ``values``; the JSON walker left ``toolstream``; the call shape, renamed from ``CallPlan``, is a
-#: region's ``call`` now).
+#: left ``values``; the JSON walker left ``toolstream``; the reasoning field names left ``symbols`` and
+#: ``wire_stream``).
 SPLIT: dict[str, tuple[str, ...]] = {
     "grammar_parse.values": ("grammar_parse._engine.reading", "grammar_parse._engine.content",
                              "grammar_parse._engine.content.xml", "grammar_parse._engine.content.text"),
     "grammar_parse.toolstream": ("grammar_parse._engine.content.json",),
+    "grammar_parse.symbols": ("grammar_parse._engine.shapes",),
+    "grammar_parse.wire_stream": ("grammar_parse._engine.shapes",),
 }
+#: Names that moved and changed (the call shape, ``CallPlan`` in 0.1).
 RENAMED: dict[tuple[str, str], tuple[str, str]] = {
     ("grammar_parse.toolstream", "CallPlan"): ("grammar_parse._engine.content.base", "CallShape"),
-    ("grammar_parse.symbols", "REASONING_FIELDS"): ("grammar_parse._engine.shapes", "REASONING_FIELDS"),
 }
 
 

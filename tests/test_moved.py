@@ -63,6 +63,7 @@ def test_a_grammar_pickled_under_the_old_paths_loads() -> None:
                               "without_separators", "ValueSpec", "fill"]),
     ("grammar_parse.toolstream", ["JsonWalker", "CallPlan", "ToolCallStreamer"]),
     ("grammar_parse.symbols", ["REASONING_FIELDS", "Region"]),
+    ("grammar_parse.wire_stream", ["REASONING_FIELDS", "open_stream"]),
     ("grammar_parse.salvage", ["is_call_region", "salvage_calls"]),
 ])
 def test_the_names_of_a_split_module_are_found_where_they_went(old: str, names: list[str]) -> None:
