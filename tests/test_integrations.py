@@ -102,11 +102,10 @@ def test_reasoning_delimiters_are_the_reasoning_regions_whatever_its_field(name)
     own delimiters, written as the grammar's delimiters match them, also where the field is `thinking`
     (empty for 7 grammars before, gpt-oss among them)."""
     from grammar_parse._engine.delimiters import LiteralMatcher
-    from grammar_parse.integrations import reasoning_delimiters
 
     grammar = grammar_parse.load_grammar(name)
     exempts = (NO_FIXED_OPENER, NO_FIXED_CLOSER)
-    for role, text, exempt in zip(("open", "close"), reasoning_delimiters(grammar), exempts):
+    for role, text, exempt in zip(("open", "close"), grammar.format.reasoning_delimiters, exempts):
         assert bool(text) == (name not in exempt), (role, text)
         if text:
             own = [t.matcher for t in grammar.terminals.values()
@@ -120,9 +119,8 @@ def test_reasoning_delimiters_are_the_reasoning_regions_whatever_its_field(name)
                                             ("cohere2", ("<|START_THINKING|>", "<|END_THINKING|>")),
                                             ("hunyuan_v3", ("<think>", "</think>"))])
 def test_reasoning_delimiters_of_known_formats(name, expected):
-    from grammar_parse.integrations import reasoning_delimiters
 
-    assert reasoning_delimiters(grammar_parse.load_grammar(name)) == expected
+    assert grammar_parse.load_grammar(name).format.reasoning_delimiters == expected
 
 
 def test_a_shared_parse_is_one_parse_for_both_parsers_of_a_request() -> None:

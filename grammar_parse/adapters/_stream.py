@@ -34,15 +34,13 @@ class OpenStream(NamedTuple):
 
 
 def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[Any] | None = None,
-                strict: bool | None = None, calls_in_reasoning: str | bool | None = None,
                 options: ParseOptions | None = None) -> OpenStream:
     """What every adapter streams from: a parser whose events carry the tool calls (``call_events``: the
     calls come out of the parser in the same pass, and the adapters only frame them), and the streamer behind
     them (its calls as sent, for the final message). ``options`` are the parse options (the keywords its
     shorthands), so every adapter passes on every limit."""
     tools = tool_list(tools)
-    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, strict=strict,
-                            calls_in_reasoning=calls_in_reasoning, options=options, call_events=True)
+    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, options=options, call_events=True)
     assert parser.calls is not None  # (call_events=True)
     return OpenStream(tools, parser, parser.calls)
 

@@ -104,14 +104,6 @@ def tool_dicts(tools: Iterable[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def reasoning_delimiters(grammar: Grammar) -> tuple[str, str]:
-    """The text that opens and closes the grammar's reasoning (its region, whatever its field is named:
-    ``thinking`` in gpt-oss), "" where it has none or it has no fixed text: read from the grammar's format
-    (grammar_parse._engine.format), where it was worked out once. The engines read them to find where reasoning ends
-    (SGLang's ``think_end_token``)."""
-    return grammar.format.reasoning_delimiters
-
-
 def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[str, Any]] | None, *,
                     reasoning_field: str = "reasoning_content", reasoning_as_content: bool = False) -> dict[str, Any]:
     """A whole output's message as the engines return one: ``reasoning_field``, ``content`` and
@@ -206,4 +198,4 @@ def prompt_tail(decode: Callable[[Sequence[int]], str], prompt_ids: Sequence[int
 
 
 __all__ = ["GENERIC", "PREFIX", "SharedParse", "grammar_for", "on_register", "oneshot_message", "parser_name", "parser_names",
-           "prompt_tail", "reasoning_delimiters", "register", "tool_dicts"]
+           "prompt_tail", "register", "tool_dicts"]

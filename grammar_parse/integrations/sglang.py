@@ -87,7 +87,6 @@ from grammar_parse.integrations import (
     grammar_for,
     on_register,
     parser_names,
-    reasoning_delimiters,
     tool_dicts,
 )
 
@@ -150,7 +149,7 @@ class GrammarReasoningDetector(BaseReasoningFormatDetector):
     def __init__(self, stream_reasoning: bool = True, force_reasoning: bool = False, tokenizer: Any = None,
                  tool_call_parser_active: bool = False, **kwargs: Any) -> None:
         self.grammar = grammar_for(self.parser_name, tokenizer)
-        opener, closer = reasoning_delimiters(self.grammar)
+        opener, closer = self.grammar.format.reasoning_delimiters
         super().__init__(opener, closer, force_reasoning=force_reasoning, stream_reasoning=stream_reasoning,
                          **kwargs)
         self.hands_off = tool_call_parser_active

@@ -173,7 +173,6 @@ class _Joint:
 
     def __init__(self, grammar: Grammar, tokenizer: Any) -> None:
         self.shared = SharedParse(grammar, reasoning_field=_REASONING)
-        self.grammar = grammar
         self.reasoning_field = grammar.format.reasoning_field()
         self.tokenizer = tokenizer
         self.reasoning_to_content = True  # (until a reasoning parser is known to be there)
@@ -288,7 +287,7 @@ class GrammarReasoningParser(ReasoningParser):
         (``constrained_from_start``), wherever no reasoning is open: vLLM then constrains from the first
         token, and a call written before any reasoning or text is checked from its opener on."""
         text = prompt_tail(lambda ids: _decode(self.model_tokenizer, ids), input_ids) or ""
-        events = _replayed(self.joint.grammar, text)
+        events = _replayed(self.joint.shared.grammar, text)
         if events is None:  # (a prompt the grammar cannot start after: nothing is known)
             return False
         reasoning = self.joint.reasoning_field
@@ -368,11 +367,11 @@ class GrammarToolParser(ToolParser):
                                                     and not request.include_reasoning)
         partnered = not self.joint.reasoning_to_content and isinstance(request, ChatCompletionRequest)
         if not reasoning and partnered:
-            events = _replayed(self.joint.grammar, self.joint.shared.prefix)
+            events = _replayed(self.joint.shared.grammar, self.joint.shared.prefix)
             reasoning = self.joint.constrained_from_start = \
                 events is not None and not _reasoning_open(events, self.joint.reasoning_field)
         try:
-            tag = to_structural_tag(self.joint.grammar, tools=tools, tool_choice=choice,
+            tag = to_structural_tag(self.joint.shared.grammar, tools=tools, tool_choice=choice,
                                     parallel_tool_calls=request.parallel_tool_calls is not False,
                                     prefix=self.joint.shared.prefix or None, reasoning=reasoning)
         except ArgumentError as e:
