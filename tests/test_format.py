@@ -114,3 +114,15 @@ def test_the_end_of_turn_literals_end_the_message(name: str) -> None:
         parser = gp.ResponseParser(grammar, "", strict=False)
         message = parser.finalize(f"Hello there.{eot}trailing words")[0]
         assert "trailing" not in str(message), (eot, message)
+
+
+def test_calls_under_any_field_stream_when_the_role_says_they_are_calls() -> None:
+    """The tool-call streamer watches the fields the format names as holding calls, not a field name."""
+    grammar = build_grammar(SCRATCHPAD.replace('{"field": "tool_calls",', '{"field": "actions", "role": "tool_calls",'),
+                            source_name="actions.lark")
+    assert [grammar.regions[r].field for r in grammar.format.calls] == ["actions"]
+    stream = ChatCompletionsStream(grammar, "")
+    deltas = stream.feed(OUTPUT) + stream.finish()
+    calls = [c for d in deltas for c in d.get("tool_calls", [])]
+    assert calls[0]["function"]["name"] == "f"
+    assert "".join(c["function"]["arguments"] for c in calls) == '{"a": 1}'

@@ -2,7 +2,7 @@
 
 :class:`ToolCallStreamer` reads a parser's events and emits :class:`ToolCallDelta` dicts. For one call,
 the ``arguments`` fragments only ever append, and their concatenation is the call's final arguments
-string (``arguments_text(index)``), whose JSON is the call's typed ``arguments``.
+string, whose JSON is the call's typed ``arguments`` (the ``done`` delta carries that value).
 
 How the arguments are read depends on the grammar region of the call:
 
@@ -44,7 +44,7 @@ invalid text left out and what was sent closed; each change is a problem on the 
 ``grammar_parse._engine.wire``). A broken call (lenient mode, see ``grammar_parse._engine.salvage``) is streamed like any
 other: its name, then as much of its arguments text as is valid JSON, closed when the call ends. A call that
 never got a name sent nothing; when its region closes without it, it is dropped (:meth:`ToolCallStreamer.
-message_calls` are the calls of the wire, in order), and a value the wire cannot carry as a call (its name
+sent_calls` are the calls of the wire, in order), and a value the wire cannot carry as a call (its name
 is not a string) is a problem in :attr:`ToolCallStreamer.problems`.
 """
 
@@ -58,6 +58,7 @@ from typing import Any, TypedDict
 import regex
 
 from .content import parse_content
+from .content.base import WHOLE
 from .content.json import JsonWalker
 from .content.xml import sub_parse
 from .delimiters import search_budget
@@ -822,11 +823,6 @@ class _PythonicCallReader:
 
 
 # ---------------------------------------------------------------------------- the streamer
-def _plans(grammar: Grammar, field: str) -> dict[str, tuple[Region, CallShape]]:
-    """The shape of each call region of ``field``, by rule (the grammar's format worked them out)."""
-    return {r.rule: (r, r.call) for r in call_regions(grammar, field) if r.call is not None}
-
-
 class ToolCallStreamer:
     """Turns a ResponseParser's events into OpenAI-style tool-call deltas.
 
@@ -835,21 +831,24 @@ class ToolCallStreamer:
     parser; they type arguments as they stream.
     """
 
-    def __init__(self, grammar: Grammar, tools: Any = None, *, field: str = "tool_calls",
+    def __init__(self, grammar: Grammar, tools: Any = None, *, field: str | None = None,
                  max_json_depth: int = JSON_MAX_DEPTH, lenient: bool = True) -> None:
-        self.field = field
+        regions = call_regions(grammar, field)
+        #: The message fields whose regions hold calls (the grammar's format says which; ``field`` keeps one).
+        self.fields = frozenset(r.field for r in regions)
+        #: The field of the call region open last (its calls' and problems' field).
+        self.field = regions[0].field if regions else field or "tool_calls"
         # A lenient parser keeps a broken call, whose wire text must then be the valid JSON of its raw text:
         # arguments whose raw text is not JSON (Python calls, a JSON dialect) cannot go out member by member
         # before the call is known whole. A strict parser (``lenient=False``) raises on a broken call instead.
         self.lenient = lenient
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
         self.types = ToolTypes.from_tools(tools)
-        # Each region's plan, found by the rule an extended region_open names; without it, a field of several
-        # regions cannot tell which one opened: their calls go out when the region closes.
-        self.regions = _plans(grammar, field)
-        self.default: tuple[Region | None, CallShape] = next(iter(self.regions.values())) if len(self.regions) == 1 \
-            else (None, CallShape("at_close"))
-        self.plan = self.default[1]  # the open region's
+        # Each region's shape, found by the rule an extended region_open names; without it, a grammar of several
+        # call regions cannot tell which one opened: their calls go out when the region closes.
+        self.regions = {r.rule: r for r in regions}
+        self.default = regions[0] if len(regions) == 1 else None
+        self.plan = self.default.shape if self.default is not None else WHOLE  # the open region's
         self.calls: list[_Call] = []
         self.out: list[ToolCallDelta] = []
         self.reader: _JsonCallReader | _XmlCallReader | _TextArgReader | _LaxMembersReader | _PythonicCallReader | \
@@ -865,18 +864,18 @@ class ToolCallStreamer:
     def feed(self, events: Iterable[Event]) -> list[ToolCallDelta]:
         """The deltas these events complete, in order."""
         events = events if isinstance(events, list) else list(events)
-        field = self.field
+        fields = self.fields
         for event in events:
-            if event.get("field") == field:
+            if event.get("field") in fields:
                 return with_json_depth(self.max_json_depth, self._feed, events)
         return []  # (most feeds: text of another field, which moves no call)
 
     def _feed(self, events: list[Event]) -> list[ToolCallDelta]:
         self.out = []
         for event in events:
-            # only the field's region events move its calls (the rest would flush nothing new)
+            # only the call regions' events move calls (the rest would flush nothing new)
             if event["type"] != "region_open" and event["type"] != "region_chunk" and event["type"] != "region_close" \
-                    or event["field"] != self.field:
+                    or event["field"] not in self.fields:
                 continue
             if "path" in event:
                 self._component(event)
@@ -893,18 +892,6 @@ class ToolCallStreamer:
             self._flush_done()
         return self.out
 
-    def arguments_text(self, index: int) -> str:
-        """The complete arguments string of call ``index`` (the concatenation of its fragments)."""
-        return self.calls[index].arguments
-
-    @property
-    def count(self) -> int:
-        return len(self.calls)
-
-    def message_calls(self) -> list[_Call]:
-        """The calls that are the message's calls, in its order (dropped ones left out)."""
-        return [call for call in self.calls if not call.dropped]
-
     def sent_calls(self) -> list[_Call]:
         """The calls a client was sent (a name, then their arguments), in order: what the wire message holds."""
         return [call for call in self.calls if call.sent_head]
@@ -912,7 +899,8 @@ class ToolCallStreamer:
     # region events
     def _open(self, event: RegionOpen) -> None:
         captures = event.get("captures", {})
-        region, self.plan = self.regions.get(event.get("region", ""), self.default)
+        region = self.regions.get(event.get("region", ""), self.default)
+        self.plan, self.field = region.shape if region is not None else WHOLE, event["field"]
         mode = self.plan.kind
         self.region_start = len(self.calls)
         if mode == "pythonic" and region is not None and isinstance(region.spec, ValueSpec):
