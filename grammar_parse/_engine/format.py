@@ -28,7 +28,8 @@ class CallLayout:
     """Where a call region stands in the grammar, by terminal name: what opens and closes it, the delimiter
     rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``, ``_tagged: PYTHON_TAG
     _calls``: its first and, where it has one, last delimiter), and the delimiters written right before a
-    call (a separator such as ``CALL_SEP``), in the grammar's order."""
+    call (a separator such as ``CALL_SEP``), in the grammar's order; and whether the grammar lets the region
+    stand inside a reasoning region."""
 
     rule: str
     shape: CallShape
@@ -36,6 +37,7 @@ class CallLayout:
     closers: tuple[str, ...]
     wrapper: tuple[str, str | None] | None
     separators: tuple[str, ...]
+    inside_reasoning: bool
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,11 @@ class Format:
     end_of_turn: tuple[str, ...]
     #: How a call written inside reasoning is read by default (the ``calls_in_reasoning`` directive).
     calls_in_reasoning: str
-    #: Whether the grammar lets a call region stand inside the reasoning region.
-    calls_inside_reasoning: bool
+
+    @property
+    def calls_inside_reasoning(self) -> bool:
+        """Whether the grammar lets a call region stand inside a reasoning region."""
+        return any(layout.inside_reasoning for layout in self.calls.values())
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:
@@ -73,7 +78,7 @@ def build_format(regions: Mapping[str, Region], terminals: Mapping[str, Terminal
     """The grammar's Format, from its regions (each with its role and call shape), terminals and rules."""
     top = [r for r in regions.values() if r.parent is None]
     reasoning = tuple(r.rule for r in top if r.role == REASONING)
-    calls = {r.rule: _layout(r, regions, terminals, rules) for r in top if r.role == TOOL_CALLS}
+    calls = {r.rule: _layout(r, regions, terminals, rules, reasoning) for r in top if r.role == TOOL_CALLS}
     eot = terminals.get("END_OF_TURN")
     return Format(
         reasoning=reasoning,
@@ -83,7 +88,6 @@ def build_format(regions: Mapping[str, Region], terminals: Mapping[str, Terminal
         reasoning_delimiters=_reasoning_delimiters(terminals, source),
         end_of_turn=tuple(eot.matcher.literals) if eot is not None and isinstance(eot.matcher, LiteralMatcher) else (),
         calls_in_reasoning=calls_in_reasoning,
-        calls_inside_reasoning=any(reaches(rules, r, c, ()) for r in reasoning for c in calls),
     )
 
 
@@ -102,12 +106,13 @@ def reaches(rules: Mapping[str, Sequence[Sequence[str]]], sym: str, target: str,
 
 
 def _layout(region: Region, regions: Mapping[str, Region], terminals: Mapping[str, Terminal],
-            rules: Mapping[str, Sequence[Sequence[str]]]) -> CallLayout:
+            rules: Mapping[str, Sequence[Sequence[str]]], reasoning: Sequence[str]) -> CallLayout:
     assert region.call is not None
     own = [t for t in terminals.values() if t.region is region]
     return CallLayout(region.rule, region.call, tuple(t.name for t in own if t.role == "open"),
                       tuple(t.name for t in own if t.role == "close"),
-                      *_surroundings(region, regions, terminals, rules))
+                      *_surroundings(region, regions, terminals, rules),
+                      inside_reasoning=any(reaches(rules, r, region.rule, ()) for r in reasoning))
 
 
 def _is_delimiter(terminals: Mapping[str, Terminal], name: str, space: bool = False) -> bool:

@@ -50,7 +50,7 @@ from typing import Any
 
 from .._engine.arguments import grammar_problem, text_problem
 from .._engine.delimiters import LiteralMatcher, RegexMatcher
-from .._engine.format import CallLayout, reaches
+from .._engine.format import CallLayout
 from .._engine.grammar import Grammar
 from .._engine.shapes import CallShape
 from .._engine.symbols import Region
@@ -179,7 +179,7 @@ def _call_format(grammar: Grammar) -> _Format:
         wrapper, separator = _wrapper(grammar, layout)
     except Unsupported as e:
         raise _unsupported(grammar, str(e)) from None
-    reasoning, in_reasoning = _reasoning(grammar, rules, region)
+    reasoning, in_reasoning = _reasoning(grammar, region)
     fmt = _Format(reasoning, in_reasoning, wrapper, separator, opener, closer, plan, grammar, region, alike)
     other = forms.others(grammar, region, offered, fmt.trigger, wrapper is not None, SUPPORTED_PAYLOADS)
     extras: list[_Format] = []
@@ -216,8 +216,6 @@ def _wrapper(grammar: Grammar, layout: CallLayout) -> tuple[tuple[Delim, Delim |
     return wrapper, separators[-1] if separators else None
 
 
-#: The message keys a reasoning region fills (grammars name it as the family's own template does).
-
 
 @dataclass(frozen=True)
 class _Reasoning:
@@ -235,8 +233,7 @@ class _Reasoning:
     close_rest: str = ""
 
 
-def _reasoning(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]],
-               calls: Region) -> tuple[_Reasoning | None, bool]:
+def _reasoning(grammar: Grammar, calls: Region) -> tuple[_Reasoning | None, bool]:
     reasoning = [r for r in grammar.regions.values() if r.is_reasoning and r.spec is not None and getattr(r.spec, "content", None) == "text"]
     if not reasoning:
         return None, False
@@ -257,7 +254,7 @@ def _reasoning(grammar: Grammar, rules: Mapping[str, Sequence[Sequence[str]]],
         raise _unsupported(grammar, f"its reasoning delimiters: {e}") from None
     if not opens or not closes:
         raise _unsupported(grammar, "its reasoning delimiters have no text to write")
-    inside = reaches(rules, reasoning[0].rule, calls.rule, ())
+    inside = grammar.format.calls[calls.rule].inside_reasoning
     head = rest = ""
     if closer.regex is not None and not expansions(closer.regex, closer.regex.items) and closer.lead():
         head, rest = closer.lead(), closer.rest_after_lead(None)
@@ -417,8 +414,8 @@ def _array(objects: list[dict[str, Any]], parallel: bool) -> dict[str, Any]:
 def _json(schema: dict[str, Any], fmt: _Format) -> dict[str, Any]:
     """A JSON payload: whitespace (unless the opener ends in a lookahead at the value, as phi4's
     ``functools(?=\\[)``), then a value the schema accepts."""
-    # (the tools' definitions moved up to the root of the document, where their references point)
-    value = {"type": "json_schema", "json_schema": schemas.rooted(schema)}
+    # (each export moves the tools' definitions up to the root of the document at its output)
+    value = {"type": "json_schema", "json_schema": schema}
     if fmt.opener.regex is not None and fmt.opener.regex.lookahead:
         return value
     return {"type": "sequence", "elements": [{"type": "regex", "pattern": WS}, value]}
@@ -533,7 +530,7 @@ def _lark_reasoning(out: list[str], writer: LarkWriter, grammar: Grammar, fmt: _
         else:
             # The first text may not start with the reasoning opener: that is the reasoning's lexeme.
             out.append(f"FIRST: {opentext} & ~/\\s*(?:{opener})(?s:.*)/")
-            out.append(f"FIRSTNOTRIG: FIRST & NOTRIG")
+            out.append("FIRSTNOTRIG: FIRST & NOTRIG")
             starts += ["reasoning body", "body0"]
     else:
         starts.append("body")
