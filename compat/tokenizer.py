@@ -19,13 +19,14 @@ from typing import Any, overload
 from grammar_parse import (
     ArgumentError,
     ChatTemplate,
+    Event,
     Grammar,
     GrammarError,
+    Message,
     ResponseParser,
     compile_template,
     load_model_grammar,
 )
-from grammar_parse._engine.events import Event, Message
 
 from .legacy import is_legacy_schema
 

@@ -18,7 +18,7 @@ from typing import Any
 from .._engine.grammar import Grammar
 from .._engine.session import parse_response
 from ..errors import ChatTemplateError
-from ._chat_template import REASONING_KEYS, ChatTemplate
+from ._chat_template import ChatTemplate
 
 #: Template failures that end probing: running out of time or size (a template that always does would cost
 #: that once per probe), or no template at all. A sandbox refusal stays a refusal of one probe's shape (Kimi
@@ -201,7 +201,7 @@ def _split(generation: str, full: str) -> int:
 
 
 def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered: bool = True,
-                reasoning_keys: Sequence[str] = REASONING_KEYS) -> list[str]:
+                reasoning_keys: Sequence[str]) -> list[str]:
     """How a parsed message differs from the probe it should read back as ([] when it reads back exactly).
 
     Reasoning is compared under whichever reasoning key the grammar uses (``reasoning_keys``: its format's); text is compared without the
@@ -237,7 +237,7 @@ def differences(message: Mapping[str, Any], probe: Probe, *, reasoning_rendered:
     return out
 
 
-def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning: bool = True,
+def read_back(rendering: Rendering, grammar: Grammar, *, template_renders_reasoning: bool = True,
               tools: Any = TOOLS) -> list[str]:
     """How ``grammar`` reads ``rendering`` back: [] when exactly, else the differences (or the error);
     ``tools`` type the arguments (the probes' own by default).
@@ -254,5 +254,4 @@ def read_back(rendering: Rendering, grammar: Any, *, template_renders_reasoning:
         message = parse_response(rendering.output, grammar, prefix=rendering.prompt, tools=tools, strict=False)
     except Exception as exc:  # noqa: BLE001 - a grammar that cannot read the rendering at all
         return [f"{type(exc).__name__}: {exc}"]
-    keys = grammar.format.reasoning_fields if isinstance(grammar, Grammar) else REASONING_KEYS
-    return differences(message, probe, reasoning_rendered=shown, reasoning_keys=keys)
+    return differences(message, probe, reasoning_rendered=shown, reasoning_keys=grammar.format.reasoning_fields)

@@ -10,15 +10,13 @@ value for value. Failures raise :class:`~grammar_parse.errors.ParseError` (a ``V
 from __future__ import annotations
 
 from . import json, json_name_keys, kv_lines, pythonic, text, xml
-from .base import REGISTRY, CallShape, CallTemplate, ContentParser, Piece, Pieces, call_template, parse_content
+from .base import CONTENT_PARSERS, CallShape, CallTemplate, ContentParser, Piece, Pieces, call_template, parse_content
 
 for _module in (text, json, xml, kv_lines, pythonic, json_name_keys):
-    REGISTRY.update((parser.name, parser) for parser in _module.PARSERS)
+    CONTENT_PARSERS.update((parser.name, parser) for parser in _module.PARSERS)
 
-#: Every content parser, by the name a template gives (``"content": "json"``).
-CONTENT_PARSERS = REGISTRY
 #: The parsers whose value is the verbatim body (modulo stripping): their chunks stream with ``dirty=False``.
-STREAMABLE_PARSERS = frozenset(name for name, parser in REGISTRY.items() if parser.streamable)
+STREAMABLE_PARSERS = frozenset(name for name, parser in CONTENT_PARSERS.items() if parser.streamable)
 
 __all__ = ["CONTENT_PARSERS", "STREAMABLE_PARSERS", "CallShape", "CallTemplate", "ContentParser", "Piece", "Pieces",
            "call_template", "parse_content"]

@@ -79,13 +79,14 @@ class ContentParser:
     salvage: Callable[[Any, CallShape, str, Mapping[str, Any]], Pieces | None] | None = None
 
 
-#: Every content parser by name (filled by grammar_parse._engine.content, which imports each one's module).
-REGISTRY: dict[str, ContentParser] = {}
+#: Every content parser, by the name a template gives (filled by grammar_parse._engine.content, which imports
+#: each one's module).
+CONTENT_PARSERS: dict[str, ContentParser] = {}
 
 
 def parse_content(text: str, name: str, args: Mapping[str, Any]) -> Any:
     """Run content parser ``name`` on ``text``."""
-    return REGISTRY[name].parse(text, args)
+    return CONTENT_PARSERS[name].parse(text, args)
 
 
 def placeholder_path(value: Any) -> str | None:
@@ -141,5 +142,5 @@ def call_template(transform: dict[str, Any]) -> CallTemplate:
     return CallTemplate(fn, id_capture, name, args, name_capture, name_key)
 
 
-__all__ = ["WHOLE", "CallShape", "CallTemplate", "ContentParser", "Piece", "Pieces", "REGISTRY", "call_template",
+__all__ = ["WHOLE", "CallShape", "CallTemplate", "ContentParser", "Piece", "Pieces", "CONTENT_PARSERS", "call_template",
            "parse_content", "placeholder_keys", "placeholder_path"]
