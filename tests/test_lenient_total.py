@@ -30,7 +30,7 @@ from grammar_parse._engine.content import parse_content
 from grammar_parse._engine.wire import WireArguments
 from strategies import chunkings, delimiter_examples, examples
 from test_tool_streaming import JSON_VALUES
-from wire_checks import strict_object
+from wire_checks import fold, strict_object
 
 BIG = "1" * 5000  # past Python's 4,300-digit int limit
 DEEP = "[" * 400 + "]" * 400  # past JSON_MAX_DEPTH (256)
@@ -224,25 +224,6 @@ def test_the_wire_sends_a_strict_json_object_as_it_is(value, indent, data):
 
 
 # ---------------------------------------------------------------------------- the adapters
-def fold(deltas: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a Chat Completions client assembles from the deltas."""
-    out: dict[str, Any] = {}
-    calls: dict[int, dict[str, Any]] = {}
-    for delta in deltas:
-        for key, value in delta.items():
-            if key == "tool_calls":
-                for part in value:
-                    call = calls.setdefault(part["index"], {"id": None, "name": None, "arguments": ""})
-                    call["id"] = part.get("id", call["id"])
-                    call["name"] = part.get("function", {}).get("name", call["name"])
-                    call["arguments"] += part.get("function", {}).get("arguments", "")
-            elif key != "role":
-                out[key] = out.get(key, "") + value
-    if calls:
-        out["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return out
-
-
 def run_adapters(grammar: str, text: str, chunks: list[str], *, prefix: str = "", tools: Any = None,
                  strict: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]], ResponseStream]:
     """Both adapters over one chunking; checks what every run must hold and returns the Chat Completions

@@ -14,6 +14,7 @@ import grammar_parse as gp
 from grammar_parse._engine import toolstream
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from goldens import Golden, all_goldens, called_tools
+from wire_checks import fold
 
 SAMPLES = [g for g in all_goldens() if g.grammar in gp.list_grammars()]
 
@@ -57,22 +58,6 @@ def _tools(sample: Golden) -> list[dict[str, Any]]:
     return out
 
 
-def _sum(deltas: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a client accumulates from the deltas: each text field joined, each call's id, name and arguments."""
-    out: dict[str, Any] = {"calls": {}}
-    for delta in deltas:
-        for key, value in delta.items():
-            if key == "tool_calls":
-                for part in value:
-                    call = out["calls"].setdefault(part["index"], {"arguments": ""})
-                    call.update({k: part[k] for k in ("id", "type") if k in part})
-                    call.update({k: v for k, v in part["function"].items() if k != "arguments"})
-                    call["arguments"] += part["function"].get("arguments", "")
-            elif isinstance(value, str):
-                out[key] = out.get(key, "") + value
-    return out
-
-
 def _both(grammar: str, text: str, prefix: str, tools: Any) -> list[Any]:
     """The one-shot message and finish reason, and the sum of a one-shot stream's deltas, read whole and
     walked."""
@@ -82,7 +67,7 @@ def _both(grammar: str, text: str, prefix: str, tools: Any) -> list[Any]:
         try:
             message = chat_message(text, grammar, prefix=prefix, tools=tools, strict=False, ids=lambda kind: kind)
             stream = ChatCompletionsStream(grammar, prefix, tools=tools, strict=False, ids=lambda kind: kind)
-            results.append((message, _sum(stream.feed(text) + stream.finish())))
+            results.append((message, fold(stream.feed(text) + stream.finish())))
         finally:
             toolstream.WHOLE_CALLS = True
     return results

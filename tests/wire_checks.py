@@ -27,3 +27,22 @@ def closed_prefix(wire: str, raw: str) -> bool:
         return True
     body = raw.lstrip()
     return any(body.startswith(wire[:k]) and _CLOSERS.fullmatch(wire[k:]) for k in range(len(wire), 0, -1))
+
+
+def fold(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a Chat Completions client assembles from the deltas."""
+    out: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    for delta in deltas:
+        for key, value in delta.items():
+            if key == "tool_calls":
+                for part in value:
+                    call = calls.setdefault(part["index"], {"id": None, "name": None, "arguments": ""})
+                    call["id"] = part.get("id", call["id"])
+                    call["name"] = part.get("function", {}).get("name", call["name"])
+                    call["arguments"] += part.get("function", {}).get("arguments", "")
+            elif key != "role":
+                out[key] = out.get(key, "") + value
+    if calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
