@@ -10,7 +10,6 @@ its JSON, or when tool_choice is "none"; "accepted" rows are the model's own for
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -21,40 +20,20 @@ from grammar_parse import constrain
 llguidance = pytest.importorskip("llguidance")
 xgrammar = pytest.importorskip("xgrammar")
 
-EOS = 256
+from constrain_engines import run_llguidance, run_xgrammar  # noqa: E402
+
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [WEATHER, TIME]
 
 
-class _Bytes:
-    """256 byte tokens and an end-of-sequence token (no model needed)."""
-
-    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    eos_token_id = EOS
-    bos_token_id = None
-    special_token_ids = [EOS]
-
-    def __call__(self, text: Any) -> list[int]:
-        return list(text.encode() if isinstance(text, str) else text)
-
-
-_LLG = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
-_XGR = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo(_Bytes.tokens, vocab_type=xgrammar.VocabType.RAW,
-                                                       stop_token_ids=[EOS]), cache_enabled=False)
-
-
 def _llguidance(grammar: gp.Grammar, text: str, **options: Any) -> bool:
-    matcher = llguidance.LLMatcher(_LLG, constrain.to_llguidance(grammar, **options), log_level=0)
-    assert not matcher.is_error(), matcher.get_error()
-    return all(matcher.consume_token(b) for b in text.encode()) and bool(matcher.is_accepting())
+    return run_llguidance(constrain.to_llguidance(grammar, **options), text) == "accept"
 
 
 def _xgrammar(grammar: gp.Grammar, text: str, **options: Any) -> bool:
-    compiled = _XGR.compile_structural_tag(json.dumps(constrain.to_structural_tag(grammar, **options)))
-    matcher = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=False)
-    return all(matcher.accept_token(b) for b in text.encode()) and bool(matcher.accept_token(EOS))
+    return run_xgrammar(constrain.to_structural_tag(grammar, **options), text) == "accept"
 
 
 ENGINES = {"llguidance": _llguidance, "xgrammar": _xgrammar}

@@ -25,6 +25,10 @@ from grammar_parse._engine.toolstream import call_regions
 llguidance = pytest.importorskip("llguidance")
 xgrammar = pytest.importorskip("xgrammar")
 
+# (drive_llguidance and drive_xgrammar: for the other engine tests, which import them from here)
+from constrain_engines import (EOS, LLG_TOKENIZER, XGR_COMPILER, XGR_INFO, drive_llguidance,  # noqa: E402, F401
+                               drive_xgrammar, run_llguidance, run_xgrammar)
+
 
 
 def _exports(name: str) -> bool:
@@ -97,58 +101,6 @@ NOT_OFFERED_ANYWHERE = {
     "call_in_reasoning": "a call inside the reasoning is free text there, not a checked call",
 }
 UNSUPPORTED = ["llama3_pythonic"]
-
-EOS = 256
-
-
-# ---------------------------------------------------------------------------- byte-level matchers
-class _ByteTokenizer:
-    """256 byte tokens and an end-of-sequence token, for llguidance's TokenizerWrapper."""
-
-    def __init__(self) -> None:
-        self.tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-        self.eos_token_id = EOS
-        self.bos_token_id = None
-        self.special_token_ids = [EOS]
-
-    def __call__(self, text: Any) -> list[int]:
-        return list(text.encode() if isinstance(text, str) else text)
-
-
-_LLG_TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
-_XGR_INFO = xgrammar.TokenizerInfo([bytes([i]) for i in range(256)] + [b"<eos>"],
-                                   vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[EOS])
-_XGR_COMPILER = xgrammar.GrammarCompiler(_XGR_INFO, cache_enabled=False)
-
-
-def drive_llguidance(tokenizer: Any, grammar: str, ids: list[int]) -> str:
-    """'accept' (complete: the stop token is allowed), 'prefix' (live, not complete) or 'reject@N', for the
-    token ids fed one by one to llguidance's matcher over ``tokenizer``."""
-    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
-    assert not matcher.is_error(), matcher.get_error()
-    for i, token in enumerate(ids):
-        if not matcher.consume_token(token):
-            return f"reject@{i}"
-    return "accept" if matcher.is_accepting() else "prefix"
-
-
-def drive_xgrammar(compiler: Any, tag: dict[str, Any], ids: list[int], eos: int) -> str:
-    """The same for xgrammar's matcher of a structural tag (complete: it takes the stop token ``eos``)."""
-    matcher = xgrammar.GrammarMatcher(compiler.compile_structural_tag(json.dumps(tag)),
-                                      terminate_without_stop_token=False)
-    for i, token in enumerate(ids):
-        if not matcher.accept_token(token):
-            return f"reject@{i}"
-    return "accept" if matcher.accept_token(eos) else "prefix"
-
-
-def run_llguidance(grammar: str, text: str) -> str:
-    return drive_llguidance(_LLG_TOKENIZER, grammar, list(text.encode()))
-
-
-def run_xgrammar(tag: dict[str, Any], text: str) -> str:
-    return drive_xgrammar(_XGR_COMPILER, tag, list(text.encode()), EOS)
-
 
 BACKENDS = {
     "llguidance": (constrain.to_llguidance, run_llguidance),
@@ -428,12 +380,12 @@ class _Drawing:
         self.backend = backend
         if backend == "llguidance":
             self.matcher = llguidance.LLMatcher(
-                _LLG_TOKENIZER, constrain.to_llguidance(grammar, tools=tools, tool_choice="required"), log_level=0)
+                LLG_TOKENIZER, constrain.to_llguidance(grammar, tools=tools, tool_choice="required"), log_level=0)
         else:
-            compiled = _XGR_COMPILER.compile_structural_tag(json.dumps(
+            compiled = XGR_COMPILER.compile_structural_tag(json.dumps(
                 constrain.to_structural_tag(grammar, tools=tools, tool_choice="required")))
             self.matcher = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=False)
-            self.bitmask = xgrammar.allocate_token_bitmask(1, _XGR_INFO.vocab_size)
+            self.bitmask = xgrammar.allocate_token_bitmask(1, XGR_INFO.vocab_size)
 
     def allowed(self) -> list[int]:
         if self.backend == "llguidance":

@@ -26,7 +26,7 @@ xgrammar = pytest.importorskip("xgrammar")
 
 from goldens import goldens  # noqa: E402
 from test_constrain import (  # noqa: E402
-    _LLG_TOKENIZER, _XGR_COMPILER, NOT_OFFERED_ANYWHERE, SUPPORTED, _Drawing, complete, cut, has_calls, sample_from,
+    LLG_TOKENIZER, XGR_COMPILER, NOT_OFFERED_ANYWHERE, SUPPORTED, _Drawing, complete, cut, has_calls, sample_from,
 )
 from test_constrain_schemas import NESTED, RECURSIVE, Node  # noqa: E402
 
@@ -35,10 +35,10 @@ CASES = {**{k: v[0] for k, v in NESTED.items()}, **RECURSIVE}
 
 def _compiles(backend: str, grammar: gp.Grammar, tools: list[dict[str, Any]]) -> None:
     if backend == "llguidance":
-        matcher = llguidance.LLMatcher(_LLG_TOKENIZER, constrain.to_llguidance(grammar, tools=tools), log_level=0)
+        matcher = llguidance.LLMatcher(LLG_TOKENIZER, constrain.to_llguidance(grammar, tools=tools), log_level=0)
         assert not matcher.is_error(), matcher.get_error()
     else:
-        _XGR_COMPILER.compile_structural_tag(json.dumps(constrain.to_structural_tag(grammar, tools=tools)))
+        XGR_COMPILER.compile_structural_tag(json.dumps(constrain.to_structural_tag(grammar, tools=tools)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
