@@ -155,7 +155,7 @@ ERROR_CODES: dict[str, str] = {
     # decoding constraints (grammar_parse.constrain; ArgumentError)
     "constrain.unsupported": "a grammar whose tool calls cannot be exported as a decoding constraint yet (the "
                              "message says why: a payload that is not JSON, a call with no literal trigger, ...)",
-    "constrain.tools": "the tools given for a constraint are not a list of function definitions with names",
+    "constrain.tools": "a tool's schema cannot be made self-contained for a constraint (a broken, remote or endless reference, or past the size bounds)",
     "constrain.tool_choice": "tool_choice is not auto, required, none or a named tool among the tools",
     # command line (exit status 2)
     "usage.file": "a file named on the command line is missing, unreadable, a directory, or not UTF-8 text",

@@ -412,3 +412,17 @@ def test_an_option_of_the_wrong_type_is_an_argument_error(function: str, option:
         getattr(constrain, function)("qwen3", **arguments)
     key = next(iter(OPTIONS[option]))
     assert key in str(raised.value) or (key == "tools" and "tool" in str(raised.value)), raised.value
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.mark.parametrize("export", ["to_llguidance", "to_structural_tag"])
+def test_every_tool_shape_the_parser_reads_constrains_the_same(export: str) -> None:
+    """The export reads tools as the parser does (grammar_parse._engine.tools.check_tools): Anthropic's
+    input_schema and MCP's inputSchema give the constraint an OpenAI tool gives (they went unconstrained)."""
+    shapes = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}},
+              {"name": "get_weather", "input_schema": SCHEMA}, {"name": "get_weather", "inputSchema": SCHEMA}]
+    exports = [getattr(constrain, export)("qwen3", tools=[tool], tool_choice="required") for tool in shapes]
+    assert exports[0] == exports[1] == exports[2]
+    assert "city" in json.dumps(exports[0])

@@ -54,6 +54,7 @@ from .._engine.format import CallLayout
 from .._engine.grammar import Grammar
 from .._engine.shapes import CallShape
 from .._engine.symbols import Region
+from .._engine.tools import check_tools
 from .._engine.toolstream import call_regions
 from ..errors import ArgumentError
 from . import _cache as cache
@@ -304,17 +305,12 @@ def _tools(grammar: Grammar, tools: Any, tool_choice: Any) -> tuple[list[tuple[s
                                                          '"parameters": {...}}}, ...].')
     out = []
     named: dict[str, int] = {}
-    for tool in tools:
-        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-            raise ArgumentError(f"a tool has no function name: {str(tool)[:200]}", code="constrain.tools")
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(params, Mapping):
-            raise ArgumentError(f"tool {fn['name']!r}: its parameters must be a JSON Schema object, not "
-                                f"{type(params).__name__}", code="constrain.tools")
+    # (every shape the parser reads tools in: OpenAI's, Anthropic's input_schema, MCP's, Python functions)
+    for spec in check_tools(tools):
+        name, params = spec["name"], spec.get("parameters") or {"type": "object", "properties": {}}
         # (references resolved, so the schema may be placed anywhere; recursive definitions named per tool)
-        seen = named[fn["name"]] = named.get(fn["name"], 0) + 1
-        out.append((fn["name"], dict(schemas.self_contained(fn["name"], params, f"{seen}." if seen > 1 else ""))))
+        seen = named[name] = named.get(name, 0) + 1
+        out.append((name, dict(schemas.self_contained(name, params, f"{seen}." if seen > 1 else ""))))
     if isinstance(tool_choice, Mapping):
         chosen = tool_choice.get("function", tool_choice)
         wanted = chosen.get("name") if isinstance(chosen, Mapping) else None
