@@ -38,6 +38,7 @@ from .regex_shape import (
     is_regex_space,
     literal_alternatives,
     pattern_shape,
+    regex_atoms,
     strip_anchors,
     trailing_lookahead_as_text,
     unnamed,
@@ -269,32 +270,6 @@ _UNDECIDED = {"\\b": r"(?:\b(?=[\s\S]))", "\\B": r"(?:\B(?=[\s\S]))", "\\Z": r"(
               "$": r"(?:$(?=[\s\S]{2}))"}
 
 
-def _tokens(pattern: str) -> list[tuple[str, str]]:
-    """``pattern`` cut into (kind, text) atoms: "escape" (a backslash and one character), "class" (a whole
-    ``[...]``) or "char"; enough to find assertions and a trailing repeat without a full parser."""
-    out: list[tuple[str, str]] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < n:
-            out.append(("escape", pattern[i:i + 2]))
-            i += 2
-        elif ch == "[":
-            j = i + 1
-            if j < n and pattern[j] == "^":
-                j += 1
-            if j < n and pattern[j] == "]":  # a "]" first in a class is a member
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            out.append(("class", pattern[i:j + 1]))
-            i = j + 1
-        else:
-            out.append(("char", ch))
-            i += 1
-    return out
-
-
 def edge_undecided(pattern: str) -> str | None:
     """``pattern`` for partial matching, with ``\\b``, ``\\B``, ``\\Z`` and ``$`` left undecided at the end of
     the buffer; None if it has none of them.
@@ -305,7 +280,7 @@ def edge_undecided(pattern: str) -> str | None:
     time). Away from the end each stands for itself; ``$`` needs two characters because it also holds
     before a final newline.
     """
-    tokens = _tokens(pattern)
+    tokens = regex_atoms(pattern)
     if not any(kind != "class" and text in _UNDECIDED for kind, text in tokens):
         return None
     return "".join(_UNDECIDED[text] if kind != "class" and text in _UNDECIDED else text for kind, text in tokens)
@@ -322,7 +297,7 @@ def tail_repeat(pattern: str, flags: int) -> tuple[Any, Any] | None:
     a held match that keeps growing is checked on its new text only instead of re-matched from its start
     on every feed (gemma4, a 20 KB call name in 64-character feeds: 0.43 s).
     """
-    tokens = _tokens(pattern)
+    tokens = regex_atoms(pattern)
     optional: list[str] = []
     while tokens:
         if tokens[-1] == ("char", ")"):
@@ -533,7 +508,7 @@ class RegexMatcher(PlainState):
         if self.lookaround or self.flags & regex.MULTILINE or not _only_leading_carets(self.pattern, self.flags):
             return None
         source = "".join(("" if at_start else r"[^\s\S]") if tok == ("char", "^") else tok[1]
-                         for tok in _tokens(unnamed(self.pattern)))
+                         for tok in regex_atoms(unnamed(self.pattern)))
         try:
             import interegular
 

@@ -246,6 +246,27 @@ def _is_anchor(tok: str) -> bool:
     return tok in ("^", "$") or len(tok) == 2 and tok[0] == "\\" and tok[1] in "AZzbBG"
 
 
+def regex_atoms(pattern: str) -> list[tuple[str, str]]:
+    """``pattern`` cut into (kind, text) atoms: "escape" (a backslash and one character), "class" (a whole
+    ``[...]``) or "char"; enough to find assertions and a trailing repeat without a full parser (the tokens of
+    :func:`_source_tokens`, a class's joined into one)."""
+    out: list[tuple[str, str]] = []
+    members: list[str] | None = None
+    for _, tok, inside in _source_tokens(pattern):
+        if members is not None:
+            members.append(tok)
+            if tok == "]":
+                out.append(("class", "".join(members)))
+                members = None
+        elif tok.startswith("[") and not inside:
+            members = [tok]
+        else:
+            out.append(("escape" if len(tok) == 2 and tok[0] == "\\" else "char", tok))
+    if members is not None:  # (a class the pattern never closes)
+        out.append(("class", "".join(members)))
+    return out
+
+
 def strip_anchors(pattern: str) -> str:
     """``pattern`` without zero-width anchors (``^ $ \\A \\Z \\b ...``), which automata libraries lack.
 
@@ -367,5 +388,5 @@ def spellings(items: object, limit: int = 256) -> list[str]:
 
 
 __all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "is_regex_space", "last_char",
-           "literal_alternatives", "pattern_shape", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
+           "literal_alternatives", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]
