@@ -32,6 +32,7 @@ from .delimiters import REGEX_SPACE, JsonWalk
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
+from .library import grammar_from_dict, load_grammar
 from .reading import copy_json, with_json_depth
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
@@ -91,8 +92,6 @@ def resolve_grammar(template: TemplateLike) -> Grammar:
     """A Grammar from a template dict, a Grammar, or a built-in grammar name / ``.lark`` path."""
     if isinstance(template, Grammar):
         return template
-    from .library import grammar_from_dict, load_grammar
-
     if isinstance(template, (str, Path)):
         return load_grammar(template)
     return grammar_from_dict(template)
