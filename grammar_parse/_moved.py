@@ -70,13 +70,14 @@ MOVED: dict[str, str] = {
 SPLIT: dict[str, tuple[str, ...]] = {
     "grammar_parse.values": ("grammar_parse._engine.reading", "grammar_parse._engine.content",
                              "grammar_parse._engine.content.xml", "grammar_parse._engine.content.text"),
-    "grammar_parse.toolstream": ("grammar_parse._engine.content.json",),
+    "grammar_parse.toolstream": ("grammar_parse._engine.reading",),
     "grammar_parse.symbols": ("grammar_parse._engine.shapes",),
     "grammar_parse.wire_stream": ("grammar_parse._engine.shapes",),
 }
-#: Names that moved and changed (the call shape, ``CallPlan`` in 0.1).
+#: Names that moved and changed (the call shape, ``CallPlan`` in 0.1; the JSON value end, ``JsonWalk``).
 RENAMED: dict[tuple[str, str], tuple[str, str]] = {
     ("grammar_parse.toolstream", "CallPlan"): ("grammar_parse._engine.content.base", "CallShape"),
+    ("grammar_parse.delimiters", "JsonWalk"): ("grammar_parse._engine.reading", "JsonEnd"),
 }
 
 

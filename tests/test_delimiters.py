@@ -10,7 +10,8 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse._engine.delimiters import JsonWalk, LiteralMatcher, RegexMatcher, Repeat
+from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher, Repeat
+from grammar_parse._engine.reading import JsonEnd
 from grammar_parse._engine.regex_shape import first_chars, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
@@ -136,7 +137,7 @@ JSON_ENDS = [
 
 @pytest.mark.parametrize("text, end", JSON_ENDS)
 def test_json_walk_finds_where_the_value_ends(text, end):
-    walk = JsonWalk(0)
+    walk = JsonEnd(0)
     assert walk.advance(text, 0) == end
     if end is not None and text.lstrip()[0] in "{[":
         json.loads(text[:end])  # the end is where a JSON parser's value ends
@@ -147,8 +148,8 @@ def test_json_walk_finds_where_the_value_ends(text, end):
 def test_json_walk_end_is_independent_of_the_chunking(text, sizes, base):
     """Fed in pieces (as a stream arrives, with the buffer trimmed from the front), the walk finds the same
     end as on the whole text, at the same absolute offset."""
-    expected = JsonWalk(base).advance(text, base)
-    walk, got, i, dropped = JsonWalk(base), None, 0, 0
+    expected = JsonEnd(base).advance(text, base)
+    walk, got, i, dropped = JsonEnd(base), None, 0, 0
     for size in [*sizes, len(text)]:
         i = min(len(text), i + size)
         got = walk.advance(text[dropped:i], base + dropped)
@@ -196,8 +197,8 @@ def test_json_walk_on_a_whole_text_agrees_with_the_walk_char_by_char(value, tail
     text = lead + json.dumps(value) + tail
     if 0 <= drop < len(text):
         text = text[:drop] + text[drop + 1:]
-    whole = JsonWalk(0).advance(text, 0)
-    walk, stepped = JsonWalk(0), None
+    whole = JsonEnd(0).advance(text, 0)
+    walk, stepped = JsonEnd(0), None
     for i in range(1, len(text) + 1):
         stepped = walk.advance(text[:i], 0)
         if stepped is not None:
@@ -215,3 +216,14 @@ def test_the_last_start_anchor_ends_where_the_last_search_match_ends(literals, t
     anchor = Delimiter(literals=tuple(literals))
     ends = [m.end() for m in anchor.compile().finditer(text)]
     assert anchor.last_end(text, None) == (ends[-1] if ends else None)
+
+
+def test_a_copied_json_end_walks_on_alone():
+    """A frame's copy (a draft read two ways) walks its own text: the original's state is not shared."""
+    head = '{"a": [1, {"b": "x'
+    walk = JsonEnd(0)
+    assert walk.advance(head, 0) is None
+    twin = walk.copy()
+    assert twin.advance('"}]}', len(head)) == len(head) + 4
+    assert walk.advance('\\"y"}]', len(head)) is None  # an escaped quote: still in the string, then 1 deep
+    assert walk.advance('}', len(head) + 6) == len(head) + 7

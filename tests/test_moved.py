@@ -62,6 +62,7 @@ def test_a_grammar_pickled_under_the_old_paths_loads() -> None:
     ("grammar_parse.values", ["parse_content", "CONTENT_PARSERS", "load_json", "json_depth", "sub_parse",
                               "without_separators", "ValueSpec", "fill"]),
     ("grammar_parse.toolstream", ["JsonWalker", "CallPlan", "ToolCallStreamer"]),
+    ("grammar_parse.delimiters", ["JsonWalk", "LiteralMatcher"]),
     ("grammar_parse.symbols", ["REASONING_FIELDS", "Region"]),
     ("grammar_parse.wire_stream", ["REASONING_FIELDS", "open_stream"]),
     ("grammar_parse.salvage", ["is_call_region", "salvage_calls"]),

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import grammar_parse
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
-from grammar_parse._engine.toolstream import JsonWalker
+from grammar_parse._engine.reading import JsonWalker
 from grammar_parse._engine.tools import validate_call
 from strategies import chunkings, examples
 

@@ -23,7 +23,6 @@ time, by :mod:`grammar_parse._engine.regex_shape`.
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -731,101 +730,10 @@ class RegexMatcher(PlainState):
         return hit, -1
 
 
-_DECODER = json.JSONDecoder()
-
-
-class JsonWalk:
-    """Where a JSON value that starts at an offset ends, found incrementally as text arrives.
-
-    The state of a bracket-and-string walk (depth, inside a string, a pending backslash) at absolute
-    offset ``at``; ``end`` is the absolute offset just past the value once it is complete. Only the
-    characters up to the end decide it, so any chunking finds the same end. A value that does not start
-    with ``{``, ``[`` or ``"`` after whitespace never ends (``dead``): its region then runs on as if it
-    had no close, and nothing is cut.
-    """
-
-    __slots__ = ("at", "depth", "in_string", "escape", "started", "dead", "end", "tried")
-
-    _STRUCTURE = regex.compile(r'[\[\]{}"]')
-    _IN_STRING = regex.compile(r'["\\]')
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-        self.depth = 0
-        self.in_string = False
-        self.escape = False
-        self.started = False
-        self.dead = False
-        self.end: int | None = None
-        self.tried = False  # whether the C decoder was tried (see advance)
-
-    def advance(self, buf: str, base: int) -> int | None:
-        """Walk ``buf`` (which starts at absolute offset ``base``) to its end; the value's end, if seen."""
-        if self.end is not None or self.dead:
-            return self.end
-        i, n = self.at - base, len(buf)
-        if self.started and not self.escape and \
-                (self._IN_STRING if self.in_string else self._STRUCTURE).search(buf, i) is None:
-            self.at = base + n  # (most chunks: nothing that changes the state)
-            return None
-        while i < n:
-            if self.escape:
-                self.escape = False
-                i += 1
-                continue
-            if not self.started:
-                while i < n and is_regex_space(buf[i]):
-                    i += 1
-                if i == n:
-                    break
-                ch = buf[i]
-                if ch not in '{["':
-                    self.dead = True
-                    return None
-                if not self.tried:
-                    # The first time the value's start is seen, the C decoder may read it whole (one-shot
-                    # parsing has all of it): where valid JSON ends, the walk below would end too. Tried
-                    # once, so text still arriving costs no repeated decode.
-                    self.tried = True
-                    try:
-                        self.end = base + _DECODER.raw_decode(buf, i)[1]
-                        return self.end
-                    except (ValueError, RecursionError):
-                        pass
-                self.started = True
-                self.in_string = ch == '"'
-                self.depth = 0 if self.in_string else 1
-                i += 1
-                continue
-            m = (self._IN_STRING if self.in_string else self._STRUCTURE).search(buf, i)
-            if m is None:
-                i = n
-                break
-            j = m.start()
-            ch = buf[j]
-            i = j + 1
-            if ch == "\\":
-                self.escape = True
-            elif ch == '"':
-                self.in_string = not self.in_string
-                if not self.in_string and self.depth == 0:
-                    self.end = base + i
-                    return self.end
-            elif ch in "{[":
-                self.depth += 1
-            else:
-                self.depth -= 1
-                if self.depth == 0:
-                    self.end = base + i
-                    return self.end
-        self.at = base + i
-        return None
-
-
 class ValueEnd:
     """The close of a region whose JSON payload has no closing delimiter of its own (``%declare``d
     ``RULE_CLOSE``): zero-width, where the value ends. The session walks the open region's text
-    (:class:`JsonWalk`) and hands the scanner the end; the matcher itself holds no state, since one grammar
+    (``reading.JsonEnd``) and hands the scanner the end; the matcher itself holds no state, since one grammar
     serves many sessions."""
 
     max_width = 0
@@ -890,5 +798,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "JsonWalk", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
+__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
            "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]

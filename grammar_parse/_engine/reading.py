@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import regex
 
 from ..errors import ParseError
+from .regex_shape import is_regex_space
 
 _T = TypeVar("_T")
 
@@ -176,3 +177,213 @@ def skip_chars(text: str, pos: int, chars: str) -> int:
     while pos < len(text) and text[pos] in chars:
         pos += 1
     return pos
+
+
+# ---------------------------------------------------------------------------- the incremental JSON reader
+_STRING_STOP = regex.compile(r'["\\]')
+# What ends a number or literal: whitespace, or any character JSON gives structure to.
+_SCALAR_END = frozenset(',:[]{}" \t\n\r')
+_LAX_JSON = json.JSONDecoder(strict=False)  # (json.loads with an option builds a decoder per call)
+_DECODER = json.JSONDecoder()
+_STRUCTURE = regex.compile(r'[\[\]{}"]')
+
+
+class JsonWalker:
+    """The one incremental reader of JSON structure: it walks JSON text arriving in pieces and calls back
+    at what its users need (the session: where a value ends; the tool-call streamer: names and argument
+    spans; the salvage: the call objects of a broken body).
+
+    It keeps only a stack of containers and the string/escape state, so each piece costs its length, and
+    it is lax: it follows brackets and strings and never refuses text (the wire filter judges arguments).
+    ``on_key(depth, key, pos)`` names the value about to start at ``depth``; ``on_value_start(depth, pos)``
+    and ``on_value_end(depth, pos)`` bracket every value (positions are absolute offsets: ``offset`` is
+    where the text fed so far ends). A listener may set ``done`` to stop the walk.
+    """
+
+    __slots__ = ("listener", "stack", "expect_key", "in_string", "escape", "string_is_key", "key_chars",
+                 "scalar_start", "offset", "done")
+
+    def __init__(self, listener: Any, offset: int = 0) -> None:
+        self.listener = listener
+        self.stack: list[str] = []  # "{" or "["
+        self.expect_key: list[bool] = []
+        self.in_string = False
+        self.escape = False
+        self.string_is_key = False
+        self.key_chars: list[str] = []
+        self.scalar_start = -1  # a number/literal being read
+        self.offset = offset
+        self.done = False
+
+    def copy(self, listener: Any) -> JsonWalker:
+        """A walker in the same state, calling back ``listener``, that shares nothing mutable with this one."""
+        walker = JsonWalker(listener, self.offset)
+        walker.stack, walker.expect_key, walker.key_chars = list(self.stack), list(self.expect_key), list(self.key_chars)
+        walker.in_string, walker.escape, walker.string_is_key = self.in_string, self.escape, self.string_is_key
+        walker.scalar_start, walker.done = self.scalar_start, self.done
+        return walker
+
+    def feed(self, text: str) -> None:
+        i, n, base = 0, len(text), self.offset
+        listener = self.listener
+        while i < n and not self.done:
+            if self.in_string:
+                if self.escape:
+                    self.escape = False
+                    if self.string_is_key:
+                        self.key_chars.append("\\" + text[i])
+                    i += 1
+                    continue
+                m = _STRING_STOP.search(text, i)
+                j = m.start() if m else n
+                if self.string_is_key:
+                    self.key_chars.append(text[i:j])
+                if m is None:
+                    i = n
+                    break
+                if text[j] == "\\":
+                    self.escape = True
+                    i = j + 1
+                    continue
+                self.in_string = False
+                i = j + 1
+                self._string_end(base + i)
+                continue
+            ch = text[i]
+            if self.scalar_start >= 0:
+                if ch in _SCALAR_END:
+                    self.scalar_start = -1
+                    listener.on_value_end(len(self.stack), base + i)
+                    self._after_value()
+                else:
+                    i += 1  # (numbers and literals are short: a step costs less than a regex call)
+                continue
+            if ch in _WS or ch == ":":
+                i += 1
+            elif ch == ",":
+                if self.stack and self.stack[-1] == "{":
+                    self.expect_key[-1] = True
+                i += 1
+            elif ch == '"':
+                self._string_start(base + i)
+                i += 1
+            elif ch in "{[":
+                listener.on_value_start(len(self.stack), base + i)
+                self.stack.append(ch)
+                self.expect_key.append(ch == "{")
+                i += 1
+            elif ch in "}]":
+                if not self.stack:
+                    self.done = True
+                    break
+                self.stack.pop()
+                self.expect_key.pop()
+                i += 1
+                listener.on_value_end(len(self.stack), base + i)
+                self._after_value()
+            else:
+                self.scalar_start = base + i  # number, true, false, null
+                listener.on_value_start(len(self.stack), base + i)
+                i += 1
+        self.offset = base + n
+
+    def _string_start(self, pos: int) -> None:
+        """A string opens at ``pos``: a key where an object expects one, else a value."""
+        self.in_string = True
+        self.escape = False
+        if self.stack and self.stack[-1] == "{" and self.expect_key[-1]:
+            self.string_is_key = True
+            self.key_chars = []
+            self.expect_key[-1] = False
+        else:
+            self.string_is_key = False
+            self.listener.on_value_start(len(self.stack), pos)
+
+    def _string_end(self, pos: int) -> None:
+        """A string closed just before ``pos``: a key names the value to come, a value has ended."""
+        if self.string_is_key:
+            raw = "".join(self.key_chars)
+            try:  # (a key without escapes is itself; raw control characters are allowed)
+                key = raw if "\\" not in raw else _LAX_JSON.decode('"' + raw + '"')
+            except ValueError:
+                key = raw  # a broken escape: the key as written (the value's parse reports it)
+            self.listener.on_key(len(self.stack), key, pos)
+        else:
+            self.listener.on_value_end(len(self.stack), pos)
+            self._after_value()
+
+    def finish(self) -> None:
+        """End of text: a number still being read ends here."""
+        if self.scalar_start >= 0:
+            self.scalar_start = -1
+            self.listener.on_value_end(len(self.stack), self.offset)
+
+    def _after_value(self) -> None:
+        if not self.stack:
+            self.done = True
+
+
+_WS = " \t\n\r"
+
+
+class JsonEnd:
+    """Where a JSON value that starts at an offset ends, found incrementally as text arrives (a region
+    closed by its value's end: the session asks on every scan). The walker finds it; only the characters up
+    to the end decide it, so any chunking finds the same end. A value that does not start with ``{``, ``[``
+    or ``"`` after whitespace never ends (``dead``): its region then runs on as if it had no close, and
+    nothing is cut."""
+
+    __slots__ = ("at", "walker", "dead", "end")
+
+    def __init__(self, at: int) -> None:
+        self.at = at  # absolute offset up to which the text was read
+        self.walker: JsonWalker | None = None  # (once the value started)
+        self.dead = False
+        self.end: int | None = None
+
+    def copy(self) -> JsonEnd:
+        """The same state, sharing nothing mutable."""
+        twin = JsonEnd(self.at)
+        twin.dead, twin.end = self.dead, self.end
+        twin.walker = self.walker.copy(twin) if self.walker is not None else None
+        return twin
+
+    def advance(self, buf: str, base: int) -> int | None:
+        """Read ``buf`` (which starts at absolute offset ``base`` and holds the text from ``at`` on) to its
+        end; the value's absolute end, if seen."""
+        if self.end is not None or self.dead:
+            return self.end
+        i, n = self.at - base, len(buf)
+        if self.walker is None:
+            while i < n and is_regex_space(buf[i]):
+                i += 1
+            if i == n:
+                self.at = base + n
+                return None
+            if buf[i] not in '{["':
+                self.dead = True
+                return None
+            try:  # one-shot parsing has all of it: where valid JSON ends, the walk would end too
+                self.end = base + _DECODER.raw_decode(buf, i)[1]
+                return self.end
+            except (ValueError, RecursionError):
+                self.walker = JsonWalker(self, base + i)  # (tried once: text still arriving is walked)
+        walker = self.walker
+        self.at = base + n
+        if not walker.in_string and _STRUCTURE.search(buf, i) is None:
+            # (most chunks of numbers and literals: nothing that moves the depth; the walker's scalar and
+            # key state, which only its other users read, may go stale here)
+            walker.offset = base + n
+            return None
+        walker.feed(buf[i:] if i else buf)
+        return self.end
+
+    def on_key(self, depth: int, key: str, pos: int) -> None:
+        pass
+
+    def on_value_start(self, depth: int, pos: int) -> None:
+        pass
+
+    def on_value_end(self, depth: int, pos: int) -> None:
+        if depth == 0:
+            self.end = pos

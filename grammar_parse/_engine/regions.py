@@ -9,16 +9,14 @@ session through the ``report`` callback, so the session keeps one account of err
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements
-from .delimiters import JsonWalk
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
-from .reading import copy_json
+from .reading import JsonEnd, copy_json
 from .salvage import check_calls, component_errors, salvage_calls
 from .tables import Callbacks, RuleHandle
 from .tools import ToolTypes
@@ -57,7 +55,7 @@ class Frame:
         self.field = field
         self.path = path
         self.size = 0
-        self.walk: JsonWalk | None = None  # where its JSON value ends, for a region closed by that end
+        self.walk: JsonEnd | None = None  # where its JSON value ends, for a region closed by that end
         self.problems: list[dict[str, str]] = []  # its components that did not parse (lenient mode)
         self.repair: str | None = None  # lenient mode: the repair.* code of the glitch its opener read
         # strict mode: a repair opener's region (and all inside it) is text of the region around it
@@ -70,7 +68,7 @@ class Frame:
         frame.chunks = list(self.chunks)
         frame.children = copy_json(self.children)
         frame.size = self.size
-        frame.walk = copy.copy(self.walk)  # (its fields are immutable: a shallow copy shares nothing)
+        frame.walk = self.walk.copy() if self.walk is not None else None
         frame.problems = [dict(p) for p in self.problems]
         frame.repair, frame.passthrough = self.repair, self.passthrough
         return frame

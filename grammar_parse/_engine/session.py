@@ -28,12 +28,12 @@ from typing import Any, NamedTuple, overload
 from ..errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseError, ParseError, UsageError
 from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .arguments import caller_stacklevel, expect_text
-from .delimiters import REGEX_SPACE, JsonWalk
+from .delimiters import REGEX_SPACE
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .events import Event, Message
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .library import grammar_from_dict, load_grammar
-from .reading import copy_json, with_json_depth
+from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder
 from .scanner import SearchCache
 from .tables import feed, reduce
@@ -426,7 +426,7 @@ def _json_value_end(frames: list[Frame], region: Region, buf: str, base: int) ->
         return -1
     walk = frame.walk
     if walk is None:
-        walk = frame.walk = JsonWalk(frame.start + len(frame.open_text))
+        walk = frame.walk = JsonEnd(frame.start + len(frame.open_text))
     end = walk.advance(buf, base)
     return -1 if end is None else end - base
 

@@ -59,7 +59,6 @@ import regex
 
 from .content import parse_content
 from .content.base import WHOLE
-from .content.json import JsonWalker
 from .content.xml import sub_parse
 from .delimiters import search_budget
 from .events import Event, RegionChunk, RegionClose, RegionOpen
@@ -67,6 +66,7 @@ from .grammar import Grammar, Region
 from .reading import (
     CALL_TOKEN,
     JSON_MAX_DEPTH,
+    JsonWalker,
     json_depth,
     load_json,
     python_step,

@@ -13,7 +13,7 @@ from typing import Any
 import regex
 
 from ...errors import ParseError
-from ..reading import json_depth, load_json
+from ..reading import JsonWalker, json_depth, load_json
 from .base import WHOLE, CallShape, CallTemplate, ContentParser, Piece, Pieces, parse_content, placeholder_keys
 from .text import text_value
 
@@ -82,137 +82,6 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
         ) from e
 
 
-# ---------------------------------------------------------------------------- the incremental JSON scanner
-_STRING_STOP = regex.compile(r'["\\]')
-
-
-_LAX_JSON = json.JSONDecoder(strict=False)  # (json.loads with an option builds a decoder per call)
-
-
-class JsonWalker:
-    """Walks JSON text arriving in pieces, calling back at the events the streamer needs.
-
-    It keeps only a stack of containers and the string/escape state, so each piece costs its length.
-    ``on_key(depth, key, pos)`` names the value about to start at ``depth``; ``on_value_start(depth, pos)``
-    and ``on_value_end(depth, pos)`` bracket every value (positions are absolute offsets in the text).
-    """
-
-    def __init__(self, listener: Any) -> None:
-        self.listener = listener
-        self.stack: list[str] = []  # "{" or "["
-        self.expect_key: list[bool] = []
-        self.in_string = False
-        self.escape = False
-        self.string_is_key = False
-        self.key_chars: list[str] = []
-        self.scalar_start = -1  # a number/literal being read
-        self.offset = 0
-        self.done = False
-
-    def feed(self, text: str) -> None:
-        i, n, base = 0, len(text), self.offset
-        listener = self.listener
-        while i < n and not self.done:
-            if self.in_string:
-                if self.escape:
-                    self.escape = False
-                    if self.string_is_key:
-                        self.key_chars.append("\\" + text[i])
-                    i += 1
-                    continue
-                m = _STRING_STOP.search(text, i)
-                j = m.start() if m else n
-                if self.string_is_key:
-                    self.key_chars.append(text[i:j])
-                if m is None:
-                    i = n
-                    break
-                if text[j] == "\\":
-                    self.escape = True
-                    i = j + 1
-                    continue
-                self.in_string = False
-                i = j + 1
-                self._string_end(base + i)
-                continue
-            ch = text[i]
-            if self.scalar_start >= 0:
-                if ch in ",]}" or ch in _WS:
-                    self.scalar_start = -1
-                    listener.on_value_end(len(self.stack), base + i)
-                    self._after_value()
-                    continue
-                i += 1
-                continue
-            if ch in _WS or ch == ":":
-                i += 1
-                continue
-            if ch == ",":
-                if self.stack and self.stack[-1] == "{":
-                    self.expect_key[-1] = True
-                i += 1
-                continue
-            if ch == '"':
-                self._string_start(base + i)
-                i += 1
-                continue
-            if ch in "{[":
-                listener.on_value_start(len(self.stack), base + i)
-                self.stack.append(ch)
-                self.expect_key.append(ch == "{")
-                i += 1
-                continue
-            if ch in "}]":
-                if not self.stack:
-                    self.done = True
-                    break
-                self.stack.pop()
-                self.expect_key.pop()
-                i += 1
-                listener.on_value_end(len(self.stack), base + i)
-                self._after_value()
-                continue
-            self.scalar_start = base + i  # number, true, false, null
-            listener.on_value_start(len(self.stack), base + i)
-            i += 1
-        self.offset = base + n
-
-    def _string_start(self, pos: int) -> None:
-        """A string opens at ``pos``: a key where an object expects one, else a value."""
-        self.in_string = True
-        self.escape = False
-        if self.stack and self.stack[-1] == "{" and self.expect_key[-1]:
-            self.string_is_key = True
-            self.key_chars = []
-            self.expect_key[-1] = False
-        else:
-            self.string_is_key = False
-            self.listener.on_value_start(len(self.stack), pos)
-
-    def _string_end(self, pos: int) -> None:
-        """A string closed just before ``pos``: a key names the value to come, a value has ended."""
-        if self.string_is_key:
-            raw = "".join(self.key_chars)
-            try:  # (a key without escapes is itself; raw control characters are allowed)
-                key = raw if "\\" not in raw else _LAX_JSON.decode('"' + raw + '"')
-            except ValueError:
-                key = raw  # a broken escape: the key as written (the value's parse reports it)
-            self.listener.on_key(len(self.stack), key, pos)
-        else:
-            self.listener.on_value_end(len(self.stack), pos)
-            self._after_value()
-
-    def finish(self) -> None:
-        """End of text: a number still being read ends here."""
-        if self.scalar_start >= 0:
-            self.scalar_start = -1
-            self.listener.on_value_end(len(self.stack), self.offset)
-
-    def _after_value(self) -> None:
-        if not self.stack:
-            self.done = True
-
-_WS = " \t\n\r"
 
 
 def loads_within_limit(text: str) -> tuple[bool, Any]:
