@@ -170,6 +170,9 @@ class ToolTypes:
 
     def __init__(self, parameters: Mapping[str, Mapping[str, Any]]) -> None:
         self.parameters = dict(parameters)
+        # (read for every argument of every call: worked out once per request)
+        self._types = {name: {key: schema_types(schema) for key, schema in properties.items()}
+                       for name, properties in self.parameters.items()}
 
     @classmethod
     def from_tools(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
@@ -183,8 +186,8 @@ class ToolTypes:
 
     def types_of(self, name: str | None, key: str) -> tuple[str, ...]:
         """The JSON types the schema allows for argument ``key`` of tool ``name`` (empty: leave it be)."""
-        properties = (self.parameters.get(name) if name is not None else None) or {}
-        return schema_types(properties[key]) if key in properties else ()
+        types_ = self._types.get(name) if name is not None else None
+        return types_.get(key, ()) if types_ is not None else ()
 
     def retype(self, name: str | None, key: str, value: Any, *, elements: bool = False) -> Any:
         """One argument value cast to its schema's types (strings, and lists of strings that

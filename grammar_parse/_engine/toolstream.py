@@ -294,9 +294,12 @@ class _JsonCallReader:
         found = _object_members(raw, 0)
         assert found is not None  # (the arguments read as one strict object already)
         out, at = [], 0
-        for key, value_start, value_end, _ in found[0]:
+        for key, value_start, value_end, value in found[0]:
             if self.streamer.types.types_of(name, key):
-                out += [raw[at:value_start], self.streamer._retyped(self.call, key, raw[value_start:value_end])]
+                # (the member's value as the strict parse read it: what load_json would give, within every
+                # limit, as whole() checked)
+                out += [raw[at:value_start], self.streamer._typed_text(self.call, key, raw[value_start:value_end],
+                                                                       value)]
                 at = value_end
         return "".join(out) + raw[at:]
 
@@ -1112,6 +1115,10 @@ class ToolCallStreamer:
             value = load_json(raw)
         except ValueError:  # not JSON, or past a limit (ParseError): the wire filter judges the text
             return raw
+        return self._typed_text(call, key, raw, value)
+
+    def _typed_text(self, call: _Call, key: str, raw: str, value: Any) -> str:
+        """The text of a value written ``raw`` and read as ``value``: as written, unless typing changes it."""
         typed = self._retype_value(call, key, value)
         return raw if typed == value and type(typed) is type(value) else dumps(typed)
 
