@@ -75,6 +75,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402 - the same prose as the main benchmark
+import floors  # noqa: E402 - the hand-written parsers: the floor
 import grammar_parse  # noqa: E402
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream  # noqa: E402
 
@@ -459,6 +460,42 @@ class Ours:
                                    for c in m.get("tool_calls") or []]))
 
 
+# ---------------------------------------------------------------------------- the hand-written floor
+class Floor:
+    """A parser written by hand for this one format (floors.py): what plain Python reaches."""
+
+    label = "floor"
+
+    def __init__(self, fam: Family) -> None:
+        self.fam = fam
+
+    def stream(self, w: Workload) -> Outcome:
+        parser = floors.Qwen3Stream() if self.fam.name == "qwen3" else floors.Qwen3CoderStream(TOOLS)
+        reasoning: list[str] = []
+        content: list[str] = []
+        calls: dict[int, list[Any]] = {}
+        for i, c in enumerate([*w.chunks, None]):
+            Deadline.check(i)
+            r, t, deltas = parser.feed(c) if c is not None else parser.finish()
+            reasoning.append(r)
+            content.append(t)
+            for index, name, arguments in deltas:
+                entry = calls.setdefault(index, [None, ""])
+                entry[0] = name or entry[0]
+                entry[1] += arguments
+        return Outcome("".join(reasoning).strip(), "".join(content).strip(),
+                       norm_calls([tuple(calls[k]) for k in sorted(calls)]))
+
+    def oneshot(self, w: Workload) -> Outcome:
+        reasoning, content, calls = floors.qwen3_oneshot(w.text) if self.fam.name == "qwen3" else \
+            floors.qwen3_coder_oneshot(w.text, TOOLS)
+        return Outcome(reasoning, content, norm_calls(list(calls)))
+
+
+#: The families with a hand-written floor.
+FLOORS = ("qwen3", "qwen3_coder")
+
+
 # ---------------------------------------------------------------------------- vLLM
 class VLLM:
     label = "vLLM"
@@ -755,7 +792,7 @@ def main() -> None:
             w.flat_ids = [i for ids in w.ids for i in ids]
         prompt_ids = [i for ids in tokens.ids(tokens.chunks(fam.prefix)) for i in ids]
 
-        engines: list[Any] = [Ours(fam)]
+        engines: list[Any] = [Ours(fam), Floor(fam) if fam.name in FLOORS else None]
         with tempfile.TemporaryDirectory() as tmp:
             if have_vllm or have_sglang:  # the tokenizer is the peers' (tokenizers comes with transformers)
                 tokens.save(tmp)
@@ -850,8 +887,10 @@ def print_table(rows: list[dict[str, Any]], limit: float) -> None:
           f"SGLang {v.get('sglang', 'not installed')}, Python {v['python']}; CPU time, best of N interleaved runs")
     print()
     print("| family | workload | deltas | calls | ours µs/delta | vLLM µs/delta | SGLang µs/delta | vLLM ÷ ours "
-          "| SGLang ÷ ours | ours MB/s | vLLM MB/s | SGLang MB/s | ours ÷ vLLM | ours ÷ SGLang | ours 128 KB ÷ 1 KB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| SGLang ÷ ours | ours MB/s | vLLM MB/s | SGLang MB/s | ours ÷ vLLM | ours ÷ SGLang | ours 128 KB ÷ 1 KB "
+          "| floor µs/delta | ours ÷ floor (delta) | floor MB/s | floor ÷ ours (MB/s) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: | ---: | ---: |")
     first: dict[str, float] = {}
     for r in rows:
         (os_, o), (vs, vl), (ss, sg) = stream(r, "ours"), stream(r, "vLLM"), stream(r, "SGLang")
@@ -859,8 +898,10 @@ def print_table(rows: list[dict[str, Any]], limit: float) -> None:
         if r["workload"] == "1 KB" and o:
             first[r["family"]] = o
         flat = f"{o / first[r['family']]:.2f}" if r["workload"] == "128 KB" and o and r["family"] in first else ""
+        (fs_, fl), (fm_, fm) = stream(r, "floor"), shot(r, "floor")
         print(f"| {r['family']} | {r['workload']} | {r['deltas']:,} | {r['calls']} | {os_} | {vs} | {ss} | "
-              f"{ratio(vl, o)} | {ratio(sg, o)} | {om_} | {vm_} | {sm_} | {ratio(om, vm)} | {ratio(om, sm)} | {flat} |")
+              f"{ratio(vl, o)} | {ratio(sg, o)} | {om_} | {vm_} | {sm_} | {ratio(om, vm)} | {ratio(om, sm)} | {flat} "
+              f"| {fs_} | {ratio(o, fl)} | {fm_} | {ratio(fm, om)} |")
     print(f"\nµs/delta: streaming CPU cost per delta, parser construction included (lower is better); MB/s: one-shot "
           f"throughput (higher is better). ≥ N (cut): the run passed {limit:.0f} CPU seconds and was stopped; N is its "
           f"cost per delta so far, a lower bound when the cost per delta grows with the output. ✗: the calls disagree "

@@ -28,3 +28,19 @@ def test_each_benchmark_output_gives_its_calls(name):
         assert bench_peers.describe_mismatch(calls, one_shot.calls) == ""
         assert (streamed.reasoning, streamed.content) == (one_shot.reasoning, one_shot.content)
         assert len(calls) >= 1 and (one_shot.content or one_shot.reasoning or not (family.content or family.reasoning))
+
+
+@pytest.mark.parametrize("name", bench_peers.FLOORS)
+@pytest.mark.parametrize("size", [4, 1])
+def test_the_hand_written_floor_reads_what_we_read(name, size):
+    """The floor (benchmarks/floors.py) is timed only for the same work: the calls, reasoning and content
+    ours gives, streamed token by token or in ``size``-character pieces, and one-shot."""
+    family = bench_peers.FAMILIES[name]
+    ours, floor = bench_peers.Ours(family), bench_peers.Floor(family)
+    for text, calls in (bench_peers.workload(family, 2_000), bench_peers.big_argument(family, 3_000)):
+        chunks = bench_peers.Tokens(family.specials).chunks(text) if size == 4 else list(text)
+        work = bench_peers.Workload("test", text, calls, chunks)
+        expected = ours.oneshot(work)
+        for got in (floor.stream(work), floor.oneshot(work)):
+            assert bench_peers.describe_mismatch(calls, got.calls) == ""
+            assert (got.reasoning, got.content) == (expected.reasoning, expected.content)

@@ -1,0 +1,244 @@
+"""Hand-written parsers for two formats: the floor that plain Python reaches for one format.
+
+Written the way a careful engine author writes one parser per model, with nothing general: qwen3's
+Hermes JSON calls and qwen3_coder's XML parameters, each after an optional ``<think>`` block. They do the
+work the benchmark checks (reasoning, content, each call's name and typed arguments, streamed as
+arguments arrive) and nothing more: no lenient mode, no limits, no error spans. ``bench_peers.py`` times
+them beside grammar_parse and the engines' parsers as the bound that a generated parser can approach.
+
+Each parser has ``oneshot(text) -> (reasoning, content, calls)`` and a streaming object whose
+``feed(delta)`` returns ``(reasoning, content, call_deltas)`` pieces, ``(index, name or None, arguments
+text)`` for the calls, and ``finish()`` the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Call = tuple[str, Any]
+Pieces = tuple[str, str, list[tuple[int, str | None, str]]]
+
+THINK, END_THINK, CALL, END_CALL = "<think>", "</think>", "<tool_call>", "</tool_call>"
+
+
+def _partial_tail(buf: str, marks: tuple[str, ...]) -> int:
+    """Where a proper prefix of one of ``marks`` starts at the end of ``buf`` (len(buf): none)."""
+    start = buf.rfind("<", max(0, len(buf) - max(map(len, marks)) + 1))
+    if start != -1 and any(m.startswith(buf[start:]) for m in marks):
+        return start
+    return len(buf)
+
+
+def _split_think(text: str) -> tuple[str, str]:
+    """(reasoning, the rest) of a whole output."""
+    if text.lstrip().startswith(THINK):
+        head = text.find(THINK) + len(THINK)
+        end = text.find(END_THINK, head)
+        if end == -1:
+            return text[head:].strip(), ""
+        return text[head:end].strip(), text[end + len(END_THINK):]
+    end = text.find(END_THINK)
+    if end != -1:  # the prompt opened the block
+        return text[:end].strip(), text[end + len(END_THINK):]
+    return "", text
+
+
+class _Stream:
+    """The reasoning and content part, shared by both formats: text until a call, held back only where a
+    delimiter may be starting. ``call_text`` takes the text of each call as it grows."""
+
+    def __init__(self) -> None:
+        self.buf = ""
+        self.state = "start"  # start, think, content, call
+        self.index = -1
+        self.seen = 0  # in a call: where its closing tag may start, at the earliest
+
+    def feed(self, delta: str) -> Pieces:
+        self.buf += delta
+        reasoning, content, calls = [], [], []
+        while True:
+            buf = self.buf
+            if self.state == "start":
+                stripped = buf.lstrip()
+                if len(stripped) < len(THINK) and THINK.startswith(stripped):
+                    break
+                if stripped.startswith(THINK):
+                    self.buf, self.state = stripped[len(THINK):], "think"
+                else:
+                    self.state = "content"
+                continue
+            if self.state in ("think", "content"):
+                mark = END_THINK if self.state == "think" else CALL
+                at = buf.find(mark)
+                upto = at if at != -1 else _partial_tail(buf, (mark,))
+                (reasoning if self.state == "think" else content).append(buf[:upto])
+                if at == -1:
+                    self.buf = buf[upto:]
+                    break
+                self.buf = buf[at + len(mark):]
+                if self.state == "think":
+                    self.state = "content"
+                else:
+                    self.state, self.index = "call", self.index + 1
+                    self.open_call()
+                continue
+            # in a call: the body so far, less what the call's reader is done with (cost linear in it)
+            at = buf.find(END_CALL, self.seen)
+            if at == -1:
+                self.seen = max(self.seen, len(buf) - len(END_CALL) + 1)
+                pieces, done = self.call_text(buf, _partial_tail(buf, (END_CALL,)), final=False)
+                calls.extend(pieces)
+                self.buf, self.seen = buf[done:], max(0, self.seen - done)
+                break
+            calls.extend(self.call_text(buf, at, final=True)[0])
+            self.buf, self.state, self.seen = buf[at + len(END_CALL):], "content", 0
+        return "".join(reasoning), "".join(content), calls
+
+    def finish(self) -> Pieces:
+        return self.feed("")
+
+    def open_call(self) -> None:
+        raise NotImplementedError
+
+    def call_text(self, body: str, upto: int, final: bool) -> tuple[list[tuple[int, str | None, str]], int]:
+        """The call deltas ``body[:upto]`` completes, and how many leading characters of it are done with."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------- qwen3: Hermes JSON
+def qwen3_oneshot(text: str) -> tuple[str, str, list[Call]]:
+    reasoning, rest = _split_think(text)
+    first = rest.find(CALL)
+    content = (rest if first == -1 else rest[:first]).strip()
+    calls: list[Call] = []
+    while first != -1:
+        end = rest.find(END_CALL, first)
+        body = rest[first + len(CALL):end if end != -1 else len(rest)]
+        value = json.loads(body)
+        calls.append((value["name"], value.get("arguments", {})))
+        first = rest.find(CALL, end) if end != -1 else -1
+    return reasoning, content, calls
+
+
+class Qwen3Stream(_Stream):
+    """Arguments stream as written: after ``"arguments":``, everything but the call object's closing brace."""
+
+    def open_call(self) -> None:
+        self.sent = 0  # characters of the call's body already sent as arguments
+        self.args_at = -1
+        self.named = False
+
+    def call_text(self, body: str, upto: int, final: bool) -> tuple[list[tuple[int, str | None, str]], int]:
+        out: list[tuple[int, str | None, str]] = []
+        if not self.named:
+            key = body.find('"name"', 0, upto)
+            colon = body.find(":", key + 6, upto) if key != -1 else -1
+            quote = body.find('"', colon + 1, upto) if colon != -1 else -1
+            close = body.find('"', quote + 1, upto) if quote != -1 else -1
+            if close == -1:
+                return out, 0
+            self.named = True
+            out.append((self.index, json.loads(body[quote:close + 1]), ""))
+        if self.args_at == -1:
+            key = body.find('"arguments"', 0, upto)
+            colon = body.find(":", key + 11, upto) if key != -1 else -1
+            if colon == -1:
+                return out, 0
+            self.args_at = self.sent = colon + 1
+        # All but the call object's closing brace: at the end, the last one; before, the last character
+        # written, which may be it.
+        end = upto
+        while end > self.sent and body[end - 1] in " \t\r\n":
+            end -= 1
+        end = body.rfind("}", self.sent, end) if final else end - 1
+        if end > self.sent:
+            text = body[self.sent:end]
+            out.append((self.index, None, text.lstrip() if self.sent == self.args_at else text))
+            self.sent = end
+        done, self.sent, self.args_at = self.sent, 0, (0 if self.args_at == self.sent else -2)
+        return out, done
+
+
+# ---------------------------------------------------------------------------- qwen3_coder: XML parameters
+def _types(tools: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    return {t["function"]["name"]: {k: s.get("type", "string") for k, s in
+                                    t["function"]["parameters"].get("properties", {}).items()} for t in tools}
+
+
+def _typed(raw: str, kind: str) -> Any:
+    if kind == "string":
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _parameters(body: str, types: dict[str, str]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    at = body.find("<parameter=")
+    while at != -1:
+        name_end = body.find(">", at)
+        end = body.find("</parameter>", name_end)
+        key = body[at + 11:name_end]
+        value = body[name_end + 1:end]
+        value = value[1:] if value.startswith("\n") else value
+        value = value[:-1] if value.endswith("\n") else value
+        args[key] = _typed(value, types.get(key, "string"))
+        at = body.find("<parameter=", end)
+    return args
+
+
+def qwen3_coder_oneshot(text: str, tools: list[dict[str, Any]]) -> tuple[str, str, list[Call]]:
+    types = _types(tools)
+    reasoning, rest = _split_think(text)
+    first = rest.find(CALL)
+    content = (rest if first == -1 else rest[:first]).strip()
+    calls: list[Call] = []
+    while first != -1:
+        end = rest.find(END_CALL, first)
+        body = rest[first + len(CALL):end if end != -1 else len(rest)]
+        name_at = body.find("<function=")
+        name = body[name_at + 10:body.find(">", name_at)]
+        calls.append((name, _parameters(body, types.get(name, {}))))
+        first = rest.find(CALL, end) if end != -1 else -1
+    return reasoning, content, calls
+
+
+class Qwen3CoderStream(_Stream):
+    """Each parameter goes out as a JSON member once its closing tag arrives."""
+
+    def __init__(self, tools: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.types = _types(tools)
+
+    def open_call(self) -> None:
+        self.name: str | None = None
+        self.scanned = 0
+        self.members = 0
+
+    def call_text(self, body: str, upto: int, final: bool) -> tuple[list[tuple[int, str | None, str]], int]:
+        out: list[tuple[int, str | None, str]] = []
+        if self.name is None:
+            at = body.find("<function=", 0, upto)
+            close = body.find(">", at, upto) if at != -1 else -1
+            if close == -1:
+                return out, 0
+            self.name, self.scanned = body[at + 10:close], close + 1
+            out.append((self.index, self.name, ""))
+        types = self.types.get(self.name, {})
+        while (end := body.find("</parameter>", self.scanned, upto)) != -1:
+            member = _parameters(body[self.scanned:end + 12], types)
+            text = json.dumps(member, ensure_ascii=False)[1:-1]
+            out.append((self.index, None, ("{" if not self.members else ", ") + text))
+            self.members += 1
+            self.scanned = end + 12
+        if final:
+            out.append((self.index, None, "}" if self.members else "{}"))
+        # (a parameter's value is kept until its closing tag; the next search starts past what can't hold one)
+        done, self.scanned = self.scanned, 0
+        return out, done
+
+
+__all__ = ["Qwen3CoderStream", "Qwen3Stream", "qwen3_coder_oneshot", "qwen3_oneshot"]
