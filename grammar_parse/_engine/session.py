@@ -30,7 +30,7 @@ from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_
 from .arguments import caller_stacklevel, expect_text
 from .delimiters import REGEX_SPACE
 from .drafts import closes_at, interrupts, reading, reasoning_states
-from .events import Event, Message
+from .events import Event, Message, RegionChunk
 from .grammar import Grammar, Region, StateInfo, Terminal
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
@@ -407,8 +407,8 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     if text.role != "text":
         return (quiet.trigger, quiet.hits, quiet.hold_space, None)
     frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
-    if info.scanner.value_end is not None and frame.walk is None:
-        return None  # the walk to the value's end has not started
+    if info.scanner.value_end is not None and frame.walk is None or frame.passthrough:
+        return None  # the walk to the value's end has not started; text that goes to the region around
     return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
 
 
@@ -705,7 +705,8 @@ class ResponseParser:
                     if hold_space and not text.strip(REGEX_SPACE):
                         self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
                         return []
-                    combined = self._join_held() + text
+                    # (this path runs for most chunks of a stream: what it calls is written out inline)
+                    combined = (self._join_held() if self._held else self._buf) + text
                     kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
                     # (a region that ends with its JSON value takes the general route once the value ends)
                     if (frame is None or frame.size + len(kept) <= self._max_region and
@@ -713,19 +714,27 @@ class ResponseParser:
                         self._buf = combined[len(kept):]
                         if not kept:
                             return []
-                        start = self._offset(0)
-                        self._ledger.count_lines(kept, 0, len(kept), start)
+                        start = self._base - self._prefix_len
+                        if (last := kept.rfind("\n")) >= 0:  # (_Ledger.count_lines)
+                            ledger = self._ledger
+                            ledger.lines_before += kept.count("\n")
+                            ledger.line_start = start + last + 1
                         self._base += len(kept)
                         if frame is None:
                             self._ledger.discard(start, start + len(kept))
                             return []
                         frame.size += len(kept)
-                        return [self._regions.chunk(frame, kept)]
+                        frame.chunks.append(kept)  # (RegionBuilder.chunk, for a frame that is not passed through)
+                        event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": kept,
+                                              "dirty": frame.region.dirty}
+                        if frame.path is not None:
+                            event["path"] = frame.path
+                        return [event]
             if self._drafting.open is not None:
                 self._drafting.open.raw.append(text)
             self._buf = self._join_held() + text
         events: list[Event] = []
-        with_json_depth(self.max_json_depth, self._guarded, events, False)
+        with_json_depth(self.max_json_depth, _guarded, self, events, False)
         return events
 
     def _join_held(self) -> str:
@@ -734,30 +743,6 @@ class ResponseParser:
             self._buf += "".join(self._held)
             self._held.clear()
         return self._buf
-
-    def _guarded(self, events: list[Event], eos: bool) -> None:
-        """Process the buffer; in lenient mode an error the parser cannot recover from is recorded and
-        the rest of the output is discarded (reported), instead of raising."""
-        self._fast = None  # set again by a _process that completes; an error leaves no fast path behind
-        self._held_space = False
-        if not self._degraded:
-            try:
-                self._process(events, eos)
-                return
-            except GrammarParseError as e:
-                self._drafting.release(self._regions)  # (an error inside a draft is the draft's reading: it stands)
-                if self._strict:
-                    if isinstance(e, ParseError) and e.line is None and e.position is not None:
-                        e.line, e.column = self._ledger.line_column(e.position, self._buf, self._offset(0)) \
-                            or (None, None)
-                    raise
-                self._regions.events = events
-                self._syntax.record(e.code, str(e), getattr(e, "field", None), None)
-                self._degraded = True
-        self._regions.events = events
-        self._discard(len(self._buf))
-        if eos:
-            self._regions.close_open()
 
     def finalize(self, text: str = "") -> tuple[Message, list[Event]]:
         """End the stream: close open regions, return the message and the last events.
@@ -779,7 +764,7 @@ class ResponseParser:
             if self._drafting.open is not None:
                 self._drafting.open.raw.append(text)
         events: list[Event] = []
-        self._guarded(events, eos=True)
+        _guarded(self, events, eos=True)
         self._regions.settle_loose()
         if self._log is not None:
             return _settled_message(self._syntax, self._grammar, "".join(self._log), self._tools, self._strict,
@@ -916,6 +901,31 @@ class ResponseParser:
             self._pos -= cut
             self._base += cut
             self._cache.clear()
+
+
+def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
+    """Process ``parser``'s buffer; in lenient mode an error the parser cannot recover from is recorded and
+    the rest of the output is discarded (reported), instead of raising."""
+    parser._fast = None  # set again by a _process that completes; an error leaves no fast path behind
+    parser._held_space = False
+    if not parser._degraded:
+        try:
+            parser._process(events, eos)
+            return
+        except GrammarParseError as e:
+            parser._drafting.release(parser._regions)  # (an error inside a draft is the draft's reading: it stands)
+            if parser._strict:
+                if isinstance(e, ParseError) and e.line is None and e.position is not None:
+                    e.line, e.column = parser._ledger.line_column(e.position, parser._buf, parser._offset(0)) \
+                        or (None, None)
+                raise
+            parser._regions.events = events
+            parser._syntax.record(e.code, str(e), getattr(e, "field", None), None)
+            parser._degraded = True
+    parser._regions.events = events
+    parser._discard(len(parser._buf))
+    if eos:
+        parser._regions.close_open()
 
 
 def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended: bool) -> ToolCallStreamer:
