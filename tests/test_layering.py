@@ -31,7 +31,8 @@ PIPELINE = [
     "_engine.template", "_engine.shapes", "_engine.symbols", "_engine.format",  # a region, its role and call
     "_engine.scanner", "_engine.tables", "_engine.grammar",                 # shape; the format; the compiled
     "_engine.compiler", "_engine.library",                                  # grammar; templates; built-ins
-    "_engine.toolstream", "_engine.salvage", "_engine.regions", "_engine.drafts",  # the parser
+    "_engine.toolstream", "_engine.salvage", "_engine.regions", "_engine.drafts",  # the parser; its one-shot
+    "_engine.oneshot",                                                      # automaton, worked out ahead
     "options", "_engine.session", "_engine",                                # its options; the session
     "constrain._schemas", "constrain._cache", "constrain._regexes",         # a grammar as a decoding constraint
     "constrain._tagged", "constrain._pythonic", "constrain._lark", "constrain._forms", "constrain",

@@ -20,7 +20,7 @@ reasoning are read; module functions replay the prompt and assemble the message 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, overload
@@ -32,6 +32,7 @@ from .delimiters import REGEX_SPACE
 from .drafts import closes_at, interrupts, reading, reasoning_states
 from .events import Event, Message, RegionChunk
 from .grammar import Grammar, Region, StateInfo, Terminal
+from . import oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder
@@ -291,9 +292,9 @@ def _output_prefix(prefix: str | None, settle: Any) -> str:
     return prefix
 
 
-def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
-    """The part of the prompt to replay: what follows its last start anchor (all of it, with an
-    AnchorWarning, when it holds none)."""
+def _anchored_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str | None:
+    """What follows the prompt's last start anchor (all of it for a grammar without one); None when the
+    prompt holds no anchor."""
     anchor = grammar.start_anchor
     if anchor is None:
         return prefix
@@ -301,8 +302,17 @@ def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
     # linear matcher finishes the search (same matches); literal anchors are linear already.
     last_end = anchor.last_end(prefix, None if anchor.literals is not None else
                                START_ANCHOR_LIMIT if seconds is None else seconds)
-    if last_end is not None:
-        return prefix[last_end:]
+    return prefix[last_end:] if last_end is not None else None
+
+
+def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
+    """The part of the prompt to replay: what follows its last start anchor (all of it, with an
+    AnchorWarning, when it holds none)."""
+    tail = _anchored_tail(grammar, prefix, seconds)
+    if tail is not None:
+        return tail
+    anchor = grammar.start_anchor
+    assert anchor is not None  # (without one the whole prompt is the tail)
     warnings.warn(AnchorWarning(
         f"the prefix holds no start anchor of grammar {grammar.name or '(anonymous)'} "
         f"({anchor.describe()}), so the whole prefix is read as model output. Pass the prompt "
@@ -336,6 +346,37 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
         if len(replays) >= MAX_REPLAYS:
             replays.pop(next(iter(replays), None), None)  # the oldest (another thread may have taken it)
         replays[key] = _Replay(parser._state(parser._buf), parser._prefix_len, copy_json(parser.initial_events))
+
+
+def _specialised_message(grammar: Grammar, text: str, prefix: str, tools: ToolTypes | None,
+                         options: ParseOptions) -> Message | None:
+    """The message of a whole output from the grammar's specialised one-shot parser (grammar_parse._engine.oneshot),
+    started where the session would start (the prompt's tail replayed: its snapshot, once a parser made
+    one); None where that parser declines or cannot start, and the session parses the output."""
+    fast = oneshot.specialised(grammar) if oneshot.SPECIALISED and grammar.settle is None and not options.trace else None
+    if fast is None:
+        return None
+    tail = _anchored_tail(grammar, prefix, options.start_anchor_seconds) if prefix else ""
+    if tail is None:
+        return None  # (the session warns that the prompt holds no start anchor)
+    asked = grammar.calls_in_reasoning if options.calls_in_reasoning is None else options.calls_in_reasoning
+    drafts = reasoning_states(grammar) if reading(asked) != "always" else {}
+    start, buf, pos, output, frames = fast.start, text, 0, copy_json(grammar.defaults), []
+    if tail:
+        key = (tail, options.strict, False, options.max_region_chars, options.max_json_depth)
+        replay = grammar.tables.shared.get("replays", {}).get(key)
+        if replay is None:
+            return None
+        state = replay.state
+        found = fast.configs.get((tuple(state.stack), state.run.name if state.run is not None else None))
+        output, kept, _, _, loose = state.regions
+        if found is None or loose or any(f.passthrough or f.repair or f.path is not None or f.walk for f in kept):
+            return None
+        start, buf, pos, output = found, state.buf + text, state.pos, copy_json(output)
+        frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children)]
+                  for f in kept]
+    return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
+                           options.max_region_chars, drafts)
 
 
 # ---------------------------------------------------------------------------- the message at the end
@@ -1038,7 +1079,15 @@ def parse_response(
         if prefix and all(isinstance(p, Mapping) for p in prefix):
             expect_text(prefix, "prefix")  # (a conversation as the prompt: said so)
         raise ArgumentError("a list of prefixes needs a list of texts", code="usage.batch")
-    parser = ResponseParser(template, prefix, tools=tools, options=options)
+    expect_text(prefix, "prefix", optional=True)
+    grammar = resolve_grammar(template)
+    if oneshot.SPECIALISED and grammar.settle is None:
+        tools = list(tools) if isinstance(tools, Iterator) else tools  # (read twice where the session takes over)
+        message = _specialised_message(grammar, text, _output_prefix(prefix, None), ToolTypes.from_tools(tools),
+                                       options)
+        if message is not None:
+            return message
+    parser = ResponseParser(grammar, prefix, tools=tools, options=options)
     if parser.grammar.settle is not None:
         # One-shot settling needs no streaming regions: the hook's own run is the result.
         parser._finalized = True

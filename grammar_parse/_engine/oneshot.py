@@ -1,0 +1,363 @@
+"""The specialised one-shot parser: the session's own automaton, worked out ahead for one grammar.
+
+One-shot parsing (``parse_response``, the batch path) knows the whole output, so nothing is streamed: no
+events, no held text, no drafts to rewind. What is left of the session's work is the scan for the next
+delimiter, the LALR steps it leads to and the regions they open and close. The steps depend only on the
+parser's state stack and the terminal, and in these grammars the stacks a parse can reach are few: they
+are enumerated once per grammar (``OneShot``), each with its live delimiters and, per terminal, the stack
+it leads to and the region actions on the way. A parse then walks that automaton: the same scan (the
+state's own ``Scanner``), a dict lookup per terminal, and the region values built as the region builder
+builds them (the same parser, transform, tool typing and call check).
+
+It takes only clean outputs. Anything the session handles with more than that declines (``None``), and
+the session parses the output itself: text where the grammar allows none, a delimiter the state cannot
+take, a region value that does not parse, a component region, a repeated opener, a JSON value's end, a
+zero-width delimiter, a region past its size limit, markup inside reasoning that could be a draft, a
+missing required field. So the result is the session's wherever it is given; the differential tests
+hold that for every built-in grammar.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ParseError
+from .content.xml import reads_elements
+from .drafts import interrupts
+from .events import Message
+from .grammar import Grammar, Region, Terminal
+from .reading import copy_json
+from .salvage import check_calls
+from .scanner import SearchCache
+from .tables import RuleHandle, feed, reduce
+from .tools import ToolTypes
+from .values import fill
+
+#: Whether the specialised parsers run (``GRAMMAR_PARSE_SPECIALISED=0`` turns them off, to compare against
+#: the session or as an escape hatch).
+SPECIALISED = os.environ.get("GRAMMAR_PARSE_SPECIALISED", "1") != "0"
+
+#: Past this many stacks (or this deep a stack) a grammar gets no specialised parser: its outputs nest.
+MAX_CONFIGS = 512
+MAX_DEPTH = 48
+
+# A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
+_OPEN, _TEXT_OPEN, _CLOSE = 0, 1, 2
+Action = tuple[int, Any]  # (_OPEN, Terminal) | (_TEXT_OPEN, Terminal) | (_CLOSE, Region)
+
+
+class _Step:
+    """A terminal's effect on one stack: the stack it leads to and the region actions on the way; whether
+    it would interrupt an open reasoning block (a draft, which the session reads)."""
+
+    __slots__ = ("config", "actions", "interrupts")
+
+    def __init__(self, config: _Config, actions: tuple[Action, ...], interrupts: bool) -> None:
+        self.config = config
+        self.actions = actions
+        self.interrupts = interrupts
+
+
+class _Config:
+    """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
+
+    __slots__ = ("stack", "run", "top", "info", "plain", "steps", "text_step", "end_actions", "ended")
+
+    def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
+        self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
+        # (a JSON value's end is the session's to walk)
+        self.plain = info.scanner.value_end is None
+        self.steps: dict[str, _Step] = {}
+        self.text_step: _Step | None = None
+        self.end_actions: tuple[Action, ...] = ()
+        self.ended = False  # the end of the output is a step of the grammar (else open regions are closed)
+
+
+class _Recorder:
+    """Callbacks that note the region actions instead of taking them (see RegionBuilder.callbacks)."""
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.callbacks: dict[RuleHandle | str, Any] = {}
+        for rule, region in grammar.tables.rule_regions.items():
+            self.callbacks[rule] = lambda log, region=region: log.append((_CLOSE, region))
+        for term in grammar.terminals.values():
+            if term.region is not None and term.role in ("open", "text"):
+                kind = _OPEN if term.role == "open" else _TEXT_OPEN
+                self.callbacks[term.name] = lambda log, term=term, kind=kind: log.append((kind, term))
+
+
+class OneShot:
+    """A grammar's stacks and steps (see the module doc); None from :func:`specialised` where they are too
+    many."""
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
+        tables = grammar.tables
+        self.table = tables.parse_table.states
+        self.states = tables.states
+        self.end_state = tables.parse_table.end_states["start"]
+        self.configs: dict[tuple[tuple[int, ...], str | None], _Config] = {}
+        self.recorder = _Recorder(grammar)
+        self.start = self._config((tables.parse_table.start_states["start"],), None)
+        todo, seen = [self.start], {id(self.start)}
+        while todo:
+            for step in self._explore(todo.pop()):
+                if id(step.config) not in seen:
+                    seen.add(id(step.config))
+                    todo.append(step.config)
+
+    # ---------------------------------------------------------------- building
+    def _config(self, stack: tuple[int, ...], run: Terminal | None) -> _Config:
+        key = (stack, run.name if run is not None else None)
+        config = self.configs.get(key)
+        if config is None:
+            if len(self.configs) >= MAX_CONFIGS or len(stack) > MAX_DEPTH:
+                raise _TooMany
+            config = self.configs[key] = _Config(stack, run, self.states[stack[-1]])
+        return config
+
+    def _shift(self, stack: tuple[int, ...], name: str) -> tuple[tuple[int, ...], tuple[Action, ...]] | None:
+        """The session's ``shift`` of ``name`` on a copy of ``stack``, its callbacks noted."""
+        trial, log = list(stack), []  # type: ignore[var-annotated]
+        if not feed(self.table, trial, name, self.recorder.callbacks, log):
+            return None
+        while (rule := self.states[trial[-1]].default_rule) is not None:
+            reduce(self.table, trial, rule, self.recorder.callbacks.get(rule), log)
+        return tuple(trial), tuple(log)
+
+    def _explore(self, config: _Config) -> list[_Step]:
+        info = config.info
+        steps: list[_Step] = []
+        reasoning = config.info.text.region if info.text is not None else None
+        for term, *_ in info.scanner.entries:
+            shifted = self._shift(config.stack, term.name)
+            if shifted is None:
+                continue  # (the session reports it: an unexpected delimiter)
+            blocked = reasoning is not None and reasoning.is_reasoning and \
+                interrupts(self.grammar, list(config.stack), term, reasoning)
+            step = _Step(self._config(shifted[0], None), shifted[1], blocked)
+            config.steps[term.name] = step
+            steps.append(step)
+        text = info.text
+        if text is not None and config.run is not text:
+            shifted = self._shift(config.stack, text.name)
+            if shifted is not None:
+                config.text_step = _Step(self._config(shifted[0], text), shifted[1], False)
+                steps.append(config.text_step)
+        trial, log = list(config.stack), []  # type: ignore[var-annotated]
+        config.ended = feed(self.table, trial, "$END", self.recorder.callbacks, log, self.end_state)
+        config.end_actions = tuple(log)
+        return steps
+
+    # ---------------------------------------------------------------- parsing
+    def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Frame],
+              tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region]) -> Message | None:
+        """The message of the output in ``buf`` from ``pos``, parsed from stack ``start`` with ``output`` and
+        the open ``frames`` (a replayed prompt's); None where the session must parse it."""
+        build = _Builder(output, frames, tools, max_region)
+        config, n, hits = start, len(buf), SearchCache().hits
+        try:
+            while True:
+                info = config.info
+                if not config.plain:
+                    raise _Decline
+                term, hit, _ = info.scanner._scan_final(buf, pos, hits, -1)
+                if hit is not None:
+                    at, end = hit[0], hit[1]
+                    if at > pos:
+                        config, pos, again = self._route(config, buf, pos, at, build)
+                        if again:
+                            continue
+                    if term.role == "repeat":
+                        build.repeat(term)
+                        pos = end
+                        continue
+                    step = config.steps.get(term.name)
+                    if step is None:
+                        raise _Decline  # a delimiter the grammar does not take here
+                    if at == end:
+                        raise _Decline  # a zero-width delimiter
+                    if step.interrupts and config.top in drafts:
+                        raise _Decline  # markup inside reasoning: the session reads drafts
+                    build.shifting = (term, buf[at:end], hit[2])
+                    build.act(step.actions)
+                    build.shifting = None
+                    config, pos = step.config, end
+                    continue
+                if pos < n:
+                    config, pos, again = self._route(config, buf, pos, n, build)
+                    if again:
+                        continue
+                if config.ended:
+                    build.act(config.end_actions)
+                else:
+                    build.act(config.end_actions)  # (the reductions a cut-off end still makes)
+                    while build.frames:
+                        build.close(build.frames[-1][0])
+                return build.message(self.grammar)
+        except _Decline:
+            return None
+
+    def _route(self, config: _Config, buf: str, pos: int, end: int, build: _Builder) -> tuple[_Config, int, bool]:
+        """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
+        the text routed ends, and whether the scan must run again (the live delimiters changed)."""
+        info, wanted = config.info, end
+        text = info.text
+        if text is None:
+            raise _Decline  # text where the grammar allows none (or several text terminals to try)
+        if info.text_sensitive and config.run is not text and end - pos > 1:
+            end = pos + 1
+        if config.run is not text:
+            step = config.text_step
+            if step is None:
+                raise _Decline
+            build.act(step.actions)
+            config = step.config
+        if text.role == "text":
+            build.text(buf[pos:end])
+        return config, end, end < wanted or config.info.scanner is not info.scanner
+
+
+class _TooMany(Exception):
+    """The grammar's stacks are too many to enumerate: it gets no specialised parser."""
+
+
+class _Decline(Exception):
+    """The output is not one this parser takes: the session parses it."""
+
+
+#: An open region: [region, captures, open text, chunks, size, children]
+_Frame = list[Any]
+
+
+class _Builder:
+    """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
+
+    __slots__ = ("output", "frames", "tools", "max_region", "shifting")
+
+    def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int) -> None:
+        self.output = output
+        self.frames = frames
+        self.tools = tools
+        self.max_region = max_region
+        self.shifting: tuple[Terminal, str, Any] | None = None  # (terminal, text, match) of the delimiter
+
+    def act(self, actions: tuple[Action, ...]) -> None:
+        for kind, what in actions:
+            if kind == _CLOSE:
+                self.close(what)
+            elif kind == _OPEN:
+                shifting = self.shifting
+                if shifting is None:
+                    self.push(what.region, {}, "")
+                else:
+                    match = shifting[2]
+                    captures = {k: v for k, v in match.groupdict().items() if v is not None} \
+                        if match is not None else {}
+                    if shifting[0].repair is not None and shifting[0].region is what.region:
+                        raise _Decline  # (a repaired opener: reported, or passed through in strict mode)
+                    self.push(what.region, captures, shifting[1])
+            elif not self.frames or self.frames[-1][0] is not what.region:
+                self.push(what.region, {}, "")
+
+    def push(self, region: Region, captures: dict[str, str], open_text: str) -> None:
+        if region.parent is not None and not any(f[0].rule == region.parent for f in self.frames):
+            raise _Decline  # a component outside the region it belongs to: the session reports it
+        self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()}])
+
+    def repeat(self, term: Terminal) -> None:
+        """An opener written again at the start of its region is markup (the session's ``repeat``)."""
+        frame = self.frames[-1] if self.frames else None
+        if frame is None or frame[0] is not term.region or any(chunk.strip() for chunk in frame[3]):
+            raise _Decline  # then it is text, which the session routes by trying the parser
+
+    def text(self, text: str) -> None:
+        frame = self.frames[-1]
+        frame[4] += len(text)
+        if frame[4] > self.max_region:
+            raise _Decline
+        frame[3].append(text)
+
+    def close(self, region: Region) -> None:
+        frames = self.frames
+        if not frames or frames[-1][0] is not region:
+            if region.implicit:
+                return
+            self.push(region, {}, "")
+        _, captures, open_text, chunks, _, children = frames.pop()
+        spec = region.spec
+        shifting = self.shifting
+        closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
+        close_text = shifting[1] if shifting is not None and closing else ""
+        if region.entry_key is not None and shifting is not None and not closing \
+                and not any(chunk.strip() for chunk in chunks):
+            raise _Decline  # an argument without a value: the session reports it
+        try:
+            value = spec.value("".join(chunks), captures, open_text, close_text, children)
+            if region.parent is not None:
+                self._component(region, captures, children, value)
+                return
+            if self.tools is not None:
+                value = self.tools.apply(value, elements=reads_elements(spec))
+            if spec.join is not None and not isinstance(value, str):
+                raise _Decline
+            if region.is_call:
+                check_calls(value)
+        except ParseError:
+            raise _Decline from None
+        output, key = self.output, region.field
+        if spec.join is not None:
+            previous = output.get(key)
+            output[key] = value if previous is None else previous + spec.join + value
+        elif spec.repeats:
+            values = value if region.extend and isinstance(value, list) else [value]
+            existing = output.get(key)
+            if isinstance(existing, list):
+                existing.extend(values)
+            else:
+                output[key] = list(values)
+        else:
+            output[key] = value
+
+    def _component(self, region: Region, captures: dict[str, str], children: dict[str, Any], value: Any) -> None:
+        """A component's value goes into its parent's scope (the session's ``_store_component``)."""
+        scope = next(f for f in reversed(self.frames) if f[0].rule == region.parent)[5]
+        have = scope.get(region.key)
+        if region.entry_key is not None:
+            if isinstance(have, dict) or have is None:
+                scope.setdefault(region.key, {})[str(fill(region.entry_key, {**captures, **children}))] = value
+        elif region.spec.repeats:
+            scope.setdefault(region.key, []).append(value)
+        elif isinstance(value, dict) and isinstance(have, dict):
+            scope[region.key] = {**have, **value}
+        elif not have:
+            scope[region.key] = value
+
+    def message(self, grammar: Grammar) -> Message:
+        output = self.output
+        if any(not r.spec.optional and r.field not in output for r in grammar.regions.values()):
+            raise _Decline  # a required field is missing: the session reports it
+        defaults = grammar.defaults
+        return Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, dict, str)) and not value)
+
+
+def specialised(grammar: Grammar) -> OneShot | None:
+    """The grammar's specialised one-shot parser, built on first use (per process: it is not pickled with
+    the grammar); None where its stacks are too many."""
+    shared = grammar.tables.shared
+    if "oneshot" not in shared:
+        try:
+            shared["oneshot"] = OneShot(grammar)
+        except _TooMany:
+            shared["oneshot"] = None
+    found: OneShot | None = shared["oneshot"]
+    return found
+
+
+__all__ = ["SPECIALISED", "OneShot", "specialised"]
