@@ -28,7 +28,7 @@ from .content.xml import reads_elements
 from .drafts import interrupts
 from .events import Message
 from .grammar import Grammar, Region, Terminal
-from .reading import copy_json
+from .reading import JsonEnd, copy_json
 from .salvage import check_calls
 from .scanner import SearchCache
 from .tables import RuleHandle, feed, reduce
@@ -40,7 +40,7 @@ from .values import fill
 SPECIALISED = os.environ.get("GRAMMAR_PARSE_SPECIALISED", "1") != "0"
 
 #: Past this many stacks (or this deep a stack) a grammar gets no specialised parser: its outputs nest.
-MAX_CONFIGS = 512
+MAX_CONFIGS = 2048
 MAX_DEPTH = 48
 
 # A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
@@ -63,12 +63,10 @@ class _Step:
 class _Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
-    __slots__ = ("stack", "run", "top", "info", "plain", "steps", "text_step", "end_actions", "ended")
+    __slots__ = ("stack", "run", "top", "info", "steps", "text_step", "end_actions", "ended")
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
-        # (a JSON value's end is the session's to walk)
-        self.plain = info.scanner.value_end is None
         self.steps: dict[str, _Step] = {}
         self.text_step: _Step | None = None
         self.end_actions: tuple[Action, ...] = ()
@@ -157,48 +155,59 @@ class OneShot:
         """The message of the output in ``buf`` from ``pos``, parsed from stack ``start`` with ``output`` and
         the open ``frames`` (a replayed prompt's); None where the session must parse it."""
         build = _Builder(output, frames, tools, max_region)
-        config, n, hits = start, len(buf), SearchCache().hits
         try:
-            while True:
-                info = config.info
-                if not config.plain:
-                    raise _Decline
-                term, hit, _ = info.scanner._scan_final(buf, pos, hits, -1)
-                if hit is not None:
-                    at, end = hit[0], hit[1]
-                    if at > pos:
-                        config, pos, again = self._route(config, buf, pos, at, build)
-                        if again:
-                            continue
-                    if term.role == "repeat":
-                        build.repeat(term)
-                        pos = end
-                        continue
-                    step = config.steps.get(term.name)
-                    if step is None:
-                        raise _Decline  # a delimiter the grammar does not take here
-                    if at == end:
-                        raise _Decline  # a zero-width delimiter
-                    if step.interrupts and config.top in drafts:
-                        raise _Decline  # markup inside reasoning: the session reads drafts
-                    build.shifting = (term, buf[at:end], hit[2])
-                    build.act(step.actions)
-                    build.shifting = None
-                    config, pos = step.config, end
-                    continue
+            config = self._walk(buf, pos, start, build, drafts)
+            build.at = len(buf)
+            build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
+            if not config.ended:
+                while build.frames:  # the output stopped where the grammar wanted more: close what is open
+                    build.close(build.frames[-1][0])
+            return build.message(self.grammar)
+        except _Decline:
+            return None
+
+    def _walk(self, buf: str, pos: int, config: _Config, build: _Builder, drafts: Mapping[int, Region]) -> _Config:
+        """The session's scan loop (``_process`` at the end of the output) on the automaton: the config at
+        the end."""
+        n, hits, last_empty = len(buf), SearchCache().hits, None
+        while True:
+            info = config.info
+            region = info.scanner.value_end
+            term, hit, _ = info.scanner._scan_final(buf, pos, hits, -1 if region is None else build.value_end(region, buf))
+            if hit is None:
                 if pos < n:
                     config, pos, again = self._route(config, buf, pos, n, build)
                     if again:
                         continue
-                if config.ended:
-                    build.act(config.end_actions)
-                else:
-                    build.act(config.end_actions)  # (the reductions a cut-off end still makes)
-                    while build.frames:
-                        build.close(build.frames[-1][0])
-                return build.message(self.grammar)
-        except _Decline:
-            return None
+                return config
+            at, end = hit[0], hit[1]
+            if at > pos:
+                config, pos, again = self._route(config, buf, pos, at, build)
+                if again:
+                    continue
+            assert term is not None  # (the scanner gives both or neither)
+            if term.role == "repeat":
+                build.repeat(term)
+                pos = end
+                continue
+            pos = end
+            if at == end:  # a zero-width delimiter (the session's rules for it)
+                top = bool(build.frames) and build.frames[-1][0] is term.region
+                if term.role == "open" and top and end < n:
+                    config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
+                    continue
+                if term.role == "close" and not top or (at, term.name) == last_empty:
+                    return config  # the rest of the output is left unparsed, as transformers leaves it
+                last_empty = (at, term.name)
+            step = config.steps.get(term.name)
+            if step is None:
+                raise _Decline  # a delimiter the grammar does not take here
+            if step.interrupts and config.top in drafts:
+                raise _Decline  # markup inside reasoning: the session reads drafts
+            build.shifting, build.at = (term, buf[at:end], hit[2]), at
+            build.act(step.actions)
+            build.shifting = None
+            config = step.config
 
     def _route(self, config: _Config, buf: str, pos: int, end: int, build: _Builder) -> tuple[_Config, int, bool]:
         """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
@@ -213,6 +222,7 @@ class OneShot:
             step = config.text_step
             if step is None:
                 raise _Decline
+            build.at = pos
             build.act(step.actions)
             config = step.config
         if text.role == "text":
@@ -228,14 +238,15 @@ class _Decline(Exception):
     """The output is not one this parser takes: the session parses it."""
 
 
-#: An open region: [region, captures, open text, chunks, size, children]
+#: An open region: [region, captures, open text, chunks, size, children, where its text starts in the
+#: buffer, the walk to its JSON value's end (for a region closed by it)]
 _Frame = list[Any]
 
 
 class _Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
-    __slots__ = ("output", "frames", "tools", "max_region", "shifting")
+    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at")
 
     def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int) -> None:
         self.output = output
@@ -243,6 +254,17 @@ class _Builder:
         self.tools = tools
         self.max_region = max_region
         self.shifting: tuple[Terminal, str, Any] | None = None  # (terminal, text, match) of the delimiter
+        self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
+
+    def value_end(self, region: Region, buf: str) -> int:
+        """Where the open ``region``'s JSON value ends (-1: not in the output, or it is not on top)."""
+        frame = self.frames[-1] if self.frames else None
+        if frame is None or frame[0] is not region:
+            return -1
+        if frame[7] is None:
+            frame[7] = JsonEnd(frame[6])
+        end: int | None = frame[7].advance(buf, 0)
+        return -1 if end is None else end
 
     def act(self, actions: tuple[Action, ...]) -> None:
         for kind, what in actions:
@@ -265,7 +287,8 @@ class _Builder:
     def push(self, region: Region, captures: dict[str, str], open_text: str) -> None:
         if region.parent is not None and not any(f[0].rule == region.parent for f in self.frames):
             raise _Decline  # a component outside the region it belongs to: the session reports it
-        self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()}])
+        self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()},
+                            self.at + len(open_text), None])
 
     def repeat(self, term: Terminal) -> None:
         """An opener written again at the start of its region is markup (the session's ``repeat``)."""
@@ -286,7 +309,7 @@ class _Builder:
             if region.implicit:
                 return
             self.push(region, {}, "")
-        _, captures, open_text, chunks, _, children = frames.pop()
+        _, captures, open_text, chunks, _, children, _, _ = frames.pop()
         spec = region.spec
         shifting = self.shifting
         closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region

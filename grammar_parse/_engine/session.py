@@ -373,8 +373,8 @@ def _specialised_message(grammar: Grammar, text: str, prefix: str, tools: ToolTy
         if found is None or loose or any(f.passthrough or f.repair or f.path is not None or f.walk for f in kept):
             return None
         start, buf, pos, output = found, state.buf + text, state.pos, copy_json(output)
-        frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children)]
-                  for f in kept]
+        frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
+                   f.start + len(f.open_text) - state.base, None] for f in kept]
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
                            options.max_region_chars, drafts)
 
