@@ -40,9 +40,11 @@ import jmespath
 
 from ._engine.arguments import print_warning_line
 from ._engine.grammar import Grammar
-from ._engine.session import ResponseParser, parse_response, resolve_grammar
+from ._engine import oneshot
+from ._engine.events import Message
+from ._engine.session import ResponseParser, parse_response, resolve_grammar, specialised_parse
 from ._engine.shapes import REASONING_FIELDS
-from ._engine.tools import check_tools
+from ._engine.tools import ToolTypes, check_tools
 from .errors import ArgumentError, GrammarParseError
 from .options import ParseOptions, merge_options
 
@@ -219,6 +221,8 @@ class _Parser:
             if grammar.settle is not None:
                 message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools,
                                          options=self.options)
+            elif (found := self._specialised(grammar, given)) is not None:
+                message, discarded = found
             else:
                 parser = ResponseParser(grammar, given.prefix, tools=given.tools, options=self.options)
                 message = parser.finalize(given.text)[0]
@@ -227,6 +231,13 @@ class _Parser:
             return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
         return result_row(message, row_id=given.id, discarded=discarded,
                           reasoning_fields=grammar.format.reasoning_fields)
+
+    def _specialised(self, grammar: Grammar, given: RowInput) -> tuple[Message, int] | None:
+        """The grammar's specialised one-shot parser's message and discarded count, where it takes the row."""
+        if not oneshot.SPECIALISED:
+            return None
+        # (a row's tools are JSON, the run's checked once: both read again where the session takes over)
+        return specialised_parse(grammar, given.text, given.prefix, ToolTypes.from_tools(given.tools), self.options)
 
     def rows(self, records: list[Any]) -> list[dict[str, Any]]:
         return [self.row(record) for record in records]

@@ -151,10 +151,12 @@ class OneShot:
 
     # ---------------------------------------------------------------- parsing
     def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Frame],
-              tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region]) -> Message | None:
+              tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
+              origin: int = 0) -> tuple[Message, int] | None:
         """The message of the output in ``buf`` from ``pos``, parsed from stack ``start`` with ``output`` and
-        the open ``frames`` (a replayed prompt's); None where the session must parse it."""
-        build = _Builder(output, frames, tools, max_region)
+        the open ``frames`` (a replayed prompt's), and how many of its characters went into no field (the
+        output starts at ``origin`` in ``buf``); None where the session must parse it."""
+        build = _Builder(output, frames, tools, max_region, origin)
         try:
             config = self._walk(buf, pos, start, build, drafts)
             build.at = len(buf)
@@ -162,7 +164,7 @@ class OneShot:
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1][0])
-            return build.message(self.grammar)
+            return build.message(self.grammar), build.discarded
         except _Decline:
             return None
 
@@ -197,7 +199,8 @@ class OneShot:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
                 if term.role == "close" and not top or (at, term.name) == last_empty:
-                    return config  # the rest of the output is left unparsed, as transformers leaves it
+                    build.discard(at, n)  # the rest of the output is left unparsed, as transformers leaves it
+                    return config
                 last_empty = (at, term.name)
             step = config.steps.get(term.name)
             if step is None:
@@ -227,6 +230,8 @@ class OneShot:
             config = step.config
         if text.role == "text":
             build.text(buf[pos:end])
+        else:
+            build.discard(pos, end)  # text the grammar reads and keeps nowhere
         return config, end, end < wanted or config.info.scanner is not info.scanner
 
 
@@ -246,10 +251,13 @@ _Frame = list[Any]
 class _Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
-    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at")
+    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded")
 
-    def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int) -> None:
+    def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int,
+                 origin: int) -> None:
         self.output = output
+        self.origin = origin  # where the output starts in the buffer (the prompt's tail is before it)
+        self.discarded = 0  # characters of the output that went into no field
         self.frames = frames
         self.tools = tools
         self.max_region = max_region
@@ -295,6 +303,10 @@ class _Builder:
         frame = self.frames[-1] if self.frames else None
         if frame is None or frame[0] is not term.region or any(chunk.strip() for chunk in frame[3]):
             raise _Decline  # then it is text, which the session routes by trying the parser
+
+    def discard(self, start: int, end: int) -> None:
+        """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted)."""
+        self.discarded += max(0, end - max(start, self.origin))
 
     def text(self, text: str) -> None:
         frame = self.frames[-1]

@@ -348,11 +348,12 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
         replays[key] = _Replay(parser._state(parser._buf), parser._prefix_len, copy_json(parser.initial_events))
 
 
-def _specialised_message(grammar: Grammar, text: str, prefix: str, tools: ToolTypes | None,
-                         options: ParseOptions) -> Message | None:
-    """The message of a whole output from the grammar's specialised one-shot parser (grammar_parse._engine.oneshot),
-    started where the session would start (the prompt's tail replayed: its snapshot, once a parser made
-    one); None where that parser declines or cannot start, and the session parses the output."""
+def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes | None,
+                      options: ParseOptions) -> tuple[Message, int] | None:
+    """The message of a whole output from the grammar's specialised one-shot parser (grammar_parse._engine.oneshot)
+    and how many of its characters went into no field (``discarded_spans`` summed), started where the session
+    would start (the prompt's tail replayed: its snapshot, once a parser made one); None where that parser
+    declines or cannot start, and the session parses the output."""
     fast = oneshot.specialised(grammar) if oneshot.SPECIALISED and grammar.settle is None and not options.trace else None
     if fast is None:
         return None
@@ -361,7 +362,7 @@ def _specialised_message(grammar: Grammar, text: str, prefix: str, tools: ToolTy
         return None  # (the session warns that the prompt holds no start anchor)
     asked = grammar.calls_in_reasoning if options.calls_in_reasoning is None else options.calls_in_reasoning
     drafts = reasoning_states(grammar) if reading(asked) != "always" else {}
-    start, buf, pos, output, frames = fast.start, text, 0, copy_json(grammar.defaults), []
+    start, buf, pos, output, frames, origin = fast.start, text, 0, copy_json(grammar.defaults), [], 0
     if tail:
         key = (tail, options.strict, False, options.max_region_chars, options.max_json_depth)
         replay = grammar.tables.shared.get("replays", {}).get(key)
@@ -373,10 +374,11 @@ def _specialised_message(grammar: Grammar, text: str, prefix: str, tools: ToolTy
         if found is None or loose or any(f.passthrough or f.repair or f.path is not None or f.walk for f in kept):
             return None
         start, buf, pos, output = found, state.buf + text, state.pos, copy_json(output)
+        origin = replay.prefix_len - state.base  # (the output's first character, in the buffer)
         frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
                    f.start + len(f.open_text) - state.base, None] for f in kept]
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
-                           options.max_region_chars, drafts)
+                           options.max_region_chars, drafts, origin)
 
 
 # ---------------------------------------------------------------------------- the message at the end
@@ -1083,10 +1085,9 @@ def parse_response(
     grammar = resolve_grammar(template)
     if oneshot.SPECIALISED and grammar.settle is None:
         tools = list(tools) if isinstance(tools, Iterator) else tools  # (read twice where the session takes over)
-        message = _specialised_message(grammar, text, _output_prefix(prefix, None), ToolTypes.from_tools(tools),
-                                       options)
-        if message is not None:
-            return message
+        found = specialised_parse(grammar, text, _output_prefix(prefix, None), ToolTypes.from_tools(tools), options)
+        if found is not None:
+            return found[0]
     parser = ResponseParser(grammar, prefix, tools=tools, options=options)
     if parser.grammar.settle is not None:
         # One-shot settling needs no streaming regions: the hook's own run is the result.
