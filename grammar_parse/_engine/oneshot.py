@@ -39,9 +39,12 @@ from .values import fill
 #: the session or as an escape hatch).
 SPECIALISED = os.environ.get("GRAMMAR_PARSE_SPECIALISED", "1") != "0"
 
-#: Past this many stacks (or this deep a stack) a grammar gets no specialised parser: its outputs nest.
+#: Past this many stacks (or this deep a stack, or this many steps worked out) a grammar gets no specialised
+#: parser: its outputs nest, or it has too many delimiters to work out ahead (an authored grammar is
+#: untrusted: the work is bounded, about 0.2 s at most).
 MAX_CONFIGS = 2048
 MAX_DEPTH = 48
+MAX_STEPS = 50_000
 
 # A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
 _OPEN, _TEXT_OPEN, _CLOSE = 0, 1, 2
@@ -99,9 +102,13 @@ class OneShot:
         self.configs: dict[tuple[tuple[int, ...], str | None], _Config] = {}
         self.recorder = _Recorder(grammar)
         self.start = self._config((tables.parse_table.start_states["start"],), None)
-        todo, seen = [self.start], {id(self.start)}
+        todo, seen, steps = [self.start], {id(self.start)}, 0
         while todo:
-            for step in self._explore(todo.pop()):
+            found = self._explore(todo.pop())
+            steps += len(found)
+            if steps > MAX_STEPS:
+                raise _TooMany
+            for step in found:
                 if id(step.config) not in seen:
                     seen.add(id(step.config))
                     todo.append(step.config)
