@@ -138,3 +138,17 @@ def test_a_generator_of_tools_is_read_once_whoever_parses() -> None:
         message = grammar_parse.parse_response(text, "qwen3", prefix="", tools=(t for t in [tool]), strict=False)
         assert message["tool_calls"][0]["function"]["name"] == "f"
         assert message["tool_calls"][0]["function"]["arguments"] in ({"n": 3}, '{"n": "3"}')
+
+
+def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delimiter's regex past its time limit raises inside the scan: lenient mode records it (the session
+    does), it is never raised from the specialised parser."""
+    from grammar_parse._engine.scanner import Scanner
+
+    def timed_out(*args: Any) -> Any:
+        raise grammar_parse.ParseError("delimiter X ran past its time limit", code="parse.timeout")
+    monkeypatch.setattr(Scanner, "_scan_final", timed_out)
+    message = grammar_parse.parse_response("Hello.", "qwen3", prefix="", strict=False)
+    assert [e["code"] for e in message["parse_errors"]] == ["parse.timeout"]
+    with pytest.raises(grammar_parse.ParseError):
+        grammar_parse.parse_response("Hello.", "qwen3", prefix="", strict=True)

@@ -172,7 +172,7 @@ class OneShot:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1][0])
             return build.message(self.grammar), build.discarded
-        except _Decline:
+        except (_Decline, ParseError):  # (a delimiter's regex past its time limit: the session reports it)
             return None
 
     def _walk(self, buf: str, pos: int, config: _Config, build: _Builder, drafts: Mapping[int, Region]) -> _Config:
