@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ParseError
+from ..errors import GrammarParseError
 from .content.xml import reads_elements
 from .drafts import interrupts
 from .events import Message
@@ -172,7 +172,7 @@ class OneShot:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1][0])
             return build.message(self.grammar), build.discarded
-        except (_Decline, ParseError):  # (a delimiter's regex past its time limit: the session reports it)
+        except (_Decline, GrammarParseError):  # (a delimiter's regex past its time limit: the session reports it)
             return None
 
     def _walk(self, buf: str, pos: int, config: _Config, build: _Builder, drafts: Mapping[int, Region]) -> _Config:
@@ -347,7 +347,7 @@ class _Builder:
                 raise _Decline
             if region.is_call:
                 check_calls(value)
-        except ParseError:
+        except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
             raise _Decline from None
         output, key = self.output, region.field
         if spec.join is not None:
