@@ -11,6 +11,7 @@ everything cannot pass for exact.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import warnings
 from collections.abc import Iterator
@@ -141,14 +142,15 @@ def test_a_generator_of_tools_is_read_once_whoever_parses() -> None:
 
 
 def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A delimiter's regex past its time limit raises inside the scan: lenient mode records it (the session
-    does), it is never raised from the specialised parser."""
-    from grammar_parse._engine.scanner import Scanner
+    """A delimiter's regex past its time limit fails the scan: lenient mode records it (the session does),
+    and it never escapes the specialised parser."""
+    from grammar_parse._engine.delimiters import RegexMatcher
 
     def timed_out(*args: Any) -> Any:
-        raise grammar_parse.ParseError("delimiter X ran past its time limit", code="parse.timeout")
-    monkeypatch.setattr(Scanner, "_scan_final", timed_out)
-    message = grammar_parse.parse_response("Hello.", "qwen3", prefix="", strict=False)
+        raise TimeoutError
+    monkeypatch.setattr(RegexMatcher, "search", timed_out)
+    grammar = pickle.loads(pickle.dumps(grammar_parse.load_grammar("qwen3")))  # (its parsers built from here on)
+    message = grammar_parse.parse_response("Hello.", grammar, prefix="", strict=False)
     assert [e["code"] for e in message["parse_errors"]] == ["parse.timeout"]
-    with pytest.raises(grammar_parse.ParseError):
-        grammar_parse.parse_response("Hello.", "qwen3", prefix="", strict=True)
+    with pytest.raises(grammar_parse.ParseError, match="time limit"):
+        grammar_parse.parse_response("Hello.", grammar, prefix="", strict=True)
