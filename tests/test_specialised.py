@@ -96,25 +96,15 @@ def test_the_specialised_parser_gives_the_sessions_message_or_declines(name: str
                                           f"gave {fast!r} for {text[:200]!r}"
                 assert strict_equal(fast, expected) and list(fast) == list(expected), \
                     f"{name}: {text[:200]!r}\nsession:     {expected!r}\nspecialised: {fast!r}"
-    if oneshot.specialised(grammar_parse.load_grammar(name)) is not None:
-        assert taken > 0, f"{name}: the specialised parser took none of {total} outputs"
-
-
-#: Grammars whose outputs nest without bound (their stacks are not enumerable): the session parses them.
-UNBOUNDED = {"cohere2", "k2_horizon"}
-
-
-def test_every_other_grammar_has_a_specialised_parser() -> None:
-    missing = {name for name in GRAMMARS if oneshot.specialised(grammar_parse.load_grammar(name)) is None}
-    assert missing == UNBOUNDED
+    assert taken > 0, f"{name}: the specialised parser took none of {total} outputs"
 
 
 def test_it_takes_most_golden_outputs() -> None:
-    """The share of golden outputs the specialised parser takes (82% when it was written): what makes it
+    """The share of golden outputs the specialised parser takes (93% when it was written): what makes it
     worth having, held against a change that makes it decline."""
     found = [specialised_result(name, g.text, g.prefix, g.tools, False) is not None
              for name in GRAMMARS for g in goldens(name) if "error" not in g.expected]
-    assert sum(found) / len(found) > 0.75, f"{sum(found)} of {len(found)}"
+    assert sum(found) / len(found) > 0.85, f"{sum(found)} of {len(found)}"
 
 
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:

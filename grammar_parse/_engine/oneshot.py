@@ -3,18 +3,18 @@
 One-shot parsing (``parse_response``, the batch path) knows the whole output, so nothing is streamed: no
 events, no held text, no drafts to rewind. What is left of the session's work is the scan for the next
 delimiter, the LALR steps it leads to and the regions they open and close. The steps depend only on the
-parser's state stack and the terminal, and in these grammars the stacks a parse can reach are few: they
-are enumerated once per grammar (``OneShot``), each with its live delimiters and, per terminal, the stack
-it leads to and the region actions on the way. A parse then walks that automaton: the same scan (the
-state's own ``Scanner``), a dict lookup per terminal, and the region values built as the region builder
-builds them (the same parser, transform, tool typing and call check).
+parser's state stack and the terminal, and the stacks real outputs reach are few. So each stack a parse
+reaches becomes a config of the grammar's ``OneShot``, worked out once: its live delimiters and, per
+terminal, the config it leads to and the region actions on the way. A parse then walks those configs: the
+same scan, a dict lookup per terminal, and the region values built as the region builder builds them (the
+same parser, transform, tool typing and call check).
 
 It takes only clean outputs. Anything the session handles with more than that declines (``None``), and
 the session parses the output itself: text where the grammar allows none, a delimiter the state cannot
-take, a region value that does not parse, a component region, a repeated opener, a JSON value's end, a
-zero-width delimiter, a region past its size limit, markup inside reasoning that could be a draft, a
-missing required field. So the result is the session's wherever it is given; the differential tests
-hold that for every built-in grammar.
+take, a region value that does not parse, an argument without a value, a repeated opener that is text, a
+repaired opener, a region past its size limit, markup inside reasoning that could be a draft, a missing
+required field, a regex past its time limit. So the result is the session's wherever it is given; the
+differential tests hold that for every built-in grammar.
 """
 
 from __future__ import annotations
@@ -39,12 +39,11 @@ from .values import fill
 #: the session or as an escape hatch).
 SPECIALISED = os.environ.get("GRAMMAR_PARSE_SPECIALISED", "1") != "0"
 
-#: Past this many stacks (or this deep a stack, or this many steps worked out) a grammar gets no specialised
-#: parser: its outputs nest, or it has too many delimiters to work out ahead (an authored grammar is
-#: untrusted: the work is bounded, about 0.2 s at most).
+#: A grammar's specialised parser keeps at most this many stacks, none deeper than MAX_DEPTH: an output that
+#: would need more (its regions nest deeper than outputs do) is the session's. Bounds its memory and the
+#: work an authored (untrusted) grammar can cause.
 MAX_CONFIGS = 2048
 MAX_DEPTH = 48
-MAX_STEPS = 50_000
 
 # A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
 _OPEN, _TEXT_OPEN, _CLOSE = 0, 1, 2
@@ -66,7 +65,8 @@ class _Step:
 class _Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
-    __slots__ = ("stack", "run", "top", "info", "searches", "steps", "text_step", "end_actions", "ended")
+    __slots__ = ("stack", "run", "top", "info", "searches", "steps", "text_step", "end_actions", "ended",
+                 "explored")
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
@@ -80,6 +80,7 @@ class _Config:
         self.text_step: _Step | None = None
         self.end_actions: tuple[Action, ...] = ()
         self.ended = False  # the end of the output is a step of the grammar (else open regions are closed)
+        self.explored = False  # its steps are worked out (see OneShot._explore)
 
 
 class _Recorder:
@@ -96,8 +97,7 @@ class _Recorder:
 
 
 class OneShot:
-    """A grammar's stacks and steps (see the module doc); None from :func:`specialised` where they are too
-    many."""
+    """A grammar's stacks and steps (see the module doc), worked out as parses reach them."""
 
     def __init__(self, grammar: Grammar) -> None:
         self.grammar = grammar
@@ -108,16 +108,13 @@ class OneShot:
         self.configs: dict[tuple[tuple[int, ...], str | None], _Config] = {}
         self.recorder = _Recorder(grammar)
         self.start = self._config((tables.parse_table.start_states["start"],), None)
-        todo, seen, steps = [self.start], {id(self.start)}, 0
-        while todo:
-            found = self._explore(todo.pop())
-            steps += len(found)
-            if steps > MAX_STEPS:
-                raise _TooMany
-            for step in found:
-                if id(step.config) not in seen:
-                    seen.add(id(step.config))
-                    todo.append(step.config)
+
+    def find(self, stack: tuple[int, ...], run: Terminal | None) -> _Config | None:
+        """The config of a parser stack (a replayed prompt's), None past the limits."""
+        try:
+            return self._config(stack, run)
+        except _TooMany:
+            return None
 
     # ---------------------------------------------------------------- building
     def _config(self, stack: tuple[int, ...], run: Terminal | None) -> _Config:
@@ -138,9 +135,10 @@ class OneShot:
             reduce(self.table, trial, rule, self.recorder.callbacks.get(rule), log)
         return tuple(trial), tuple(log)
 
-    def _explore(self, config: _Config) -> list[_Step]:
+    def _explore(self, config: _Config) -> None:
+        """Work out a config's steps, the first time a parse reaches it (the configs a grammar's outputs
+        reach are few; those they could reach may be many, or unbounded for a grammar whose outputs nest)."""
         info = config.info
-        steps: list[_Step] = []
         reasoning = config.info.text.region if info.text is not None else None
         for term, *_ in info.scanner.entries:
             shifted = self._shift(config.stack, term.name)
@@ -148,19 +146,16 @@ class OneShot:
                 continue  # (the session reports it: an unexpected delimiter)
             blocked = reasoning is not None and reasoning.is_reasoning and \
                 interrupts(self.grammar, list(config.stack), term, reasoning)
-            step = _Step(self._config(shifted[0], None), shifted[1], blocked)
-            config.steps[term.name] = step
-            steps.append(step)
+            config.steps[term.name] = _Step(self._config(shifted[0], None), shifted[1], blocked)
         text = info.text
         if text is not None and config.run is not text:
             shifted = self._shift(config.stack, text.name)
             if shifted is not None:
                 config.text_step = _Step(self._config(shifted[0], text), shifted[1], False)
-                steps.append(config.text_step)
         trial, log = list(config.stack), []  # type: ignore[var-annotated]
         config.ended = feed(self.table, trial, "$END", self.recorder.callbacks, log, self.end_state)
         config.end_actions = tuple(log)
-        return steps
+        config.explored = True  # (last: another thread that sees it sees the steps)
 
     # ---------------------------------------------------------------- parsing
     def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Frame],
@@ -172,13 +167,15 @@ class OneShot:
         build = _Builder(output, frames, tools, max_region, origin)
         try:
             config = self._walk(buf, pos, start, build, drafts)
+            if not config.explored:
+                self._explore(config)
             build.at = len(buf)
             build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1][0])
             return build.message(self.grammar), build.discarded
-        except (_Decline, GrammarParseError):  # (a delimiter's regex past its time limit: the session reports it)
+        except (_Decline, _TooMany, GrammarParseError):  # (a regex past its time limit: the session reports it)
             return None
 
     def _walk(self, buf: str, pos: int, config: _Config, build: _Builder, drafts: Mapping[int, Region]) -> _Config:
@@ -186,6 +183,8 @@ class OneShot:
         the end."""
         n, hits, last_empty = len(buf), SearchCache().hits, None
         while True:
+            if not config.explored:
+                self._explore(config)
             info = config.info
             if config.searches is not None:
                 term, hit = _scan(config.searches, buf, pos, hits)
@@ -245,6 +244,8 @@ class OneShot:
             build.at = pos
             build.act(step.actions)
             config = step.config
+            if not config.explored:
+                self._explore(config)
         if text.role == "text":
             build.text(buf[pos:end])
         else:
@@ -279,7 +280,7 @@ def _scan(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos: int, hi
 
 
 class _TooMany(Exception):
-    """The grammar's stacks are too many to enumerate: it gets no specialised parser."""
+    """A parse reached more stacks than a grammar's specialised parser keeps: the session parses it."""
 
 
 class _Decline(Exception):
@@ -425,16 +426,12 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
-def specialised(grammar: Grammar) -> OneShot | None:
-    """The grammar's specialised one-shot parser, built on first use (per process: it is not pickled with
-    the grammar); None where its stacks are too many."""
-    shared = grammar.tables.shared
-    if "oneshot" not in shared:
-        try:
-            shared["oneshot"] = OneShot(grammar)
-        except _TooMany:
-            shared["oneshot"] = None
-    found: OneShot | None = shared["oneshot"]
+def specialised(grammar: Grammar) -> OneShot:
+    """The grammar's specialised one-shot parser, made on first use (per process: it is not pickled with the
+    grammar); its configs are worked out as parses reach them."""
+    found: OneShot | None = grammar.tables.shared.get("oneshot")
+    if found is None:
+        found = grammar.tables.shared["oneshot"] = OneShot(grammar)
     return found
 
 

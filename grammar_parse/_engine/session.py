@@ -354,9 +354,9 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
     and how many of its characters went into no field (``discarded_spans`` summed), started where the session
     would start (the prompt's tail replayed: its snapshot, once a parser made one); None where that parser
     declines or cannot start, and the session parses the output."""
-    fast = oneshot.specialised(grammar) if oneshot.SPECIALISED and grammar.settle is None and not options.trace else None
-    if fast is None:
+    if not oneshot.SPECIALISED or grammar.settle is not None or options.trace:
         return None
+    fast = oneshot.specialised(grammar)
     tail = _anchored_tail(grammar, prefix, options.start_anchor_seconds) if prefix else ""
     if tail is None:
         return None  # (the session warns that the prompt holds no start anchor)
@@ -369,7 +369,7 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
         if replay is None:
             return None
         state = replay.state
-        found = fast.configs.get((tuple(state.stack), state.run.name if state.run is not None else None))
+        found = fast.find(tuple(state.stack), state.run)
         output, kept, _, _, loose = state.regions
         if found is None or loose or any(f.passthrough or f.repair or f.path is not None or f.walk for f in kept):
             return None
