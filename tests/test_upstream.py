@@ -415,8 +415,8 @@ def test_chat_completions_sampling_fields_reach_the_upstream(gateway, upstream):
 
 def test_a_prompt_too_long_for_the_upstream_is_context_length_exceeded_for_the_openai_client(gateway):
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="none", max_retries=0)
-    with pytest.raises(openai.BadRequestError) as raised:
+    with openai.OpenAI(base_url=f"{gateway}/v1", api_key="none", max_retries=0) as client, \
+            pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="qwen3", messages=[{"role": "user", "content": "[[fault:context]]"}])
     assert raised.value.code == "context_length_exceeded"
     assert "127.0.0.1" not in str(raised.value) and "4096" not in str(raised.value)  # (the upstream's words are logged)

@@ -50,6 +50,8 @@ def url() -> Iterator[str]:
     _APP.append(app)
     with Server(app) as address:
         yield address
+        if (client := _RESPONSES_CLIENTS.pop(address, None)) is not None:
+            client.close()
     _APP.clear()
 
 
@@ -74,8 +76,15 @@ OUTPUTS = [
 ]
 
 
+_RESPONSES_CLIENTS: dict[str, openai.OpenAI] = {}
+
+
 def responses_client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/lmsp/v1", api_key=TOKEN, max_retries=0, timeout=20)
+    """One openai client per server, closed with it (a client left to the garbage collector leaves its
+    sockets to a ResourceWarning that fails whichever test is running then)."""
+    if url not in _RESPONSES_CLIENTS:
+        _RESPONSES_CLIENTS[url] = openai.OpenAI(base_url=f"{url}/lmsp/v1", api_key=TOKEN, max_retries=0, timeout=20)
+    return _RESPONSES_CLIENTS[url]
 
 
 @pytest.mark.parametrize("output, with_tools, answer, reasoning, calls", OUTPUTS)
