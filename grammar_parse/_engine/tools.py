@@ -173,6 +173,10 @@ class ToolTypes:
         # (read for every argument of every call: worked out once per request)
         self._types = {name: {key: schema_types(schema) for key, schema in properties.items()}
                        for name, properties in self.parameters.items()}
+        # The arguments whose text a type other than string may take: the only ones a call's JSON
+        # arguments need looked at (a string only ever stays itself; see coerce).
+        self._castable = {name: {key: t for key, t in types.items() if any(x != "string" for x in t)}
+                          for name, types in self._types.items()}
 
     @classmethod
     def from_tools(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
@@ -233,8 +237,16 @@ class ToolTypes:
                 value["errors"] = [*value.get("errors", []), problem]
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
-        for key, argument in arguments.items():
-            arguments[key] = self.retype(name, key, argument, elements=elements)
+        if elements:
+            for key, argument in arguments.items():
+                arguments[key] = self.retype(name, key, argument, elements=True)
+            return value
+        # (what retype changes without elements: a string, or a list's strings, of a castable argument)
+        castable = self._castable.get(name)
+        if castable:
+            for key, argument in arguments.items():
+                if key in castable and isinstance(argument, (str, list)):
+                    arguments[key] = self.retype(name, key, argument)
         return value
 
 
