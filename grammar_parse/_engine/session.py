@@ -758,10 +758,10 @@ class ResponseParser:
                         if not kept:
                             return []
                         start = self._base - self._prefix_len
-                        if (last := kept.rfind("\n")) >= 0:  # (_Ledger.count_lines)
+                        if "\n" in kept:  # (_Ledger.count_lines, for the few chunks that hold a line break)
                             ledger = self._ledger
                             ledger.lines_before += kept.count("\n")
-                            ledger.line_start = start + last + 1
+                            ledger.line_start = start + kept.rfind("\n") + 1
                         self._base += len(kept)
                         if frame is None:
                             self._ledger.discard(start, start + len(kept))
