@@ -10,9 +10,9 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grammar_parse._engine.delimiters import LiteralMatcher, RegexMatcher, Repeat
+from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import first_chars, pattern_shape
+from grammar_parse._engine.regex_shape import first_chars, first_chars_after_space, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -106,6 +106,26 @@ def test_first_chars_of_a_pattern(pattern, expected):
                                                  "a y xy </f> </tool_call> </f"]
                   for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
         assert starts and set(starts) <= set(expected)
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r'\s{0,64};\s*(?=\{\s*"name")', ";"),     # llama3_json's separator between calls
+    (r"\s{0,8}to=(?P<name>[^\s<]+)", "t"),     # beam's call opener
+    (r"\s+(?:<a>|\[b)", "<["),
+    (r"\s*", None),                           # nothing after the run
+    (r"<x>\s*", None),                        # no leading run
+    (r"[ \t]*;", None),                       # a run of other than \s
+])
+def test_first_chars_after_a_leading_whitespace_run(pattern, expected):
+    """Where a match may start with whitespace, the characters right after it: a chunk without them can
+    only start a match in its trailing whitespace, which the fast path holds back."""
+    assert first_chars_after_space(pattern) == expected
+    if expected:
+        compiled = regex.compile(pattern, regex.DOTALL)
+        for text in [';  ;{ "name"', ' \n;\t{"name"', "  to=f<x> to=g", " <a> [b\n<a>"]:
+            for m in compiled.finditer(text, partial=True):
+                rest = m.group().lstrip(REGEX_SPACE)
+                assert not rest or rest[0] in expected
 
 
 @given(st.sampled_from([r"\s*<tool_call>", r"\s*(?:<a>|<ab>|\[X)", r"(?:<x>|</x>)\s*", r"\s*<\|im_end\|>\s*"]),

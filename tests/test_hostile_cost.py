@@ -241,6 +241,7 @@ def floods(grammar: str) -> list[str]:
     firsts: set[str] = set()
     for term in gp.load_grammar(grammar).terminals.values():
         firsts.update(getattr(term.matcher, "first_chars", None) or "")
+        firsts.update(getattr(term.matcher, "spaced_first_chars", None) or "")  # (after a whitespace run)
     return ["a.", "<", " ", "\n", "x", *sorted(firsts - {"<", " ", "\n", "x"})]
 
 

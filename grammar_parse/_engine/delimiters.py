@@ -34,6 +34,7 @@ from .regex_shape import (
     UNBOUNDED,
     backtracking_risk,
     first_chars,
+    first_chars_after_space,
     is_regex_space,
     literal_alternatives,
     pattern_shape,
@@ -450,6 +451,10 @@ class RegexMatcher(PlainState):
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
+        #: For ``\s{0,64};...`` (a leading whitespace run, then known characters): those characters (see
+        #: first_chars_after_space); the fast path then holds a trailing whitespace run, as for ``\s*<lit>``.
+        self.spaced_first_chars = None if self.zero_width or self.first_chars or self.lowered else \
+            first_chars_after_space(pattern, flags)
         #: ``(?:C)*`` when the pattern ends in a greedy ``C+`` (see tail_repeat) and nothing at its end looks
         #: past the match; lets a held match growing over C resume (note / resume).
         tail = None if undecided is not None or self.end_reach or self.lookaround else tail_repeat(pattern, flags)

@@ -142,6 +142,22 @@ def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
     return "".join(sorted(found)) if found else None
 
 
+def first_chars_after_space(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """For a pattern that starts with a run of ``\\s`` (``\\s*``, ``\\s{0,64}``, ...): the characters every
+    match has right after that run, or None (no such run, or not a small known set).
+
+    A chunk without any of them cannot hold the rest of a match: only a whitespace run at its end can
+    start one, which the session's fast path holds back (as for a leading ``\\s*`` before literals)."""
+    items = _literal_items(pattern, flags)
+    if not items or items[0][0] not in _ANY_REPEAT:
+        return None
+    body = list(items[0][1][2])
+    if body != [(sre.IN, [(sre.CATEGORY, sre.CATEGORY_SPACE)])]:
+        return None
+    found = _firsts(items[1:])
+    return "".join(sorted(found)) if found else None
+
+
 def _firsts(items: list[Any]) -> set[str] | None:
     """First characters of a parsed sequence whose first item always consumes one, else None."""
     if not items:
@@ -387,6 +403,6 @@ def spellings(items: object, limit: int = 256) -> list[str]:
     return out
 
 
-__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "is_regex_space", "last_char",
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
            "literal_alternatives", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]

@@ -73,6 +73,9 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
             hold_space |= leading
         elif isinstance(m, RegexMatcher) and m.first_chars:
             triggers.update(m.first_chars)
+        elif isinstance(m, RegexMatcher) and m.spaced_first_chars:
+            triggers.update(m.spaced_first_chars)  # (the whitespace before them: a trailing run is held)
+            hold_space = True
         else:
             return None
     # (a delimiter may start with a whitespace character, as ``\n?```<end>`` does: chunks holding one
