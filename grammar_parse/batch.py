@@ -41,7 +41,6 @@ import jmespath
 from ._engine.arguments import print_warning_line
 from ._engine.grammar import Grammar
 from ._engine import oneshot
-from ._engine.events import Message
 from ._engine.session import ResponseParser, parse_response, resolve_grammar, specialised_parse
 from ._engine.shapes import REASONING_FIELDS
 from ._engine.tools import ToolTypes, check_tools
@@ -222,7 +221,7 @@ class _Parser:
                 message = parse_response(given.text, grammar, prefix=given.prefix, tools=given.tools,
                                          options=self.options)
             elif (found := self._specialised(grammar, given)) is not None:
-                message, discarded = found
+                message, discarded = found.message, found.discarded
             else:
                 parser = ResponseParser(grammar, given.prefix, tools=given.tools, options=self.options)
                 message = parser.finalize(given.text)[0]
@@ -232,7 +231,7 @@ class _Parser:
         return result_row(message, row_id=given.id, discarded=discarded,
                           reasoning_fields=grammar.format.reasoning_fields)
 
-    def _specialised(self, grammar: Grammar, given: RowInput) -> tuple[Message, int] | None:
+    def _specialised(self, grammar: Grammar, given: RowInput) -> oneshot.Parsed | None:
         """The grammar's specialised one-shot parser's message and discarded count, where it takes the row."""
         if not oneshot.SPECIALISED:
             return None

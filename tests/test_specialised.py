@@ -144,3 +144,33 @@ def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyP
     assert [e["code"] for e in message["parse_errors"]] == ["parse.timeout"]
     with pytest.raises(grammar_parse.ParseError, match="time limit"):
         grammar_parse.parse_response("Hello.", grammar, prefix="", strict=True)
+
+
+def finalized(name: str, text: str, prefix: str, tools: Any, extended: bool, on: bool) -> tuple[str, Any]:
+    """``finalize(text)`` of a fresh parser (as ``chat_message`` and ``respond`` run it): the message, every
+    event (with the call events when ``extended``) and the discarded spans, with the specialised parser on
+    or off."""
+    oneshot.SPECIALISED = on
+    try:
+        parser = grammar_parse.ResponseParser(name, prefix, tools=tools, strict=False, extended_events=extended,
+                                              call_events=extended)
+        message, events = parser.finalize(text)
+        return "message", [message, events, [list(span) for span in parser.discarded_spans], parser.message]
+    except grammar_parse.GrammarParseError as e:
+        return "error", (type(e).__name__, e.code)
+    finally:
+        oneshot.SPECIALISED = True
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_a_fresh_parsers_finalize_gives_the_sessions_events(name: str) -> None:
+    """Where the specialised parser takes a whole output given to a fresh parser's finalize, its events are
+    the session's, one for one (what the Chat Completions and LMSP adapters and the call streamer read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for text, prefix, tools in outputs(name):
+            for extended in (False, True):
+                expected = finalized(name, text, prefix, tools, extended, on=False)
+                got = finalized(name, text, prefix, tools, extended, on=True)
+                assert got[0] == expected[0] and strict_equal(got[1], expected[1]), \
+                    f"{name} (extended={extended}): {text[:200]!r}\nsession:     {expected[1]!r}\nspecialised: {got[1]!r}"

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import GrammarParseError
 from .content.xml import reads_elements
 from .drafts import interrupts
-from .events import Message
+from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
 from .salvage import check_calls
@@ -160,11 +160,11 @@ class OneShot:
     # ---------------------------------------------------------------- parsing
     def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Frame],
               tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
-              origin: int = 0) -> tuple[Message, int] | None:
-        """The message of the output in ``buf`` from ``pos``, parsed from stack ``start`` with ``output`` and
-        the open ``frames`` (a replayed prompt's), and how many of its characters went into no field (the
-        output starts at ``origin`` in ``buf``); None where the session must parse it."""
-        build = _Builder(output, frames, tools, max_region, origin)
+              origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
+        """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
+        ``start`` with ``output`` and the open ``frames`` (a replayed prompt's); with ``events``, the
+        session's events are added to it. None where the session must parse it."""
+        build = _Builder(output, frames, tools, max_region, origin, events, extended)
         try:
             config = self._walk(buf, pos, start, build, drafts)
             if not config.explored:
@@ -174,7 +174,7 @@ class OneShot:
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1][0])
-            return build.message(self.grammar), build.discarded
+            return Parsed(build.message(self.grammar), build.discarded, build.spans)
         except (_Decline, _TooMany, GrammarParseError):  # (a regex past its time limit: the session reports it)
             return None
 
@@ -279,6 +279,14 @@ def _scan(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos: int, hi
     return best, best_hit
 
 
+class Parsed(NamedTuple):
+    """What the specialised parser gives for an output it takes."""
+
+    message: Message
+    discarded: int  # characters of the output that went into no field
+    spans: list[list[int]]  # where they are: the session's discarded spans
+
+
 class _TooMany(Exception):
     """A parse reached more stacks than a grammar's specialised parser keeps: the session parses it."""
 
@@ -288,20 +296,26 @@ class _Decline(Exception):
 
 
 #: An open region: [region, captures, open text, chunks, size, children, where its text starts in the
-#: buffer, the walk to its JSON value's end (for a region closed by it)]
+#: buffer, the walk to its JSON value's end (for a region closed by it), where its events point (a
+#: component's path; None for a message field)]
 _Frame = list[Any]
 
 
 class _Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
-    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded")
+    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded", "spans",
+                 "events", "extended")
 
     def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int,
-                 origin: int) -> None:
+                 origin: int, events: list[Event] | None = None, extended: bool = False) -> None:
         self.output = output
         self.origin = origin  # where the output starts in the buffer (the prompt's tail is before it)
         self.discarded = 0  # characters of the output that went into no field
+        self.spans: list[list[int]] = []  # ... as the session's discarded spans: [start, end) output offsets
+        # The session's events, where a parser's finalize asks for them (``extended``: with the captures).
+        self.events = events
+        self.extended = extended
         self.frames = frames
         self.tools = tools
         self.max_region = max_region
@@ -337,10 +351,40 @@ class _Builder:
                 self.push(what.region, {}, "")
 
     def push(self, region: Region, captures: dict[str, str], open_text: str) -> None:
-        if region.parent is not None and not any(f[0].rule == region.parent for f in self.frames):
-            raise _Decline  # a component outside the region it belongs to: the session reports it
+        path: list[str | int] | None = None
+        if region.parent is not None:
+            parent = next((f for f in reversed(self.frames) if f[0].rule == region.parent), None)
+            if parent is None:
+                raise _Decline  # a component outside the region it belongs to: the session reports it
+            if self.events is not None:
+                path = self._component_path(parent, region, captures)
         self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()},
-                            self.at + len(open_text), None])
+                            self.at + len(open_text), None, path])
+        if self.events is not None:
+            event: dict[str, Any] = {"type": "region_open", "field": region.field if path is None else path[0]}
+            if path is not None:
+                event["path"] = path
+            if self.extended:
+                event["captures"] = captures
+                if path is None:
+                    event["region"] = region.rule
+            self.events.append(event)  # type: ignore[arg-type]
+
+    def _component_path(self, parent: _Frame, region: Region, captures: dict[str, str]) -> list[str | int]:
+        """Where a component's events point (the session's RegionBuilder._push)."""
+        if parent[8] is not None:
+            path: list[str | int] = [*parent[8], region.key]
+        elif not parent[0].spec.repeats:
+            path = [parent[0].field, region.key]
+        else:
+            existing = self.output.get(parent[0].field)
+            path = [parent[0].field, len(existing) if isinstance(existing, list) else 0, region.key]
+        if region.entry_key is not None:
+            try:
+                path.append(str(fill(region.entry_key, captures)))
+            except (KeyError, ValueError):
+                pass  # the entry's key comes from a component not parsed yet
+        return path
 
     def repeat(self, term: Terminal) -> None:
         """An opener written again at the start of its region is markup (the session's ``repeat``)."""
@@ -350,7 +394,13 @@ class _Builder:
 
     def discard(self, start: int, end: int) -> None:
         """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted)."""
-        self.discarded += max(0, end - max(start, self.origin))
+        start, end = max(start - self.origin, 0), end - self.origin
+        if end > start:
+            self.discarded += end - start
+            if self.spans and self.spans[-1][1] == start:
+                self.spans[-1][1] = end
+            else:
+                self.spans.append([start, end])
 
     def text(self, text: str) -> None:
         frame = self.frames[-1]
@@ -358,6 +408,12 @@ class _Builder:
         if frame[4] > self.max_region:
             raise _Decline
         frame[3].append(text)
+        if self.events is not None:
+            event: dict[str, Any] = {"type": "region_chunk", "field": frame[0].field if frame[8] is None else
+                                     frame[8][0], "text": text, "dirty": frame[0].dirty}
+            if frame[8] is not None:
+                event["path"] = frame[8]
+            self.events.append(event)  # type: ignore[arg-type]
 
     def close(self, region: Region) -> None:
         frames = self.frames
@@ -365,7 +421,7 @@ class _Builder:
             if region.implicit:
                 return
             self.push(region, {}, "")
-        _, captures, open_text, chunks, _, children, _, _ = frames.pop()
+        _, captures, open_text, chunks, _, children, _, _, path = frames.pop()
         spec = region.spec
         shifting = self.shifting
         closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
@@ -377,6 +433,9 @@ class _Builder:
             value = spec.value("".join(chunks), captures, open_text, close_text, children)
             if region.parent is not None:
                 self._component(region, captures, children, value)
+                if self.events is not None:
+                    self.events.append({"type": "region_close", "field": path[0], "path": path,
+                                        "value": value})
                 return
             if self.tools is not None:
                 value = self.tools.apply(value, elements=reads_elements(spec))
@@ -399,6 +458,8 @@ class _Builder:
                 output[key] = list(values)
         else:
             output[key] = value
+        if self.events is not None:
+            self.events.append({"type": "region_close", "field": key, "value": value})
 
     def _component(self, region: Region, captures: dict[str, str], children: dict[str, Any], value: Any) -> None:
         """A component's value goes into its parent's scope (the session's ``_store_component``)."""
@@ -435,4 +496,4 @@ def specialised(grammar: Grammar) -> OneShot:
     return found
 
 
-__all__ = ["SPECIALISED", "OneShot", "specialised"]
+__all__ = ["SPECIALISED", "OneShot", "Parsed", "specialised"]

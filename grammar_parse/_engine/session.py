@@ -349,7 +349,7 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
 
 
 def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes | None,
-                      options: ParseOptions) -> tuple[Message, int] | None:
+                      options: ParseOptions) -> oneshot.Parsed | None:
     """The message of a whole output from the grammar's specialised one-shot parser (grammar_parse._engine.oneshot)
     and how many of its characters went into no field (``discarded_spans`` summed), started where the session
     would start (the prompt's tail replayed: its snapshot, once a parser made one); None where that parser
@@ -376,7 +376,7 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
         start, buf, pos, output = found, state.buf + text, state.pos, copy_json(output)
         origin = replay.prefix_len - state.base  # (the output's first character, in the buffer)
         frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
-                   f.start + len(f.open_text) - state.base, None] for f in kept]
+                   f.start + len(f.open_text) - state.base, None, None] for f in kept]
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
                            options.max_region_chars, drafts, origin)
 
@@ -688,6 +688,7 @@ class ResponseParser:
         if prefix:
             with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
         self._drafting.arm(grammar)
+        self._start = (self._base, self._pos, len(self._buf))  # (fed nothing while this holds: see finalize)
         self.calls = _attach_calls(self, tools, extended_events) if call_events else None  # (its calls, as sent)
 
     # ------------------------------------------------------------------ public API
@@ -798,6 +799,8 @@ class ResponseParser:
     def _finalize(self, text: str) -> tuple[Message, list[Event]]:
         if self._finalized:
             raise _finalized_error()
+        if (done := _specialised_finalize(self, text)) is not None:
+            return done
         self._finalized = True
         self._fast = None
         self._buf = self._join_held() + text
@@ -944,6 +947,38 @@ class ResponseParser:
             self._pos -= cut
             self._base += cut
             self._cache.clear()
+
+
+def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, list[Event]] | None:
+    """``finalize(text)`` of a parser fed nothing yet (one-shot: ``chat_message``, ``respond``), by the
+    grammar's specialised one-shot parser, which also makes the session's events; None where it does not
+    take the output (or the parser holds more than a replayed prompt), and the session parses it."""
+    if not oneshot.SPECIALISED or not text or parser._log is not None or parser._trace is not None \
+            or parser._held or parser._drafting.open is not None or parser._degraded or parser.errors \
+            or parser._ledger.discarded or parser._last_empty is not None \
+            or (parser._base, parser._pos, len(parser._buf)) != parser._start:
+        return None
+    frames = parser._frames
+    if any(f.passthrough or f.repair or f.path is not None or f.walk for f in frames):
+        return None
+    fast = oneshot.specialised(parser._grammar)
+    start = fast.find(tuple(parser._stack), parser._syntax.run)
+    if start is None:
+        return None
+    base = parser._base
+    built = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
+              f.start + len(f.open_text) - base, None, None] for f in frames]
+    events: list[Event] = []
+    found = fast.parse(parser._buf + text, parser._pos, start, copy_json(parser._regions.output), built,
+                       parser._tools, parser._max_region, parser._drafting.states, parser._prefix_len - base,
+                       events, parser._regions.extended)
+    if found is None:
+        return None
+    parser._finalized, parser._fast = True, None
+    parser._regions.output = found.message
+    parser._regions.frames.clear()
+    parser._ledger.discarded.extend(found.spans)
+    return found.message, events
 
 
 def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
