@@ -32,6 +32,12 @@ MUTANTS = 40 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 4
 GRAMMARS = sorted(grammar_parse.list_grammars())
 
 
+@pytest.fixture(autouse=True)
+def specialised_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the specialised parser: on, whatever GRAMMAR_PARSE_SPECIALISED says."""
+    monkeypatch.setattr(oneshot, "SPECIALISED", True)
+
+
 def outputs(name: str) -> Iterator[tuple[str, str, Any]]:
     """(output, prompt, tools): the grammar's goldens, transcripts, drift rewrites and mutants of its goldens."""
     grammar = grammar_parse.load_grammar(name)
