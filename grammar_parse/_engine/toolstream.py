@@ -196,7 +196,7 @@ class _JsonCallReader:
         self.plan = plan
         self.kind = plan.kind  # (read on every value)
         self.captures = captures
-        self.walker = JsonWalker(self)
+        self.walker: JsonWalker | None = None  # (made when text is first walked: a call read whole needs none)
         self.text: list[str] = []  # the body seen so far, for slicing (only what is still needed is kept)
         self.text_base = 0
         self.key_at: dict[int, str] = {}
@@ -227,15 +227,21 @@ class _JsonCallReader:
         text = "".join(self.pending)
         self.pending = []
         self.text.append(text)
-        self.walker.feed(text)
+        walker = self._walker()
+        walker.feed(text)
         if self.capturing and self.held is None:
-            self._send_until(self.walker.offset)
+            self._send_until(walker.offset)
         self._compact()
+
+    def _walker(self) -> JsonWalker:
+        if self.walker is None:
+            self.walker = JsonWalker(self)
+        return self.walker
 
     def settle(self, values: list[Any]) -> None:
         """The region closes: read the call whole where it can be (one strict JSON object, nothing walked
         yet, a clean call value), else walk what is left."""
-        if not (WHOLE_CALLS and self.pending and self.walker.offset == 0 and self.call is not None
+        if not (WHOLE_CALLS and self.pending and self.walker is None and self.call is not None
                 and self.kind in ("json_body", "json_key") and self.whole("".join(self.pending), values)):
             self.walk()
         self.pending = []
@@ -309,7 +315,7 @@ class _JsonCallReader:
         return whole[start - self.text_base:end - self.text_base]
 
     def _compact(self) -> None:
-        offset = self.walker.offset
+        offset = self._walker().offset
         if offset <= self.text_base + 4096:
             return  # nothing to drop yet (every position still needed is at most the walker's)
         keep = min(self.sent_to if self.capturing else offset,
@@ -347,7 +353,7 @@ class _JsonCallReader:
         if depth > json_depth():
             # Past the depth a JSON body may have nothing more is certain: the walk stops here, where the
             # salvage of a broken region stops too (a call found after it would be one the message lacks).
-            self.walker.done = True
+            self._walker().done = True
             return
         plan = self.plan
         if self.kind == "json_name_keys" and self.name_depth == 0:
@@ -412,11 +418,12 @@ class _JsonCallReader:
             self.streamer._close_call(self.call)
             return
         self.walk()
-        self.walker.finish()
+        walker = self._walker()
+        walker.finish()
         if self.call is not None:
             if self.call.broken and self.capturing:
                 self.held = None  # a value held for retyping never completed: send the model's bytes
-                self._send_until(self.walker.offset)
+                self._send_until(walker.offset)
             self.streamer._close_call(self.call)
 
 
