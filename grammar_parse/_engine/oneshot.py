@@ -29,11 +29,11 @@ from .drafts import interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
+from .regions import component_path, missing_fields, store, store_component, without_empty
 from .salvage import check_calls
 from .scanner import SearchCache
 from .tables import RuleHandle, feed, reduce
 from .tools import ToolTypes
-from .values import fill
 
 #: Whether the specialised parsers run (``GRAMMAR_PARSE_SPECIALISED=0`` turns them off, to compare against
 #: the session or as an escape hatch).
@@ -357,7 +357,7 @@ class _Builder:
             if parent is None:
                 raise _Decline  # a component outside the region it belongs to: the session reports it
             if self.events is not None:
-                path = self._component_path(parent, region, captures)
+                path = component_path(self.output, parent[0], parent[8], region, captures)
         self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()},
                             self.at + len(open_text), None, path])
         if self.events is not None:
@@ -369,22 +369,6 @@ class _Builder:
                 if path is None:
                     event["region"] = region.rule
             self.events.append(event)  # type: ignore[arg-type]
-
-    def _component_path(self, parent: _Frame, region: Region, captures: dict[str, str]) -> list[str | int]:
-        """Where a component's events point (the session's RegionBuilder._push)."""
-        if parent[8] is not None:
-            path: list[str | int] = [*parent[8], region.key]
-        elif not parent[0].spec.repeats:
-            path = [parent[0].field, region.key]
-        else:
-            existing = self.output.get(parent[0].field)
-            path = [parent[0].field, len(existing) if isinstance(existing, list) else 0, region.key]
-        if region.entry_key is not None:
-            try:
-                path.append(str(fill(region.entry_key, captures)))
-            except (KeyError, ValueError):
-                pass  # the entry's key comes from a component not parsed yet
-        return path
 
     def repeat(self, term: Terminal) -> None:
         """An opener written again at the start of its region is markup (the session's ``repeat``)."""
@@ -432,7 +416,8 @@ class _Builder:
         try:
             value = spec.value("".join(chunks), captures, open_text, close_text, children)
             if region.parent is not None:
-                self._component(region, captures, children, value)
+                parent = next(f for f in reversed(self.frames) if f[0].rule == region.parent)
+                store_component(parent[5], region, {**captures, **children}, value)
                 if self.events is not None:
                     self.events.append({"type": "region_close", "field": path[0], "path": path,
                                         "value": value})
@@ -445,46 +430,14 @@ class _Builder:
                 check_calls(value)
         except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
             raise _Decline from None
-        output, key = self.output, region.field
-        if spec.join is not None:
-            previous = output.get(key)
-            output[key] = value if previous is None else previous + spec.join + value
-        elif spec.repeats:
-            values = value if region.extend and isinstance(value, list) else [value]
-            existing = output.get(key)
-            if isinstance(existing, list):
-                existing.extend(values)
-            else:
-                output[key] = list(values)
-        else:
-            output[key] = value
+        store(self.output, region, value)
         if self.events is not None:
-            self.events.append({"type": "region_close", "field": key, "value": value})
-
-    def _component(self, region: Region, captures: dict[str, str], children: dict[str, Any], value: Any) -> None:
-        """A component's value goes into its parent's scope (the session's ``_store_component``)."""
-        scope = next(f for f in reversed(self.frames) if f[0].rule == region.parent)[5]
-        have = scope.get(region.key)
-        if region.entry_key is not None:
-            if isinstance(have, dict) or have is None:
-                scope.setdefault(region.key, {})[str(fill(region.entry_key, {**captures, **children}))] = value
-        elif region.spec.repeats:
-            scope.setdefault(region.key, []).append(value)
-        elif isinstance(value, dict) and isinstance(have, dict):
-            scope[region.key] = {**have, **value}
-        elif not have:
-            scope[region.key] = value
+            self.events.append({"type": "region_close", "field": region.field, "value": value})
 
     def message(self, grammar: Grammar) -> Message:
-        output = self.output
-        if any(not r.spec.optional and r.field not in output for r in grammar.regions.values()):
+        if missing_fields(grammar, self.output):
             raise _Decline  # a required field is missing: the session reports it
-        defaults = grammar.defaults
-        return Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
-
-
-def _is_empty(value: Any) -> bool:
-    return value is None or (isinstance(value, (list, dict, str)) and not value)
+        return without_empty(self.output, grammar.defaults, [])
 
 
 def specialised(grammar: Grammar) -> OneShot:

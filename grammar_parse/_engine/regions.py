@@ -9,7 +9,7 @@ session through the ``report`` callback, so the session keeps one account of err
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ERROR_CODES, ParseError
@@ -211,26 +211,13 @@ class RegionBuilder:
             parent = next((f for f in reversed(self.frames) if f.region.rule == region.parent), None)
             if parent is None:
                 raise self._unexpected(f"{region.rule} outside the {region.parent} it belongs to")
-            path: list[str | int] = [*(parent.path if parent.path is not None else self._message_path(parent)),
-                                     region.key]
-            if region.entry_key is not None:
-                try:
-                    path.append(str(fill(region.entry_key, captures)))
-                except (KeyError, ValueError):
-                    pass  # the entry's key comes from a component not parsed yet
+            path = component_path(self.output, parent.region, parent.path, region, captures)
             frame = Frame(region, captures, start, open_text, parent.field, path)
             event = {"type": "region_open", "field": frame.field, "path": path}
             if self.extended:
                 event["captures"] = captures
             self.events.append(event)
         self.frames.append(frame)
-
-    def _message_path(self, frame: Frame) -> list[str | int]:
-        """Where a message field's value will go: [field] or, for a repeated field, [field, index]."""
-        if not frame.region.spec.repeats:
-            return [frame.field]
-        existing = self.output.get(frame.field)
-        return [frame.field, len(existing) if isinstance(existing, list) else 0]
 
     def close(self, region: Region) -> None:
         """Close ``region``: its value is parsed and typed, stored in the message or its parent's scope."""
@@ -329,23 +316,8 @@ class RegionBuilder:
     def _store(self, frame: Frame, value: Any) -> None:
         """A message field's value goes into the message (joined, appended or set) and the stream."""
         region = frame.region
-        spec = region.spec
-        output = self.output
         key = region.field
-        if spec.join is not None:
-            previous = output.get(key)
-            output[key] = value if previous is None else previous + spec.join + value
-        elif spec.repeats:
-            # transformers appends each region's value, lists too; a grammar can ask that a region's list
-            # extend the field instead (two blocks of calls are one list of calls).
-            values = value if region.extend and isinstance(value, list) else [value]
-            existing = output.get(key)
-            if isinstance(existing, list):
-                existing.extend(values)
-            else:
-                output[key] = list(values)
-        else:
-            output[key] = value
+        store(self.output, region, value)
         if key == "content":
             self._content_chunks = frame.chunks
         self.events.append({"type": "region_close", "field": key, "value": value})
@@ -357,25 +329,86 @@ class RegionBuilder:
     def _store_component(self, frame: Frame, value: Any) -> None:
         """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
         region = frame.region
-        scope = self._parent(region).children
-        have = scope.get(region.key)
-        if region.entry_key is not None:
-            if isinstance(have, dict) or have is None:
-                entry = fill(region.entry_key, {**frame.captures, **frame.children})
-                scope.setdefault(region.key, {})[str(entry)] = value
-        elif region.spec.repeats:
-            scope.setdefault(region.key, []).append(value)
-        elif isinstance(value, dict) and isinstance(have, dict):
-            scope[region.key] = {**have, **value}  # a whole object beside keyed entries
-        elif not have:
-            scope[region.key] = value
-        # Otherwise the call's value is already something else (arguments that did not parse, where an
-        # object follows; an object, where text that does not parse follows): it stays, as a stream that
-        # sent it must keep it; the component's text is in the call's span, and its error on the call.
+        store_component(self._parent(region).children, region, {**frame.captures, **frame.children}, value)
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
 
+
+
+def store(output: Message, region: Region, value: Any) -> None:
+    """A message field's value goes into the message: joined, appended or set (the session's region builder
+    and the specialised one-shot parser both store so)."""
+    spec, key = region.spec, region.field
+    if spec.join is not None:
+        previous = output.get(key)
+        output[key] = value if previous is None else previous + spec.join + value
+    elif spec.repeats:
+        # transformers appends each region's value, lists too; a grammar can ask that a region's list
+        # extend the field instead (two blocks of calls are one list of calls).
+        values = value if region.extend and isinstance(value, list) else [value]
+        existing = output.get(key)
+        if isinstance(existing, list):
+            existing.extend(values)
+        else:
+            output[key] = list(values)
+    else:
+        output[key] = value
+
+
+def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, Any], value: Any) -> None:
+    """A component's value goes into its parent's ``scope``: by key, appended, or as a keyed entry (its key
+    filled from ``names``, the component's captures and children)."""
+    have = scope.get(region.key)
+    if region.entry_key is not None:
+        if isinstance(have, dict) or have is None:
+            scope.setdefault(region.key, {})[str(fill(region.entry_key, names))] = value
+    elif region.spec.repeats:
+        scope.setdefault(region.key, []).append(value)
+    elif isinstance(value, dict) and isinstance(have, dict):
+        scope[region.key] = {**have, **value}  # a whole object beside keyed entries
+    elif not have:
+        scope[region.key] = value
+    # Otherwise the call's value is already something else (arguments that did not parse, where an
+    # object follows; an object, where text that does not parse follows): it stays, as a stream that
+    # sent it must keep it; the component's text is in the call's span, and its error on the call.
+
+
+def component_path(output: Message, parent: Region, parent_path: list[str | int] | None, region: Region,
+                   captures: Mapping[str, Any]) -> list[str | int]:
+    """Where the events of component ``region`` point: its parent's path (a message field's is [field], or
+    [field, index] for a repeated field), its key, and its entry's key where the captures give it."""
+    if parent_path is not None:
+        path: list[str | int] = [*parent_path, region.key]
+    elif not parent.spec.repeats:
+        path = [parent.field, region.key]
+    else:
+        existing = output.get(parent.field)
+        path = [parent.field, len(existing) if isinstance(existing, list) else 0, region.key]
+    if region.entry_key is not None:
+        try:
+            path.append(str(fill(region.entry_key, captures)))
+        except (KeyError, ValueError):
+            pass  # the entry's key comes from a component not parsed yet
+    return path
+
+
+def missing_fields(grammar: Grammar, output: Message) -> list[str]:
+    """The required fields ``output`` does not give."""
+    return [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
+
+
+def without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
+    """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
+    ``parse_errors`` when there are any."""
+    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
+    if errors:
+        final["parse_errors"] = errors
+    return final
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
 def _opener(term: Terminal) -> Callable[[RegionBuilder], None]:
@@ -407,4 +440,5 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "trailing_space"]
+__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "missing_fields", "store", "store_component", "trailing_space",
+           "without_empty"]

@@ -35,7 +35,7 @@ from .grammar import Grammar, Region, StateInfo, Terminal
 from . import oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
-from .regions import Frame, RegionBuilder
+from .regions import Frame, RegionBuilder, missing_fields, without_empty
 from .scanner import SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
@@ -107,10 +107,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return bool(a == b)
-
-
-def _is_empty(value: Any) -> bool:
-    return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
 #: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
@@ -387,7 +383,7 @@ def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
     lenient mode), empty fields are left out (the template's defaults kept), and the lenient-mode problems
     go under ``parse_errors``."""
     output = syntax.regions.output
-    missing = [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
+    missing = missing_fields(grammar, output)
     if missing:
         error = ParseError(
             f"Required response_template fields missing from parsed output: {missing}",
@@ -398,17 +394,8 @@ def _final_message(syntax: _Syntax, grammar: Grammar, strict: bool) -> Message:
         if strict:
             raise error
         syntax.record(error.code, str(error), missing[0], None)
-    syntax.regions.output = _without_empty(output, grammar.defaults, syntax.ledger.errors)
+    syntax.regions.output = without_empty(output, grammar.defaults, syntax.ledger.errors)
     return syntax.regions.output
-
-
-def _without_empty(output: Message, defaults: Mapping[str, Any], errors: list[dict[str, Any]]) -> Message:
-    """``output`` without its empty fields (the template's defaults kept), with ``errors`` under
-    ``parse_errors`` when there are any."""
-    final = Message((k, v) for k, v in output.items() if k in defaults or not _is_empty(v))
-    if errors:
-        final["parse_errors"] = errors
-    return final
 
 
 def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTypes | None, strict: bool,
@@ -417,14 +404,14 @@ def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTy
     tools; where it disagrees with the streamed regions, one ``correction`` event in ``events`` says which
     fields. When the hook fails, lenient mode records why and the regions' message stands."""
     syntax.regions.events = events
-    streamed = _without_empty(syntax.regions.output, grammar.defaults, [])
+    streamed = without_empty(syntax.regions.output, grammar.defaults, [])
     try:
         final: Message = grammar.settle.settle(text)
     except GrammarParseError as e:
         if strict:
             raise
         syntax.record(e.code, str(e), None, None)  # lenient: the regions' message stands
-        syntax.regions.output = _without_empty(syntax.regions.output, grammar.defaults, syntax.ledger.errors)
+        syntax.regions.output = without_empty(syntax.regions.output, grammar.defaults, syntax.ledger.errors)
         return syntax.regions.output
     if tools is not None and isinstance(final, dict):
         for key, value in final.items():
