@@ -14,6 +14,7 @@ text)`` for the calls, and ``finish()`` the rest.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 Call = tuple[str, Any]
@@ -107,18 +108,27 @@ class _Stream:
 
 
 # ---------------------------------------------------------------------------- qwen3: Hermes JSON
-def qwen3_oneshot(text: str) -> tuple[str, str, list[Call]]:
+def _oneshot(text: str, read_call: Callable[[str], Call]) -> tuple[str, str, list[Call]]:
+    """A whole output: its reasoning, its content (the text before the first call) and each call's body
+    read by ``read_call``."""
     reasoning, rest = _split_think(text)
     first = rest.find(CALL)
     content = (rest if first == -1 else rest[:first]).strip()
     calls: list[Call] = []
     while first != -1:
         end = rest.find(END_CALL, first)
-        body = rest[first + len(CALL):end if end != -1 else len(rest)]
-        value = json.loads(body)
-        calls.append((value["name"], value.get("arguments", {})))
+        calls.append(read_call(rest[first + len(CALL):end if end != -1 else len(rest)]))
         first = rest.find(CALL, end) if end != -1 else -1
     return reasoning, content, calls
+
+
+def _json_call(body: str) -> Call:
+    value = json.loads(body)
+    return value["name"], value.get("arguments", {})
+
+
+def qwen3_oneshot(text: str) -> tuple[str, str, list[Call]]:
+    return _oneshot(text, _json_call)
 
 
 class Qwen3Stream(_Stream):
@@ -192,18 +202,12 @@ def _parameters(body: str, types: dict[str, str]) -> dict[str, Any]:
 
 def qwen3_coder_oneshot(text: str, tools: list[dict[str, Any]]) -> tuple[str, str, list[Call]]:
     types = _types(tools)
-    reasoning, rest = _split_think(text)
-    first = rest.find(CALL)
-    content = (rest if first == -1 else rest[:first]).strip()
-    calls: list[Call] = []
-    while first != -1:
-        end = rest.find(END_CALL, first)
-        body = rest[first + len(CALL):end if end != -1 else len(rest)]
+
+    def xml_call(body: str) -> Call:
         name_at = body.find("<function=")
         name = body[name_at + 10:body.find(">", name_at)]
-        calls.append((name, _parameters(body, types.get(name, {}))))
-        first = rest.find(CALL, end) if end != -1 else -1
-    return reasoning, content, calls
+        return name, _parameters(body, types.get(name, {}))
+    return _oneshot(text, xml_call)
 
 
 class Qwen3CoderStream(_Stream):
