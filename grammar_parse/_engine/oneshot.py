@@ -29,7 +29,7 @@ from .drafts import interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import component_path, missing_fields, store, store_component, without_empty
+from .regions import Frame, component_path, missing_fields, store, store_component, without_empty
 from .salvage import check_calls
 from .scanner import SearchCache
 from .tables import RuleHandle, feed, reduce
@@ -158,7 +158,7 @@ class OneShot:
         config.explored = True  # (last: another thread that sees it sees the steps)
 
     # ---------------------------------------------------------------- parsing
-    def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Frame],
+    def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Open],
               tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
               origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
@@ -173,7 +173,7 @@ class OneShot:
             build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
-                    build.close(build.frames[-1][0])
+                    build.close(build.frames[-1].region)
             return Parsed(build.message(self.grammar), build.discarded, build.spans)
         except (_Decline, _TooMany, GrammarParseError):  # (a regex past its time limit: the session reports it)
             return None
@@ -210,7 +210,7 @@ class OneShot:
                 continue
             pos = end
             if at == end:  # a zero-width delimiter (the session's rules for it)
-                top = bool(build.frames) and build.frames[-1][0] is term.region
+                top = bool(build.frames) and build.frames[-1].region is term.region
                 if term.role == "open" and top and end < n:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
@@ -295,10 +295,34 @@ class _Decline(Exception):
     """The output is not one this parser takes: the session parses it."""
 
 
-#: An open region: [region, captures, open text, chunks, size, children, where its text starts in the
-#: buffer, the walk to its JSON value's end (for a region closed by it), where its events point (a
-#: component's path; None for a message field)]
-_Frame = list[Any]
+class _Open:
+    """An open region: what the session's Frame holds, for the regions this parser takes."""
+
+    __slots__ = ("region", "captures", "open_text", "chunks", "size", "children", "text_start", "walk", "path")
+
+    def __init__(self, region: Region, captures: dict[str, str], open_text: str, text_start: int,
+                 path: list[str | int] | None = None) -> None:
+        self.region, self.captures, self.open_text = region, captures, open_text
+        self.chunks: list[str] = []
+        self.size = 0
+        self.children: dict[str, Any] = {k: copy_json(v) for k, v in region.scope.items()}
+        self.text_start = text_start  # where its text starts in the buffer
+        self.walk: JsonEnd | None = None  # the walk to its JSON value's end (a region closed by it)
+        self.path = path  # where a component's events point (None: a message field)
+
+
+def open_regions(frames: list[Frame], base: int) -> list[_Open] | None:
+    """The session's open frames (a replayed prompt's; ``base``: the stream offset of its buffer's start)
+    as this parser's, None where one is more than it takes (passed through, repaired, a component, or
+    walked to its JSON value's end)."""
+    if any(f.passthrough or f.repair or f.path is not None or f.walk for f in frames):
+        return None
+    out = []
+    for f in frames:
+        region = _Open(f.region, dict(f.captures), f.open_text, f.start + len(f.open_text) - base)
+        region.chunks, region.size, region.children = list(f.chunks), f.size, copy_json(f.children)
+        out.append(region)
+    return out
 
 
 class _Builder:
@@ -307,7 +331,7 @@ class _Builder:
     __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded", "spans",
                  "events", "extended")
 
-    def __init__(self, output: Message, frames: list[_Frame], tools: ToolTypes | None, max_region: int,
+    def __init__(self, output: Message, frames: list[_Open], tools: ToolTypes | None, max_region: int,
                  origin: int, events: list[Event] | None = None, extended: bool = False) -> None:
         self.output = output
         self.origin = origin  # where the output starts in the buffer (the prompt's tail is before it)
@@ -325,11 +349,11 @@ class _Builder:
     def value_end(self, region: Region, buf: str) -> int:
         """Where the open ``region``'s JSON value ends (-1: not in the output, or it is not on top)."""
         frame = self.frames[-1] if self.frames else None
-        if frame is None or frame[0] is not region:
+        if frame is None or frame.region is not region:
             return -1
-        if frame[7] is None:
-            frame[7] = JsonEnd(frame[6])
-        end: int | None = frame[7].advance(buf, 0)
+        if frame.walk is None:
+            frame.walk = JsonEnd(frame.text_start)
+        end: int | None = frame.walk.advance(buf, 0)
         return -1 if end is None else end
 
     def act(self, actions: tuple[Action, ...]) -> None:
@@ -347,19 +371,18 @@ class _Builder:
                     if shifting[0].repair is not None and shifting[0].region is what.region:
                         raise _Decline  # (a repaired opener: reported, or passed through in strict mode)
                     self.push(what.region, captures, shifting[1])
-            elif not self.frames or self.frames[-1][0] is not what.region:
+            elif not self.frames or self.frames[-1].region is not what.region:
                 self.push(what.region, {}, "")
 
     def push(self, region: Region, captures: dict[str, str], open_text: str) -> None:
         path: list[str | int] | None = None
         if region.parent is not None:
-            parent = next((f for f in reversed(self.frames) if f[0].rule == region.parent), None)
+            parent = next((f for f in reversed(self.frames) if f.region.rule == region.parent), None)
             if parent is None:
                 raise _Decline  # a component outside the region it belongs to: the session reports it
             if self.events is not None:
-                path = component_path(self.output, parent[0], parent[8], region, captures)
-        self.frames.append([region, captures, open_text, [], 0, {k: copy_json(v) for k, v in region.scope.items()},
-                            self.at + len(open_text), None, path])
+                path = component_path(self.output, parent.region, parent.path, region, captures)
+        self.frames.append(_Open(region, captures, open_text, self.at + len(open_text), path))
         if self.events is not None:
             event: dict[str, Any] = {"type": "region_open", "field": region.field if path is None else path[0]}
             if path is not None:
@@ -373,7 +396,7 @@ class _Builder:
     def repeat(self, term: Terminal) -> None:
         """An opener written again at the start of its region is markup (the session's ``repeat``)."""
         frame = self.frames[-1] if self.frames else None
-        if frame is None or frame[0] is not term.region or any(chunk.strip() for chunk in frame[3]):
+        if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
             raise _Decline  # then it is text, which the session routes by trying the parser
 
     def discard(self, start: int, end: int) -> None:
@@ -388,24 +411,26 @@ class _Builder:
 
     def text(self, text: str) -> None:
         frame = self.frames[-1]
-        frame[4] += len(text)
-        if frame[4] > self.max_region:
+        frame.size += len(text)
+        if frame.size > self.max_region:
             raise _Decline
-        frame[3].append(text)
+        frame.chunks.append(text)
         if self.events is not None:
-            event: dict[str, Any] = {"type": "region_chunk", "field": frame[0].field if frame[8] is None else
-                                     frame[8][0], "text": text, "dirty": frame[0].dirty}
-            if frame[8] is not None:
-                event["path"] = frame[8]
+            event: dict[str, Any] = {"type": "region_chunk", "field": frame.region.field if frame.path is None
+                                     else frame.path[0], "text": text, "dirty": frame.region.dirty}
+            if frame.path is not None:
+                event["path"] = frame.path
             self.events.append(event)  # type: ignore[arg-type]
 
     def close(self, region: Region) -> None:
         frames = self.frames
-        if not frames or frames[-1][0] is not region:
+        if not frames or frames[-1].region is not region:
             if region.implicit:
                 return
             self.push(region, {}, "")
-        _, captures, open_text, chunks, _, children, _, _, path = frames.pop()
+        frame = frames.pop()
+        captures, open_text, chunks, children, path = frame.captures, frame.open_text, frame.chunks, \
+            frame.children, frame.path
         spec = region.spec
         shifting = self.shifting
         closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
@@ -416,11 +441,10 @@ class _Builder:
         try:
             value = spec.value("".join(chunks), captures, open_text, close_text, children)
             if region.parent is not None:
-                parent = next(f for f in reversed(self.frames) if f[0].rule == region.parent)
-                store_component(parent[5], region, {**captures, **children}, value)
-                if self.events is not None:
-                    self.events.append({"type": "region_close", "field": path[0], "path": path,
-                                        "value": value})
+                parent = next(f for f in reversed(self.frames) if f.region.rule == region.parent)
+                store_component(parent.children, region, {**captures, **children}, value)
+                if self.events is not None and path is not None:  # (a component's events have its path)
+                    self.events.append({"type": "region_close", "field": str(path[0]), "path": path, "value": value})
                 return
             if self.tools is not None:
                 value = self.tools.apply(value, elements=reads_elements(spec))
@@ -449,4 +473,4 @@ def specialised(grammar: Grammar) -> OneShot:
     return found
 
 
-__all__ = ["SPECIALISED", "OneShot", "Parsed", "specialised"]
+__all__ = ["SPECIALISED", "OneShot", "Parsed", "open_regions", "specialised"]

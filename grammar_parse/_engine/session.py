@@ -367,12 +367,11 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
         state = replay.state
         found = fast.find(tuple(state.stack), state.run)
         output, kept, _, _, loose = state.regions
-        if found is None or loose or any(f.passthrough or f.repair or f.path is not None or f.walk for f in kept):
+        regions = oneshot.open_regions(kept, state.base)
+        if found is None or loose or regions is None:
             return None
-        start, buf, pos, output = found, state.buf + text, state.pos, copy_json(output)
+        start, buf, pos, output, frames = found, state.buf + text, state.pos, copy_json(output), regions
         origin = replay.prefix_len - state.base  # (the output's first character, in the buffer)
-        frames = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
-                   f.start + len(f.open_text) - state.base, None, None] for f in kept]
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
                            options.max_region_chars, drafts, origin)
 
@@ -945,16 +944,12 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
             or parser._ledger.discarded or parser._last_empty is not None \
             or (parser._base, parser._pos, len(parser._buf)) != parser._start:
         return None
-    frames = parser._frames
-    if any(f.passthrough or f.repair or f.path is not None or f.walk for f in frames):
-        return None
+    base = parser._base
+    built = oneshot.open_regions(parser._frames, base)
     fast = oneshot.specialised(parser._grammar)
     start = fast.find(tuple(parser._stack), parser._syntax.run)
-    if start is None:
+    if start is None or built is None:
         return None
-    base = parser._base
-    built = [[f.region, dict(f.captures), f.open_text, list(f.chunks), f.size, copy_json(f.children),
-              f.start + len(f.open_text) - base, None, None] for f in frames]
     events: list[Event] = []
     found = fast.parse(parser._buf + text, parser._pos, start, copy_json(parser._regions.output), built,
                        parser._tools, parser._max_region, parser._drafting.states, parser._prefix_len - base,
