@@ -20,7 +20,7 @@ differential tests hold that for every built-in grammar.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from ..errors import GrammarParseError
@@ -29,7 +29,7 @@ from .drafts import interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import Frame, component_path, missing_fields, store, store_component, without_empty
+from .regions import Frame, component_path, missing_fields, region_callbacks, store, store_component, without_empty
 from .salvage import check_calls
 from .scanner import SearchCache
 from .tables import RuleHandle, feed, reduce
@@ -87,13 +87,9 @@ class _Recorder:
     """Callbacks that note the region actions instead of taking them (see RegionBuilder.callbacks)."""
 
     def __init__(self, grammar: Grammar) -> None:
-        self.callbacks: dict[RuleHandle | str, Any] = {}
-        for rule, region in grammar.tables.rule_regions.items():
-            self.callbacks[rule] = lambda log, region=region: log.append((_CLOSE, region))
-        for term in grammar.terminals.values():
-            if term.region is not None and term.role in ("open", "text"):
-                kind = _OPEN if term.role == "open" else _TEXT_OPEN
-                self.callbacks[term.name] = lambda log, term=term, kind=kind: log.append((kind, term))
+        self.callbacks: dict[RuleHandle | str, Callable[[list[Action]], None]] = region_callbacks(
+            grammar, lambda region: lambda log: log.append((_CLOSE, region)),
+            lambda term: lambda log: log.append((_OPEN if term.role == "open" else _TEXT_OPEN, term)))
 
 
 class OneShot:

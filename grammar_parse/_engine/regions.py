@@ -10,7 +10,7 @@ session through the ``report`` callback, so the session keeps one account of err
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements
@@ -35,6 +35,9 @@ def trailing_space(chunks: list[str]) -> str:
         if body:
             break
     return "".join(reversed(tail))
+
+
+_C = TypeVar("_C")
 
 
 class Frame:
@@ -127,13 +130,7 @@ class RegionBuilder:
         shared = grammar.tables.shared
         callbacks: Callbacks | None = shared.get("regions")
         if callbacks is None:
-            built: dict[RuleHandle | str, Callable[[RegionBuilder], None]] = {}
-            for rule, region in grammar.tables.rule_regions.items():
-                built[rule] = _closer(region)
-            for term in grammar.terminals.values():
-                if term.region is not None and term.role in ("open", "text"):
-                    built[term.name] = _opener(term)
-            callbacks = shared["regions"] = built
+            callbacks = shared["regions"] = region_callbacks(grammar, _closer, _opener)
         return callbacks
 
     def chunk(self, frame: Frame, text: str) -> RegionChunk:
@@ -393,6 +390,17 @@ def component_path(output: Message, parent: Region, parent_path: list[str | int]
     return path
 
 
+def region_callbacks(grammar: Grammar, closer: Callable[[Region], _C], opener: Callable[[Terminal], _C]
+                     ) -> dict[RuleHandle | str, _C]:
+    """The parser's callbacks that act on regions: ``closer(region)`` for each rule whose reduction closes a
+    region, ``opener(terminal)`` for each terminal that opens one (its delimiter, or its first text)."""
+    built: dict[RuleHandle | str, _C] = {rule: closer(region) for rule, region in grammar.tables.rule_regions.items()}
+    for term in grammar.terminals.values():
+        if term.region is not None and term.role in ("open", "text"):
+            built[term.name] = opener(term)
+    return built
+
+
 def missing_fields(grammar: Grammar, output: Message) -> list[str]:
     """The required fields ``output`` does not give."""
     return [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
@@ -440,5 +448,5 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "missing_fields", "store", "store_component", "trailing_space",
+__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "missing_fields", "region_callbacks", "store", "store_component", "trailing_space",
            "without_empty"]
