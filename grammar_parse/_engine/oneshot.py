@@ -31,7 +31,7 @@ from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
 from .regions import Frame, component_path, missing_fields, region_callbacks, store, store_component, without_empty
 from .salvage import check_calls
-from .scanner import SearchCache
+from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce
 from .tools import ToolTypes
 
@@ -65,17 +65,11 @@ class _Step:
 class _Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
-    __slots__ = ("stack", "run", "top", "info", "searches", "steps", "text_step", "end_actions", "ended",
+    __slots__ = ("stack", "run", "top", "info", "steps", "text_step", "end_actions", "ended",
                  "explored")
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
-        # Where every live delimiter is a plain search (most states), the scan is the few lines of _scan:
-        # (name, terminal, search, tie-break key) each; else None, and the scanner's own end-of-output scan.
-        entries = info.scanner.entries
-        self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
-            [(t.name, t, m.search, key) for t, m, kind, _, _, key in entries] \
-            if all(kind == 0 for _, _, kind, *_ in entries) else None
         self.steps: dict[str, _Step] = {}
         self.text_step: _Step | None = None
         self.end_actions: tuple[Action, ...] = ()
@@ -182,8 +176,8 @@ class OneShot:
             if not config.explored:
                 self._explore(config)
             info = config.info
-            if config.searches is not None:
-                term, hit = _scan(config.searches, buf, pos, hits)
+            if info.scanner.searches is not None:  # (most states: the scan's short loop, called directly)
+                term, hit = scan_searches(info.scanner.searches, buf, pos, hits)
             else:
                 region = info.scanner.value_end
                 term, hit, _ = info.scanner._scan_final(buf, pos, hits,
@@ -247,32 +241,6 @@ class OneShot:
         else:
             build.discard(pos, end)  # text the grammar reads and keeps nowhere
         return config, end, end < wanted or config.info.scanner is not info.scanner
-
-
-def _scan(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos: int, hits: dict[str, Any]
-          ) -> tuple[Terminal | None, Any]:
-    """The scanner's end-of-output scan (Scanner._scan_final) for a state whose delimiters are all plain
-    searches: the earliest match, then the longest, then the first-ranked; each delimiter's next match
-    memoised, so the scans of one output cost its length."""
-    best: Terminal | None = None
-    best_hit: Any = None
-    best_key: Any = None
-    n = len(buf)
-    for name, term, search, sort_key in searches:
-        cached = hits.get(name)
-        if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
-            hit = cached[2]
-        else:
-            try:
-                hit = search(buf, pos)
-            except TimeoutError:
-                raise _Decline from None  # (the session reports the delimiter that ran past its time limit)
-            hits[name] = (buf, pos, hit)
-        if hit is not None and hit[0] < n:
-            key = (hit[0], hit[0] - hit[1], sort_key)
-            if best_key is None or key < best_key:
-                best, best_hit, best_key = term, hit, key
-    return best, best_hit
 
 
 class Parsed(NamedTuple):

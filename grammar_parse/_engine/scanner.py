@@ -108,6 +108,11 @@ class Scanner:
             _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
         self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
+        #: Where every live delimiter is a plain search (most states): (name, terminal, search, tie-break key)
+        #: each, for the end-of-output scan's short loop (scan_searches).
+        self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
+            [(t.name, t, m.search, key) for t, m, kind, _, _, key in self.entries] \
+            if all(kind == _SEARCH for _, _, kind, *_ in self.entries) else None
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
              value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
@@ -175,6 +180,8 @@ class Scanner:
         """``scan`` at the end of the output with no streaming scan behind it (one-shot parsing): no
         match can grow and none is pending, so it is the earliest, longest, first-ranked match."""
         n = len(buf)
+        if self.searches is not None:
+            return (*scan_searches(self.searches, buf, pos, hits), n)
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
@@ -193,6 +200,32 @@ class Scanner:
                 if best_key is None or key < best_key:
                     best, best_hit, best_key = term, hit, key
         return best, best_hit, n
+
+
+def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos: int,
+                  hits: dict[str, tuple[str, int, Hit | None]]) -> tuple[Terminal | None, Hit | None]:
+    """The end-of-output scan of a state whose delimiters are all plain searches (Scanner.searches): the
+    earliest match, then the longest, then the first-ranked; each delimiter's next match memoised as
+    :func:`_search` does, written out here (one-shot parsing runs it at every delimiter)."""
+    best: Terminal | None = None
+    best_hit: Hit | None = None
+    best_key: Any = None
+    n = len(buf)
+    for name, term, search, sort_key in searches:
+        cached = hits.get(name)
+        if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
+            hit = cached[2]
+        else:
+            try:
+                hit = search(buf, pos)
+            except TimeoutError:
+                raise _timed_out(term) from None
+            hits[name] = (buf, pos, hit)
+        if hit is not None and hit[0] < n:
+            key = (hit[0], hit[0] - hit[1], sort_key)
+            if best_key is None or key < best_key:
+                best, best_hit, best_key = term, hit, key
+    return best, best_hit
 
 
 def _search(hits: dict[str, tuple[str, int, Hit | None]], term: Terminal, matcher: Any, buf: str, pos: int,
@@ -215,4 +248,4 @@ def _timed_out(term: Terminal) -> ParseError:
                       hint="The pattern backtracks badly on this text; make it more specific.")
 
 
-__all__ = ["Scanner", "SearchCache"]
+__all__ = ["Scanner", "SearchCache", "scan_searches"]
