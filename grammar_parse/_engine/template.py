@@ -10,7 +10,7 @@ arguments that transformers would only trip over mid-stream are rejected up fron
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -168,6 +168,14 @@ def _fail(path: str, message: str, code: str, hint: str | None = None) -> Templa
     return TemplateError(message, path=path, code=code, hint=hint)
 
 
+def _refuse_unknown(path: str, given: Mapping[str, Any], known: Iterable[str], message: Callable[[list[str]], str],
+                    code: str, hint: str) -> None:
+    """TemplateError where ``given`` has keys outside ``known``: ``message`` says so of them, and the hint
+    lists the known ones after ``hint``."""
+    if unknown := sorted(set(given) - set(known)):
+        raise _fail(path, message(unknown), code, hint=f"{hint} {sorted(known)}.")
+
+
 def _compile_regex(path: str, pattern: Any) -> regex.Pattern[str]:
     if not isinstance(pattern, str):
         raise _fail(path, f"must be a regex string, got {type(pattern).__name__}", "template.type")
@@ -237,13 +245,8 @@ def _check_content_args(path: str, content: str, args: Any, *, authored: bool = 
     if not isinstance(args, dict):
         raise _fail(path, f"must be a dict, got {type(args).__name__}", "template.type")
     known = _CONTENT_ARGS[content] | (_AUTHORED_ARGS.get(content, frozenset()) if authored else frozenset())
-    if unknown := sorted(set(args) - known):
-        raise _fail(
-            path,
-            f"unknown argument(s) {unknown} for content parser '{content}'",
-            "template.content",
-            hint=f"'{content}' reads {sorted(known)}.",
-        )
+    _refuse_unknown(path, args, known, lambda keys: f"unknown argument(s) {keys} for content parser '{content}'",
+                    "template.content", f"'{content}' reads")
     if "separators" in args:
         seps = args["separators"]
         if not isinstance(seps, list) or len(seps) != 2 or not all(isinstance(x, str) for x in seps):
@@ -389,13 +392,8 @@ def _load_field(name: str, raw: Any) -> FieldTemplate:
     path = f"fields.{name}"
     if not isinstance(raw, dict):
         raise _fail(path, f"Field '{name}' must be a dict, got {type(raw).__name__}", "template.type")
-    if unknown := sorted(set(raw) - FIELD_KEYS):
-        raise _fail(
-            path,
-            f"Field '{name}': unknown keys {unknown}",
-            "template.unknown_key",
-            hint=f"A field may have {sorted(FIELD_KEYS)}.",
-        )
+    _refuse_unknown(path, raw, FIELD_KEYS, lambda keys: f"Field '{name}': unknown keys {keys}", "template.unknown_key",
+                    "A field may have")
     _content_name(f"{path}.content", raw.get("content", "text"))  # checked first, as transformers does
     open_ = load_delimiter(raw, path, "open", "open_pattern")
     close = load_delimiter(raw, path, "close", "close_pattern")
@@ -413,13 +411,8 @@ def load_template(spec: Any) -> Template:
     if version != 1 or isinstance(version, bool):
         raise _fail("version", f"Unsupported response_template version: {version}", "template.version",
                     hint="Only version 1 exists.")
-    if unknown := sorted(set(spec) - TEMPLATE_KEYS):
-        raise _fail(
-            "",
-            f"Unknown keys in response_template: {unknown}",
-            "template.unknown_key",
-            hint=f"A template may have {sorted(TEMPLATE_KEYS)}.",
-        )
+    _refuse_unknown("", spec, TEMPLATE_KEYS, lambda keys: f"Unknown keys in response_template: {keys}",
+                    "template.unknown_key", "A template may have")
     defaults = spec.get("defaults", {})
     if not isinstance(defaults, dict):
         raise _fail("defaults", "response_template.defaults must be a dict", "template.type")
