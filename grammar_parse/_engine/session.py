@@ -112,7 +112,7 @@ def _same(a: Any, b: Any) -> bool:
 #: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
 #: trigger character or the search for several, whether a trailing whitespace run is held back, and
 #: the open region (None: the text belongs to no field).
-_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None]
+_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonEnd | None]
 
 
 # ---------------------------------------------------------------------------- reported beside the message
@@ -326,7 +326,7 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
     if not tail:
         return
     key = None if parser._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
-        (tail, parser._strict, parser._regions.extended, parser._max_region, parser.max_json_depth)
+        (tail, parser._options.strict, parser._regions.extended, parser._max_region, parser.max_json_depth)
     replays: dict[Any, _Replay] = parser.grammar.tables.shared.setdefault("replays", {})
     if key is not None and (replay := replays.get(key)) is not None:
         parser._restore(replay.state)
@@ -434,11 +434,11 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     if quiet is None or text is None or run is not text:
         return None
     if text.role != "text":
-        return (quiet.trigger, quiet.hits, quiet.hold_space, None)
+        return (quiet.trigger, quiet.hits, quiet.hold_space, None, None)
     frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
     if info.scanner.value_end is not None and frame.walk is None or frame.passthrough:
         return None  # the walk to the value's end has not started; text that goes to the region around
-    return (quiet.trigger, quiet.hits, quiet.hold_space, frame)
+    return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk)
 
 
 def _finalized_error() -> FinalizedError:
@@ -644,18 +644,16 @@ class ResponseParser:
         self._grammar = grammar = resolve_grammar(template)
         self._drafting = _DraftReading(grammar, options.calls_in_reasoning)
         # A grammar settled at finalize (a legacy schema's whole run) needs the whole output, and no prompt.
-        self._settle = grammar.settle
-        prefix = _output_prefix(prefix, self._settle)
-        self._log: list[str] | None = None if self._settle is None else []
+        settle = grammar.settle
+        prefix = _output_prefix(prefix, settle)
+        self._log: list[str] | None = None if settle is None else []
         self._tools = ToolTypes.from_tools(tools)
-        self._strict = options.strict
         self._ledger = ledger = _Ledger(options.trace)
         self.errors: list[dict[str, Any]] = ledger.errors  # lenient mode: what could not be parsed (see _Ledger)
         self._trace = ledger.trace  # (the ledger's, read on the hot path)
         self._max_region = options.max_region_chars
         self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see reading.json_depth)
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
-        self._states = grammar.tables.states
         self._buf = ""
         self._held: list[str] = []  # a whitespace run held for a leading \s*: joined once (per chunk: quadratic)
         self._held_space = False  # feed() may hold whitespace aside (see _quiet)
@@ -669,7 +667,7 @@ class ResponseParser:
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
                                         lambda: self._base + self._pos)
         # (the syntax's region builder, its open frames and its LALR state stack, read on the hot path)
-        self._regions, self._frames, self._stack = syntax.regions, syntax.frames, syntax.stack
+        self._regions, self._stack = syntax.regions, syntax.stack
         self.initial_events: list[Event] = []
         if prefix:
             with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
@@ -714,6 +712,48 @@ class ResponseParser:
 
     def feed(self, text: str) -> list[Event]:
         """Add the next piece of model output; return the events it completes."""
+        fast = self._fast  # (None once finalized, while a draft is open or whitespace is held: see _quiet)
+        if fast is not None and type(text) is str and text:
+            trigger, search, hold_space, frame, walk = fast
+            if not (text.find(trigger) >= 0 if search is None else search(text)):
+                # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
+                # except a trailing whitespace run that a leading \s* may still claim. Text that would
+                # pass the region size limit takes the general route, which applies it.
+                if self._log is not None:
+                    self._log.append(text)
+                # (this path runs for most chunks of a stream: what it calls is written out inline)
+                if hold_space:
+                    if not text.strip(REGEX_SPACE):
+                        self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
+                        return []
+                    combined = (self._join_held() if self._held else self._buf) + text
+                    kept = combined.rstrip(REGEX_SPACE)
+                else:
+                    kept = combined = self._buf + text  # (nothing is held where no whitespace run is)
+                # (a region that ends with its JSON value takes the general route once the value ends)
+                if frame is None or frame.size + len(kept) <= self._max_region and \
+                        (walk is None or walk.advance(combined, self._base) is None):
+                    self._buf = combined[len(kept):]
+                    if not kept:
+                        return []
+                    start = self._base - self._prefix_len
+                    if "\n" in kept:  # (_Ledger.count_lines, for the few chunks that hold a line break)
+                        ledger = self._ledger
+                        ledger.lines_before += kept.count("\n")
+                        ledger.line_start = start + kept.rfind("\n") + 1
+                    self._base += len(kept)
+                    if frame is None:
+                        self._ledger.discard(start, start + len(kept))
+                        return []
+                    frame.size += len(kept)
+                    frame.chunks.append(kept)  # (RegionBuilder.chunk, for a frame that is not passed through)
+                    event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": kept,
+                                          "dirty": frame.region.dirty}
+                    if frame.path is not None:
+                        event["path"] = frame.path
+                    return [event]
+                self._buf = combined
+                return self._general([])
         if type(text) is not str:
             expect_text(text, "text")
         if self._finalized:
@@ -721,49 +761,16 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
-            # (neither whitespace is held nor the fast path set while a draft is open: see _quiet)
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
-            fast = self._fast
-            if fast is not None:
-                trigger, search, hold_space, frame = fast
-                if not (text.find(trigger) >= 0 if search is None else search(text)):
-                    # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
-                    # except a trailing whitespace run that a leading \s* may still claim. Text that would
-                    # pass the region size limit takes the general route, which applies it.
-                    if hold_space and not text.strip(REGEX_SPACE):
-                        self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
-                        return []
-                    # (this path runs for most chunks of a stream: what it calls is written out inline)
-                    combined = (self._join_held() if self._held else self._buf) + text
-                    kept = combined.rstrip(REGEX_SPACE) if hold_space else combined
-                    # (a region that ends with its JSON value takes the general route once the value ends)
-                    if (frame is None or frame.size + len(kept) <= self._max_region and
-                            (frame.walk is None or frame.walk.advance(combined, self._base) is None)):
-                        self._buf = combined[len(kept):]
-                        if not kept:
-                            return []
-                        start = self._base - self._prefix_len
-                        if "\n" in kept:  # (_Ledger.count_lines, for the few chunks that hold a line break)
-                            ledger = self._ledger
-                            ledger.lines_before += kept.count("\n")
-                            ledger.line_start = start + kept.rfind("\n") + 1
-                        self._base += len(kept)
-                        if frame is None:
-                            self._ledger.discard(start, start + len(kept))
-                            return []
-                        frame.size += len(kept)
-                        frame.chunks.append(kept)  # (RegionBuilder.chunk, for a frame that is not passed through)
-                        event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": kept,
-                                              "dirty": frame.region.dirty}
-                        if frame.path is not None:
-                            event["path"] = frame.path
-                        return [event]
             if self._drafting.open is not None:
                 self._drafting.open.raw.append(text)
             self._buf = self._join_held() + text
-        events: list[Event] = []
+        return self._general([])
+
+    def _general(self, events: list[Event]) -> list[Event]:
+        """The general route: scan the buffer and take what it completes."""
         with_json_depth(self.max_json_depth, _guarded, self, events, False)
         return events
 
@@ -799,9 +806,9 @@ class ResponseParser:
         _guarded(self, events, eos=True)
         self._regions.settle_loose()
         if self._log is not None:
-            return _settled_message(self._syntax, self._grammar, "".join(self._log), self._tools, self._strict,
-                                    events), events
-        return _final_message(self._syntax, self._grammar, self._strict), events
+            return _settled_message(self._syntax, self._grammar, "".join(self._log), self._tools,
+                                    self._options.strict, events), events
+        return _final_message(self._syntax, self._grammar, self._options.strict), events
 
     # ------------------------------------------------------------------ lenient mode and accounting
     def _offset(self, buffer_pos: int) -> int:
@@ -835,14 +842,14 @@ class ResponseParser:
         drafting = self._drafting
         drafting.out = events
         self._regions.events = events if drafting.open is None else drafting.open.held
-        states = self._states
+        states = self._syntax.states
         parser_stack = self._stack
         while True:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
             scanner = info.scanner
             term, hit, hold = scanner.scan(buf, pos, eos, self._cache, -1 if scanner.value_end is None else
-                                           _json_value_end(self._frames, scanner.value_end, buf, self._base))
+                                           _json_value_end(self._syntax.frames, scanner.value_end, buf, self._base))
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
@@ -859,8 +866,9 @@ class ResponseParser:
                     # A zero-width close of a region that never opened does nothing and ends the pass
                     # (transformers); any zero-width delimiter firing twice in one place would loop.
                     marker = (self._base + start, term.name)
-                    idle = term.role == "close" and not (self._frames and self._frames[-1].region is term.region)
-                    if term.role == "open" and self._frames and self._frames[-1].region is term.region \
+                    frames = self._syntax.frames
+                    idle = term.role == "close" and not (frames and frames[-1].region is term.region)
+                    if term.role == "open" and frames and frames[-1].region is term.region \
                             and end < len(buf):
                         # A lookahead opener inside its own open region (a `{` in the JSON it opened) is
                         # the region's text: it would end the region and open another at the same place.
@@ -903,10 +911,10 @@ class ResponseParser:
         if self._drafting.open is not None:
             self._fast, self._held_space = None, False
             return
-        info = self._states[self._stack[-1]]
+        info = self._syntax.states[self._stack[-1]]
         buf, pos = self._buf, self._pos
         self._fast = None if pos != len(buf) or self._trace is not None or self._grammar.tables.context \
-            else _fast_path(info, self._syntax.run, self._frames)
+            else _fast_path(info, self._syntax.run, self._syntax.frames)
         scanner = info.scanner
         run = len(buf) - pos
         quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
@@ -921,7 +929,7 @@ class ResponseParser:
             end = pos + 1  # the first character decides the new state; scan the rest under it
         syntax.text(info.text, self._buf[pos:end], self._base + pos - self._prefix_len)
         self._pos = end
-        return end < wanted or self._states[self._stack[-1]].scanner is not info.scanner
+        return end < wanted or self._syntax.states[self._stack[-1]].scanner is not info.scanner
 
     def _trim(self) -> None:
         """Drop consumed text, keeping what delimiters may look back at."""
@@ -945,7 +953,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
             or (parser._base, parser._pos, len(parser._buf)) != parser._start:
         return None
     base = parser._base
-    built = oneshot.open_regions(parser._frames, base)
+    built = oneshot.open_regions(parser._syntax.frames, base)
     fast = oneshot.specialised(parser._grammar)
     start = fast.find(tuple(parser._stack), parser._syntax.run)
     if start is None or built is None:
@@ -974,7 +982,7 @@ def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
             return
         except GrammarParseError as e:
             parser._drafting.release(parser._regions)  # (an error inside a draft is the draft's reading: it stands)
-            if parser._strict:
+            if parser._options.strict:
                 if isinstance(e, ParseError) and e.line is None and e.position is not None:
                     e.line, e.column = parser._ledger.line_column(e.position, parser._buf, parser._offset(0)) \
                         or (None, None)
