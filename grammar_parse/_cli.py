@@ -639,6 +639,45 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cove
     return EXIT_OK
 
 
+def _cmd_workbench(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - runs a server (tests/test_workbench.py runs it)
+    from .batch import Columns
+    from .workbench import open_workbench, serve_workbench
+
+    columns = Columns(text=args.text, prompt=args.prompt, tools=args.tools, id=args.id)
+    with _loading():
+        bench = open_workbench(args.grammar, samples=args.samples, model_dir=args.model_dir, columns=columns)
+
+    def ready(url: str) -> None:  # (the page's address, with its token: the page is served only with it)
+        out.write(f"grammar workbench at {url} (127.0.0.1 only; Ctrl-C stops it)\n")
+        out.flush()
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    serve_workbench(bench, port=args.port, on_ready=ready, log_level=args.log_level)
+    return EXIT_OK
+
+
+def _workbench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("grammar", nargs="?", help="the grammar to work on: a .lark or template .json file (a new one is "
+                                              "made when saved), or a built-in name (read-only: save it as a file); "
+                                              "default: the model's (--model-dir), else a skeleton")
+    p.add_argument("--samples", metavar="DIR|FILE.jsonl", help="the outputs to try it on: a folder of .txt files "
+                                                               "(with .prefix.txt, .tools.json and expected .json, as "
+                                                               "tests/golden), or a JSONL log (--text, --prompt, ...)")
+    p.add_argument("--model-dir", help="the model's directory or chat template: a grammar can start from it")
+    p.add_argument("--text", default="completion", help="JSONL samples: the record's output, a key or JMESPath "
+                                                        "(default completion)")
+    p.add_argument("--prompt", help="JSONL samples: the record's prompt (the prefix), a key or JMESPath")
+    p.add_argument("--tools", help="JSONL samples: the record's tool schemas, a key or JMESPath")
+    p.add_argument("--id", help="JSONL samples: the record's id, shown with its row, a key or JMESPath")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one, printed)")
+    p.add_argument("--open", action="store_true", help="open the page in the web browser")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="server log level (default warning)")
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
     """Where the model's chat template comes from, and its kwargs (parse, stream, render, serve, batch, view)."""
     p.add_argument("--model-dir", help="the model's directory (tokenizer_config.json or chat_template.jinja): "
@@ -814,6 +853,10 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None],
     ("view", "write one self-contained HTML page showing how an output parses: a summary of its problems, each "
              "region by field, delimiters, discarded text and errors, and the message; --row N (from 0) or --id "
              "VALUE shows a record of a batch input", _view_arguments, _cmd_view),
+    ("workbench", "write a grammar on a local web page: its load errors, every sample parsed as you type, the "
+                  "result of one (view, message, events, deltas, streamed vs one-shot, constraint export), save, "
+                  "golden files and the engines' registration (needs the serve extra)", _workbench_arguments,
+     _cmd_workbench),
     ("list", "list the built-in grammars and their aliases", _no_arguments, _cmd_list),
 )
 

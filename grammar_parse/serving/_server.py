@@ -111,6 +111,8 @@ Scope = Mapping[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+#: What :func:`serve` runs: any ASGI application (the gateway, or the grammar workbench).
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Every problem code the server answers with: code -> (HTTP status, the situation it names).
 PROBLEM_CODES: dict[str, tuple[int, str]] = {
@@ -1474,7 +1476,7 @@ def _guarded_protocol(header_timeout: float, max_connections: int) -> type:
     return GuardedH11Protocol
 
 
-def uvicorn_config(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
+def uvicorn_config(app: ASGIApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
                    header_timeout: float = 10.0, max_connections: int = 2048, timeout_keep_alive: int = 5,
                    timeout_graceful_shutdown: int = 10, max_header_bytes: int = 64 * 1024) -> Any:
     """The uvicorn configuration :func:`serve` runs: h11 (so ``max_header_bytes`` bounds a request's head),
@@ -1490,9 +1492,10 @@ def uvicorn_config(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000, *, l
                           timeout_graceful_shutdown=timeout_graceful_shutdown, server_header=False)
 
 
-def serve(app: LMSPApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
+def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
           on_ready: Callable[[str], None] | None = None, **options: Any) -> None:
-    """Run the app with uvicorn (``pip install 'grammar-parse[serve]'``) on ``host`` (loopback by default:
+    """Run an ASGI app (the gateway's :class:`LMSPApp`, or any other) with uvicorn (``pip install
+    'grammar-parse[serve]'``) on ``host`` (loopback by default:
     give ``0.0.0.0`` to serve other machines, and a token). ``on_ready(url)`` is called once the port is
     bound (``port=0`` picks a free one: the url has it); ``options`` go to :func:`uvicorn_config`."""
     try:
@@ -1514,6 +1517,6 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-__all__ = ["CHAT_REQUEST_SCHEMA", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
+__all__ = ["ASGIApp", "CHAT_REQUEST_SCHEMA", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
            "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "random_ids", "read_json",
            "serve", "template_tools", "tokens", "uvicorn_config", "well_formed"]

@@ -1,0 +1,178 @@
+"""The grammar being written: its text compiled to a :class:`Grammar`, or to load errors with their code,
+line, column and hint (the error hierarchy's own); where a new grammar starts (a built-in, the model's chat
+template, a skeleton); and the lines that register it with vLLM and SGLang."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._engine.grammar import Grammar, build_grammar
+from .._engine.json_input import JSONLimitError, load_user_json
+from .._engine.library import grammar_from_json, list_grammars, load_grammar
+from ..errors import ChatTemplateError, GrammarError, GrammarParseError, TemplateError
+from ..templates import derive_grammar, detect
+
+#: The two kinds of grammar source: an authored ``.lark`` grammar, or a response_template as JSON.
+KINDS = {"lark": ".lark", "json": ".json"}
+
+SKELETON = """\
+// MODEL: what writes this format, where it is documented, and its quirks (docs/grammar-authoring.md).
+//@ grammar_parse 1
+//@ name "mine"
+//@ defaults {"role": "assistant"}
+//@ start_anchor "<|im_start|>assistant\\n"
+//@ region reasoning_content {"content": "text"}
+//@ region content {"content": "text"}
+//@ region tool_calls {"content": "json", "repeats": true, "transform": {"type": "function", "function": {"name": "{content.name}", "arguments": "{content.arguments}"}}}
+
+start: reasoning_content? content? END_OF_TURN?
+reasoning_content: REASONING_CONTENT_OPEN REASONING_CONTENT_TEXT* REASONING_CONTENT_CLOSE
+content: (CONTENT_TEXT | tool_calls)+
+tool_calls: TOOL_CALLS_OPEN TOOL_CALLS_TEXT* TOOL_CALLS_CLOSE
+
+REASONING_CONTENT_OPEN.1: "<think>"
+REASONING_CONTENT_CLOSE: "</think>"
+TOOL_CALLS_OPEN.1: "<tool_call>"
+TOOL_CALLS_CLOSE: "</tool_call>"
+END_OF_TURN: "<|im_end|>"
+%declare REASONING_CONTENT_TEXT CONTENT_TEXT TOOL_CALLS_TEXT
+"""
+
+
+@dataclass
+class Source:
+    """The grammar on the page: its text and kind, the file it saves to (None: not chosen yet), whether it is a
+    built-in (read-only: saved only under a new path), and what compiling it gave."""
+
+    text: str
+    kind: str = "lark"
+    path: Path | None = None
+    builtin: str | None = None
+    name: str = "mine"
+    grammar: Grammar | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""  # where it came from (a detection's explanation), shown once
+
+    @property
+    def read_only(self) -> bool:
+        return self.builtin is not None
+
+    def compile(self) -> None:
+        """Compile the text: ``grammar`` when it loads, else ``errors`` (and ``grammar`` None)."""
+        self.grammar, self.errors = None, []
+        try:
+            self.grammar = compile_text(self.text, self.kind, self.name)
+        except GrammarParseError as error:
+            self.errors = [load_error(error)]
+        except RecursionError:
+            self.errors = [{"code": "grammar.syntax", "message": "the grammar nests too deeply to read",
+                            "hint": "Split the deep rule or pattern.", "line": None, "column": None}]
+
+
+def compile_text(text: str, kind: str, name: str) -> Grammar:
+    """The grammar ``text`` says: a ``.lark`` grammar, or a response_template (``kind`` ``json``)."""
+    source_name = f"{name}{KINDS[kind]}"
+    if kind == "lark":
+        return build_grammar(text, source_name=source_name, name=name)
+    try:
+        data = load_user_json(text)
+    except json.JSONDecodeError as e:
+        raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=source_name, line=e.lineno,
+                           column=e.colno) from None
+    except JSONLimitError as e:
+        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=source_name,
+                           hint="Templates need only a few levels of nesting.") from None
+    return grammar_from_json(data, name=name, source=source_name)
+
+
+def load_error(error: GrammarParseError) -> dict[str, Any]:
+    """A load error as the page shows it: code, message, hint, and where (line and column, or a template's
+    path such as ``fields.tool_calls.open_pattern``)."""
+    found: dict[str, Any] = {"code": error.code, "message": _cut(error.detail), "hint": error.hint,
+                             "line": None, "column": None}
+    if isinstance(error, GrammarError):
+        found.update(line=error.line, column=error.column)
+    elif isinstance(error, ChatTemplateError):
+        found["line"] = error.line
+    elif isinstance(error, TemplateError):
+        found["path"] = error.path
+    return found
+
+
+def _cut(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
+
+
+def builtin_source(name: str) -> Source:
+    """A built-in grammar's file, read-only (the page saves it under a new path only)."""
+    grammar = load_grammar(name)
+    canonical = grammar.name or name
+    return Source(grammar.source, "lark", None, canonical, canonical, grammar)
+
+
+def chat_template_source(model: Path) -> Source:
+    """The grammar the model's chat template reads back: the built-in detection finds (as a copy to edit),
+    else one derived from the template; ``note`` says which and why."""
+    detection = detect(model)
+    if detection.grammar is not None:
+        found = builtin_source(detection.grammar)
+        return Source(found.text, "lark", None, None, f"{found.name}_edit", None, note=detection.explain())
+    derived = derive_grammar(detection.template, name=_stem(model), renderings=list(detection.renderings))
+    return Source(derived.lark, "lark", None, None, _stem(model), None, note=detection.explain())
+
+
+def _stem(model: Path) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", (model.stem if model.is_file() else model.name).lower()).strip("_") or "derived"
+
+
+def skeleton_source() -> Source:
+    """An empty grammar to start from: reasoning, content and JSON tool calls, to rename and reshape."""
+    return Source(SKELETON, "lark", None, None, "mine", None)
+
+
+def builtin_names() -> list[str]:
+    """The built-in grammars' names, for the page's "start from" list."""
+    return sorted(list_grammars())
+
+
+def _parser_name(name: str) -> str:
+    # (grammar_parse.integrations.parser_name's spelling: that wing is above this one in the import order)
+    return "gp_" + name.replace("-", "_").replace(".", "_").lower()
+
+
+def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
+    """How to serve the grammar from vLLM and SGLang: the plug-in files and command lines of
+    docs/engines/vllm.md and docs/engines/sglang.md. A built-in is served by name; any other grammar through
+    ``register(name, path)`` in a plug-in of one's own (it must be saved first: the engine loads the file)."""
+    name = _parser_name(source.name)
+    flags = f"--tool-call-parser {name} --reasoning-parser {name}"
+    if source.builtin is not None:
+        return {"parser": name, "saved": True, "vllm": {
+            "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin "
+                       f"grammar_parse.integrations.vllm --tool-call-parser {name} \\\n    --reasoning-parser-plugin "
+                       f"grammar_parse.integrations.vllm --reasoning-parser {name}"},
+            "sglang": {"command": f"python -m sglang.launch_server --model-path {model} {flags}"}}
+    path = str(source.path) if source.path is not None else f"/path/to/{source.name}{KINDS[source.kind]}"
+    short = source.name.replace("-", "_").replace(".", "_").lower()
+    vllm_plugin = (f"# {short}_vllm.py\nfrom grammar_parse.integrations.vllm import register\n\n"
+                   f"register({short!r}, {path!r})   # served as {name}\n")
+    sglang_plugin = (f"# {short}_sglang.py: an entry point of the sglang.srt.plugins group\n"
+                     "from grammar_parse.integrations import register\n"
+                     "from grammar_parse.integrations.sglang import install as install_grammar_parse\n\n\n"
+                     "def install() -> None:\n    install_grammar_parse()\n"
+                     f"    register({short!r}, {path!r})   # served as {name}\n")
+    return {"parser": name, "saved": source.path is not None, "vllm": {
+        "plugin": vllm_plugin,
+        "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin {short}_vllm.py "
+                   f"--tool-call-parser {name} \\\n    --reasoning-parser-plugin {short}_vllm.py --reasoning-parser {name}"},
+        "sglang": {"plugin": sglang_plugin,
+                   "entry_point": f'[project.entry-points."sglang.srt.plugins"]\n{short} = "{short}_sglang:install"',
+                   "command": f"python -m sglang.launch_server --model-path {model} {flags}"}}
+
+
+__all__ = ["KINDS", "SKELETON", "Source", "builtin_names", "builtin_source", "chat_template_source", "compile_text",
+           "load_error", "registration", "skeleton_source"]
