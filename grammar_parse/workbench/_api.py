@@ -201,7 +201,8 @@ class Workbench:
             except PathRefused as e:
                 raise Refusal("path_refused", str(e)) from None
         atomic_write(target, self.source.text)
-        self.source.path, self.source.builtin = target, None
+        if target != self.source.path:  # (saved as: the grammar is the file's from now on, named by it)
+            self.source.path, self.source.builtin, self.source.name = target, None, target.stem
         return {"path": str(target), "chars": len(self.source.text)}
 
     def golden(self, sample_id: int, body: dict[str, Any]) -> dict[str, Any]:
