@@ -23,9 +23,10 @@ from .symbols import Region, Terminal
 class SearchCache:
     """A session's memo for its scans, cleared whenever the session drops consumed text (offsets shift).
 
-    ``hits``: terminal name -> (buffer, searched-from, hit), for the scans that repeat on one buffer after
-    each token. ``progress``: terminal name -> what the last streaming scan of a shorter buffer
-    established (:class:`Progress`), so the next feed's scan does not start over from the held position.
+    ``hits``: search key (:func:`search_key`: terminals written alike share one) -> (buffer, searched-from,
+    hit), for the scans that repeat on one buffer after each token. ``progress``: terminal name -> what the
+    last streaming scan of a shorter buffer established (:class:`Progress`), so the next feed's scan does not
+    start over from the held position.
     """
 
     __slots__ = ("hits", "progress")
@@ -100,6 +101,8 @@ class Scanner:
             (t, t.matcher, _VALUE_END if isinstance(t.matcher, ValueEnd) else _REPEAT if isinstance(t.matcher, Repeat)
              else _SEARCH, isinstance(t.matcher, LiteralMatcher), isinstance(t.matcher, RegexMatcher), t.sort_key)
             for t in watch if t.matcher is not None]
+        #: Per terminal, the key its searches are memoised under (search_key).
+        self.keys = {t.name: search_key(t) for t, *_ in self.entries}
         self.quiet = _quiet_test(watch)
         # A repeated opener is watched only across the first few whitespace characters of its region: past
         # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
@@ -108,10 +111,10 @@ class Scanner:
             _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
         self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
-        #: Where every live delimiter is a plain search (most states): (name, terminal, search, tie-break key)
+        #: Where every live delimiter is a plain search (most states): (search key, terminal, search, tie-break key)
         #: each, for the end-of-output scan's short loop (scan_searches).
         self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
-            [(t.name, t, m.search, key) for t, m, kind, _, _, key in self.entries] \
+            [(self.keys[t.name], t, m.search, key) for t, m, kind, _, _, key in self.entries] \
             if all(kind == _SEARCH for _, _, kind, *_ in self.entries) else None
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
@@ -122,7 +125,7 @@ class Scanner:
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
-        hits, progress = cache.hits, cache.progress
+        hits, progress, keys = cache.hits, cache.progress, self.keys
         if eos and not progress:
             return self._scan_final(buf, pos, hits, value_end)
         for term, matcher, kind, literal, is_regex, sort_key in self.entries:
@@ -147,7 +150,8 @@ class Scanner:
                             known = None
                             del progress[term.name]
                     # (a literal that was not in the shorter buffer can only end in the new text)
-                    hit = _search(hits, term, matcher, buf, pos, start if known is None or known.found or not literal
+                    hit = _search(hits, keys[term.name], matcher, buf, pos,
+                                  start if known is None or known.found or not literal
                                   else max(start, known.end - matcher.max_width + 1))
                     if not eos:
                         found, searched = hit is not None, hit
@@ -192,7 +196,7 @@ class Scanner:
                 elif kind == _REPEAT:
                     hit = matcher.search(buf, pos)
                 else:
-                    hit = _search(hits, term, matcher, buf, pos, pos)
+                    hit = _search(hits, self.keys[term.name], matcher, buf, pos, pos)
             except TimeoutError:
                 raise _timed_out(term) from None
             if hit is not None and hit[0] < n:
@@ -211,8 +215,8 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
     best_hit: Hit | None = None
     best_key: Any = None
     n = len(buf)
-    for name, term, search, sort_key in searches:
-        cached = hits.get(name)
+    for key, term, search, sort_key in searches:
+        cached = hits.get(key)
         if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
             hit = cached[2]
         else:
@@ -220,7 +224,7 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
                 hit = search(buf, pos)
             except TimeoutError:
                 raise _timed_out(term) from None
-            hits[name] = (buf, pos, hit)
+            hits[key] = (buf, pos, hit)
         if hit is not None and hit[0] < n:
             key = (hit[0], hit[0] - hit[1], sort_key)
             if best_key is None or key < best_key:
@@ -228,15 +232,26 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
     return best, best_hit
 
 
-def _search(hits: dict[str, tuple[str, int, Hit | None]], term: Terminal, matcher: Any, buf: str, pos: int,
+def search_key(term: Terminal) -> str:
+    """The key a terminal's searches are memoised under: its pattern's, so that terminals written alike (a
+    call's opener at the top and after a call, say) share one search (their matches are the same)."""
+    matcher = term.matcher
+    if isinstance(matcher, RegexMatcher):
+        return f"\0r{matcher.flags}:{matcher.pattern}"
+    if isinstance(matcher, LiteralMatcher):
+        return "\0l" + "\0".join(matcher.literals)
+    return term.name
+
+
+def _search(hits: dict[str, tuple[str, int, Hit | None]], key: str, matcher: Any, buf: str, pos: int,
             frm: int) -> Hit | None:
-    """The first match of ``term`` in ``buf`` from ``pos``, searched from ``frm`` (no match starts between
-    them), memoised per buffer: the scan repeats after each token."""
-    cached = hits.get(term.name)
+    """The first match of ``matcher`` in ``buf`` from ``pos``, searched from ``frm`` (no match starts between
+    them), memoised per buffer under ``key`` (search_key): the scan repeats after each token."""
+    cached = hits.get(key)
     if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
         return cached[2]
     hit: Hit | None = matcher.search(buf, frm)
-    hits[term.name] = (buf, pos, hit)
+    hits[key] = (buf, pos, hit)
     return hit
 
 
