@@ -119,7 +119,7 @@ class WorkbenchApp:
         if path == "/":
             _method(method, "GET")
             self._check_token(query.get("token", ""))
-            page = resources.files(__package__).joinpath("static", "index.html").read_text(encoding="utf-8")
+            page = resources.files(__package__).joinpath("static").joinpath("index.html").read_text(encoding="utf-8")
             await _send_bytes(send, 200, page.replace("__WORKBENCH_TOKEN__", self.token).encode(),
                               b"text/html; charset=utf-8")
             return
@@ -128,7 +128,7 @@ class WorkbenchApp:
             name = path.removeprefix("/static/")
             if name not in STATIC:
                 raise _problem("not_found", "no such file")
-            data = resources.files(__package__).joinpath("static", name).read_bytes()
+            data = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
             await _send_bytes(send, 200, data, STATIC[name])
             return
         if not path.startswith("/api/"):

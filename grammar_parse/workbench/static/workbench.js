@@ -44,6 +44,12 @@ function el(tag, text, className) {
 
 function json(value) { return JSON.stringify(value, null, 2); }
 
+// A path inside the working directory, shown relative to it.
+function shown(path) {
+  const root = state.root ? state.root + "/" : null;
+  return path && root && path.startsWith(root) ? path.slice(root.length) : path;
+}
+
 // ---------------------------------------------------------------- the grammar
 function renderGutter() {
   const source = $("source");
@@ -62,7 +68,7 @@ function renderGrammar(grammar, replaceText) {
   if (replaceText) $("source").value = grammar.source;
   $("kind").value = grammar.kind;
   $("grammar-name").textContent = grammar.name;
-  $("grammar-path").textContent = grammar.path || "(not saved yet)";
+  $("grammar-path").textContent = shown(grammar.path) || "(not saved yet)";
   $("read-only").hidden = !grammar.read_only;
   $("note").textContent = grammar.note || "";
   const status = $("compile-status");
@@ -105,6 +111,7 @@ const sendGrammar = debounce(async () => {
 
 // ---------------------------------------------------------------- the samples
 function applyState(data, replaceText) {
+  state.root = data.root;
   renderGrammar(data.grammar, replaceText);
   renderSamples(data.samples);
   const names = $("builtins");
@@ -113,7 +120,7 @@ function applyState(data, replaceText) {
 }
 
 function renderSamples(samples) {
-  $("samples-source").textContent = samples.source + (samples.truncated ? " (more than the limit: cut)" : "");
+  $("samples-source").textContent = shown(samples.folder || samples.source) + (samples.truncated ? " (more than the limit: cut)" : "");
   const counts = $("counts");
   counts.replaceChildren(...Object.entries(samples.counts).filter(([, n]) => n).map(([name, n]) => {
     const button = el("button", `${MARKS[name]} ${name.replace("_", " ")} ${n}`, state.only === name ? "active" : "");
@@ -171,6 +178,11 @@ const sendSample = debounce(async () => {
 // ---------------------------------------------------------------- the result
 async function loadResult() {
   if (state.selected === null) return;
+  if (state.grammar && !state.grammar.compiled) {  // (nothing to parse with: the load errors say why)
+    $("result-status").textContent = "· the grammar does not compile";
+    $("result-status").className = "mark status-unchecked";
+    return;
+  }
   const chunk = Math.max(1, Number($("chunk").value) || 8);
   try {
     renderResult(await api("GET", `result/${state.selected}?chunk=${chunk}`));

@@ -1,0 +1,147 @@
+"""The grammar workbench (grammar_parse.workbench) as an author uses it in a browser: the page loads from the
+local server with nothing fetched elsewhere and no console errors; a broken grammar shows its error at its
+line; editing the grammar makes a sample flip from differs to pass; the result pane shows the view's page,
+the message and one-shot vs streamed; saving writes the file. With ``WORKBENCH_SCREENSHOT=path`` set, the
+page's screenshot is written there (the README's docs/images/workbench.png), else into pytest's tmp_path.
+
+Opt-in (``--browser``), as tests/browser/test_view_browser.py: Playwright for Python driving the system's
+Chromium (Playwright is never asked to download a browser of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from grammar_parse.serving._server import uvicorn_config
+from grammar_parse.workbench import WorkbenchApp, open_workbench
+from grammar_parse.workbench._source import SKELETON
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen3"
+#: The skeleton without its end-of-turn delimiter: "<|im_end|>" stays in the content, so "turn" differs.
+NO_END = SKELETON.replace("start: reasoning_content? content? END_OF_TURN?", "start: reasoning_content? content?")
+NO_END = NO_END.replace('END_OF_TURN: "<|im_end|>"\n', "")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright for Python: pip install '.[test,browser]'")
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("the browser test needs Chromium from the system's packages (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture()
+def workbench(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A workbench on 127.0.0.1 over mine.lark (the skeleton less its end of turn) and qwen3's golden samples
+    plus one, "turn", that needs the end of turn; yields the page's URL and the grammar file."""
+    samples = tmp_path / "samples"
+    shutil.copytree(GOLDEN, samples)
+    (samples / "turn.txt").write_text("<think>Plan.</think>Hello<|im_end|>", encoding="utf-8")
+    (samples / "turn.json").write_text(json.dumps({"role": "assistant", "reasoning_content": "Plan.",
+                                                   "content": "Hello"}), encoding="utf-8")
+    grammar = tmp_path / "mine.lark"
+    grammar.write_text(NO_END, encoding="utf-8")
+    app = WorkbenchApp(open_workbench(grammar, samples=samples, root=tmp_path))
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(1000):
+        if server.started:
+            break
+        time.sleep(0.005)
+    base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    yield app.url(base), grammar
+    server.should_exit = True
+    thread.join(10)
+
+
+def _expect() -> Any:
+    # (the page's policy forbids eval, so waits are Playwright's assertions, not wait_for_function)
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def _status(page: Any, name: str) -> str:
+    return str(page.locator("#samples li", has_text=name).first.get_attribute("data-status"))
+
+
+def test_edit_a_grammar_until_a_sample_passes_then_save(browser: Any, workbench: tuple[str, Path], tmp_path: Path
+                                                         ) -> None:
+    url, grammar_file = workbench
+    expect = _expect()
+    base = url.split("/?")[0]
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    requested: list[str] = []
+    console: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console.append(str(error)))
+    page.goto(url, wait_until="load")
+    page.wait_for_selector('#samples li[data-status="differs"]')
+    assert _status(page, "turn") == "differs"
+    assert page.input_value("#source") == NO_END
+    assert page.inner_text("#compile-status").startswith("compiles")
+
+    # (a broken grammar: its error shows at its line, with its code; the samples are unchecked)
+    broken = NO_END.replace('TOOL_CALLS_CLOSE: "</tool_call>"', 'TOOL_CALLS_CLOSE: "</tool_call>')
+    page.fill("#source", broken)
+    page.wait_for_selector("#errors li")
+    line = broken.splitlines().index('TOOL_CALLS_CLOSE: "</tool_call>') + 1
+    assert page.get_attribute("#errors li", "data-line") == str(line)
+    assert "grammar.syntax" in page.inner_text("#errors li")
+    assert page.locator("#gutter .err").inner_text().strip() == str(line)
+    page.wait_for_selector('#samples li[data-status="unchecked"]')
+
+    # (the fix: the end of turn is a delimiter; "turn" passes)
+    page.fill("#source", SKELETON)
+    page.wait_for_selector('#samples li:has-text("turn")[data-status="pass"]')
+    assert page.locator("#errors li").count() == 0
+
+    # (the result pane of the sample: the view's page in its frame, the message, one-shot vs streamed)
+    page.locator("#samples li", has_text="turn").click()
+    expect(page.locator("#result-name")).to_have_text("turn")
+    frame = page.frame_locator("#view")
+    assert frame.locator("#output").inner_text() == "<think>Plan.</think>Hello<|im_end|>"
+    page.click('#tabs button[data-tab="message"]')
+    assert json.loads(page.inner_text("#message"))["content"] == "Hello"
+    assert "equals the expected message" in page.inner_text("#expected-diff")
+    page.click('#tabs button[data-tab="stream"]')
+    page.fill("#chunk", "3")
+    expect(page.locator("#stream-same")).to_contain_text("chunks of 3")
+    assert "the same message as one-shot" in page.inner_text("#stream-same")
+
+    page.click("#save")
+    expect(page.locator("#status")).to_contain_text("saved")
+    assert grammar_file.read_text(encoding="utf-8") == SKELETON
+
+    page.locator("#samples li", has_text="one_call").click()
+    expect(page.locator("#result-name")).to_have_text("one_call")
+    page.click('#tabs button[data-tab="view"]')
+    frame.locator("#output").wait_for()
+    shot = Path(os.environ.get("WORKBENCH_SCREENSHOT") or tmp_path / "workbench.png")
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot))
+    page.close()
+    assert shot.stat().st_size > 10_000
+    assert [u for u in requested if not (u.startswith(base + "/") or u.startswith("about:"))] == []
+    assert console == []
