@@ -200,6 +200,9 @@ def test_starting_points(serve, tmp_path):
     assert state["grammar"]["read_only"] and state["grammar"]["name"] == "glm45"
     assert client.call("POST", "start", {"from": "skeleton"})["grammar"]["source"] == SKELETON
     client.call("POST", "start", {"from": "builtin", "name": "no-such-grammar"}, status=404)
+    (tmp_path / "secret.lark").write_text("start: TOP_SECRET", encoding="utf-8")  # (a built-in's name: no file read)
+    refused = client.call("POST", "start", {"from": "builtin", "name": "./secret.lark"}, status=404)
+    assert "TOP_SECRET" not in refused["detail"] and refused["type"] == "urn:grammar-parse:workbench:not_found"
     client.call("POST", "start", {"from": "elsewhere"}, status=400)
     other = serve("qwen3")
     other.call("POST", "start", {"from": "chat_template"}, status=409)
@@ -307,6 +310,24 @@ def test_a_catastrophic_regex_is_refused_with_the_librarys_own_error(serve, tmp_
     errors = state["grammar"]["errors"]
     assert [e["code"] for e in errors] == ["grammar.regex_backtracking"] and not state["grammar"]["compiled"]
     assert errors[0]["hint"]
+
+
+def test_parses_are_bounded_in_time(serve, tmp_path):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"s{i}.txt").write_text("<think>a</think>b", encoding="utf-8")
+    client = serve("qwen3", samples=folder, limits=WorkbenchLimits(check_seconds=0))
+    assert client.call("GET", "state")["samples"]["counts"]["unchecked"] == 3  # (checking stops at its deadline)
+    client = serve("qwen3", limits=WorkbenchLimits(parse_seconds=0.05))
+    client.call("POST", "samples", {"text": "<think>" + "word " * 100_000}, status=200)
+    assert client.call("GET", "result/0?chunk=1", status=503)["code"] == "busy"
+    for _ in range(200):  # (the parse past the bound finishes in its thread; then the workbench answers again)
+        if client.http.get(f"{client.base}/api/samples/0", headers={"X-Workbench-Token": TOKEN}).status_code == 200:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the workbench stayed busy")
 
 
 def test_hostile_samples_stay_within_the_limits(serve, tmp_path):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._engine.library import looks_like_path
 from ..errors import GrammarParseError
 from ._files import PathRefused, atomic_write, folder_inside, inside
 from ._result import result
@@ -143,7 +144,10 @@ class Workbench:
         kind = body.get("from")
         try:
             if kind == "builtin":
-                made = builtin_source(_text(body, "name", 200))
+                name = _text(body, "name", 200)
+                if looks_like_path(name):  # (a built-in only: this call reads no file a page names)
+                    raise Refusal("not_found", f"{name[:80]!r} is not a built-in grammar's name")
+                made = builtin_source(name)
             elif kind == "chat_template":
                 if self.model is None:
                     raise Refusal("no_model", "start the workbench with --model-dir to start from its chat template")

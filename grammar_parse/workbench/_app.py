@@ -50,7 +50,9 @@ SECURITY_HEADERS = [
 
 
 def _problem(code: str, detail: str) -> HTTPProblem:
-    return HTTPProblem(PROBLEM_CODES[code][0], code, detail)
+    problem = HTTPProblem(PROBLEM_CODES[code][0], code, detail)
+    problem.document["type"] = f"urn:grammar-parse:workbench:{code}"  # (the gateway's documents name LMSP)
+    return problem
 
 
 def _header(scope: Scope, name: bytes) -> str:

@@ -17,7 +17,7 @@ from ..adapters.chat_completions import ChatCompletionsStream
 from ..constrain import to_llguidance, to_structural_tag
 from ..errors import GrammarParseError, ParseError
 from ..view import to_html
-from ._samples import Sample, outcome
+from ._samples import Sample
 
 #: At most this many chunks are fed (a smaller chunk size over a long sample is raised to fit), and this
 #: many events and deltas are shown (the counts are given in full).
@@ -70,6 +70,14 @@ def first_difference(a: Any, b: Any, path: str = "$") -> dict[str, Any] | None:
                     "streamed": b[i] if i < len(b) else None}
         return None
     return None if a == b and type(a) is type(b) else {"path": path, "one_shot": a, "streamed": b}
+
+
+def _one_shot(grammar: Grammar, sample: Sample) -> tuple[Any, dict[str, Any] | None]:
+    """The strict one-shot parse as a golden holds it (:func:`outcome`), and its failure in full, if any."""
+    try:
+        return _jsonable(ResponseParser(grammar, sample.prefix, tools=sample.tools).finalize(sample.text)[0]), None
+    except GrammarParseError as e:
+        return {"error": {"type": type(e).__name__, "code": e.code}}, failure(e)
 
 
 def _streamed(grammar: Grammar, sample: Sample, pieces: list[str]) -> tuple[Any, list[Any], int]:
@@ -128,12 +136,7 @@ def result(grammar: Grammar, sample: Sample, chunk: int) -> dict[str, Any]:
     """The result pane of one sample (module doc)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        one_shot = outcome(grammar, sample)
-        try:
-            ResponseParser(grammar, sample.prefix, tools=sample.tools).finalize(sample.text)
-            failed = None
-        except GrammarParseError as e:
-            failed = failure(e)
+        one_shot, failed = _one_shot(grammar, sample)
         pieces, size = chunks(sample.text, chunk)
         streamed, events, event_count = _streamed(grammar, sample, pieces)
         deltas, delta_count, finish_reason = _deltas(grammar, sample, pieces)

@@ -176,7 +176,7 @@ def outcome(grammar: Grammar, sample: Sample) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (a prompt without the grammar's anchor: the result says so)
             message = ResponseParser(grammar, sample.prefix, tools=sample.tools).finalize(sample.text)[0]
-        return json.loads(json.dumps(message, ensure_ascii=False))
+        return json.loads(json.dumps(message, ensure_ascii=False, default=str))
     except GrammarParseError as e:
         return {"error": {"type": type(e).__name__, "code": e.code}}
 
