@@ -10,6 +10,7 @@ Chromium (Playwright is never asked to download a browser of its own).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,9 @@ from grammar_parse.workbench._source import SKELETON
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen3"
+#: A chat template no built-in grammar reads back: the workbench derives one from it.
+REKA = Path(__file__).resolve().parents[1] / "data" / "chat_templates" / "Reka-Edge.jinja"
+REKA_CALL = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><sep>'
 #: The skeleton without its end-of-turn delimiter: "<|im_end|>" stays in the content, so "turn" differs.
 NO_END = SKELETON.replace("start: reasoning_content? content? END_OF_TURN?", "start: reasoning_content? content?")
 NO_END = NO_END.replace('END_OF_TURN: "<|im_end|>"\n', "")
@@ -49,18 +53,10 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-@pytest.fixture()
-def workbench(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A workbench on 127.0.0.1 over mine.lark (the skeleton less its end of turn) and qwen3's golden samples
-    plus one, "turn", that needs the end of turn; yields the page's URL and the grammar file."""
-    samples = tmp_path / "samples"
-    shutil.copytree(GOLDEN, samples)
-    (samples / "turn.txt").write_text("<think>Plan.</think>Hello<|im_end|>", encoding="utf-8")
-    (samples / "turn.json").write_text(json.dumps({"role": "assistant", "reasoning_content": "Plan.",
-                                                   "content": "Hello"}), encoding="utf-8")
-    grammar = tmp_path / "mine.lark"
-    grammar.write_text(NO_END, encoding="utf-8")
-    app = WorkbenchApp(open_workbench(grammar, samples=samples, root=tmp_path))
+@contextlib.contextmanager
+def _served(bench: Any) -> Iterator[str]:
+    """The workbench on 127.0.0.1 and a free port: the page's URL, token included."""
+    app = WorkbenchApp(bench)
     server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -69,9 +65,43 @@ def workbench(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             break
         time.sleep(0.005)
     base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    yield app.url(base), grammar
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield app.url(base)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture()
+def workbench(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A workbench over mine.lark (the skeleton less its end of turn) and qwen3's golden samples plus one,
+    "turn", that needs the end of turn; yields the page's URL and the grammar file."""
+    samples = tmp_path / "samples"
+    shutil.copytree(GOLDEN, samples)
+    (samples / "turn.txt").write_text("<think>Plan.</think>Hello<|im_end|>", encoding="utf-8")
+    (samples / "turn.json").write_text(json.dumps({"role": "assistant", "reasoning_content": "Plan.",
+                                                   "content": "Hello"}), encoding="utf-8")
+    grammar = tmp_path / "mine.lark"
+    grammar.write_text(NO_END, encoding="utf-8")
+    with _served(open_workbench(grammar, samples=samples, root=tmp_path)) as url:
+        yield url, grammar
+
+
+def _opened(browser: Any, url: str) -> tuple[Any, list[str], list[str]]:
+    """The page loaded in a new tab, with the URLs it requests and the errors it logs (both checked after)."""
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    requested: list[str] = []
+    console: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console.append(str(error)))
+    page.goto(url, wait_until="load")
+    return page, requested, console
+
+
+def _only_local(requested: list[str], url: str) -> list[str]:
+    base = url.split("/?")[0]
+    return [u for u in requested if not (u.startswith(base + "/") or u.startswith("about:"))]
 
 
 def _expect() -> Any:
@@ -89,14 +119,7 @@ def test_edit_a_grammar_until_a_sample_passes_then_save(browser: Any, workbench:
                                                          ) -> None:
     url, grammar_file = workbench
     expect = _expect()
-    base = url.split("/?")[0]
-    page = browser.new_page(viewport={"width": 1600, "height": 900})
-    requested: list[str] = []
-    console: list[str] = []
-    page.on("request", lambda request: requested.append(request.url))
-    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console.append(str(error)))
-    page.goto(url, wait_until="load")
+    page, requested, console = _opened(browser, url)
     page.wait_for_selector('#samples li[data-status="differs"]')
     assert _status(page, "turn") == "differs"
     assert page.input_value("#source") == NO_END
@@ -143,5 +166,44 @@ def test_edit_a_grammar_until_a_sample_passes_then_save(browser: Any, workbench:
     page.screenshot(path=str(shot))
     page.close()
     assert shot.stat().st_size > 10_000
-    assert [u for u in requested if not (u.startswith(base + "/") or u.startswith("about:"))] == []
+    assert _only_local(requested, url) == []
     assert console == []
+
+
+def test_from_a_chat_template_to_golden_files_and_the_engines(browser: Any, tmp_path: Path) -> None:
+    """A model whose chat template no built-in reads: the grammar is derived on the page, a sample with an
+    expected message passes, another's parse is written as its golden file, the grammar is saved, and the
+    registration snippet names it."""
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "call.txt").write_text(REKA_CALL, encoding="utf-8")
+    (samples / "plain.txt").write_text("Hello there.<sep>", encoding="utf-8")
+    (samples / "plain.json").write_text('{"role": "assistant", "content": "Hello there."}', encoding="utf-8")
+    expect = _expect()
+    grammar = tmp_path / "reka.lark"
+    with _served(open_workbench(grammar, samples=samples, model_dir=REKA, root=tmp_path)) as url:
+        page, requested, console = _opened(browser, url)
+        page.wait_for_selector("#samples li[data-status]")
+        assert "no built-in grammar reads" in page.inner_text("#note")
+        assert page.inner_text("#compile-status").startswith("compiles")
+        assert "start_anchor: 'assistant:'" in page.input_value("#source")
+        assert (_status(page, "plain"), _status(page, "call")) == ("pass", "no_expected")
+
+        page.locator("#samples li", has_text="call").click()
+        expect(page.locator("#result-name")).to_have_text("call")
+        page.click('#tabs button[data-tab="message"]')
+        assert json.loads(page.inner_text("#message"))["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+        page.click("#golden")
+        expect(page.locator('#samples li:has-text("call")')).to_have_attribute("data-status", "pass")
+        assert json.loads((samples / "call.json").read_text(encoding="utf-8"))["content"] == "Let me check."
+
+        page.click("#save")
+        expect(page.locator("#status")).to_contain_text("saved")
+        assert grammar.read_text(encoding="utf-8") == page.input_value("#source")
+        page.click("#register")
+        expect(page.locator("#register-dialog")).to_be_visible()
+        snippets = page.inner_text("#register-body")
+        assert "gp_reka" in snippets and f"register('reka', {str(grammar)!r})" in snippets
+        page.close()
+        assert _only_local(requested, url) == []
+        assert console == []

@@ -100,10 +100,13 @@ function goTo(line, column) {
   source.setSelectionRange(at, at + 1);
 }
 
+let grammarSent = 0;  // (answers can overtake each other: only the latest edit's is shown)
 const sendGrammar = debounce(async () => {
+  const sent = ++grammarSent;
   try {
     const data = await api("POST", "grammar", { source: $("source").value, kind: $("kind").value,
       offset: state.offset, limit: state.limit });
+    if (sent !== grammarSent) return;
     applyState(data, false);
     say(data.grammar.compiled ? "compiled; samples checked again" : "the grammar does not compile", !data.grammar.compiled);
   } catch (error) { say(error.message, true); }
@@ -176,8 +179,10 @@ const sendSample = debounce(async () => {
 }, 400);
 
 // ---------------------------------------------------------------- the result
+let resultAsked = 0;
 async function loadResult() {
   if (state.selected === null) return;
+  const asked = ++resultAsked;
   if (state.grammar && !state.grammar.compiled) {  // (nothing to parse with: the load errors say why)
     $("result-status").textContent = "· the grammar does not compile";
     $("result-status").className = "mark status-unchecked";
@@ -185,7 +190,8 @@ async function loadResult() {
   }
   const chunk = Math.max(1, Number($("chunk").value) || 8);
   try {
-    renderResult(await api("GET", `result/${state.selected}?chunk=${chunk}`));
+    const result = await api("GET", `result/${state.selected}?chunk=${chunk}`);
+    if (asked === resultAsked) renderResult(result);
   } catch (error) {
     $("result-status").textContent = "";
     say(error.message, true);
@@ -311,6 +317,14 @@ function wire() {
   const source = $("source");
   source.addEventListener("input", () => { renderGutter(); sendGrammar(); });
   source.addEventListener("scroll", () => { $("gutter").scrollTop = source.scrollTop; });
+  source.addEventListener("keydown", (event) => {  // (Tab indents, as in an editor, instead of leaving the pane)
+    if (event.key !== "Tab" || event.shiftKey || event.ctrlKey || event.altKey || event.metaKey) return;
+    event.preventDefault();
+    const start = source.selectionStart;
+    source.setRangeText("    ", start, source.selectionEnd, "end");
+    renderGutter();
+    sendGrammar();
+  });
   $("kind").addEventListener("change", sendGrammar);
   for (const id of ["sample-text", "sample-prefix", "sample-tools"]) $(id).addEventListener("input", sendSample);
   $("chunk").addEventListener("input", debounce(loadResult, 300));
