@@ -1501,7 +1501,8 @@ def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 8000, *, log_level:
     try:
         import uvicorn
     except ImportError:
-        raise SystemExit("grammar-parse serve needs an ASGI server: pip install 'grammar-parse[serve]'") from None
+        raise SystemExit("grammar-parse serve (and workbench) needs an ASGI server: pip install "
+                         "'grammar-parse[serve]'") from None
 
     class AnnouncingServer(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:

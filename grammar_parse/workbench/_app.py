@@ -69,7 +69,7 @@ class WorkbenchApp:
     def __init__(self, workbench: Workbench, *, token: str | None = None, limits: Limits | None = None) -> None:
         self.workbench = workbench
         self.token = token or secrets.token_urlsafe(24)
-        self.limits = limits or Limits(max_body=4 * 1024 * 1024, max_tools=128, max_concurrent=16)
+        self.limits = limits or Limits()  # (the gateway's: 4 MiB bodies within 10 s, 64 levels, 32-digit integers)
 
     def url(self, base: str) -> str:
         """The page's address under ``base`` (``http://127.0.0.1:PORT``), with the token."""

@@ -256,7 +256,7 @@ function renderExports(exports, warnings) {
 async function save(path) {
   try {
     const saved = await api("POST", "save", path ? { path } : {});
-    say(`saved ${saved.chars} characters to ${saved.path}`);
+    say(`saved ${saved.chars} characters to ${shown(saved.path)}`);
     await refresh();
   } catch (error) { say(error.message, true); }
 }
@@ -275,8 +275,9 @@ async function writeGolden() {
   if (state.selected === null) return;
   try {
     const done = await api("POST", "golden/" + state.selected, {});
-    $("golden-status").textContent = "wrote " + done.written.join(", ");
-    say("wrote " + done.written.join(", "));
+    const written = done.written.map(shown).join(", ");
+    $("golden-status").textContent = "wrote " + written;
+    say("wrote " + written);
     await refresh();
   } catch (error) { say(error.message, true); }
 }
