@@ -214,6 +214,9 @@ def test_registration_snippets_use_the_engines_real_flags(serve, tmp_path):
     assert found["parser"] == "gp_qwen3"
     assert "--tool-parser-plugin grammar_parse.integrations.vllm --tool-call-parser gp_qwen3" in found["vllm"]["command"]
     assert found["sglang"]["command"].endswith("--tool-call-parser gp_qwen3 --reasoning-parser gp_qwen3")
+    client.call("POST", "grammar", {"source": client.call("GET", "state")["grammar"]["source"] + "\n// mine"})
+    edited = client.call("GET", "register")  # (a built-in edited is no longer the one the engines ship)
+    assert "plugin" in edited["vllm"] and not edited["saved"] and "/path/to/qwen3.lark" in edited["vllm"]["plugin"]
     client.call("POST", "save", {"path": "house.lark"})
     found = client.call("GET", "register")
     assert found["parser"] == "gp_house" and found["saved"]

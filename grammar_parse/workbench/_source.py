@@ -150,7 +150,7 @@ def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
     ``register(name, path)`` in a plug-in of one's own (it must be saved first: the engine loads the file)."""
     name = _parser_name(source.name)
     flags = f"--tool-call-parser {name} --reasoning-parser {name}"
-    if source.builtin is not None:
+    if source.builtin is not None and source.text == load_grammar(source.builtin).source:  # (as shipped)
         return {"parser": name, "saved": True, "vllm": {
             "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin "
                        f"grammar_parse.integrations.vllm --tool-call-parser {name} \\\n    --reasoning-parser-plugin "
