@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from grammar_parse._engine.regex_shape import trailing_lookahead_as_text as _trailing_lookahead_as_text
 from grammar_parse._engine.scanner import Scanner, SearchCache
+from grammar_parse._engine.session import _stays_pending
 from strategies import chunkings, examples, grammar_outputs
 
 
@@ -91,3 +92,57 @@ def test_a_growing_run_resumed_decides_as_a_fresh_scan(name, head, unit, data):
     chunks = data.draw(chunkings(text), label="chunks")
     for scanner in scanners(name):
         resumes_as_fresh(scanner, chunks)
+
+
+# ---------------------------------------------------------------------------- a pending run left unscanned
+def _left_pending(scanner: Scanner, run: str) -> bool:
+    """Whether the session leaves ``run`` unscanned (ResponseParser.feed: a delimiter's start that grows)."""
+    heads = scanner.pending_heads
+    return heads is not None and "\0" + run in heads[0] and _stays_pending(run, heads[1])
+
+
+@pytest.mark.parametrize("name", sorted(gp.list_grammars()))
+def test_every_proper_prefix_of_a_head_is_held_by_the_scan(name):
+    """Each text a live delimiter's matches start with (``<parameter=``), cut anywhere short of its end: the
+    session leaves it unscanned, and a scan would commit nothing and hold all of it."""
+    checked = 0
+    for scanner in scanners(name):
+        if scanner.pending_heads is None:
+            continue
+        for head in scanner.pending_heads[1]:
+            for cut in range(1, len(head)):
+                run = head[:cut]
+                if _left_pending(scanner, run):
+                    checked += 1
+                    assert decision(scanner, "ab" + run, 2, SearchCache()) == (None, None, 2), (scanner, run)
+    assert checked or not any(s.pending_heads for s in scanners(name))
+
+
+@pytest.mark.parametrize("name", sorted(gp.list_grammars()))
+@settings(max_examples=examples(0.3))
+@given(data=st.data())
+def test_a_run_left_pending_is_one_the_scan_holds_whole(name, data):
+    """Streaming real outputs in any chunking: wherever the session would leave the buffer's run unscanned,
+    a scan of it from scratch commits nothing and holds it from its start (so skipping the scan changes no
+    event)."""
+    from strategies import delimiter_examples
+
+    grammar = gp.load_grammar(name)
+    text = data.draw(grammar_outputs(name), label="text")
+    pieces = delimiter_examples(grammar)
+    if pieces:  # (delimiters cut short, as a stream's last chunk leaves them)
+        piece = data.draw(st.sampled_from(pieces))
+        text += piece[:data.draw(st.integers(0, len(piece)))]
+    chunks = data.draw(chunkings(text), label="chunks")
+    for scanner in scanners(name):
+        if scanner.pending_heads is None:
+            continue
+        buf, pos = "", 0
+        for chunk in chunks:
+            if _left_pending(scanner, buf[pos:] + chunk):
+                buf += chunk
+                assert decision(scanner, buf, pos, SearchCache()) == (None, None, pos), (buf, pos)
+                continue
+            buf += chunk
+            term, hit, hold = decision(scanner, buf, pos, SearchCache())
+            buf, pos = (buf[hit[1]:], 0) if term is not None else (buf, hold)

@@ -142,6 +142,50 @@ def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
     return "".join(sorted(found)) if found else None
 
 
+#: At most this many heads per pattern (literal_heads): past it the pattern is not worth the check.
+_MAX_HEADS = 32
+
+
+def literal_heads(pattern: str, flags: int = regex.DOTALL) -> tuple[str, ...] | None:
+    """Texts one of which every match of ``pattern`` starts with (a zero-width match: the text its lookahead
+    needs), each non-empty; None where that is not known (a match may start with a class, a repeat, an
+    assertion; case ignored; ``regex``-only syntax). A run of text that holds none of them whole holds no
+    complete match, and one that is a proper prefix of one of them may still become a match."""
+    items = _literal_items(pattern, flags)
+    heads = None if items is None else _heads(items)
+    return None if not heads or "" in heads or len(heads) > _MAX_HEADS else tuple(sorted(heads))
+
+
+def _heads(items: list[Any]) -> set[str] | None:
+    """The literal texts the matches of a parsed sequence start with, as far as each is known ("": one may
+    start with text that is not known)."""
+    if not items:
+        return {""}
+    op, av = items[0]
+    rest = items[1:]
+    if op is sre.LITERAL:
+        after = _heads(rest)
+        return None if after is None else {chr(av) + h for h in after}
+    if op is sre.SUBPATTERN:
+        return None if av[1] else _heads(list(av[-1]) + rest)  # (inline flags: give up)
+    if op is sre.BRANCH:
+        union: set[str] = set()
+        for alternative in av[1]:
+            found = _heads(list(alternative) + rest)
+            if found is None or len(union | found) > _MAX_HEADS:
+                return None
+            union |= found
+        return union
+    if op in _ANY_REPEAT and av[1] == 1:  # (an optional item: with it or without it)
+        body = list(av[2])
+        with_it = _heads(body + rest) if av[0] <= 1 else None
+        without = _heads(rest) if av[0] == 0 else set()
+        return None if with_it is None or without is None else with_it | without
+    if op is sre.ASSERT and av[0] == 1:  # a lookahead: the text at the match is what it needs
+        return _heads(list(av[1]))
+    return {""}  # (a class, a repeat, an anchor, ...: what follows is not one known text)
+
+
 def first_chars_after_space(pattern: str, flags: int = regex.DOTALL) -> str | None:
     """For a pattern that starts with a run of ``\\s`` (``\\s*``, ``\\s{0,64}``, ...): the characters every
     match has right after that run, or None (no such run, or not a small known set).
@@ -404,5 +448,5 @@ def spellings(items: object, limit: int = 256) -> list[str]:
 
 
 __all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
-           "literal_alternatives", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
+           "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]

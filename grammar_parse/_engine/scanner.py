@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ParseError
 from .delimiters import Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
+from .regex_shape import literal_heads
 from .symbols import Region, Terminal
 
 
@@ -111,6 +112,12 @@ class Scanner:
             _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
         self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
+        #: The texts the live delimiters' matches start with, where every one has such texts (else None),
+        #: as ("\0" + the texts joined by "\0", the texts): a pending run that is a proper prefix of one of
+        #: them and holds none of them whole stays pending whatever the scan (see ResponseParser.feed).
+        heads = _pending_prefixes(self.entries)
+        self.pending_heads = None if heads is None or any("\0" in h for h in heads) else \
+            ("\0" + "\0".join(heads), heads)
         #: Where every live delimiter is a plain search (most states): (search key, terminal, search, tie-break key)
         #: each, for the end-of-output scan's short loop (scan_searches).
         self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
@@ -230,6 +237,25 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
             if best_key is None or key < best_key:
                 best, best_hit, best_key = term, hit, key
     return best, best_hit
+
+
+def _pending_prefixes(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]]) \
+        -> tuple[str, ...] | None:
+    prefixes: list[str] = []
+    for _, matcher, kind, *_ in entries:
+        if kind != _SEARCH:
+            return None
+        if isinstance(matcher, LiteralMatcher):
+            prefixes += matcher.literals
+        elif isinstance(matcher, RegexMatcher) and matcher.lowered is not None:
+            if matcher.lowered[0]:
+                return None  # (a leading \s* run: a match may start with any whitespace)
+            prefixes += matcher.lowered[1]
+        elif isinstance(matcher, RegexMatcher) and (heads := literal_heads(matcher.pattern, matcher.flags)):
+            prefixes += heads
+        else:
+            return None
+    return tuple(prefixes) if prefixes else None
 
 
 def search_key(term: Terminal) -> str:

@@ -441,6 +441,14 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk)
 
 
+def _stays_pending(run: str, heads: tuple[str, ...]) -> bool:
+    """Whether the pending run (the buffer from the scan's position, with the new chunk), a prefix of a text
+    some live delimiter's matches start with, is still only the start of a delimiter whatever the scan: it
+    holds none of those texts whole (so no match can be complete in it, and the scan would hold it all)."""
+    n = len(run)
+    return not any(len(head) <= n and head in run for head in heads)
+
+
 def _finalized_error() -> FinalizedError:
     return FinalizedError("ResponseParser already finalized", code="usage.finalized",
                           hint="Create a new ResponseParser for the next response.")
@@ -652,7 +660,6 @@ class ResponseParser:
         self.errors: list[dict[str, Any]] = ledger.errors  # lenient mode: what could not be parsed (see _Ledger)
         self._trace = ledger.trace  # (the ledger's, read on the hot path)
         self._max_region = options.max_region_chars
-        self.max_json_depth = options.max_json_depth  # (made current while the parser runs: see reading.json_depth)
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._buf = ""
         self._held: list[str] = []  # a whitespace run held for a leading \s*: joined once (per chunk: quadratic)
@@ -663,6 +670,7 @@ class ResponseParser:
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
+        self._pending: tuple[str, tuple[str, ...]] | None = None  # (see feed and _quiet)
         self._finalized = False
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
                                         lambda: self._base + self._pos)
@@ -685,6 +693,11 @@ class ResponseParser:
     def options(self) -> ParseOptions:
         """The parse options in force (those given, with the shorthand keywords folded in)."""
         return self._options
+
+    @property
+    def max_json_depth(self) -> int | None:
+        """The JSON nesting limit in force (made current while the parser runs: see reading.json_depth)."""
+        return self._options.max_json_depth
 
     @property
     def message(self) -> Message:
@@ -763,6 +776,13 @@ class ResponseParser:
                 self._log.append(text)
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
+                return []
+            if (pending := self._pending) is not None and "\0" + (run := self._buf[self._pos:] + text) in pending[0] \
+                    and _stays_pending(run, pending[1]):
+                # A delimiter's start grows (``<par`` + ``amet`` of ``<parameter=``): the scan would commit
+                # nothing and route nothing, so it is left to the chunk that completes or breaks it.
+                self._buf += text
+                self._fast = None
                 return []
             if self._drafting.open is not None:
                 self._drafting.open.raw.append(text)
@@ -909,7 +929,7 @@ class ResponseParser:
         joined into the buffer). Neither while a draft is open: it keeps every piece of output it may read
         again."""
         if self._drafting.open is not None:
-            self._fast, self._held_space = None, False
+            self._fast, self._held_space, self._pending = None, False, None
             return
         info = self._syntax.states[self._stack[-1]]
         buf, pos = self._buf, self._pos
@@ -919,6 +939,7 @@ class ResponseParser:
         run = len(buf) - pos
         quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
         self._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
+        self._pending = None if self._held_space else scanner.pending_heads
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
@@ -974,7 +995,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
 def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
     """Process ``parser``'s buffer; in lenient mode an error the parser cannot recover from is recorded and
     the rest of the output is discarded (reported), instead of raising."""
-    parser._fast = None  # set again by a _process that completes; an error leaves no fast path behind
+    parser._fast = parser._pending = None  # set again by a _process that completes (not after an error)
     parser._held_space = False
     if not parser._degraded:
         try:
