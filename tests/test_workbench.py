@@ -125,6 +125,11 @@ def test_load_errors_carry_code_line_column_and_hint(serve, tmp_path):
     directive = SKELETON.replace('{"content": "text"}', '{"content": "txt"}', 1)
     errors = client.call("POST", "grammar", {"source": directive, "kind": "lark"})["grammar"]["errors"]
     assert [(e["code"], e["line"]) for e in errors] == [("grammar.directive", 6)]
+    undefined = SKELETON.replace("TOOL_CALLS_TEXT* TOOL_CALLS_CLOSE", "TOOL_CALLS_TEXT* TOOL_CALLS_CLSE")
+    errors = client.call("POST", "grammar", {"source": undefined, "kind": "lark"})["grammar"]["errors"]
+    rule = "tool_calls: TOOL_CALLS_OPEN TOOL_CALLS_TEXT* TOOL_CALLS_CLSE"
+    line, column = undefined.splitlines().index(rule) + 1, rule.index("TOOL_CALLS_CLSE") + 1
+    assert [(e["line"], e["column"], e.get("guessed")) for e in errors] == [(line, column, True)]  # (Lark: no line)
     errors = client.call("POST", "grammar", {"source": '{\n  "fields": [\n', "kind": "json"})["grammar"]["errors"]
     assert [(e["code"], e["line"], e["column"]) for e in errors] == [("grammar.syntax", 3, 1)]
     errors = client.call("POST", "grammar", {"source": '{"fields": {}}', "kind": "json"})["grammar"]["errors"]
@@ -217,6 +222,7 @@ def test_registration_snippets_use_the_engines_real_flags(serve, tmp_path):
     client.call("POST", "grammar", {"source": client.call("GET", "state")["grammar"]["source"] + "\n// mine"})
     edited = client.call("GET", "register")  # (a built-in edited is no longer the one the engines ship)
     assert "plugin" in edited["vllm"] and not edited["saved"] and "/path/to/qwen3.lark" in edited["vllm"]["plugin"]
+    assert "replaces the built-in" in edited["note"]
     client.call("POST", "save", {"path": "house.lark"})
     found = client.call("GET", "register")
     assert found["parser"] == "gp_house" and found["saved"]

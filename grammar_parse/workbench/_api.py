@@ -93,6 +93,7 @@ class Workbench:
 
     # ------------------------------------------------------------------ reading
     def recheck(self) -> None:
+        """Check every sample against the grammar (after it changed), within ``check_seconds``."""
         self.status = statuses(self.source.grammar, self.samples.items, self.limits.check_seconds)
 
     def state(self, offset: int = 0, limit: int = 100, only: str | None = None) -> dict[str, Any]:
@@ -116,14 +117,17 @@ class Workbench:
                 "root": str(self.root), "model": str(self.model) if self.model else None, "builtins": builtin_names()}
 
     def sample(self, sample_id: int) -> dict[str, Any]:
+        """One sample as its editor shows it, with its status."""
         return {**self._sample(sample_id).detail(), "status": self.status.get(sample_id, "unchecked")}
 
     def result(self, sample_id: int, chunk: int) -> dict[str, Any]:
+        """The result pane of one sample, streamed in chunks of ``chunk`` characters (``_result``)."""
         sample = self._sample(sample_id)
         grammar = self._grammar()
         return {**result(grammar, sample, chunk), "status": self.status.get(sample_id, "unchecked")}
 
     def registration(self) -> dict[str, Any]:
+        """The vLLM and SGLang snippets that serve the grammar (``_source.registration``)."""
         return registration(self.source)
 
     # ------------------------------------------------------------------ changing

@@ -67,7 +67,7 @@ class Source:
         try:
             self.grammar = compile_text(self.text, self.kind, self.name)
         except GrammarParseError as error:
-            self.errors = [load_error(error)]
+            self.errors = [located(load_error(error), self.text)]
         except RecursionError:
             self.errors = [{"code": "grammar.syntax", "message": "the grammar nests too deeply to read",
                             "hint": "Split the deep rule or pattern.", "line": None, "column": None}]
@@ -100,6 +100,19 @@ def load_error(error: GrammarParseError) -> dict[str, Any]:
         found["line"] = error.line
     elif isinstance(error, TemplateError):
         found["path"] = error.path
+    return found
+
+
+def located(found: dict[str, Any], text: str) -> dict[str, Any]:
+    """An error without a line (Lark names an undefined rule or terminal, not where it is used) placed at the
+    first line outside comments that names what its message quotes; ``guessed`` says the place is inferred."""
+    if found["line"] is not None:
+        return found
+    for quoted in re.findall(r"'([A-Za-z_][A-Za-z0-9_]{0,99})'", found["message"]):
+        for number, line in enumerate(text.splitlines(), 1):
+            match = re.search(rf"(?<![A-Za-z0-9_]){re.escape(quoted)}(?![A-Za-z0-9_])", line)
+            if match and not line.lstrip().startswith("//"):
+                return {**found, "line": number, "column": match.start() + 1, "guessed": True}
     return found
 
 
@@ -151,12 +164,15 @@ def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
     name = _parser_name(source.name)
     flags = f"--tool-call-parser {name} --reasoning-parser {name}"
     if source.builtin is not None and source.text == load_grammar(source.builtin).source:  # (as shipped)
-        return {"parser": name, "saved": True, "vllm": {
+        return {"parser": name, "saved": True, "note": None, "vllm": {
             "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin "
                        f"grammar_parse.integrations.vllm --tool-call-parser {name} \\\n    --reasoning-parser-plugin "
                        f"grammar_parse.integrations.vllm --reasoning-parser {name}"},
             "sglang": {"command": f"python -m sglang.launch_server --model-path {model} {flags}"}}
     path = str(source.path) if source.path is not None else f"/path/to/{source.name}{KINDS[source.kind]}"
+    shipped = {_parser_name(n) for name, aliases in list_grammars().items() for n in (name, *aliases)}
+    note = (f"{name} is a built-in grammar's parser name: registering this grammar under it replaces the "
+            "built-in in the engine; save it under a name of its own" if name in shipped else None)
     short = source.name.replace("-", "_").replace(".", "_").lower()
     vllm_plugin = (f"# {short}_vllm.py\nfrom grammar_parse.integrations.vllm import register\n\n"
                    f"register({short!r}, {path!r})   # served as {name}\n")
@@ -165,7 +181,7 @@ def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
                      "from grammar_parse.integrations.sglang import install as install_grammar_parse\n\n\n"
                      "def install() -> None:\n    install_grammar_parse()\n"
                      f"    register({short!r}, {path!r})   # served as {name}\n")
-    return {"parser": name, "saved": source.path is not None, "vllm": {
+    return {"parser": name, "saved": source.path is not None, "note": note, "vllm": {
         "plugin": vllm_plugin,
         "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin {short}_vllm.py "
                    f"--tool-call-parser {name} \\\n    --reasoning-parser-plugin {short}_vllm.py --reasoning-parser {name}"},
@@ -175,4 +191,4 @@ def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
 
 
 __all__ = ["KINDS", "SKELETON", "Source", "builtin_names", "builtin_source", "chat_template_source", "compile_text",
-           "load_error", "registration", "skeleton_source"]
+           "load_error", "located", "registration", "skeleton_source"]

@@ -78,7 +78,8 @@ function renderGrammar(grammar, replaceText) {
   list.replaceChildren(...grammar.errors.map((error) => {
     const item = el("li");
     item.append(el("span", error.code, "code"), " ");
-    const where = error.line ? `line ${error.line}, column ${error.column || 1}: ` : error.path ? error.path + ": " : "";
+    const where = error.line ? `line ${error.line}, column ${error.column || 1}${error.guessed ? " (where it is named)" : ""}: `
+      : error.path ? error.path + ": " : "";
     item.append(el("span", where, "where"), el("span", error.message, "message"));
     if (error.hint) item.append(el("span", error.hint, "hint"));
     item.dataset.line = error.line || "";
@@ -183,7 +184,9 @@ let resultAsked = 0;
 async function loadResult() {
   if (state.selected === null) return;
   const asked = ++resultAsked;
-  if (state.grammar && !state.grammar.compiled) {  // (nothing to parse with: the load errors say why)
+  const stale = Boolean(state.grammar && !state.grammar.compiled);
+  $("result-pane").classList.toggle("stale", stale);  // (what shows is the last grammar's that compiled)
+  if (stale) {  // (nothing to parse with: the load errors say why)
     $("result-status").textContent = "· the grammar does not compile";
     $("result-status").className = "mark status-unchecked";
     return;
@@ -287,6 +290,7 @@ async function showRegistration() {
     const found = await api("GET", "register");
     const body = $("register-body");
     body.replaceChildren(el("p", `parser name: ${found.parser}` + (found.saved ? "" : " (save the grammar first: the engines load its file)")));
+    if (found.note) body.append(el("p", found.note, "bad"));
     for (const engine of ["vllm", "sglang"]) {
       body.append(el("h3", engine === "vllm" ? "vLLM" : "SGLang"));
       for (const [part, text] of Object.entries(found[engine])) {
