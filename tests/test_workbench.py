@@ -6,11 +6,11 @@ Every server here listens on 127.0.0.1 only and stops with its test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from grammar_parse._cli import build_argparser
-from grammar_parse.serving._server import uvicorn_config
 from grammar_parse.workbench import PROBLEM_CODES, WorkbenchApp, WorkbenchLimits, open_workbench
 from grammar_parse.workbench._source import SKELETON
+from test_lmsp import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "qwen3"
@@ -58,27 +57,14 @@ class Client:
 def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """``serve(grammar, samples=..., ...)``: a workbench on 127.0.0.1 with ``tmp_path`` as its working directory."""
     monkeypatch.chdir(tmp_path)
-    servers: list[tuple[uvicorn.Server, threading.Thread, Client]] = []
+    with contextlib.ExitStack() as running:
+        def start(grammar: Any = None, **kwargs: Any) -> Client:
+            app = WorkbenchApp(open_workbench(grammar, root=tmp_path, **kwargs), token=TOKEN)
+            client = Client(running.enter_context(Server(app)), app)
+            running.callback(client.http.close)
+            return client
 
-    def start(grammar: Any = None, **kwargs: Any) -> Client:
-        bench = open_workbench(grammar, root=tmp_path, **kwargs)
-        app = WorkbenchApp(bench, token=TOKEN)
-        server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        for _ in range(1000):
-            if server.started:
-                break
-            time.sleep(0.005)
-        client = Client(f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", app)
-        servers.append((server, thread, client))
-        return client
-
-    yield start
-    for server, thread, client in servers:
-        client.http.close()
-        server.should_exit = True
-        thread.join(10)
+        yield start
 
 
 def _samples(tmp_path: Path, names: tuple[str, ...] = ("plain", "one_call", "prefilled")) -> Path:

@@ -14,21 +14,19 @@ import contextlib
 import json
 import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from grammar_parse.serving._server import uvicorn_config
 from grammar_parse.workbench import WorkbenchApp, open_workbench
 from grammar_parse.workbench._source import SKELETON
+import test_view_browser
+from test_lmsp import Server
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+browser = test_view_browser.browser  # (the fixture: the system's Chromium driven offline, as the view's test)
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen3"
 #: A chat template no built-in grammar reads back: the workbench derives one from it.
 REKA = Path(__file__).resolve().parents[1] / "data" / "chat_templates" / "Reka-Edge.jinja"
@@ -38,38 +36,12 @@ NO_END = SKELETON.replace("start: reasoning_content? content? END_OF_TURN?", "st
 NO_END = NO_END.replace('END_OF_TURN: "<|im_end|>"\n', "")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the browser test needs Playwright for Python: pip install '.[test,browser]'")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("the browser test needs Chromium from the system's packages (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
-
-
 @contextlib.contextmanager
 def _served(bench: Any) -> Iterator[str]:
     """The workbench on 127.0.0.1 and a free port: the page's URL, token included."""
     app = WorkbenchApp(bench)
-    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(1000):
-        if server.started:
-            break
-        time.sleep(0.005)
-    base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
+    with Server(app) as base:
         yield app.url(base)
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture()
