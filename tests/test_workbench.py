@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from grammar_parse._cli import build_argparser
-from grammar_parse.workbench import PROBLEM_CODES, WorkbenchApp, WorkbenchLimits, open_workbench
+from grammar_parse.workbench import PROBLEM_CODES, SampleLimits, WorkbenchApp, WorkbenchLimits, open_workbench
 from grammar_parse.workbench._source import SKELETON
 from test_lmsp import Server
 
@@ -361,8 +361,6 @@ def test_a_jsonl_log_is_paged(serve, tmp_path):
 
 
 def test_a_log_past_the_sample_limit_is_cut(serve, tmp_path):
-    from grammar_parse.workbench._samples import SampleLimits
-
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps({"completion": f"a{i}"}) + "\n" for i in range(30)) +
                    json.dumps({"completion": "x" * 10_000}) + "\n", encoding="utf-8")

@@ -94,5 +94,5 @@ def serve_workbench(bench: Workbench, *, port: int = 0, on_ready: Callable[[str]
           on_ready=(lambda base: on_ready(app.url(base))) if on_ready else None, **options)
 
 
-__all__ = ["KINDS", "PROBLEM_CODES", "Workbench", "WorkbenchApp", "WorkbenchLimits", "open_workbench",
+__all__ = ["KINDS", "PROBLEM_CODES", "SampleLimits", "Workbench", "WorkbenchApp", "WorkbenchLimits", "open_workbench",
            "serve_workbench"]
