@@ -49,6 +49,7 @@ class Client:
         if status >= 400:  # (a problem document with a code of the table, never a traceback)
             document = response.json()
             assert document["code"] in PROBLEM_CODES and PROBLEM_CODES[document["code"]][0] == status
+            assert document["type"] == f"urn:grammar-parse:workbench:{document['code']}"
             assert "Traceback" not in response.text
         return response.json()
 

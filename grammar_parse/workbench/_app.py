@@ -50,9 +50,12 @@ SECURITY_HEADERS = [
 
 
 def _problem(code: str, detail: str) -> HTTPProblem:
-    problem = HTTPProblem(PROBLEM_CODES[code][0], code, detail)
-    problem.document["type"] = f"urn:grammar-parse:workbench:{code}"  # (the gateway's documents name LMSP)
-    return problem
+    return HTTPProblem(PROBLEM_CODES[code][0], code, detail)
+
+
+def _document(problem: HTTPProblem) -> dict[str, Any]:
+    """The problem document as the workbench sends it (the gateway's type URNs name LMSP)."""
+    return {**problem.document, "type": f"urn:grammar-parse:workbench:{problem.document['code']}"}
 
 
 def _header(scope: Scope, name: bytes) -> str:
@@ -88,12 +91,12 @@ class WorkbenchApp:
             self._guard(scope)
             await self._route(scope, receive, send)
         except HTTPProblem as e:
-            await _send(send, e.status, e.document, b"application/problem+json")
+            await _send(send, e.status, _document(e), b"application/problem+json")
         except Refusal as e:
-            await _send(send, e.status, _problem(e.code, e.detail).document, b"application/problem+json")
+            await _send(send, e.status, _document(_problem(e.code, e.detail)), b"application/problem+json")
         except Exception:  # noqa: BLE001 - a bug: logged in full, answered without a traceback
             _log.exception("the workbench failed on %s %s", scope.get("method"), scope.get("path"))
-            document = _problem("internal_error", "the workbench failed: its log has the error").document
+            document = _document(_problem("internal_error", "the workbench failed: its log has the error"))
             await _send(send, 500, document, b"application/problem+json")
 
     # ------------------------------------------------------------------ the guard
