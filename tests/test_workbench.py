@@ -397,3 +397,15 @@ def test_the_command_refuses_what_it_cannot_read(tmp_path, capsys):
     assert "[usage.file]" in capsys.readouterr().err
     assert main(["workbench", "no-such-grammar"]) == 2
     assert "[grammar.not_found]" in capsys.readouterr().err
+
+
+def test_a_bug_is_a_problem_document_without_a_traceback(serve, caplog):
+    client = serve("qwen3")
+
+    def broken(*args: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    client.app.workbench.state = broken  # type: ignore[method-assign]
+    document = client.call("GET", "state", status=500)
+    assert document["code"] == "internal_error" and "a bug" not in document["detail"]
+    assert "ZeroDivisionError" in caplog.text  # (the log has it in full)
