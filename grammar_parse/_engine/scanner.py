@@ -222,8 +222,8 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
     best_hit: Hit | None = None
     best_key: Any = None
     n = len(buf)
-    for key, term, search, sort_key in searches:
-        cached = hits.get(key)
+    for memo, term, search, sort_key in searches:
+        cached = hits.get(memo)
         if cached is not None and cached[0] is buf and cached[1] <= pos and (cached[2] is None or cached[2][0] >= pos):
             hit = cached[2]
         else:
@@ -231,7 +231,7 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
                 hit = search(buf, pos)
             except TimeoutError:
                 raise _timed_out(term) from None
-            hits[key] = (buf, pos, hit)
+            hits[memo] = (buf, pos, hit)
         if hit is not None and hit[0] < n:
             key = (hit[0], hit[0] - hit[1], sort_key)
             if best_key is None or key < best_key:

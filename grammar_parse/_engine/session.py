@@ -332,7 +332,7 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
         parser._restore(replay.state)
         parser._prefix_len = replay.prefix_len
         parser.initial_events = copy_json(replay.events)
-        parser._quiet()
+        _quiet(parser)
         return
     parser._prefix_len = parser._regions.prefix_len = len(tail)
     parser._buf = tail
@@ -439,6 +439,28 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     if info.scanner.value_end is not None and frame.walk is None or frame.passthrough:
         return None  # the walk to the value's end has not started; text that goes to the region around
     return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk)
+
+
+def _quiet(parser: ResponseParser) -> None:
+    """After a scan, how feed() may take the next chunks: on the fast path (see _fast_path) when nothing
+    is held back (the scan reached the buffer's end, no lookbehind, no trace), or holding aside a
+    whitespace run that only a leading ``\\s*`` may claim (a region's opener followed by a flood,
+    before any text: more whitespace cannot change what the scan decides, so it is neither scanned nor
+    joined into the buffer); and whether a chunk that only grows a delimiter's start may be held unscanned
+    (``_pending``: see feed). None of these while a draft is open: it keeps every piece of output it may read
+    again."""
+    if parser._drafting.open is not None:
+        parser._fast, parser._held_space, parser._pending = None, False, None
+        return
+    info = parser._syntax.states[parser._stack[-1]]
+    buf, pos = parser._buf, parser._pos
+    parser._fast = None if pos != len(buf) or parser._trace is not None or parser._grammar.tables.context \
+        else _fast_path(info, parser._syntax.run, parser._syntax.frames)
+    scanner = info.scanner
+    run = len(buf) - pos
+    quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
+    parser._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
+    parser._pending = None if parser._held_space else scanner.pending_heads
 
 
 def _stays_pending(run: str, heads: tuple[str, ...]) -> bool:
@@ -695,7 +717,7 @@ class ResponseParser:
         return self._options
 
     @property
-    def max_json_depth(self) -> int | None:
+    def max_json_depth(self) -> int:
         """The JSON nesting limit in force (made current while the parser runs: see reading.json_depth)."""
         return self._options.max_json_depth
 
@@ -919,27 +941,7 @@ class ResponseParser:
             break
         if not eos:  # (at the end nothing more is fed: no text to keep track of)
             self._trim()
-            self._quiet()
-
-    def _quiet(self) -> None:
-        """After a scan, how feed() may take the next chunks: on the fast path (see _fast_path) when nothing
-        is held back (the scan reached the buffer's end, no lookbehind, no trace), or holding aside a
-        whitespace run that only a leading ``\\s*`` may claim (a region's opener followed by a flood,
-        before any text: more whitespace cannot change what the scan decides, so it is neither scanned nor
-        joined into the buffer). Neither while a draft is open: it keeps every piece of output it may read
-        again."""
-        if self._drafting.open is not None:
-            self._fast, self._held_space, self._pending = None, False, None
-            return
-        info = self._syntax.states[self._stack[-1]]
-        buf, pos = self._buf, self._pos
-        self._fast = None if pos != len(buf) or self._trace is not None or self._grammar.tables.context \
-            else _fast_path(info, self._syntax.run, self._syntax.frames)
-        scanner = info.scanner
-        run = len(buf) - pos
-        quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
-        self._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
-        self._pending = None if self._held_space else scanner.pending_heads
+            _quiet(self)
 
     def _route(self, info: StateInfo, end: int) -> bool:
         """Route buffer text up to ``end`` into the current region; True when the delimiters that are
