@@ -101,15 +101,16 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def _opened(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:
-    """The page loaded in a new tab, with the URLs it requests and the errors it logs (both must stay empty)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
+def opened(browser: Any, url: str, width: int = 1280, height: int = 800) -> tuple[Any, list[str], list[str]]:
+    """The page at ``url`` loaded in a new tab, with the URLs it requests and the errors it logs (the tests
+    check both)."""
+    page = browser.new_page(viewport={"width": width, "height": height})
     requested: list[str] = []
     console: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: console.append(str(error)))
-    page.goto(page_file.as_uri(), wait_until="load")
+    page.goto(url, wait_until="load")
     return page, requested, console
 
 
@@ -121,7 +122,7 @@ def test_the_page_in_a_browser(browser: Any, tmp_path: Path, golden: Golden, sho
     page_file = tmp_path / "parse.html"
     page_file.write_text(to_html(golden.text, golden.grammar, prefix=golden.prefix, tools=golden.tools),
                          encoding="utf-8")
-    page, requested, console = _opened(browser, page_file)
+    page, requested, console = opened(browser, page_file.as_uri())
 
     shown = page.eval_on_selector_all('#output [data-kind]:not([data-kind="error"])', _SHOWN)
     assert shown == spans
@@ -160,7 +161,7 @@ def test_a_long_output_in_a_browser(browser: Any, tmp_path: Path) -> None:
     labelled; nothing is fetched and nothing is logged."""
     page_file = tmp_path / "long.html"
     page_file.write_text(to_html(LONG, "qwen3", prefix=LONG_PREFIX, tools=LONG_TOOLS), encoding="utf-8")
-    page, requested, console = _opened(browser, page_file)
+    page, requested, console = opened(browser, page_file.as_uri())
 
     summary, prefill, output = (page.locator(s).bounding_box() for s in ("#summary", "#prefill", "#output"))
     assert summary["y"] < prefill["y"] < output["y"] < 800  # (all on the first screen)

@@ -26,6 +26,7 @@ import test_view_browser
 from test_lmsp import Server
 
 browser = test_view_browser.browser  # (the fixture: the system's Chromium driven offline, as the view's test)
+opened = test_view_browser.opened
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen3"
 #: A chat template no built-in grammar reads back: the workbench derives one from it.
@@ -59,18 +60,6 @@ def workbench(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield url, grammar
 
 
-def _opened(browser: Any, url: str) -> tuple[Any, list[str], list[str]]:
-    """The page loaded in a new tab, with the URLs it requests and the errors it logs (both checked after)."""
-    page = browser.new_page(viewport={"width": 1600, "height": 900})
-    requested: list[str] = []
-    console: list[str] = []
-    page.on("request", lambda request: requested.append(request.url))
-    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console.append(str(error)))
-    page.goto(url, wait_until="load")
-    return page, requested, console
-
-
 def _only_local(requested: list[str], url: str) -> list[str]:
     base = url.split("/?")[0]
     return [u for u in requested if not (u.startswith(base + "/") or u.startswith("about:"))]
@@ -91,7 +80,7 @@ def test_edit_a_grammar_until_a_sample_passes_then_save(browser: Any, workbench:
                                                          ) -> None:
     url, grammar_file = workbench
     expect = _expect()
-    page, requested, console = _opened(browser, url)
+    page, requested, console = opened(browser, url, 1600, 900)
     page.wait_for_selector('#samples li[data-status="differs"]')
     assert _status(page, "turn") == "differs"
     assert page.input_value("#source") == NO_END
@@ -154,7 +143,7 @@ def test_from_a_chat_template_to_golden_files_and_the_engines(browser: Any, tmp_
     expect = _expect()
     grammar = tmp_path / "reka.lark"
     with _served(open_workbench(grammar, samples=samples, model_dir=REKA, root=tmp_path)) as url:
-        page, requested, console = _opened(browser, url)
+        page, requested, console = opened(browser, url, 1600, 900)
         page.wait_for_selector("#samples li[data-status]")
         assert "no built-in grammar reads" in page.inner_text("#note")
         assert page.inner_text("#compile-status").startswith("compiles")
