@@ -116,8 +116,10 @@ class Scanner:
         #: as ("\0" + the texts joined by "\0", the texts): a pending run that is a proper prefix of one of
         #: them and holds none of them whole stays pending whatever the scan (see ResponseParser.feed).
         heads = _pending_prefixes(self.entries)
-        self.pending_heads = None if heads is None or any("\0" in h for h in heads) else \
-            ("\0" + "\0".join(heads), heads)
+        # (None too where no run could pass: each start of a text holds another whole, as ``<`` and ``</f``)
+        self.pending_heads = None if heads is None or any("\0" in h for h in heads) or \
+            all(any(other in head[:cut] for other in heads) for head in heads for cut in range(1, len(head))) \
+            else ("\0" + "\0".join(heads), heads)
         #: Where every live delimiter is a plain search (most states): (search key, terminal, search, tie-break key)
         #: each, for the end-of-output scan's short loop (scan_searches).
         self.searches: list[tuple[str, Terminal, Any, Any]] | None = \

@@ -460,7 +460,10 @@ def _quiet(parser: ResponseParser) -> None:
     run = len(buf) - pos
     quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
     parser._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
-    parser._pending = None if parser._held_space else scanner.pending_heads
+    # (a run that is no prefix of a delimiter's start now is none once it grows: no use checking it)
+    heads = scanner.pending_heads
+    parser._pending = None if parser._held_space or heads is None or run and "\0" + buf[pos:] not in heads[0] \
+        else heads
 
 
 def _stays_pending(run: str, heads: tuple[str, ...]) -> bool:
@@ -813,7 +816,7 @@ class ResponseParser:
 
     def _general(self, events: list[Event]) -> list[Event]:
         """The general route: scan the buffer and take what it completes."""
-        with_json_depth(self.max_json_depth, _guarded, self, events, False)
+        with_json_depth(self._options.max_json_depth, _guarded, self, events, False)
         return events
 
     def _join_held(self) -> str:
