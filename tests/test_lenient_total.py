@@ -27,7 +27,7 @@ from grammar_parse.errors import ERROR_CODES, ParseError, TemplateError
 from grammar_parse.adapters.lmsp import ResponseStream, schema_validator
 from grammar_parse._engine.toolstream import call_name
 from grammar_parse._engine.content import parse_content
-from grammar_parse._engine.wire import WireArguments
+from grammar_parse._engine.wire import WireArguments, arguments_text, dumps
 from strategies import chunkings, delimiter_examples, examples
 from test_tool_streaming import JSON_VALUES
 from wire_checks import fold, strict_object
@@ -221,6 +221,28 @@ def test_the_wire_sends_a_strict_json_object_as_it_is(value, indent, data):
     wire = WireArguments()
     assert "".join(wire.feed(piece) for piece in data.draw(chunkings(text), label="chunks")) + wire.finish() == text
     assert wire.problems == [] and wire.done
+
+
+#: Parsed argument values the wire must change: NaN and infinities, a lone surrogate, nesting past the limit,
+#: an integer past the digits limit (only as a value json.dumps cannot write), not an object, the model's text.
+_AWKWARD = st.one_of(st.sampled_from([float("nan"), float("inf"), -float("inf"), "\ud800x", "\udfff",
+                                      [[[[[]]]]], 10 ** 100, {"k": set()}, object()]), JSON_VALUES)
+
+
+def _deep(levels: int) -> dict[str, object]:
+    value: object = []
+    for _ in range(levels):
+        value = [value]
+    return {"a": value}
+
+
+@settings(max_examples=examples(2))
+@given(value=st.one_of(st.dictionaries(st.text(max_size=5), _AWKWARD, max_size=4), _AWKWARD,
+                       st.sampled_from([_deep(254), _deep(255), _deep(256), _deep(400), '{"a": NaN', "x"])))
+def test_a_parsed_value_is_sent_as_the_wire_filter_sends_it(value):
+    """One-shot arguments (arguments_text: a plain object written directly) are the filter's over dumps()."""
+    wire = WireArguments()
+    assert arguments_text(value) == wire.feed(value if isinstance(value, str) else dumps(value)) + wire.finish()
 
 
 # ---------------------------------------------------------------------------- the adapters

@@ -386,6 +386,26 @@ def dumps(value: Any) -> str:
         return "null"
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def arguments_text(value: Any) -> str:
+    """The arguments string the wire sends for a parsed arguments value (or the model's text, when it did
+    not parse): what :class:`WireArguments` makes of ``dumps(value)``. A plain object (no NaN or
+    infinity, no integer past Python's digits limit, no lone surrogate, nested within ``max_json_depth``) is
+    strict JSON as ``json.dumps`` writes it, which the filter passes unchanged: written directly."""
+    if isinstance(value, dict):
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=repr, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            text = None
+        # (the brackets bound the nesting: the filter's depth check cannot fire below them)
+        if text is not None and not _SURROGATE.search(text) and text.count("{") + text.count("[") <= json_depth():
+            return text
+    wire = WireArguments()
+    return wire.feed(value if isinstance(value, str) else dumps(value)) + wire.finish()
+
+
 def wire_json(obj: Any) -> str:
     """JSON text that is valid UTF-8 even when model output held lone surrogates (they become ``\\udXXX``
     escapes, which JSON allows)."""
@@ -622,5 +642,5 @@ def open_call(streamer: _CallReader, offered: Iterable[str]) -> str | None:
     return names[-1] if names and names[-1] in set(offered) else None
 
 
-__all__ = ["ARGUMENTS", "NAME", "CallChecker", "ClientText", "WireArguments", "dumps", "json_type", "open_call",
-           "parse_failure", "wire_json"]
+__all__ = ["ARGUMENTS", "NAME", "CallChecker", "ClientText", "WireArguments", "arguments_text", "dumps", "json_type",
+           "open_call", "parse_failure", "wire_json"]

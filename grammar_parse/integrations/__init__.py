@@ -19,7 +19,7 @@ from typing import Any
 
 from grammar_parse import Grammar, GrammarError, list_grammars, load_grammar, parse_response
 from grammar_parse._engine.tools import call_function
-from grammar_parse._engine.wire import WireArguments, dumps
+from grammar_parse._engine.wire import arguments_text
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
 #: What every parser name of ours starts with (the engines' own names never do).
@@ -123,9 +123,7 @@ def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[s
         function = call_function(call)
         if function is None or not isinstance(function.get("name"), str) or not function["name"]:
             continue
-        raw = function.get("arguments", {})
-        wire = WireArguments()
-        arguments = wire.feed(raw if isinstance(raw, str) else dumps(raw)) + wire.finish()
+        arguments = arguments_text(function.get("arguments", {}))
         calls.append({"id": call.get("id") if isinstance(call.get("id"), str) else None, "type": "function",
                       "function": {"name": function["name"], "arguments": arguments}})
     reasoning = next((parsed[f] for f in grammar.format.reasoning_fields if parsed.get(f)), None) or None
