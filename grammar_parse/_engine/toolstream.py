@@ -384,7 +384,6 @@ class _JsonCallReader:
             self.held = (pos, self.held[1])
 
     def on_value_end(self, depth: int, pos: int) -> None:
-        plan = self.plan
         name_depth = 1 if self.kind != "json_array" else 2
         for attr in ("name", "id"):
             start = getattr(self, f"{attr}_start")

@@ -19,7 +19,6 @@ be checked; when the model's name matches a grammar, that grammar is chosen by n
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import warnings
