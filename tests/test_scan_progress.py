@@ -146,3 +146,34 @@ def test_a_run_left_pending_is_one_the_scan_holds_whole(name, data):
             buf += chunk
             term, hit, hold = decision(scanner, buf, pos, SearchCache())
             buf, pos = (buf[hit[1]:], 0) if term is not None else (buf, hold)
+
+
+# ---------------------------------------------------------------------------- a chunk quiet by its heads
+@pytest.mark.parametrize("name", sorted(gp.list_grammars()))
+@settings(max_examples=examples(0.3))
+@given(data=st.data())
+def test_a_chunk_quiet_by_its_heads_is_all_text_to_the_scan(name, data):
+    """The fast path's finer test (HeadsTest): a chunk with a trigger character that holds no delimiter's
+    start whole and ends in none is one a scan from scratch finds nothing in and holds nothing of."""
+    from strategies import FILLER, delimiter_examples
+
+    grammar = gp.load_grammar(name)
+    pieces = FILLER + delimiter_examples(grammar) + ["t", "to", "to=", "\n", " ", "H", "A", ";", "f"]
+    text = "".join(data.draw(st.lists(st.sampled_from(pieces), min_size=1, max_size=6), label="pieces"))
+    cut = data.draw(st.integers(0, len(text)), label="cut")
+    for scanner in scanners(name):
+        heads = scanner.quiet_heads
+        if heads is None:
+            continue
+        for chunk in (text, text[:cut], text[cut:]):
+            if chunk and heads.quiet(chunk):
+                assert decision(scanner, chunk, 0, SearchCache()) == (None, None, len(chunk)), (scanner, chunk)
+
+
+def test_common_trigger_characters_are_looked_past():
+    """gpt-oss's reasoning watches ``to=functions.``: chunks with a ``t`` are text unless one could start it."""
+    found = [s.quiet_heads for s in scanners("gpt_oss") if s.quiet_heads is not None and "t" in s.quiet.triggers]
+    assert found
+    for heads in found:
+        assert heads.quiet("the weather") and heads.quiet("tool") and heads.quiet("at 3")
+        assert not heads.quiet("abot") and not heads.quiet("go to") and not heads.quiet("x to=functions.f")

@@ -87,6 +87,27 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
     return QuietTest("".join(sorted(triggers)), hold_space)
 
 
+class HeadsTest:
+    """The finer test behind a QuietTest whose trigger characters are common (``t`` of gpt-oss's
+    ``to=functions.``, a newline): a chunk, with nothing pending before it, can start no watched delimiter
+    when it holds none of the texts their matches start with (``heads``: see regex_shape.literal_heads) and
+    no end of it is the start of one. Such a chunk is all text, though it holds a trigger."""
+
+    __slots__ = ("complete", "joined", "firsts", "reach")
+
+    def __init__(self, heads: tuple[str, ...]) -> None:
+        self.complete = re.compile("|".join(re.escape(h) for h in sorted(heads, key=len, reverse=True))).search
+        self.joined = "\0" + "\0".join(heads)
+        self.firsts = frozenset(h[0] for h in heads)
+        self.reach = max(len(h) for h in heads) - 1  # (a proper prefix is at most this long)
+
+    def quiet(self, text: str) -> bool:
+        if self.complete(text) is not None:
+            return False
+        n, firsts, joined = len(text), self.firsts, self.joined
+        return not any(text[i] in firsts and "\0" + text[i:] in joined for i in range(max(0, n - self.reach), n))
+
+
 #: How a scan asks a watched delimiter (Scanner.entries): a search memoised per buffer, the end of the
 #: open region's JSON value (the session walks it), or a repeated opener (matched at one position).
 _SEARCH, _VALUE_END, _REPEAT = 0, 1, 2
@@ -116,6 +137,9 @@ class Scanner:
         #: as ("\0" + the texts joined by "\0", the texts): a pending run that is a proper prefix of one of
         #: them and holds none of them whole stays pending whatever the scan (see ResponseParser.feed).
         heads = _pending_prefixes(self.entries)
+        #: With them, the finer quiet test for chunks that hold a trigger character (HeadsTest).
+        self.quiet_heads = None if heads is None or any("\0" in h for h in heads) or self.quiet is None \
+            else HeadsTest(heads)
         # (None too where no run could pass: each start of a text holds another whole, as ``<`` and ``</f``)
         self.pending_heads = None if heads is None or any("\0" in h for h in heads) or \
             all(any(other in head[:cut] for other in heads) for head in heads for cut in range(1, len(head))) \
@@ -291,4 +315,4 @@ def _timed_out(term: Terminal) -> ParseError:
                       hint="The pattern backtracks badly on this text; make it more specific.")
 
 
-__all__ = ["Scanner", "SearchCache", "scan_searches"]
+__all__ = ["HeadsTest", "Scanner", "SearchCache", "scan_searches"]

@@ -36,7 +36,7 @@ from . import oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder, missing_fields, without_empty
-from .scanner import SearchCache
+from .scanner import HeadsTest, SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
 from .toolstream import ToolCallStreamer
@@ -112,7 +112,7 @@ def _same(a: Any, b: Any) -> bool:
 #: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
 #: trigger character or the search for several, whether a trailing whitespace run is held back, and
 #: the open region (None: the text belongs to no field).
-_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonEnd | None]
+_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonEnd | None, HeadsTest | None]
 
 
 # ---------------------------------------------------------------------------- reported beside the message
@@ -434,11 +434,11 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     if quiet is None or text is None or run is not text:
         return None
     if text.role != "text":
-        return (quiet.trigger, quiet.hits, quiet.hold_space, None, None)
+        return (quiet.trigger, quiet.hits, quiet.hold_space, None, None, info.scanner.quiet_heads)
     frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
     if info.scanner.value_end is not None and frame.walk is None or frame.passthrough:
         return None  # the walk to the value's end has not started; text that goes to the region around
-    return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk)
+    return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk, info.scanner.quiet_heads)
 
 
 def _quiet(parser: ResponseParser) -> None:
@@ -752,8 +752,9 @@ class ResponseParser:
         """Add the next piece of model output; return the events it completes."""
         fast = self._fast  # (None once finalized, while a draft is open or whitespace is held: see _quiet)
         if fast is not None and type(text) is str and text:
-            trigger, search, hold_space, frame, walk = fast
-            if not (text.find(trigger) >= 0 if search is None else search(text)):
+            trigger, search, hold_space, frame, walk, heads = fast
+            if not (text.find(trigger) >= 0 if search is None else search(text)) or \
+                    heads is not None and heads.quiet(text):
                 # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
                 # except a trailing whitespace run that a leading \s* may still claim. Text that would
                 # pass the region size limit takes the general route, which applies it.
