@@ -125,6 +125,9 @@ class Scanner:
             for t in watch if t.matcher is not None]
         #: Per terminal, the key its searches are memoised under (search_key).
         self.keys = {t.name: search_key(t) for t, *_ in self.entries}
+        #: Per searched terminal, the characters its matches start with (a zero-width one's: the character
+        #: at it), where known: text without them cannot start one (see scan).
+        self.firsts = {t.name: _match_firsts(m) for t, m, kind, *_ in self.entries if kind == _SEARCH}
         self.quiet = _quiet_test(watch)
         # A repeated opener is watched only across the first few whitespace characters of its region: past
         # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
@@ -158,7 +161,7 @@ class Scanner:
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
-        hits, progress, keys = cache.hits, cache.progress, self.keys
+        hits, progress, keys, firsts = cache.hits, cache.progress, self.keys, self.firsts
         if eos and not progress:
             return self._scan_final(buf, pos, hits, value_end)
         for term, matcher, kind, literal, is_regex, sort_key in self.entries:
@@ -174,6 +177,12 @@ class Scanner:
                     if known is not None:
                         if known.pos <= pos <= known.dead_below() and known.end <= n:
                             start = known.dead_below()
+                            # nothing matched or pending at the last scan, and the new text holds no character
+                            # a match starts with: still nothing (the last scan's note stands)
+                            if not eos and known.pending == -1 and not known.found \
+                                    and (chars := firsts[term.name]) is not None \
+                                    and all(buf.find(c, known.end) < 0 for c in chars):
+                                continue
                             if not eos and is_regex and start < n \
                                     and (pending := matcher.resume(buf, known)) is not None:
                                 if pending < hold:
@@ -282,6 +291,20 @@ def _pending_prefixes(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[
         else:
             return None
     return tuple(prefixes) if prefixes else None
+
+
+def _match_firsts(matcher: Any) -> str | None:
+    """The characters a matcher's matches start with (a zero-width match: the character at it, which its
+    lookahead reads), or None where that is not a short known set."""
+    if isinstance(matcher, LiteralMatcher):
+        return matcher.first_chars
+    if not isinstance(matcher, RegexMatcher):
+        return None
+    if matcher.lowered is not None:
+        return None if matcher.lowered[0] else "".join(sorted({lit[0] for lit in matcher.lowered[1]}))
+    heads = literal_heads(matcher.pattern, matcher.flags)
+    found = "".join(sorted({h[0] for h in heads})) if heads else matcher.first_chars
+    return found if found and len(found) <= 8 else None
 
 
 def search_key(term: Terminal) -> str:
