@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 import grammar_parse as gp
 from grammar_parse._engine.regex_shape import trailing_lookahead_as_text as _trailing_lookahead_as_text
 from grammar_parse._engine.scanner import Scanner, SearchCache
-from grammar_parse._engine.session import _stays_pending
 from strategies import chunkings, examples, grammar_outputs
 
 
@@ -98,7 +97,7 @@ def test_a_growing_run_resumed_decides_as_a_fresh_scan(name, head, unit, data):
 def _left_pending(scanner: Scanner, run: str) -> bool:
     """Whether the session leaves ``run`` unscanned (ResponseParser.feed: a delimiter's start that grows)."""
     heads = scanner.pending_heads
-    return heads is not None and "\0" + run in heads[0] and _stays_pending(run, heads[1])
+    return heads is not None and "\0" + run in heads.joined and heads.holds_none(run)
 
 
 @pytest.mark.parametrize("name", sorted(gp.list_grammars()))
@@ -109,7 +108,7 @@ def test_every_proper_prefix_of_a_head_is_held_by_the_scan(name):
     for scanner in scanners(name):
         if scanner.pending_heads is None:
             continue
-        for head in scanner.pending_heads[1]:
+        for head in scanner.pending_heads.heads:
             for cut in range(1, len(head)):
                 run = head[:cut]
                 if _left_pending(scanner, run):

@@ -37,6 +37,7 @@ from .regex_shape import (
     first_chars_after_space,
     is_regex_space,
     literal_alternatives,
+    literal_heads,
     pattern_shape,
     regex_atoms,
     strip_anchors,
@@ -123,6 +124,8 @@ class LiteralMatcher:
         # A match at the buffer edge may still grow only if another literal extends it.
         self.can_extend = any(a != b and a.startswith(b) for a in literals for b in literals)
         self.first_chars = "".join(sorted({s[0] for s in literals}))
+        #: The texts its matches start with (see RegexMatcher.heads): the literals themselves.
+        self.heads: tuple[str, ...] | None = self.literals
         self.context = 0
         self.zero_width = False
 
@@ -450,6 +453,10 @@ class RegexMatcher(PlainState):
         self.lowered = literal_alternatives(pattern) if not flags & ~regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
+        #: Texts one of which every match starts with (a zero-width match: the text its lookahead reads), or None
+        #: (regex_shape.literal_heads; a leading ``\s*`` run: a match may start with any whitespace).
+        self.heads: tuple[str, ...] | None = (None if self.lowered[0] else self.lowered[1]) if self.lowered \
+            else literal_heads(pattern, flags)
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
         #: For ``\s{0,64};...`` (a leading whitespace run, then known characters): those characters (see
         #: first_chars_after_space); the fast path then holds a trailing whitespace run, as for ``\s*<lit>``.

@@ -17,7 +17,6 @@ from typing import Any
 
 from ..errors import ParseError
 from .delimiters import Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
-from .regex_shape import literal_heads
 from .symbols import Region, Terminal
 
 
@@ -88,16 +87,22 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
 
 
 class HeadsTest:
-    """The finer test behind a QuietTest whose trigger characters are common (``t`` of gpt-oss's
-    ``to=functions.``, a newline): a chunk, with nothing pending before it, can start no watched delimiter
-    when it holds none of the texts their matches start with (``heads``: see regex_shape.literal_heads) and
-    no end of it is the start of one. Such a chunk is all text, though it holds a trigger."""
+    """What the texts the live delimiters' matches start with (``heads``: each matcher's, see
+    RegexMatcher.heads) tell about text with nothing pending before it, without a scan:
 
-    __slots__ = ("complete", "joined", "firsts", "reach")
+    * :meth:`quiet`: a chunk that holds none of them whole and has no end that begins one can start no
+      delimiter: all of it is text, though it holds a trigger character (``t`` of gpt-oss's
+      ``to=functions.``, a newline), the finer test behind a QuietTest;
+    * a pending run that is a proper prefix of one (``"\\0" + run in joined``) and :meth:`holds_none` of them
+      whole cannot hold a complete match, and any scan holds it (``<par`` + ``amet`` of ``<parameter=``).
+    """
+
+    __slots__ = ("heads", "complete", "joined", "firsts", "reach")
 
     def __init__(self, heads: tuple[str, ...]) -> None:
+        self.heads = heads
         self.complete = re.compile("|".join(re.escape(h) for h in sorted(heads, key=len, reverse=True))).search
-        self.joined = "\0" + "\0".join(heads)
+        self.joined = "\0" + "\0".join(heads)  # ("\0" + a run in it: the run begins one of them)
         self.firsts = frozenset(h[0] for h in heads)
         self.reach = max(len(h) for h in heads) - 1  # (a proper prefix is at most this long)
 
@@ -106,6 +111,17 @@ class HeadsTest:
             return False
         n, firsts, joined = len(text), self.firsts, self.joined
         return not any(text[i] in firsts and "\0" + text[i:] in joined for i in range(max(0, n - self.reach), n))
+
+    def holds_none(self, run: str) -> bool:
+        """Whether ``run`` holds none of the texts whole."""
+        n = len(run)
+        return not any(len(head) <= n and head in run for head in self.heads)
+
+    def can_pend(self) -> bool:
+        """Whether some run could stay pending: not so where each start of a text holds another whole
+        (``<`` and ``</f``)."""
+        heads = self.heads
+        return not all(any(other in head[:cut] for other in heads) for head in heads for cut in range(1, len(head)))
 
 
 #: How a scan asks a watched delimiter (Scanner.entries): a search memoised per buffer, the end of the
@@ -136,17 +152,11 @@ class Scanner:
             _quiet_test(tuple(t for t in watch if not isinstance(t.matcher, Repeat)))
         #: The region whose JSON value's end is a live close here (the session walks its text), if any.
         self.value_end: Region | None = next((t.region for t in watch if isinstance(t.matcher, ValueEnd)), None)
-        #: The texts the live delimiters' matches start with, where every one has such texts (else None),
-        #: as ("\0" + the texts joined by "\0", the texts): a pending run that is a proper prefix of one of
-        #: them and holds none of them whole stays pending whatever the scan (see ResponseParser.feed).
-        heads = _pending_prefixes(self.entries)
-        #: With them, the finer quiet test for chunks that hold a trigger character (HeadsTest).
-        self.quiet_heads = None if heads is None or any("\0" in h for h in heads) or self.quiet is None \
-            else HeadsTest(heads)
-        # (None too where no run could pass: each start of a text holds another whole, as ``<`` and ``</f``)
-        self.pending_heads = None if heads is None or any("\0" in h for h in heads) or \
-            all(any(other in head[:cut] for other in heads) for head in heads for cut in range(1, len(head))) \
-            else ("\0" + "\0".join(heads), heads)
+        #: The texts the live delimiters' matches start with, where every one has such texts (HeadsTest): the
+        #: fast path's finer quiet test, and the pending runs feed() holds unscanned (see ResponseParser.feed).
+        heads = _entry_heads(self.entries)
+        self.quiet_heads = heads if self.quiet is not None else None
+        self.pending_heads = heads if heads is not None and heads.can_pend() else None
         #: Where every live delimiter is a plain search (most states): (search key, terminal, search, tie-break key)
         #: each, for the end-of-output scan's short loop (scan_searches).
         self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
@@ -274,36 +284,25 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
     return best, best_hit
 
 
-def _pending_prefixes(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]]) \
-        -> tuple[str, ...] | None:
-    prefixes: list[str] = []
+def _entry_heads(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]]) -> HeadsTest | None:
+    """The texts every live delimiter's matches start with, where each searched one has some (else None)."""
+    heads: list[str] = []
     for _, matcher, kind, *_ in entries:
-        if kind != _SEARCH:
+        found = getattr(matcher, "heads", None) if kind == _SEARCH else None
+        if not found:
             return None
-        if isinstance(matcher, LiteralMatcher):
-            prefixes += matcher.literals
-        elif isinstance(matcher, RegexMatcher) and matcher.lowered is not None:
-            if matcher.lowered[0]:
-                return None  # (a leading \s* run: a match may start with any whitespace)
-            prefixes += matcher.lowered[1]
-        elif isinstance(matcher, RegexMatcher) and (heads := literal_heads(matcher.pattern, matcher.flags)):
-            prefixes += heads
-        else:
-            return None
-    return tuple(prefixes) if prefixes else None
+        heads += found
+    return None if not heads or any("\0" in h for h in heads) else HeadsTest(tuple(heads))
 
 
 def _match_firsts(matcher: Any) -> str | None:
     """The characters a matcher's matches start with (a zero-width match: the character at it, which its
     lookahead reads), or None where that is not a short known set."""
-    if isinstance(matcher, LiteralMatcher):
-        return matcher.first_chars
-    if not isinstance(matcher, RegexMatcher):
-        return None
-    if matcher.lowered is not None:
-        return None if matcher.lowered[0] else "".join(sorted({lit[0] for lit in matcher.lowered[1]}))
-    heads = literal_heads(matcher.pattern, matcher.flags)
-    found = "".join(sorted({h[0] for h in heads})) if heads else matcher.first_chars
+    heads = getattr(matcher, "heads", None)
+    if heads:
+        found: str | None = "".join(sorted({h[0] for h in heads}))
+    else:  # (a regex with no known start texts, not a \s* one: the characters it starts with, if known)
+        found = matcher.first_chars if isinstance(matcher, RegexMatcher) and matcher.lowered is None else None
     return found if found and len(found) <= 8 else None
 
 

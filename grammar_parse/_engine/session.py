@@ -462,16 +462,8 @@ def _quiet(parser: ResponseParser) -> None:
     parser._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
     # (a run that is no prefix of a delimiter's start now is none once it grows: no use checking it)
     heads = scanner.pending_heads
-    parser._pending = None if parser._held_space or heads is None or run and "\0" + buf[pos:] not in heads[0] \
+    parser._pending = None if parser._held_space or heads is None or run and "\0" + buf[pos:] not in heads.joined \
         else heads
-
-
-def _stays_pending(run: str, heads: tuple[str, ...]) -> bool:
-    """Whether the pending run (the buffer from the scan's position, with the new chunk), a prefix of a text
-    some live delimiter's matches start with, is still only the start of a delimiter whatever the scan: it
-    holds none of those texts whole (so no match can be complete in it, and the scan would hold it all)."""
-    n = len(run)
-    return not any(len(head) <= n and head in run for head in heads)
 
 
 def _finalized_error() -> FinalizedError:
@@ -695,7 +687,7 @@ class ResponseParser:
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
-        self._pending: tuple[str, tuple[str, ...]] | None = None  # (see feed and _quiet)
+        self._pending: HeadsTest | None = None  # (see feed and _quiet)
         self._finalized = False
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
                                         lambda: self._base + self._pos)
@@ -803,8 +795,8 @@ class ResponseParser:
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
-            if (pending := self._pending) is not None and "\0" + (run := self._buf[self._pos:] + text) in pending[0] \
-                    and _stays_pending(run, pending[1]):
+            if (pending := self._pending) is not None and "\0" + (run := self._buf[self._pos:] + text) in \
+                    pending.joined and pending.holds_none(run):
                 # A delimiter's start grows (``<par`` + ``amet`` of ``<parameter=``): the scan would commit
                 # nothing and route nothing, so it is left to the chunk that completes or breaks it.
                 self._buf += text
