@@ -76,6 +76,17 @@ def closes_at(close: Terminal, buf: str, pos: int) -> bool:
     return isinstance(matcher, RegexMatcher) and matcher.match(buf, pos) is not None
 
 
+def reading_of(grammar: Grammar, asked: str | bool | None) -> str:
+    """The reading in force: the one asked for (a parse's ``calls_in_reasoning``), else the grammar's directive."""
+    return reading(grammar.calls_in_reasoning if asked is None else asked)
+
+
+def draft_states(grammar: Grammar, read: str) -> Mapping[int, Region]:
+    """The parser states where call markup inside an open reasoning block is read as a draft under the
+    reading ``read``: the reasoning states (reasoning_states), none when calls are always taken."""
+    return reasoning_states(grammar) if read != "always" else {}
+
+
 def reading(value: object) -> str:
     """A ``calls_in_reasoning`` value as one of CALLS_IN_REASONING (True is ``"always"``, False ``"never"``)."""
     if value is True or value is False:

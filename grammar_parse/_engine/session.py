@@ -29,7 +29,7 @@ from ..errors import AnchorWarning, ArgumentError, FinalizedError, GrammarParseE
 from ..options import MAX_REGION_CHARS, START_ANCHOR_LIMIT, ParseOptions, merge_options
 from .arguments import caller_stacklevel, expect_text
 from .delimiters import REGEX_SPACE
-from .drafts import closes_at, interrupts, reading, reasoning_states
+from .drafts import closes_at, draft_states, interrupts, reading_of
 from .events import Event, Message, RegionChunk
 from .grammar import Grammar, Region, StateInfo, Terminal
 from . import oneshot
@@ -197,7 +197,7 @@ class _DraftReading:
 
     def __init__(self, grammar: Grammar, asked: str | bool | None) -> None:
         # (the reading asked for, else the grammar's calls_in_reasoning directive)
-        self.reading = reading(grammar.calls_in_reasoning if asked is None else asked)
+        self.reading = reading_of(grammar, asked)
         # The parser states of an open reasoning block, where markup is read as a draft, unless calls are
         # asked for; none while the prompt is replayed (its tail ends where the output starts): see arm().
         self.states: Mapping[int, Region] = {}
@@ -207,7 +207,7 @@ class _DraftReading:
 
     def arm(self, grammar: Grammar) -> None:
         """Read drafts from now on (the output starts)."""
-        self.states = reasoning_states(grammar) if self.reading != "always" else {}
+        self.states = draft_states(grammar, self.reading)
 
     def take(self, parser: ResponseParser, info: StateInfo, term: Terminal, start: int, end: int) -> int:
         """Whether a delimiter found in an open reasoning block is read as reasoning text: the end of the
@@ -317,6 +317,12 @@ def _prompt_tail(grammar: Grammar, prefix: str, seconds: float | None) -> str:
     return prefix
 
 
+def _replay_key(tail: str, options: ParseOptions, extended: bool) -> tuple[Any, ...]:
+    """What a replayed prompt tail's state depends on beside the grammar: the tail and the options that
+    shape a parse (a snapshot is shared by the parsers, and the specialised parser, with the same key)."""
+    return tail, options.strict, extended, options.max_region_chars, options.max_json_depth
+
+
 def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
     """Replay in ``parser`` the tail of the prompt its output continues (see _prompt_tail), so that a region
     the template opened (``<think>`` in the prompt) is open when the output starts; its events are the
@@ -326,7 +332,7 @@ def _replay_prompt(parser: ResponseParser, prefix: str) -> None:
     if not tail:
         return
     key = None if parser._trace is not None or len(tail) > MAX_REPLAY_CHARS else \
-        (tail, parser._options.strict, parser._regions.extended, parser._max_region, parser.max_json_depth)
+        _replay_key(tail, parser._options, parser._regions.extended)
     replays: dict[Any, _Replay] = parser.grammar.tables.shared.setdefault("replays", {})
     if key is not None and (replay := replays.get(key)) is not None:
         parser._restore(replay.state)
@@ -356,12 +362,10 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
     tail = _anchored_tail(grammar, prefix, options.start_anchor_seconds) if prefix else ""
     if tail is None:
         return None  # (the session warns that the prompt holds no start anchor)
-    asked = grammar.calls_in_reasoning if options.calls_in_reasoning is None else options.calls_in_reasoning
-    drafts = reasoning_states(grammar) if reading(asked) != "always" else {}
+    drafts = draft_states(grammar, reading_of(grammar, options.calls_in_reasoning))
     start, buf, pos, output, frames, origin = fast.start, text, 0, copy_json(grammar.defaults), [], 0
     if tail:
-        key = (tail, options.strict, False, options.max_region_chars, options.max_json_depth)
-        replay = grammar.tables.shared.get("replays", {}).get(key)
+        replay = grammar.tables.shared.get("replays", {}).get(_replay_key(tail, options, False))
         if replay is None:
             return None
         state = replay.state
