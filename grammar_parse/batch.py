@@ -40,6 +40,7 @@ import jmespath
 
 from ._engine.arguments import print_warning_line
 from ._engine.grammar import Grammar
+from ._engine.reading import LONE_SURROGATE
 from ._engine import oneshot
 from ._engine.session import ResponseParser, parse_response, resolve_grammar, specialised_parse
 from ._engine.shapes import REASONING_FIELDS
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 #: parse (about 50 µs a short row), small enough that progress stays current.
 CHUNK_ROWS = 512
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: What a blank JSONL line may hold: JSON's whitespace (a line of other characters is a row, and its error).
 _JSON_SPACE = " \t\r\n"
 _JSON_SPACE_BYTES = _JSON_SPACE.encode()
@@ -577,10 +577,10 @@ def _fit_id(value: Any, id_type: Any) -> tuple[Any, bool]:
 
 def _text(value: Any, problems: list[str]) -> Any:
     """A string as an Arrow string holds it: a lone surrogate as U+FFFD (said once in ``problems``)."""
-    if isinstance(value, str) and _SURROGATE.search(value):
+    if isinstance(value, str) and LONE_SURROGATE.search(value):
         if SURROGATE_CODE not in problems:
             problems.append(SURROGATE_CODE)
-        return _SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub("\ufffd", value)
     return value
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ._engine.grammar import Grammar
+from ._engine.reading import LONE_SURROGATE
 from ._engine.session import ResponseParser, resolve_grammar
 from ._engine.shapes import CONTENT, REASONING
 from ._engine.symbols import Region
@@ -72,7 +73,6 @@ details.fold[open] > summary::after { content: attr(data-open); }
 """
 #: How whitespace that is a whole span is marked (drawn by CSS, so it is not part of the page's text).
 _BLANKS = {"\n": "↵", "\t": "⇥", "\r": "␍"}
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _surrogate_html(match: re.Match[str]) -> str:
@@ -87,12 +87,12 @@ def _escape(text: str) -> str:
     """``text`` as HTML element content that keeps every character: a browser reads a raw carriage return
     as a newline (``\\r\\n`` as one), but keeps one written as a reference; a lone surrogate, which UTF-8
     cannot write, is a U+FFFD marked as one (a U+FFFD the model wrote is not)."""
-    return _LONE_SURROGATE.sub(_surrogate_html, html.escape(text).replace("\r", "&#13;"))
+    return LONE_SURROGATE.sub(_surrogate_html, html.escape(text).replace("\r", "&#13;"))
 
 
 def _attr(text: str) -> str:
     """``text`` as an attribute's value (or a <title>'s text, which holds no markup either)."""
-    return html.escape(_LONE_SURROGATE.sub("\ufffd", text))
+    return html.escape(LONE_SURROGATE.sub("\ufffd", text))
 
 
 def _field_style(role: str, call: int | None) -> str:

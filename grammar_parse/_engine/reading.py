@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,10 @@ PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*(?:\|\w+(?:\.\w+)*)*)(\??)\}")
 
 
 _BRACKETS = regex.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', regex.DOTALL)
+
+#: A lone surrogate (``\ud800`` written alone in JSON, a byte that is not UTF-8 read with surrogateescape): text
+#: that holds one cannot be encoded as UTF-8 as it is.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 #: Deepest JSON nesting a json region may have by default (Python's parser would exhaust its stack far

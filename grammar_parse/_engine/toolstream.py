@@ -66,6 +66,7 @@ from .grammar import Grammar, Region
 from .reading import (
     CALL_TOKEN,
     JSON_MAX_DEPTH,
+    LONE_SURROGATE,
     JsonWalker,
     json_depth,
     load_json,
@@ -109,7 +110,6 @@ _WS_RUN = regex.compile(r"[ \t\n\r]*")
 _FIRST = regex.compile(r'[ \t\n\r]*(["}])')
 _COLON = regex.compile(r"[ \t\n\r]*:[ \t\n\r]*")
 _NEXT = regex.compile(r'[ \t\n\r]*(?:(})|,[ \t\n\r]*")')
-_LONE_SURROGATE = regex.compile(r"[\ud800-\udfff]")
 #: Whether a call whose region opens and closes within one feed is read whole (``_JsonCallReader.whole``)
 #: rather than walked value by value: the same deltas' sum, a tenth of the work. Off to compare the two.
 WHOLE_CALLS = True
@@ -252,7 +252,7 @@ class _JsonCallReader:
         be sure of that (the walk reads it then)."""
         call, plan, streamer = self.call, self.plan, self.streamer
         if len(values) != 1 or call is None or not isinstance(values[0], dict) or values[0].get("errors") \
-                or body.count("{") + body.count("[") > json_depth() or _LONE_SURROGATE.search(body):
+                or body.count("{") + body.count("[") > json_depth() or LONE_SURROGATE.search(body):
             return False
         start = _WS_RUN.match(body).end()  # type: ignore[union-attr]
         found = _object_members(body, start)

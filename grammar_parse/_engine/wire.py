@@ -48,7 +48,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
-from .reading import int_digits_limit, json_depth
+from .reading import LONE_SURROGATE, int_digits_limit, json_depth
 from .tools import CallValidator
 
 if TYPE_CHECKING:
@@ -386,9 +386,6 @@ def dumps(value: Any) -> str:
         return "null"
 
 
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
 def arguments_text(value: Any) -> str:
     """The arguments string the wire sends for a parsed arguments value (or the model's text, when it did
     not parse): what :class:`WireArguments` makes of ``dumps(value)``. A plain object (no NaN or
@@ -400,7 +397,7 @@ def arguments_text(value: Any) -> str:
         except (TypeError, ValueError, RecursionError):
             text = None
         # (the brackets bound the nesting: the filter's depth check cannot fire below them)
-        if text is not None and not _SURROGATE.search(text) and text.count("{") + text.count("[") <= json_depth():
+        if text is not None and not LONE_SURROGATE.search(text) and text.count("{") + text.count("[") <= json_depth():
             return text
     wire = WireArguments()
     return wire.feed(value if isinstance(value, str) else dumps(value)) + wire.finish()

@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._engine.grammar import Grammar
+from .._engine.reading import LONE_SURROGATE
 from .._engine.session import resolve_grammar
 from .._engine.tools import check_tools
 from .._engine.toolstream import call_regions
@@ -276,9 +277,6 @@ def read_json(body: bytes, limits: Limits) -> Any:
     return _checked(value, limits.max_depth)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")  # (json.loads joins a valid pair: any left is lone)
-
-
 def well_formed(value: Any) -> Any:
     """``value`` (JSON data) with every lone surrogate in its strings and keys made U+FFFD: text that
     can be encoded as UTF-8, for a model server or a store. Containers are changed in place."""
@@ -289,7 +287,7 @@ def _checked(value: Any, limit: int | None) -> Any:
     """``value`` with lone surrogates made U+FFFD (in place), refused if it nests deeper than ``limit``
     or holds a number that is not finite (an ``invalid_request`` naming its path)."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, float) and not math.isfinite(value):
         raise _refuse("invalid_request", "(body): the number is too large (it must fit a double)")
     # (no recursion: the check is for values too deep to recurse into; a container's path is kept with it
@@ -300,8 +298,8 @@ def _checked(value: Any, limit: int | None) -> Any:
         if limit is not None and depth > limit:
             raise _refuse("invalid_request", f"the body nests deeper than {limit} levels")
         if isinstance(node, dict):
-            if any(_SURROGATE.search(key) for key in node):
-                items = [(_SURROGATE.sub("\ufffd", key), child) for key, child in node.items()]
+            if any(LONE_SURROGATE.search(key) for key in node):
+                items = [(LONE_SURROGATE.sub("\ufffd", key), child) for key, child in node.items()]
                 node.clear()
                 node.update(items)
             entries: Iterable[tuple[Any, Any]] = node.items()
@@ -309,8 +307,8 @@ def _checked(value: Any, limit: int | None) -> Any:
             entries = enumerate(node)
         for key, child in entries:
             if isinstance(child, str):
-                if _SURROGATE.search(child):
-                    node[key] = _SURROGATE.sub("\ufffd", child)
+                if LONE_SURROGATE.search(child):
+                    node[key] = LONE_SURROGATE.sub("\ufffd", child)
             elif isinstance(child, (dict, list)):
                 stack.append((child, depth + 1, (*path, key)))
             elif isinstance(child, float) and not math.isfinite(child):

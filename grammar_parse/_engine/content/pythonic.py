@@ -14,7 +14,7 @@ from typing import Any
 import regex
 
 from ...errors import ParseError
-from ..reading import LINE_TOKEN, python_tokens, skip_chars
+from ..reading import LINE_TOKEN, LONE_SURROGATE, python_tokens, skip_chars
 from .base import WHOLE, CallShape, CallTemplate, ContentParser, Piece, Pieces, parse_content
 
 _PY_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
@@ -98,16 +98,13 @@ def _rename_keyword_arguments(body: str) -> tuple[str, dict[str, str]]:
 
 # Lone surrogates (broken UTF-8 from a tokenizer) stand in as private-use characters while Python's parser,
 # which encodes its input as UTF-8, reads the text; values get them back.
-_SURROGATES = regex.compile(r"[\ud800-\udfff]")
-
-
 _STAND_INS = regex.compile(r"[\U000f0000-\U000f07ff]")
 
 
 def _surrogate_stand_ins(body: str) -> tuple[str, Callable[[Any], Any]]:
     """``body`` with its lone surrogates replaced by stand-ins, and the function that puts them back into
     a parsed value (identity when there were none)."""
-    if not _SURROGATES.search(body):
+    if not LONE_SURROGATE.search(body):
         return body, lambda value: value
     if _STAND_INS.search(body):
         raise ParseError("pythonic region holds both lone surrogates and the private-use characters that "
@@ -122,7 +119,7 @@ def _surrogate_stand_ins(body: str) -> tuple[str, Callable[[Any], Any]]:
             return {restore(k): restore(v) for k, v in value.items()}
         return value
 
-    return _SURROGATES.sub(lambda m: chr(ord(m.group()) - 0xD800 + 0xF0000), body), restore
+    return LONE_SURROGATE.sub(lambda m: chr(ord(m.group()) - 0xD800 + 0xF0000), body), restore
 
 
 def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
