@@ -257,6 +257,41 @@ def test_golden_write_makes_the_sample_pass(serve, tmp_path):
     assert all(Path(p).parent == tmp_path / "more" for p in done["written"])
 
 
+def test_a_pass_needs_the_same_types_as_the_golden(tmp_path):
+    """1 is not 1.0 and True is not 1 for a pass, as the golden tests compare (a golden that says 1.0 fails
+    them against a parse that gives 1)."""
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    call = '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><|im_end|>'
+    expected = {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f",
+                                                                                      "arguments": {"a": 1}}}]}
+    for name, value in (("same", 1), ("float", 1.0), ("bool", True)):
+        (folder / f"{name}.txt").write_text(call, encoding="utf-8")
+        expected["tool_calls"][0]["function"]["arguments"]["a"] = value
+        (folder / f"{name}.json").write_text(json.dumps(expected), encoding="utf-8")
+    bench = open_workbench("qwen3", samples=folder, root=tmp_path)
+    assert {s["name"]: s["status"] for s in bench.state()["samples"]["items"]} == \
+        {"bool": "differs", "float": "differs", "same": "pass"}
+    assert bench.result(0, 8)["expected_difference"] == {"path": "$.tool_calls[0].function.arguments.a",
+                                                          "expected": True, "parsed": 1}
+
+
+def test_a_golden_written_elsewhere_or_after_an_edit_keeps_its_files_in_agreement(tmp_path):
+    """A folder sample's golden written to another folder takes its output and prompt along; a prompt the
+    sample no longer has is removed, so the files of one sample always parse as its .json says."""
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    (folder / "case.txt").write_text("Hi<|im_end|>", encoding="utf-8")
+    (folder / "case.prefix.txt").write_text("<|im_start|>assistant\n<think>", encoding="utf-8")
+    bench = open_workbench("qwen3", samples=folder, root=tmp_path)
+    done = bench.golden(0, {"folder": "more"})
+    assert sorted(Path(p).name for p in done["written"]) == ["case.json", "case.prefix.txt", "case.txt"]
+    bench.put_sample(0, {"prefix": ""})
+    done = bench.golden(0, {})
+    assert not (folder / "case.prefix.txt").exists() and done["status"] == "pass"
+    assert json.loads((folder / "case.json").read_text(encoding="utf-8")) == {"role": "assistant", "content": "Hi"}
+
+
 def test_golden_write_needs_a_folder_for_pasted_samples(serve):
     client = serve("qwen3")
     client.call("POST", "samples", {"text": "hello"})

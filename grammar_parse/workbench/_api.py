@@ -13,7 +13,7 @@ from .._engine.library import looks_like_path
 from ..errors import GrammarParseError
 from ._files import PathRefused, atomic_write, folder_inside, inside
 from ._result import result
-from ._samples import STATUSES, SampleLimits, Samples, statuses, write_golden
+from ._samples import STATUSES, SampleLimits, Samples, status_of, statuses, write_golden
 from ._source import (KINDS, Source, builtin_names, builtin_source, chat_template_source, registration,
                       skeleton_source)
 
@@ -122,9 +122,9 @@ class Workbench:
 
     def result(self, sample_id: int, chunk: int) -> dict[str, Any]:
         """The result pane of one sample, streamed in chunks of ``chunk`` characters (``_result``)."""
-        sample = self._sample(sample_id)
-        grammar = self._grammar()
-        return {**result(grammar, sample, chunk), "status": self.status.get(sample_id, "unchecked")}
+        found = result(self._grammar(), self._sample(sample_id), chunk)
+        self.status[sample_id] = found["status"]  # (this parse checked it: the list shows it from now on)
+        return found
 
     def registration(self) -> dict[str, Any]:
         """The vLLM and SGLang snippets that serve the grammar (``_source.registration``)."""
@@ -226,8 +226,8 @@ class Workbench:
         if folder is None:
             raise Refusal("no_folder", "these samples come from no folder: give folder, a path inside the working "
                                        "directory")
-        written = write_golden(sample, grammar, folder)
-        self.status.update(statuses(grammar, [sample], self.limits.check_seconds))
+        written = write_golden(sample, grammar, folder, self.samples.folder)
+        self.status[sample_id] = status_of(sample, sample.expected)  # (its golden is its parse: a pass)
         return {"written": [str(p) for p in written], **self.sample(sample_id)}
 
     # ------------------------------------------------------------------ helpers

@@ -17,7 +17,7 @@ from ..adapters.chat_completions import ChatCompletionsStream
 from ..constrain import to_llguidance, to_structural_tag
 from ..errors import GrammarParseError, ParseError
 from ..view import to_html
-from ._samples import Sample
+from ._samples import Sample, first_difference, jsonable, parse_outcome, status_of
 
 #: At most this many chunks are fed (a smaller chunk size over a long sample is raised to fit), and this
 #: many events and deltas are shown (the counts are given in full).
@@ -27,10 +27,6 @@ MAX_SHOWN = 2_000
 PLACEHOLDER_TOOLS = [{"type": "function", "function": {"name": "example_tool", "description": "placeholder",
                                                       "parameters": {"type": "object", "properties": {
                                                           "arg": {"type": "string"}}}}}]
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def failure(error: GrammarParseError) -> dict[str, Any]:
@@ -49,39 +45,8 @@ def chunks(text: str, size: int) -> tuple[list[str], int]:
     return [text[i:i + size] for i in range(0, len(text), size)] or [""], size
 
 
-def first_difference(a: Any, b: Any, path: str = "$") -> dict[str, Any] | None:
-    """Where two JSON values first differ (a JSONPath-like path and both values there), or None."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in [*a, *(k for k in b if k not in a)]:
-            if key not in a or key not in b:
-                return {"path": f"{path}.{key}", "one_shot": a.get(key), "streamed": b.get(key)}
-            found = first_difference(a[key], b[key], f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = first_difference(x, y, f"{path}[{i}]")
-            if found:
-                return found
-        if len(a) != len(b):
-            i = min(len(a), len(b))
-            return {"path": f"{path}[{i}]", "one_shot": a[i] if i < len(a) else None,
-                    "streamed": b[i] if i < len(b) else None}
-        return None
-    return None if a == b and type(a) is type(b) else {"path": path, "one_shot": a, "streamed": b}
-
-
-def _one_shot(grammar: Grammar, sample: Sample) -> tuple[Any, dict[str, Any] | None]:
-    """The strict one-shot parse as a golden holds it (:func:`outcome`), and its failure in full, if any."""
-    try:
-        return _jsonable(ResponseParser(grammar, sample.prefix, tools=sample.tools).finalize(sample.text)[0]), None
-    except GrammarParseError as e:
-        return {"error": {"type": type(e).__name__, "code": e.code}}, failure(e)
-
-
 def _streamed(grammar: Grammar, sample: Sample, pieces: list[str]) -> tuple[Any, list[Any], int]:
-    """The strict message fed in ``pieces`` (or its failure, as :func:`outcome` gives it), the events (at most
+    """The strict message fed in ``pieces`` (or its failure, as parse_outcome gives it), the events (at most
     MAX_SHOWN) and how many there were."""
     events: list[Any] = []
     count = 0
@@ -93,9 +58,9 @@ def _streamed(grammar: Grammar, sample: Sample, pieces: list[str]) -> tuple[Any,
         message, last = parser.finalize()
         count += len(last)
         events += last[:max(0, MAX_SHOWN - len(events))]
-        return _jsonable(message), _jsonable(events), count
+        return jsonable(message), jsonable(events), count
     except GrammarParseError as e:
-        return {"error": {"type": type(e).__name__, "code": e.code}}, _jsonable(events), count
+        return {"error": {"type": type(e).__name__, "code": e.code}}, jsonable(events), count
 
 
 def _deltas(grammar: Grammar, sample: Sample, pieces: list[str]) -> tuple[list[Any], int, str | None]:
@@ -107,7 +72,7 @@ def _deltas(grammar: Grammar, sample: Sample, pieces: list[str]) -> tuple[list[A
     for batch in (*(stream.feed(piece) for piece in pieces), stream.finish()):
         count += len(batch)
         deltas += batch[:max(0, MAX_SHOWN - len(deltas))]
-    return _jsonable(deltas), count, stream.finish_reason
+    return jsonable(deltas), count, stream.finish_reason
 
 
 def exports(grammar: Grammar, sample: Sample) -> dict[str, Any]:
@@ -129,14 +94,14 @@ def _lenient(grammar: Grammar, sample: Sample) -> dict[str, Any]:
     message = ResponseParser(grammar, sample.prefix, tools=sample.tools, strict=False).finalize(sample.text)[0]
     errors = [{"code": e.get("code"), "message": str(e.get("message", ""))[:500], "field": e.get("field"),
                "span": e.get("span")} for e in message.get("parse_errors") or []]
-    return {"message": _jsonable(message), "errors": errors}
+    return {"message": jsonable(message), "errors": errors}
 
 
 def result(grammar: Grammar, sample: Sample, chunk: int) -> dict[str, Any]:
     """The result pane of one sample (module doc)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        one_shot, failed = _one_shot(grammar, sample)
+        one_shot, error = parse_outcome(grammar, sample)
         pieces, size = chunks(sample.text, chunk)
         streamed, events, event_count = _streamed(grammar, sample, pieces)
         deltas, delta_count, finish_reason = _deltas(grammar, sample, pieces)
@@ -144,15 +109,17 @@ def result(grammar: Grammar, sample: Sample, chunk: int) -> dict[str, Any]:
                        title=f"{grammar.name or 'grammar'}: {sample.name}")
         lenient = _lenient(grammar, sample)
         exported = exports(grammar, sample)
-    return {"id": sample.id, "name": sample.name, "html": page, "message": one_shot, "failure": failed,
+    difference = first_difference(one_shot, streamed, ("one_shot", "streamed"))
+    return {"id": sample.id, "name": sample.name, "html": page, "message": one_shot,
+            "failure": None if error is None else failure(error), "status": status_of(sample, one_shot),
             "expected": sample.expected if sample.has_expected else None, "has_expected": sample.has_expected,
             "lenient": lenient, "events": events, "event_count": event_count, "deltas": deltas,
             "delta_count": delta_count, "finish_reason": finish_reason,
-            "stream": {"chunk": size, "chunks": len(pieces), "message": streamed,
-                       "same": first_difference(one_shot, streamed) is None,
-                       "difference": first_difference(one_shot, streamed)},
-            "expected_difference": first_difference(sample.expected, one_shot) if sample.has_expected else None,
+            "stream": {"chunk": size, "chunks": len(pieces), "message": streamed, "same": difference is None,
+                       "difference": difference},
+            "expected_difference": first_difference(sample.expected, one_shot, ("expected", "parsed"))
+            if sample.has_expected else None,
             "exports": exported, "warnings": list(dict.fromkeys(str(w.message)[:500] for w in caught))}
 
 
-__all__ = ["MAX_CHUNKS", "MAX_SHOWN", "PLACEHOLDER_TOOLS", "chunks", "exports", "failure", "first_difference", "result"]
+__all__ = ["chunks", "exports", "failure", "result"]

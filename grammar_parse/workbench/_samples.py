@@ -169,30 +169,68 @@ def _bounded(lines: IO[bytes], limit: int) -> Iterator[bytes]:
 _TOO_LONG = b"\x00too-long\n"
 
 
-def outcome(grammar: Grammar, sample: Sample) -> Any:
-    """The one-shot, strict parse of the sample as a golden ``.json`` holds it: the message, or
-    ``{"error": {"type", "code"}}``."""
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data (what a golden file holds, and the page is sent)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def parse_outcome(grammar: Grammar, sample: Sample) -> tuple[Any, GrammarParseError | None]:
+    """The one-shot, strict parse of the sample as a golden ``.json`` holds it (the message, or
+    ``{"error": {"type", "code"}}``), and the error it raised, if any."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (a prompt without the grammar's anchor: the result says so)
             message = ResponseParser(grammar, sample.prefix, tools=sample.tools).finalize(sample.text)[0]
-        return json.loads(json.dumps(message, ensure_ascii=False, default=str))
+        return jsonable(message), None
     except GrammarParseError as e:
-        return {"error": {"type": type(e).__name__, "code": e.code}}
+        return {"error": {"type": type(e).__name__, "code": e.code}}, e
+
+
+def outcome(grammar: Grammar, sample: Sample) -> Any:
+    """The one-shot, strict parse of the sample as a golden ``.json`` holds it (see parse_outcome)."""
+    return parse_outcome(grammar, sample)[0]
+
+
+def first_difference(a: Any, b: Any, labels: tuple[str, str] = ("a", "b"), path: str = "$") -> dict[str, Any] | None:
+    """Where two JSON values first differ (a JSONPath-like path, and both values there under ``labels``),
+    or None. Types count: True is not 1, and 1 is not 1.0 (as the golden tests compare)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            if key not in a or key not in b:
+                return {"path": f"{path}.{key}", labels[0]: a.get(key), labels[1]: b.get(key)}
+            found = first_difference(a[key], b[key], labels, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, labels, f"{path}[{i}]")
+            if found:
+                return found
+        if len(a) != len(b):
+            i = min(len(a), len(b))
+            return {"path": f"{path}[{i}]", labels[0]: a[i] if i < len(a) else None,
+                    labels[1]: b[i] if i < len(b) else None}
+        return None
+    return None if a == b and type(a) is type(b) else {"path": path, labels[0]: a, labels[1]: b}
+
+
+def status_of(sample: Sample, got: Any) -> str:
+    """The sample's status, given its one-shot outcome ``got`` (module doc)."""
+    if sample.problem is not None:
+        return "error"
+    if sample.has_expected and first_difference(sample.expected, got) is None:
+        return "pass"
+    if "error" in got or got.get("parse_errors"):
+        return "error"
+    return "differs" if sample.has_expected else "no_expected"
 
 
 def status(grammar: Grammar | None, sample: Sample) -> str:
     """The sample's status against ``grammar`` (module doc)."""
     if grammar is None:
         return "unchecked"
-    if sample.problem is not None:
-        return "error"
-    got = outcome(grammar, sample)
-    if sample.has_expected and got == sample.expected:
-        return "pass"
-    if "error" in got or got.get("parse_errors"):
-        return "error"
-    return "differs" if sample.has_expected else "no_expected"
+    return status_of(sample, outcome(grammar, sample) if sample.problem is None else {})
 
 
 def statuses(grammar: Grammar | None, samples: Iterable[Sample], seconds: float) -> dict[int, str]:
@@ -204,25 +242,34 @@ def statuses(grammar: Grammar | None, samples: Iterable[Sample], seconds: float)
     return found
 
 
-def write_golden(sample: Sample, grammar: Grammar, folder: Path) -> list[Path]:
-    """Write the sample's current parse as its expected ``NAME.json`` in ``folder`` (as ``pytest
-    --update-golden`` writes goldens), with its output, prompt and tools when the folder does not hold them
-    as they are now. Returns the files written."""
+def golden_text(value: Any) -> str:
+    """A golden file's text for a JSON value (as ``pytest --update-golden`` writes them)."""
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_golden(sample: Sample, grammar: Grammar, folder: Path, samples_folder: Path | None = None) -> list[Path]:
+    """Write the sample's current parse as its expected ``NAME.json`` in ``folder``, with its output, prompt
+    and tools unless ``folder`` is the one it was read from (``samples_folder``) and it is unedited: the
+    files of one sample always agree (a prompt or tools file it no longer has is removed). Returns the
+    files written."""
     name = safe_name(sample.name)
     written = []
-    if sample.origin != "folder" or sample.edited:
+    if sample.origin != "folder" or sample.edited or folder != samples_folder:
         written.append((folder / f"{name}.txt", sample.text))
-        if sample.prefix:
-            written.append((folder / f"{name}.prefix.txt", sample.prefix))
-        if sample.tools is not None:
-            written.append((folder / f"{name}.tools.json", json.dumps(sample.tools, indent=2, ensure_ascii=False) + "\n"))
+        companions = ((folder / f"{name}.prefix.txt", sample.prefix or None),
+                      (folder / f"{name}.tools.json", None if sample.tools is None else golden_text(sample.tools)))
+        for path, text in companions:
+            if text is not None:
+                written.append((path, text))
+            else:
+                path.unlink(missing_ok=True)
     got = outcome(grammar, sample)
-    written.append((folder / f"{name}.json", json.dumps(got, indent=2, ensure_ascii=False) + "\n"))
+    written.append((folder / f"{name}.json", golden_text(got)))
     for path, text in written:
         atomic_write(path, text)
     sample.expected, sample.has_expected = got, True
     return [path for path, _ in written]
 
 
-__all__ = ["STATUSES", "Sample", "SampleLimits", "Samples", "TooLarge", "load_folder", "load_jsonl", "outcome",
-           "status", "statuses", "write_golden"]
+__all__ = ["STATUSES", "Sample", "SampleLimits", "Samples", "TooLarge", "first_difference", "golden_text", "jsonable",
+           "load_folder", "load_jsonl", "outcome", "parse_outcome", "status", "status_of", "statuses", "write_golden"]
