@@ -292,6 +292,23 @@ def test_a_golden_written_elsewhere_or_after_an_edit_keeps_its_files_in_agreemen
     assert json.loads((folder / "case.json").read_text(encoding="utf-8")) == {"role": "assistant", "content": "Hi"}
 
 
+def test_a_model_given_as_the_grammar_starts_from_what_load_grammar_reads(tmp_path):
+    """A chat template or a model folder named as the grammar is a model to start from (not Lark text to be
+    saved over the template); a folder whose tokenizer_config.json carries a response_template starts from it."""
+    bench = open_workbench(str(QWEN3_TEMPLATE), root=tmp_path)
+    grammar = bench.state()["grammar"]
+    assert grammar["compiled"] and grammar["path"] is None and grammar["name"] == "qwen3_edit"
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(QWEN3_TEMPLATE, model / "chat_template.jinja")
+    assert open_workbench(model, root=tmp_path).state()["grammar"]["name"] == "qwen3_edit"
+    template = {"start_anchor": "<|im_start|>assistant\n", "fields": {"content": {}}}
+    (model / "tokenizer_config.json").write_text(json.dumps({"response_template": template}), encoding="utf-8")
+    grammar = open_workbench(model, root=tmp_path).state()["grammar"]
+    assert grammar["kind"] == "json" and grammar["compiled"] and json.loads(grammar["source"]) == \
+        {"response_template": template}
+
+
 def test_golden_write_needs_a_folder_for_pasted_samples(serve):
     client = serve("qwen3")
     client.call("POST", "samples", {"text": "hello"})

@@ -190,20 +190,28 @@ def _from_chat_template(source: Any) -> Grammar:
     return _chat_template_reader(source)
 
 
+def authored_template(path: Path) -> dict[str, Any] | None:
+    """A model directory's tokenizer_config.json when it carries a response_template or response_schema
+    (the model's authors wrote the format down), else None."""
+    config = path / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = load_user_json(config.read_text(encoding="utf-8"))
+    except JSONLimitError as e:
+        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=str(config),
+                           hint="A tokenizer config nests only a few levels.") from None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and ("response_template" in data or "response_schema" in data) else None
+
+
 def _model_dir(path: Path) -> Grammar:
     """A model directory's grammar: its tokenizer_config.json's response_template or response_schema when
-    it has one (the model's authors wrote it), else the one its chat template reads back."""
-    config = path / "tokenizer_config.json"
-    if config.is_file():
-        try:
-            data = load_user_json(config.read_text(encoding="utf-8"))
-        except JSONLimitError as e:
-            raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=str(config),
-                               hint="A tokenizer config nests only a few levels.") from None
-        except (OSError, ValueError):
-            data = None
-        if isinstance(data, dict) and ("response_template" in data or "response_schema" in data):
-            return grammar_from_json(data, name=path.name, source=str(config))
+    it has one (authored_template), else the one its chat template reads back."""
+    data = authored_template(path)
+    if data is not None:
+        return grammar_from_json(data, name=path.name, source=str(path / "tokenizer_config.json"))
     return _from_chat_template(path)
 
 
@@ -261,15 +269,21 @@ def _read_file(path: Path) -> Grammar:
     is_json = path.suffix.lower() == ".json" or (path.suffix.lower() != ".lark" and text.lstrip().startswith("{"))
     if not is_json:
         return _built(text, str(path), path.stem)
+    return grammar_from_json_text(text, name=path.stem, source=str(path))
+
+
+def grammar_from_json_text(text: str, *, name: str | None = None, source: str = "the document") -> Grammar:
+    """The grammar a JSON document's text says (:func:`grammar_from_json`), its syntax errors as
+    ``grammar.syntax`` with their line and column."""
     try:
         data = load_user_json(text)
     except json.JSONDecodeError as e:
-        raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=str(path),
+        raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=source,
                            line=e.lineno, column=e.colno) from None
     except JSONLimitError as e:
-        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=str(path),
+        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=source,
                            hint="Templates need only a few levels of nesting.") from None
-    return grammar_from_json(data, name=path.stem, source=str(path))
+    return grammar_from_json(data, name=name, source=source)
 
 
 def load_grammar(name_or_path: str | os.PathLike[str] | Mapping[str, Any] | Grammar) -> Grammar:
@@ -307,4 +321,5 @@ def load_grammar(name_or_path: str | os.PathLike[str] | Mapping[str, Any] | Gram
     return _builtin(file_name, canonical)
 
 
-__all__ = ["CACHE_DIR_ENV", "grammar_from_json", "list_grammars", "load_grammar"]
+__all__ = ["CACHE_DIR_ENV", "authored_template", "grammar_from_json", "grammar_from_json_text", "list_grammars",
+           "load_grammar"]

@@ -29,7 +29,11 @@ from ._source import KINDS, Source, builtin_source, chat_template_source, skelet
 
 
 def _file_source(path: Path, model: Path | None, limits: WorkbenchLimits) -> Source:
-    """The grammar in ``path``, or a new one to be saved there (from the model's chat template, else a skeleton)."""
+    """The grammar in ``path``, or a new one to be saved there (from the model's chat template, else a skeleton).
+    A path that is no grammar file (a model directory, a chat template) is a model to start from, as
+    ``load_grammar`` reads one."""
+    if path.exists() and (path.is_dir() or path.suffix.lower() not in KINDS.values()):
+        return chat_template_source(path)
     kind = "json" if path.suffix.lower() == ".json" else "lark"
     if not path.exists():
         made = chat_template_source(model) if model is not None and kind == "lark" else skeleton_source()

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._engine.grammar import Grammar, build_grammar
-from .._engine.json_input import JSONLimitError, load_user_json
-from .._engine.library import grammar_from_json, list_grammars, load_grammar
+from .._engine.library import authored_template, grammar_from_json_text, list_grammars, load_grammar
 from ..errors import ChatTemplateError, GrammarError, GrammarParseError, TemplateError
 from ..templates import derive_grammar, detect
 
@@ -78,15 +77,7 @@ def compile_text(text: str, kind: str, name: str) -> Grammar:
     source_name = f"{name}{KINDS[kind]}"
     if kind == "lark":
         return build_grammar(text, source_name=source_name, name=name)
-    try:
-        data = load_user_json(text)
-    except json.JSONDecodeError as e:
-        raise GrammarError(f"not valid JSON: {e.msg}", code="grammar.syntax", source=source_name, line=e.lineno,
-                           column=e.colno) from None
-    except JSONLimitError as e:
-        raise GrammarError(f"cannot be read: {e}.", code="grammar.syntax", source=source_name,
-                           hint="Templates need only a few levels of nesting.") from None
-    return grammar_from_json(data, name=name, source=source_name)
+    return grammar_from_json_text(text, name=name, source=source_name)
 
 
 def load_error(error: GrammarParseError) -> dict[str, Any]:
@@ -128,8 +119,14 @@ def builtin_source(name: str) -> Source:
 
 
 def chat_template_source(model: Path) -> Source:
-    """The grammar the model's chat template reads back: the built-in detection finds (as a copy to edit),
-    else one derived from the template; ``note`` says which and why."""
+    """The model's grammar as ``load_grammar(model)`` finds it, as text to edit: the response_template its
+    tokenizer_config.json carries (the model's authors wrote it), else the built-in its chat template reads
+    back (a copy), else one derived from the template; ``note`` says which and why."""
+    authored = authored_template(model) if model.is_dir() else None
+    if authored is not None:
+        kept = {k: authored[k] for k in ("response_template", "response_schema") if k in authored}
+        return Source(json.dumps(kept, indent=2, ensure_ascii=False) + "\n", "json", None, None, _stem(model),
+                      note="the model's tokenizer_config.json carries its response template")
     detection = detect(model)
     if detection.grammar is not None:
         found = builtin_source(detection.grammar)
