@@ -41,13 +41,13 @@ PIPELINE = [
     "adapters._stream", "adapters.chat_completions", "adapters.lmsp", "adapters",  # the wire adapters
     "serving._backends", "serving.store", "serving._server", "serving",     # the gateway
     "batch", "view",                                                        # many outputs; a picture of one
-    "workbench._files", "workbench._source", "workbench._samples",          # the grammar workbench: writes,
-    "workbench._result", "workbench._api", "workbench._app", "workbench",   # grammar, samples, result, API, app
     "_moved", "grammar_parse",                                              # old import paths; the facade
     "compat.legacy", "compat.translate", "compat", "compat.tokenizer",      # the compat plug-in
     "integrations", "integrations.vllm", "integrations.sglang",             # the engine plug-ins
     "integrations.batch_ray", "integrations.batch_spark", "integrations.batch_dask",  # the distributed recipes
     "integrations.batch_daft",
+    "workbench._files", "workbench._source", "workbench._samples",          # the grammar workbench: writes,
+    "workbench._result", "workbench._api", "workbench._app", "workbench",   # grammar, samples, result, API, app
     "_cli", "__main__",
 ]
 

@@ -108,7 +108,9 @@ class Workbench:
                             "path": str(source.path) if source.path else None, "builtin": source.builtin,
                             "read_only": source.read_only, "errors": source.errors, "note": source.note,
                             "compiled": source.grammar is not None,
-                            "fields": list(dict.fromkeys(source.grammar.fields)) if source.grammar else []},
+                            # (the message's fields and their roles, as the compiled format says: a
+                            # component region, such as an XML argument, is no field of the message)
+                            "fields": dict(source.grammar.format.field_roles) if source.grammar else {}},
                 "samples": {"total": len(chosen), "offset": offset, "limit": limit, "counts": counts,
                             "source": self.samples.source, "folder": str(self.samples.folder) if self.samples.folder
                             else None, "truncated": self.samples.truncated,

@@ -13,6 +13,7 @@ from typing import Any
 from .._engine.grammar import Grammar, build_grammar
 from .._engine.library import authored_template, grammar_from_json_text, list_grammars, load_grammar
 from ..errors import ChatTemplateError, GrammarError, GrammarParseError, TemplateError
+from ..integrations import PREFIX, parser_name, parser_names
 from ..templates import derive_grammar, detect
 
 #: The two kinds of grammar source: an authored ``.lark`` grammar, or a response_template as JSON.
@@ -149,28 +150,26 @@ def builtin_names() -> list[str]:
     return sorted(list_grammars())
 
 
-def _parser_name(name: str) -> str:
-    # (grammar_parse.integrations.parser_name's spelling: that wing is above this one in the import order)
-    return "gp_" + name.replace("-", "_").replace(".", "_").lower()
+def _vllm_command(model: str, plugin: str, name: str) -> str:
+    """``vllm serve`` with the plug-in module or file ``plugin`` serving parser ``name`` for both parsers."""
+    return (f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin {plugin} --tool-call-parser {name} "
+            f"\\\n    --reasoning-parser-plugin {plugin} --reasoning-parser {name}")
 
 
 def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
     """How to serve the grammar from vLLM and SGLang: the plug-in files and command lines of
     docs/engines/vllm.md and docs/engines/sglang.md. A built-in is served by name; any other grammar through
     ``register(name, path)`` in a plug-in of one's own (it must be saved first: the engine loads the file)."""
-    name = _parser_name(source.name)
+    name = parser_name(source.name)
     flags = f"--tool-call-parser {name} --reasoning-parser {name}"
     if source.builtin is not None and source.text == load_grammar(source.builtin).source:  # (as shipped)
-        return {"parser": name, "saved": True, "note": None, "vllm": {
-            "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin "
-                       f"grammar_parse.integrations.vllm --tool-call-parser {name} \\\n    --reasoning-parser-plugin "
-                       f"grammar_parse.integrations.vllm --reasoning-parser {name}"},
+        return {"parser": name, "saved": True, "note": None,
+                "vllm": {"command": _vllm_command(model, "grammar_parse.integrations.vllm", name)},
             "sglang": {"command": f"python -m sglang.launch_server --model-path {model} {flags}"}}
     path = str(source.path) if source.path is not None else f"/path/to/{source.name}{KINDS[source.kind]}"
-    shipped = {_parser_name(n) for name, aliases in list_grammars().items() for n in (name, *aliases)}
     note = (f"{name} is a built-in grammar's parser name: registering this grammar under it replaces the "
-            "built-in in the engine; save it under a name of its own" if name in shipped else None)
-    short = source.name.replace("-", "_").replace(".", "_").lower()
+            "built-in in the engine; save it under a name of its own" if name in parser_names() else None)
+    short = name.removeprefix(PREFIX)
     vllm_plugin = (f"# {short}_vllm.py\nfrom grammar_parse.integrations.vllm import register\n\n"
                    f"register({short!r}, {path!r})   # served as {name}\n")
     sglang_plugin = (f"# {short}_sglang.py: an entry point of the sglang.srt.plugins group\n"
@@ -180,8 +179,7 @@ def registration(source: Source, model: str = "MODEL") -> dict[str, Any]:
                      f"    register({short!r}, {path!r})   # served as {name}\n")
     return {"parser": name, "saved": source.path is not None, "note": note, "vllm": {
         "plugin": vllm_plugin,
-        "command": f"vllm serve {model} --enable-auto-tool-choice \\\n    --tool-parser-plugin {short}_vllm.py "
-                   f"--tool-call-parser {name} \\\n    --reasoning-parser-plugin {short}_vllm.py --reasoning-parser {name}"},
+        "command": _vllm_command(model, f"{short}_vllm.py", name)},
         "sglang": {"plugin": sglang_plugin,
                    "entry_point": f'[project.entry-points."sglang.srt.plugins"]\n{short} = "{short}_sglang:install"',
                    "command": f"python -m sglang.launch_server --model-path {model} {flags}"}}

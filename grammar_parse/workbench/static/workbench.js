@@ -72,7 +72,7 @@ function renderGrammar(grammar, replaceText) {
   $("read-only").hidden = !grammar.read_only;
   $("note").textContent = grammar.note || "";
   const status = $("compile-status");
-  status.textContent = grammar.compiled ? "compiles: " + grammar.fields.join(", ") : "does not compile";
+  status.textContent = grammar.compiled ? "compiles: " + Object.keys(grammar.fields).join(", ") : "does not compile";
   status.className = grammar.compiled ? "good" : "bad";
   const list = $("errors");
   list.replaceChildren(...grammar.errors.map((error) => {
