@@ -380,13 +380,13 @@ def _count(what: str, values: Any, limit: int) -> None:
         raise _refuse("invalid_request", f"{what}: at most {limit} are accepted (this one has {len(values)})")
 
 
-async def _body(ctx: _Request, limits: Limits) -> bytes:
+async def read_body(scope: Scope, receive: Receive, limits: Limits) -> bytes:
     """The request's body, as JSON declared, at most ``limits.max_body`` bytes, arriving within
-    ``limits.body_timeout`` s."""
-    content_type = _header(ctx.scope, b"content-type").split(b";")[0].strip().lower()
+    ``limits.body_timeout`` s (HTTPProblem past them; ClientGone when the client leaves first)."""
+    content_type = _header(scope, b"content-type").split(b";")[0].strip().lower()
     if content_type != b"application/json":
         raise _refuse("unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
-    declared = _header(ctx.scope, b"content-length")
+    declared = _header(scope, b"content-length")
     if declared:
         if not declared.isdigit():
             raise _refuse("invalid_request", "Content-Length is not a number")
@@ -399,9 +399,9 @@ async def _body(ctx: _Request, limits: Limits) -> bytes:
     async def read() -> None:
         nonlocal size
         while True:
-            message = await ctx.receive()
+            message = await receive()
             if message["type"] == "http.disconnect":
-                raise _ClientGone
+                raise ClientGone
             data = message.get("body", b"")
             size += len(data)
             if size > limits.max_body:
@@ -417,6 +417,10 @@ async def _body(ctx: _Request, limits: Limits) -> bytes:
         raise _refuse("request_timeout", f"the body did not arrive within {limits.body_timeout:g} s",
                       headers=[(b"connection", b"close")]) from None
     return b"".join(chunks)
+
+
+async def _body(ctx: _Request, limits: Limits) -> bytes:
+    return await read_body(ctx.scope, ctx.receive, limits)
 
 
 def _decode(body: bytes, validator: Draft202012Validator, counted: tuple[str, str], limits: Limits) -> dict[str, Any]:
@@ -994,7 +998,7 @@ class LMSPApp:
             await self._dispatch(ctx)
         except HTTPProblem as e:
             await self._problem(ctx, e)
-        except _ClientGone:
+        except ClientGone:
             ctx.outcome = "client_closed"
         except _ClientStalled:
             # (the response is left unfinished: the ASGI server drops the connection)
@@ -1357,7 +1361,7 @@ def _backend_error(error: Exception) -> dict[str, Any]:
     return problem("upstream_failed", f"{type(error).__name__}: {error}", 502, "The model server failed")
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     """The client closed the connection before its body arrived."""
 
 
@@ -1516,6 +1520,6 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-__all__ = ["ASGIApp", "CHAT_REQUEST_SCHEMA", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
-           "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "random_ids", "read_json",
+__all__ = ["ASGIApp", "CHAT_REQUEST_SCHEMA", "ClientGone", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
+           "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "random_ids", "read_body", "read_json",
            "serve", "template_tools", "tokens", "uvicorn_config", "well_formed"]

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..serving._server import HTTPProblem, Limits, read_json
+from ..serving._server import ClientGone, HTTPProblem, Limits, read_body, read_json
 from ._api import PROBLEM_CODES, Refusal, Workbench
 
 _log = logging.getLogger("grammar_parse.workbench")
@@ -90,8 +90,10 @@ class WorkbenchApp:
         try:
             self._guard(scope)
             await self._route(scope, receive, send)
+        except ClientGone:
+            return  # (the client left before its body arrived: no one to answer)
         except HTTPProblem as e:
-            await _send(send, e.status, _document(e), b"application/problem+json")
+            await _send(send, e.status, _document(e), b"application/problem+json", e.headers)
         except Refusal as e:
             await _send(send, e.status, _document(_problem(e.code, e.detail)), b"application/problem+json")
         except Exception:  # noqa: BLE001 - a bug: logged in full, answered without a traceback
@@ -192,33 +194,8 @@ class WorkbenchApp:
             raise _problem("busy", f"the parse ran past {self.workbench.limits.parse_seconds:g} s") from None
 
     async def _body(self, scope: Scope, receive: Receive) -> dict[str, Any]:
-        """The request's JSON object, declared as JSON, within the size and time limits."""
-        limits = self.limits
-        if _header(scope, b"content-type").split(";")[0].strip().lower() != "application/json":
-            raise _problem("unsupported_media_type", "the body must be JSON, sent as Content-Type: application/json")
-        declared = _header(scope, b"content-length")
-        if declared and (not declared.isdigit() or int(declared) > limits.max_body):
-            raise _problem("request_too_large", f"the body may be at most {limits.max_body} bytes")
-        chunks: list[bytes] = []
-
-        async def read() -> None:
-            size = 0
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _problem("invalid_request", "the client went away")
-                size += len(message.get("body", b""))
-                if size > limits.max_body:
-                    raise _problem("request_too_large", f"the body may be at most {limits.max_body} bytes")
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    return
-
-        try:
-            await asyncio.wait_for(read(), limits.body_timeout)
-        except asyncio.TimeoutError:
-            raise _problem("request_timeout", f"the body did not arrive within {limits.body_timeout:g} s") from None
-        value = read_json(b"".join(chunks), limits)
+        """The request's JSON object, read as the gateway reads bodies (declared JSON, size, time)."""
+        value = read_json(await read_body(scope, receive, self.limits), self.limits)
         if not isinstance(value, dict):
             raise _problem("invalid_request", "the body must be a JSON object")
         return value
@@ -238,15 +215,17 @@ def _int(query: dict[str, str], key: str, default: int) -> int:
     return int(value)
 
 
-async def _send(send: Send, status: int, body: dict[str, Any], content_type: bytes) -> None:
+async def _send(send: Send, status: int, body: dict[str, Any], content_type: bytes,
+                headers: list[tuple[bytes, bytes]] | None = None) -> None:
     # (ASCII JSON: a lone surrogate in a sample, a JSON log's \ud800, stays an escape instead of failing to encode)
-    await _send_bytes(send, status, json.dumps(body, ensure_ascii=True).encode(), content_type)
+    await _send_bytes(send, status, json.dumps(body, ensure_ascii=True).encode(), content_type, headers)
 
 
-async def _send_bytes(send: Send, status: int, data: bytes, content_type: bytes) -> None:
+async def _send_bytes(send: Send, status: int, data: bytes, content_type: bytes,
+                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode()),
-                            *SECURITY_HEADERS]})
+                            *SECURITY_HEADERS, *(headers or [])]})
     await send({"type": "http.response.body", "body": data})
 
 
