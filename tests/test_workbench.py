@@ -54,14 +54,41 @@ class Client:
         return response.json()
 
 
+class _Mounted:
+    """One loopback server for the module, answering with the workbench app a test mounted last (a server
+    takes ~0.2 s to stop: one per test was half of this file's time)."""
+
+    def __init__(self) -> None:
+        self.app: WorkbenchApp | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        assert self.app is not None
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, _Mounted]]:
+    mounted = _Mounted()
+    with Server(mounted) as base:  # type: ignore[arg-type]
+        yield base, mounted
+
+
 @pytest.fixture()
-def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``serve(grammar, samples=..., ...)``: a workbench on 127.0.0.1 with ``tmp_path`` as its working directory."""
+def serve(server: tuple[str, _Mounted], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``serve(grammar, samples=..., ...)``: a workbench on 127.0.0.1 with ``tmp_path`` as its working directory
+    (the module's server, answering with it from now on)."""
     monkeypatch.chdir(tmp_path)
+    base, mounted = server
     with contextlib.ExitStack() as running:
         def start(grammar: Any = None, **kwargs: Any) -> Client:
-            app = WorkbenchApp(open_workbench(grammar, root=tmp_path, **kwargs), token=TOKEN)
-            client = Client(running.enter_context(Server(app)), app)
+            mounted.app = app = WorkbenchApp(open_workbench(grammar, root=tmp_path, **kwargs), token=TOKEN)
+            client = Client(base, app)
             running.callback(client.http.close)
             return client
 

@@ -24,6 +24,7 @@ from grammar_parse.workbench import WorkbenchApp, open_workbench
 from grammar_parse.workbench._source import SKELETON
 import test_view_browser
 from test_lmsp import Server
+from test_workbench import NO_END  # (the skeleton less its end of turn: "turn" differs)
 
 browser = test_view_browser.browser  # (the fixture: the system's Chromium driven offline, as the view's test)
 opened = test_view_browser.opened
@@ -32,9 +33,6 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen3"
 #: A chat template no built-in grammar reads back: the workbench derives one from it.
 REKA = Path(__file__).resolve().parents[1] / "data" / "chat_templates" / "Reka-Edge.jinja"
 REKA_CALL = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><sep>'
-#: The skeleton without its end-of-turn delimiter: "<|im_end|>" stays in the content, so "turn" differs.
-NO_END = SKELETON.replace("start: reasoning_content? content? END_OF_TURN?", "start: reasoning_content? content?")
-NO_END = NO_END.replace('END_OF_TURN: "<|im_end|>"\n', "")
 
 
 @contextlib.contextmanager
