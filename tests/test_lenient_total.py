@@ -223,10 +223,10 @@ def test_the_wire_sends_a_strict_json_object_as_it_is(value, indent, data):
     assert wire.problems == [] and wire.done
 
 
-#: Parsed argument values the wire must change: NaN and infinities, a lone surrogate, nesting past the limit,
-#: an integer past the digits limit (only as a value json.dumps cannot write), not an object, the model's text.
+#: Argument values the wire must change: NaN and infinities, a lone surrogate, nesting past the limit, an
+#: integer past Python's digits limit (json.dumps cannot write it), values JSON has no form for.
 _AWKWARD = st.one_of(st.sampled_from([float("nan"), float("inf"), -float("inf"), "\ud800x", "\udfff",
-                                      [[[[[]]]]], 10 ** 100, {"k": set()}, object()]), JSON_VALUES)
+                                      [[[[[]]]]], 10 ** 5000, {"k": set()}, object()]), JSON_VALUES)
 
 
 def _deep(levels: int) -> dict[str, object]:
@@ -237,12 +237,13 @@ def _deep(levels: int) -> dict[str, object]:
 
 
 @settings(max_examples=examples(2))
-@given(value=st.one_of(st.dictionaries(st.text(max_size=5), _AWKWARD, max_size=4), _AWKWARD,
-                       st.sampled_from([_deep(254), _deep(255), _deep(256), _deep(400), '{"a": NaN', "x"])))
+@given(value=st.one_of(st.dictionaries(st.text(max_size=5), _AWKWARD, max_size=4),
+                       st.sampled_from([_deep(254), _deep(255), _deep(256), _deep(400)])))
 def test_a_parsed_value_is_sent_as_the_wire_filter_sends_it(value):
-    """One-shot arguments (arguments_text: a plain object written directly) are the filter's over dumps()."""
+    """One-shot arguments of a parsed object (arguments_text: a plain one written directly) are the filter's
+    over dumps() (anything else goes through the filter itself)."""
     wire = WireArguments()
-    assert arguments_text(value) == wire.feed(value if isinstance(value, str) else dumps(value)) + wire.finish()
+    assert arguments_text(value) == wire.feed(dumps(value)) + wire.finish()
 
 
 # ---------------------------------------------------------------------------- the adapters

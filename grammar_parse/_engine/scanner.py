@@ -93,8 +93,8 @@ class HeadsTest:
     * :meth:`quiet`: a chunk that holds none of them whole and has no end that begins one can start no
       delimiter: all of it is text, though it holds a trigger character (``t`` of gpt-oss's
       ``to=functions.``, a newline), the finer test behind a QuietTest;
-    * a pending run that is a proper prefix of one (``"\\0" + run in joined``) and :meth:`holds_none` of them
-      whole cannot hold a complete match, and any scan holds it (``<par`` + ``amet`` of ``<parameter=``).
+    * :meth:`stays_pending`: a pending run that is a proper prefix of one and holds none of them whole cannot
+      hold a complete match, and any scan holds it (``<par`` + ``amet`` of ``<parameter=``).
     """
 
     __slots__ = ("heads", "complete", "joined", "firsts", "reach")
@@ -112,8 +112,11 @@ class HeadsTest:
         n, firsts, joined = len(text), self.firsts, self.joined
         return not any(text[i] in firsts and "\0" + text[i:] in joined for i in range(max(0, n - self.reach), n))
 
-    def holds_none(self, run: str) -> bool:
-        """Whether ``run`` holds none of the texts whole."""
+    def stays_pending(self, run: str) -> bool:
+        """Whether ``run`` (the buffer from the scan's position, with the new chunk) begins one of the texts
+        and holds none of them whole."""
+        if "\0" + run not in self.joined:
+            return False
         n = len(run)
         return not any(len(head) <= n and head in run for head in self.heads)
 

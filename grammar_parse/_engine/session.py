@@ -799,8 +799,7 @@ class ResponseParser:
             if self._held_space and not text.strip(REGEX_SPACE):
                 self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
                 return []
-            if (pending := self._pending) is not None and "\0" + (run := self._buf[self._pos:] + text) in \
-                    pending.joined and pending.holds_none(run):
+            if (pending := self._pending) is not None and pending.stays_pending(self._buf[self._pos:] + text):
                 # A delimiter's start grows (``<par`` + ``amet`` of ``<parameter=``): the scan would commit
                 # nothing and route nothing, so it is left to the chunk that completes or breaks it.
                 self._buf += text
