@@ -390,6 +390,23 @@ class Outcome:
     calls: list[Call]
 
 
+class StreamedCalls:
+    """Calls streamed as deltas, folded as a client folds them: a name once it comes, arguments appended."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, list[Any]] = {}
+
+    def add(self, index: int, name: str | None = None, arguments: str | None = None) -> None:
+        entry = self.calls.setdefault(index, [None, ""])
+        if name:
+            entry[0] = name
+        if arguments:
+            entry[1] += arguments
+
+    def folded(self) -> list[Call]:
+        return norm_calls([tuple(self.calls[k]) for k in sorted(self.calls)])
+
+
 def norm_calls(calls: list[tuple[str | None, Any]]) -> list[Call]:
     out: list[Call] = []
     for name, args in calls:
@@ -473,18 +490,15 @@ class Floor:
         parser = floors.Qwen3Stream() if self.fam.name == "qwen3" else floors.Qwen3CoderStream(TOOLS)
         reasoning: list[str] = []
         content: list[str] = []
-        calls: dict[int, list[Any]] = {}
+        calls = StreamedCalls()
         for i, c in enumerate([*w.chunks, None]):
             Deadline.check(i)
             r, t, deltas = parser.feed(c) if c is not None else parser.finish()
             reasoning.append(r)
             content.append(t)
             for index, name, arguments in deltas:
-                entry = calls.setdefault(index, [None, ""])
-                entry[0] = name or entry[0]
-                entry[1] += arguments
-        return Outcome("".join(reasoning).strip(), "".join(content).strip(),
-                       norm_calls([tuple(calls[k]) for k in sorted(calls)]))
+                calls.add(index, name, arguments)
+        return Outcome("".join(reasoning).strip(), "".join(content).strip(), calls.folded())
 
     def oneshot(self, w: Workload) -> Outcome:
         reasoning, content, calls = floors.qwen3_oneshot(w.text) if self.fam.name == "qwen3" else \
@@ -532,7 +546,7 @@ class VLLM:
         proc = self.processor_cls(self.request, self._parser(), enable_auto_tools=True, parser_cls=self.parser_cls)
         reasoning: list[str] = []
         content: list[str] = []
-        calls: dict[int, list[Any]] = {}
+        calls = StreamedCalls()
         last = len(w.chunks) - 1
         for i, (c, ids) in enumerate(zip(w.chunks, w.ids)):
             Deadline.check(i)
@@ -544,13 +558,8 @@ class VLLM:
             if delta.content:
                 content.append(delta.content)
             for tc in delta.tool_calls or []:
-                entry = calls.setdefault(tc.index, [None, ""])
-                if tc.function is not None:
-                    if tc.function.name:
-                        entry[0] = tc.function.name
-                    if tc.function.arguments:
-                        entry[1] += tc.function.arguments
-        return Outcome("".join(reasoning), "".join(content), norm_calls([tuple(calls[k]) for k in sorted(calls)]))
+                calls.add(tc.index, *((tc.function.name, tc.function.arguments) if tc.function is not None else ()))
+        return Outcome("".join(reasoning), "".join(content), calls.folded())
 
     def oneshot(self, w: Workload) -> Outcome:
         parser = self._parser()
@@ -600,7 +609,7 @@ class SGLang:
         fp = self._tools()
         reasoning: list[str] = []
         content: list[str] = []
-        calls: dict[int, list[Any]] = {}
+        calls = StreamedCalls()
         last = len(w.chunks) - 1
         for i, delta in enumerate(w.chunks):
             Deadline.check(i)
@@ -623,11 +632,7 @@ class SGLang:
             if normal:
                 content.append(normal)
             for item in items:
-                entry = calls.setdefault(item.tool_index, [None, ""])
-                if item.name:
-                    entry[0] = item.name
-                if item.parameters:
-                    entry[1] += item.parameters
+                calls.add(item.tool_index, item.name, item.parameters)
             if end:  # serving_chat._check_for_unstreamed_tool_args
                 det = fp.detector
                 arr, streamed = getattr(det, "prev_tool_call_arr", None), getattr(det, "streamed_args_for_tool", None)
@@ -636,8 +641,8 @@ class SGLang:
                     expected = arr[idx].get("arguments", {})
                     expected = expected if isinstance(expected, str) else json.dumps(expected, ensure_ascii=False)
                     if expected.startswith(streamed[idx]) and expected[len(streamed[idx]):]:
-                        calls.setdefault(idx, [None, ""])[1] += expected[len(streamed[idx]):]
-        return Outcome("".join(reasoning), "".join(content), norm_calls([tuple(calls[k]) for k in sorted(calls)]))
+                        calls.add(idx, arguments=expected[len(streamed[idx]):])
+        return Outcome("".join(reasoning), "".join(content), calls.folded())
 
     def oneshot(self, w: Workload) -> Outcome:
         reasoning, text = None, w.text

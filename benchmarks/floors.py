@@ -5,6 +5,8 @@ Hermes JSON calls and qwen3_coder's XML parameters, each after an optional ``<th
 work the benchmark checks (reasoning, content, each call's name and typed arguments, streamed as
 arguments arrive) and nothing more: no lenient mode, no limits, no error spans. ``bench_peers.py`` times
 them beside grammar_parse and the engines' parsers as the bound that a generated parser can approach.
+(``bench.py``'s ``HandWritten`` is a floor too, for its own comparison with transformers: the Qwen3 template
+without tools, so nothing typed; these take the tools and type the arguments, as the peers' workload needs.)
 
 Each parser has ``oneshot(text) -> (reasoning, content, calls)`` and a streaming object whose
 ``feed(delta)`` returns ``(reasoning, content, call_deltas)`` pieces, ``(index, name or None, arguments
