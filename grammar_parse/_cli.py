@@ -667,10 +667,7 @@ def _workbench_arguments(p: argparse.ArgumentParser) -> None:
                                                                "(with .prefix.txt, .tools.json and expected .json, as "
                                                                "tests/golden), or a JSONL log (--text, --prompt, ...)")
     p.add_argument("--model-dir", help="the model's directory or chat template: a grammar can start from it")
-    p.add_argument("--text", default="completion", help="JSONL samples: the record's output, a key or JMESPath "
-                                                        "(default completion)")
-    p.add_argument("--prompt", help="JSONL samples: the record's prompt (the prefix), a key or JMESPath")
-    p.add_argument("--tools", help="JSONL samples: the record's tool schemas, a key or JMESPath")
+    _record_columns(p, "JSONL samples: ", "completion")
     p.add_argument("--id", help="JSONL samples: the record's id, shown with its row, a key or JMESPath")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one, printed)")
     p.add_argument("--open", action="store_true", help="open the page in the web browser")
@@ -785,10 +782,8 @@ def _batch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-format", choices=["jsonl", "parquet"], help="the output's format (default: by its name)")
     p.add_argument("-g", "--grammar", help=GRAMMAR_HELP)
     _model_arguments(p)
-    p.add_argument("--text", default="completion", help="the record's output: a key or JMESPath (default completion)")
-    p.add_argument("--prompt", help="the record's prompt (the prefix): a key or JMESPath")
-    p.add_argument("--tools", help="the record's tool schemas: a key or JMESPath")
-    p.add_argument("--id", help="the record's id, kept in its row: a key or JMESPath")
+    _record_columns(p, "", "completion")
+    p.add_argument("--id", help="the record's id, kept in its row, a key or JMESPath")
     p.add_argument("--grammar-column", help="the record's grammar name (a log of several models): a key or JMESPath")
     p.add_argument("--prefix-file", help="the prompt of every row without one of its own")
     p.add_argument("--tools-file", help="JSON list of tool schemas for every row without its own")
@@ -796,6 +791,15 @@ def _batch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="append to -o, skipping the rows it already holds")
     p.add_argument("--fail-on-error", action="store_true", help="exit 1 if any row has a parse error")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+
+
+def _record_columns(p: argparse.ArgumentParser, scope: str, text_default: str | None) -> None:
+    """Where a batch record keeps its output, prompt and tools (a key or JMESPath each), as batch, view and
+    workbench read records; ``scope`` says when the options apply."""
+    p.add_argument("--text", default=text_default,
+                   help=f"{scope}the record's output, a key or JMESPath (default completion)")
+    p.add_argument("--prompt", help=f"{scope}the record's prompt (the prefix), a key or JMESPath")
+    p.add_argument("--tools", help=f"{scope}the record's tool schemas, a key or JMESPath")
 
 
 def _view_arguments(p: argparse.ArgumentParser) -> None:
@@ -814,9 +818,7 @@ def _view_arguments(p: argparse.ArgumentParser) -> None:
                                                  "VALUE (before this release --id named the id column)")
     p.add_argument("--id-column", help="with --row or --id: the record's id, shown in the title, a key or JMESPath "
                                        "(default with --id: id)")
-    p.add_argument("--text", help="with --row or --id: the record's output, a key or JMESPath (default completion)")
-    p.add_argument("--prompt", help="with --row or --id: the record's prompt (the prefix), a key or JMESPath")
-    p.add_argument("--tools", help="with --row or --id: the record's tool schemas, a key or JMESPath")
+    _record_columns(p, "with --row or --id: ", None)
     p.add_argument("--grammar-column", help="with --row or --id: the record's grammar name, a key or JMESPath")
     p.add_argument("--input-format", choices=["jsonl", "parquet"],
                    help="with --row or --id: the input's format (default: by its name)")

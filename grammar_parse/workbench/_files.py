@@ -8,23 +8,27 @@ import re
 import tempfile
 from pathlib import Path
 
-#: A sample's name as a file stem: the golden layout's (``one_call``, ``row-17``), nothing a path could hide in.
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
 class PathRefused(ValueError):
     """A path the workbench will not write: outside its folders, or of a kind it does not write."""
 
 
-def inside(root: Path, given: str | Path, *, suffixes: tuple[str, ...]) -> Path:
-    """``given`` (relative to ``root``, or absolute) resolved, if it is a file inside ``root`` with one of
-    ``suffixes``; links are followed before the check, so a link out of ``root`` is refused too."""
+def _within(root: Path, given: str | Path) -> Path:
+    """``given`` (relative to ``root``, or absolute) resolved, links followed, if it is ``root`` or below it."""
     if not isinstance(given, (str, Path)) or not str(given).strip() or "\x00" in str(given):
         raise PathRefused("the path is empty or not text")
     base = root.resolve()
     target = (base / given).resolve()
-    if not target.is_relative_to(base) or target == base:
+    if not target.is_relative_to(base):
         raise PathRefused(f"{given} is outside {base}: the workbench writes only inside it")
+    return target
+
+
+def inside(root: Path, given: str | Path, *, suffixes: tuple[str, ...]) -> Path:
+    """``given`` resolved, if it is a file inside ``root`` with one of ``suffixes``; links are followed before
+    the check, so a link out of ``root`` is refused too."""
+    target = _within(root, given)
+    if target == root.resolve():
+        raise PathRefused(f"{given} is the working directory itself, not a file in it")
     if target.suffix.lower() not in suffixes:
         raise PathRefused(f"{given} does not end in {' or '.join(suffixes)}")
     if target.exists() and not target.is_file():
@@ -34,21 +38,16 @@ def inside(root: Path, given: str | Path, *, suffixes: tuple[str, ...]) -> Path:
 
 def folder_inside(root: Path, given: str | Path) -> Path:
     """``given`` resolved, if it is ``root`` or a folder inside it (made when missing); as :func:`inside`."""
-    if not isinstance(given, (str, Path)) or not str(given).strip() or "\x00" in str(given):
-        raise PathRefused("the path is empty or not text")
-    base = root.resolve()
-    target = (base / given).resolve()
-    if not target.is_relative_to(base):
-        raise PathRefused(f"{given} is outside {base}: the workbench writes only inside it")
+    target = _within(root, given)
     if target.exists() and not target.is_dir():
         raise PathRefused(f"{given} is not a folder")
     return target
 
 
 def safe_name(name: str) -> str:
-    """``name`` as a file stem (characters other than letters, digits, ``_``, ``.``, ``-`` become ``_``)."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip("._-")[:128] or "sample"
-    return stem if SAFE_NAME.fullmatch(stem) else "sample"
+    """``name`` as a file stem: characters other than letters, digits, ``_``, ``.``, ``-`` become ``_``, the
+    ends trimmed, at most 128 characters (``sample`` when nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip("._-")[:128] or "sample"
 
 
 def atomic_write(path: Path, text: str) -> None:
