@@ -6,7 +6,7 @@
 const TOKEN = document.querySelector('meta[name="workbench-token"]').content;
 const MARKS = { pass: "✓", differs: "≠", error: "✗", no_expected: "○", unchecked: "·" };
 const $ = (id) => document.getElementById(id);
-const state = { offset: 0, limit: 100, only: null, selected: null, tab: "view", result: null, grammar: null };
+const state = { offset: 0, limit: 100, only: null, selected: null, grammar: null };
 
 async function api(method, path, body) {
   const init = { method, headers: { "X-Workbench-Token": TOKEN } };
@@ -214,7 +214,6 @@ function markDifference(pre, value, path) {
 }
 
 function renderResult(result) {
-  state.result = result;
   $("result-name").textContent = result.name;
   const mark = $("result-status");
   mark.textContent = MARKS[result.status] + " " + result.status.replace("_", " ");
@@ -313,7 +312,6 @@ async function paste() {
 }
 
 function showTab(name) {
-  state.tab = name;
   document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach((t) => { t.hidden = t.id !== "tab-" + name; });
 }
