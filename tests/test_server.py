@@ -1018,3 +1018,32 @@ def test_the_serve_command_is_a_gateway_to_an_upstream(tmp_path):
     assert [(b["model"], b.get("max_tokens")) for b in fake.bodies] == [("qwen3-upstream", 200), ("qwen3-upstream", None)]
     assert all(b["skip_special_tokens"] is False for b in fake.bodies)
     assert fake.bodies[0]["prompt"].endswith("<|im_start|>assistant\n") and "get_weather" in fake.bodies[0]["prompt"]
+
+
+def test_shutdown_closes_the_backend_and_the_store():
+    """The lifespan's shutdown closes what the app holds open (an upstream backend's connections, a shared
+    store's), then says it is done."""
+    import asyncio
+
+    closed: list[str] = []
+
+    class Closing(ReplayBackend):
+        async def aclose(self) -> None:
+            closed.append("backend")
+
+    class ClosingStore(ResponseStore):
+        async def aclose(self) -> None:
+            closed.append("store")
+
+    app = app_with(backend=Closing(), store=ClosingStore())
+    events = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(events)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+    asyncio.run(app({"type": "lifespan"}, receive, send))
+    assert closed == ["backend", "store"]
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from grammar_parse._cli import build_argparser
+from grammar_parse.serving._server import lifespan
 from grammar_parse.workbench import PROBLEM_CODES, SampleLimits, WorkbenchApp, WorkbenchLimits, open_workbench
 from grammar_parse.workbench._source import SKELETON
 from test_lmsp import Server
@@ -63,10 +64,7 @@ class _Mounted:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         assert self.app is not None
         await self.app(scope, receive, send)

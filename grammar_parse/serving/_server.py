@@ -380,6 +380,17 @@ def _count(what: str, values: Any, limit: int) -> None:
         raise _refuse("invalid_request", f"{what}: at most {limit} are accepted (this one has {len(values)})")
 
 
+async def lifespan(receive: Receive, send: Send, on_shutdown: Callable[[], Awaitable[None]] | None = None) -> None:
+    """An ASGI lifespan with nothing to start: each event acknowledged until shutdown, which runs
+    ``on_shutdown`` first (what an app must close)."""
+    while (message := await receive())["type"] != "lifespan.shutdown":
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+    if on_shutdown is not None:
+        await on_shutdown()
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 async def read_body(scope: Scope, receive: Receive, limits: Limits) -> bytes:
     """The request's body, as JSON declared, at most ``limits.max_body`` bytes, arriving within
     ``limits.body_timeout`` s (HTTPProblem past them; ClientGone when the client leaves first)."""
@@ -981,7 +992,7 @@ class LMSPApp:
     # ------------------------------------------------------------------ ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self._close)
             return
         if scope["type"] != "http":
             return
@@ -1016,15 +1027,11 @@ class LMSPApp:
                       json.dumps(scope.get("path", "")), ctx.status, (time.perf_counter() - started) * 1000,
                       f" outcome={ctx.outcome}" if ctx.outcome else "")
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while (message := await receive())["type"] != "lifespan.shutdown":
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
+    async def _close(self) -> None:
         for owner in (self.backend, self.store):  # (an upstream backend's connections, a shared store's)
             aclose = getattr(owner, "aclose", None)
             if aclose is not None:
                 await aclose()
-        await send({"type": "lifespan.shutdown.complete"})
 
     async def _problem(self, ctx: _Request, e: HTTPProblem) -> None:
         if ctx.status:
@@ -1521,5 +1528,5 @@ def _url_host(host: str) -> str:
 
 
 __all__ = ["ASGIApp", "CHAT_REQUEST_SCHEMA", "ClientGone", "Generation", "LMSPApp", "Limits", "NUMERIC_FIELDS", "PROBLEM_CODES", "ReplayBackend", "ResponseStore",
-           "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "random_ids", "read_body", "read_json",
+           "SAMPLING_FIELDS", "ToolChoice", "chat_messages", "chatml_messages", "chatml_prompt", "lifespan", "random_ids", "read_body", "read_json",
            "serve", "template_tools", "tokens", "uvicorn_config", "well_formed"]

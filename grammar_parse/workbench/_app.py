@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..serving._server import ClientGone, HTTPProblem, Limits, read_body, read_json
+from ..serving._server import ClientGone, HTTPProblem, Limits, lifespan, read_body, read_json
 from ._api import PROBLEM_CODES, Refusal, Workbench
 
 _log = logging.getLogger("grammar_parse.workbench")
@@ -80,10 +80,7 @@ class WorkbenchApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
