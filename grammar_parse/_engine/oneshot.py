@@ -46,23 +46,23 @@ MAX_CONFIGS = 2048
 MAX_DEPTH = 48
 
 # A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
-_OPEN, _TEXT_OPEN, _CLOSE = 0, 1, 2
-Action = tuple[int, Any]  # (_OPEN, Terminal) | (_TEXT_OPEN, Terminal) | (_CLOSE, Region)
+OPEN, TEXT_OPEN, CLOSE = 0, 1, 2
+Action = tuple[int, Any]  # (OPEN, Terminal) | (TEXT_OPEN, Terminal) | (CLOSE, Region)
 
 
-class _Step:
+class Step:
     """A terminal's effect on one stack: the stack it leads to and the region actions on the way; whether
     it would interrupt an open reasoning block (a draft, which the session reads)."""
 
     __slots__ = ("config", "actions", "interrupts")
 
-    def __init__(self, config: _Config, actions: tuple[Action, ...], interrupts: bool) -> None:
+    def __init__(self, config: Config, actions: tuple[Action, ...], interrupts: bool) -> None:
         self.config = config
         self.actions = actions
         self.interrupts = interrupts
 
 
-class _Config:
+class Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
     __slots__ = ("stack", "run", "top", "info", "steps", "text_step", "end_actions", "ended",
@@ -70,8 +70,8 @@ class _Config:
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
-        self.steps: dict[str, _Step] = {}
-        self.text_step: _Step | None = None
+        self.steps: dict[str, Step] = {}
+        self.text_step: Step | None = None
         self.end_actions: tuple[Action, ...] = ()
         self.ended = False  # the end of the output is a step of the grammar (else open regions are closed)
         self.explored = False  # its steps are worked out (see OneShot._explore)
@@ -82,8 +82,8 @@ class _Recorder:
 
     def __init__(self, grammar: Grammar) -> None:
         self.callbacks: dict[RuleHandle | str, Callable[[list[Action]], None]] = region_callbacks(
-            grammar, lambda region: lambda log: log.append((_CLOSE, region)),
-            lambda term: lambda log: log.append((_OPEN if term.role == "open" else _TEXT_OPEN, term)))
+            grammar, lambda region: lambda log: log.append((CLOSE, region)),
+            lambda term: lambda log: log.append((OPEN if term.role == "open" else TEXT_OPEN, term)))
 
 
 class OneShot:
@@ -95,11 +95,13 @@ class OneShot:
         self.table = tables.parse_table.states
         self.states = tables.states
         self.end_state = tables.parse_table.end_states["start"]
-        self.configs: dict[tuple[tuple[int, ...], str | None], _Config] = {}
+        self.configs: dict[tuple[tuple[int, ...], str | None], Config] = {}
         self.recorder = _Recorder(grammar)
         self.start = self._config((tables.parse_table.start_states["start"],), None)
+        #: The walk compiled from the configs worked out so far, where one is made (generated.specialised).
+        self.compiled: Callable[[], Callable[..., tuple[Config, int, bool, Any]] | None] | None = None
 
-    def find(self, stack: tuple[int, ...], run: Terminal | None) -> _Config | None:
+    def find(self, stack: tuple[int, ...], run: Terminal | None) -> Config | None:
         """The config of a parser stack (a replayed prompt's), None past the limits."""
         try:
             return self._config(stack, run)
@@ -107,13 +109,13 @@ class OneShot:
             return None
 
     # ---------------------------------------------------------------- building
-    def _config(self, stack: tuple[int, ...], run: Terminal | None) -> _Config:
+    def _config(self, stack: tuple[int, ...], run: Terminal | None) -> Config:
         key = (stack, run.name if run is not None else None)
         config = self.configs.get(key)
         if config is None:
             if len(self.configs) >= MAX_CONFIGS or len(stack) > MAX_DEPTH:
                 raise _TooMany
-            config = self.configs[key] = _Config(stack, run, self.states[stack[-1]])
+            config = self.configs[key] = Config(stack, run, self.states[stack[-1]])
         return config
 
     def _shift(self, stack: tuple[int, ...], name: str) -> tuple[tuple[int, ...], tuple[Action, ...]] | None:
@@ -125,7 +127,7 @@ class OneShot:
             reduce(self.table, trial, rule, self.recorder.callbacks.get(rule), log)
         return tuple(trial), tuple(log)
 
-    def _explore(self, config: _Config) -> None:
+    def _explore(self, config: Config) -> None:
         """Work out a config's steps, the first time a parse reaches it (the configs a grammar's outputs
         reach are few; those they could reach may be many, or unbounded for a grammar whose outputs nest)."""
         info = config.info
@@ -136,27 +138,32 @@ class OneShot:
                 continue  # (the session reports it: an unexpected delimiter)
             blocked = reasoning is not None and reasoning.is_reasoning and \
                 interrupts(self.grammar, list(config.stack), term, reasoning)
-            config.steps[term.name] = _Step(self._config(shifted[0], None), shifted[1], blocked)
+            config.steps[term.name] = Step(self._config(shifted[0], None), shifted[1], blocked)
         text = info.text
         if text is not None and config.run is not text:
             shifted = self._shift(config.stack, text.name)
             if shifted is not None:
-                config.text_step = _Step(self._config(shifted[0], text), shifted[1], False)
+                config.text_step = Step(self._config(shifted[0], text), shifted[1], False)
         trial, log = list(config.stack), []  # type: ignore[var-annotated]
         config.ended = feed(self.table, trial, "$END", self.recorder.callbacks, log, self.end_state)
         config.end_actions = tuple(log)
         config.explored = True  # (last: another thread that sees it sees the steps)
 
     # ---------------------------------------------------------------- parsing
-    def parse(self, buf: str, pos: int, start: _Config, output: Message, frames: list[_Open],
+    def parse(self, buf: str, pos: int, start: Config, output: Message, frames: list[_Open],
               tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
               origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
         ``start`` with ``output`` and the open ``frames`` (a replayed prompt's); with ``events``, the
         session's events are added to it. None where the session must parse it."""
-        build = _Builder(output, frames, tools, max_region, origin, events, extended)
+        build = Builder(output, frames, tools, max_region, origin, events, extended)
         try:
-            config = self._walk(buf, pos, start, build, drafts)
+            walk = self.compiled() if self.compiled is not None else None
+            config, done, last_empty = start, False, None
+            if walk is not None:  # (the compiled walk, grammar_parse._engine.generated: the walk goes on where it stops)
+                config, pos, done, last_empty = walk(buf, pos, start, build, drafts)
+            if not done:
+                config = self._walk(buf, pos, config, build, drafts, last_empty)
             if not config.explored:
                 self._explore(config)
             build.at = len(buf)
@@ -165,13 +172,14 @@ class OneShot:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1].region)
             return Parsed(build.message(self.grammar), build.discarded, build.spans)
-        except (_Decline, _TooMany, GrammarParseError):  # (a regex past its time limit: the session reports it)
+        except (Decline, _TooMany, GrammarParseError, TimeoutError):  # (a regex past its limit: the session reports it)
             return None
 
-    def _walk(self, buf: str, pos: int, config: _Config, build: _Builder, drafts: Mapping[int, Region]) -> _Config:
+    def _walk(self, buf: str, pos: int, config: Config, build: Builder, drafts: Mapping[int, Region],
+              last_empty: tuple[int, str] | None = None) -> Config:
         """The session's scan loop (``_process`` at the end of the output) on the automaton: the config at
-        the end."""
-        n, hits, last_empty = len(buf), SearchCache().hits, None
+        the end. (``last_empty``: the zero-width delimiter last shifted, where a compiled walk hands over.)"""
+        n, hits = len(buf), SearchCache().hits
         while True:
             if not config.explored:
                 self._explore(config)
@@ -210,27 +218,27 @@ class OneShot:
                 last_empty = (at, term.name)
             step = config.steps.get(term.name)
             if step is None:
-                raise _Decline  # a delimiter the grammar does not take here
+                raise Decline  # a delimiter the grammar does not take here
             if step.interrupts and config.top in drafts:
-                raise _Decline  # markup inside reasoning: the session reads drafts
+                raise Decline  # markup inside reasoning: the session reads drafts
             build.shifting, build.at = (term, buf[at:end], hit[2]), at
             build.act(step.actions)
             build.shifting = None
             config = step.config
 
-    def _route(self, config: _Config, buf: str, pos: int, end: int, build: _Builder) -> tuple[_Config, int, bool]:
+    def _route(self, config: Config, buf: str, pos: int, end: int, build: Builder) -> tuple[Config, int, bool]:
         """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
         the text routed ends, and whether the scan must run again (the live delimiters changed)."""
         info, wanted = config.info, end
         text = info.text
         if text is None:
-            raise _Decline  # text where the grammar allows none (or several text terminals to try)
+            raise Decline  # text where the grammar allows none (or several text terminals to try)
         if info.text_sensitive and config.run is not text and end - pos > 1:
             end = pos + 1
         if config.run is not text:
             step = config.text_step
             if step is None:
-                raise _Decline
+                raise Decline
             build.at = pos
             build.act(step.actions)
             config = step.config
@@ -255,7 +263,7 @@ class _TooMany(Exception):
     """A parse reached more stacks than a grammar's specialised parser keeps: the session parses it."""
 
 
-class _Decline(Exception):
+class Decline(Exception):
     """The output is not one this parser takes: the session parses it."""
 
 
@@ -289,7 +297,7 @@ def open_regions(frames: list[Frame], base: int) -> list[_Open] | None:
     return out
 
 
-class _Builder:
+class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
     __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded", "spans",
@@ -322,9 +330,9 @@ class _Builder:
 
     def act(self, actions: tuple[Action, ...]) -> None:
         for kind, what in actions:
-            if kind == _CLOSE:
+            if kind == CLOSE:
                 self.close(what)
-            elif kind == _OPEN:
+            elif kind == OPEN:
                 shifting = self.shifting
                 if shifting is None:
                     self.push(what.region, {}, "")
@@ -333,7 +341,7 @@ class _Builder:
                     captures = {k: v for k, v in match.groupdict().items() if v is not None} \
                         if match is not None else {}
                     if shifting[0].repair is not None and shifting[0].region is what.region:
-                        raise _Decline  # (a repaired opener: reported, or passed through in strict mode)
+                        raise Decline  # (a repaired opener: reported, or passed through in strict mode)
                     self.push(what.region, captures, shifting[1])
             elif not self.frames or self.frames[-1].region is not what.region:
                 self.push(what.region, {}, "")
@@ -343,7 +351,7 @@ class _Builder:
         if region.parent is not None:
             parent = next((f for f in reversed(self.frames) if f.region.rule == region.parent), None)
             if parent is None:
-                raise _Decline  # a component outside the region it belongs to: the session reports it
+                raise Decline  # a component outside the region it belongs to: the session reports it
             if self.events is not None:
                 path = component_path(self.output, parent.region, parent.path, region, captures)
         self.frames.append(_Open(region, captures, open_text, self.at + len(open_text), path))
@@ -361,7 +369,7 @@ class _Builder:
         """An opener written again at the start of its region is markup (the session's ``repeat``)."""
         frame = self.frames[-1] if self.frames else None
         if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
-            raise _Decline  # then it is text, which the session routes by trying the parser
+            raise Decline  # then it is text, which the session routes by trying the parser
 
     def discard(self, start: int, end: int) -> None:
         """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted)."""
@@ -377,7 +385,7 @@ class _Builder:
         frame = self.frames[-1]
         frame.size += len(text)
         if frame.size > self.max_region:
-            raise _Decline
+            raise Decline
         frame.chunks.append(text)
         if self.events is not None:
             event: dict[str, Any] = {"type": "region_chunk", "field": frame.region.field if frame.path is None
@@ -401,7 +409,7 @@ class _Builder:
         close_text = shifting[1] if shifting is not None and closing else ""
         if region.entry_key is not None and shifting is not None and not closing \
                 and not any(chunk.strip() for chunk in chunks):
-            raise _Decline  # an argument without a value: the session reports it
+            raise Decline  # an argument without a value: the session reports it
         try:
             value = spec.value("".join(chunks), captures, open_text, close_text, children)
             if region.parent is not None:
@@ -413,28 +421,20 @@ class _Builder:
             if self.tools is not None:
                 value = self.tools.apply(value, elements=reads_elements(spec))
             if spec.join is not None and not isinstance(value, str):
-                raise _Decline
+                raise Decline
             if region.is_call:
                 check_calls(value)
         except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
-            raise _Decline from None
+            raise Decline from None
         store(self.output, region, value)
         if self.events is not None:
             self.events.append({"type": "region_close", "field": region.field, "value": value})
 
     def message(self, grammar: Grammar) -> Message:
         if missing_fields(grammar, self.output):
-            raise _Decline  # a required field is missing: the session reports it
+            raise Decline  # a required field is missing: the session reports it
         return without_empty(self.output, grammar.defaults, [])
 
 
-def specialised(grammar: Grammar) -> OneShot:
-    """The grammar's specialised one-shot parser, made on first use (per process: it is not pickled with the
-    grammar); its configs are worked out as parses reach them."""
-    found: OneShot | None = grammar.tables.shared.get("oneshot")
-    if found is None:
-        found = grammar.tables.shared["oneshot"] = OneShot(grammar)
-    return found
-
-
-__all__ = ["SPECIALISED", "OneShot", "Parsed", "open_regions", "specialised"]
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Builder", "Config", "Decline", "OneShot", "Parsed", "Step",
+           "open_regions"]

@@ -32,7 +32,7 @@ from .delimiters import REGEX_SPACE
 from .drafts import closes_at, draft_states, interrupts, reading_of
 from .events import Event, Message, RegionChunk
 from .grammar import Grammar, Region, StateInfo, Terminal
-from . import oneshot
+from . import generated, oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder, missing_fields, without_empty
@@ -358,7 +358,7 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
     declines or cannot start, and the session parses the output."""
     if not oneshot.SPECIALISED or grammar.settle is not None or options.trace:
         return None
-    fast = oneshot.specialised(grammar)
+    fast = generated.specialised(grammar)
     tail = _anchored_tail(grammar, prefix, options.start_anchor_seconds) if prefix else ""
     if tail is None:
         return None  # (the session warns that the prompt holds no start anchor)
@@ -976,7 +976,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
         return None
     base = parser._base
     built = oneshot.open_regions(parser._syntax.frames, base)
-    fast = oneshot.specialised(parser._grammar)
+    fast = generated.specialised(parser._grammar)
     start = fast.find(tuple(parser._stack), parser._syntax.run)
     if start is None or built is None:
         return None

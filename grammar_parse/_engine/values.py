@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import ParseError, PlaceholderError
-from .content import STREAMABLE_PARSERS, parse_content
+from .content import CONTENT_PARSERS, STREAMABLE_PARSERS, parse_content
 from .reading import PLACEHOLDER
 
 _MISSING = object()  # an optional placeholder with nothing to fill in: its key or element is left out
@@ -231,4 +231,26 @@ class ValueSpec:
         return out
 
 
-__all__ = ["RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder"]
+def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, Mapping[str, Any]], Any]:
+    """``spec.value`` with what the spec decides read once: its content parser specialised to its args
+    (ContentParser.specialised) and its transform's filler. For the specialised one-shot parser, which
+    closes the same regions many times; a spec it does not cover (a legacy schema's, ``transform_each``)
+    is its own ``value``."""
+    if not isinstance(spec, ValueSpec) or spec.transform_each:
+        return spec.value  # type: ignore[no-any-return]
+    parse = CONTENT_PARSERS[spec.content].specialised(spec.content_args)
+    if spec.transform is None:
+        def plain(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+                  children: Mapping[str, Any]) -> Any:
+            return dict(children) if children else parse(body)
+        return plain
+    filler = _filler(spec.transform)
+
+    def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+                    children: Mapping[str, Any]) -> Any:
+        return filler({**captures, **children, "content": parse(body)} if children else
+                      {**captures, "content": parse(body)}, False)
+    return transformed
+
+
+__all__ = ["RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder", "specialised_value"]

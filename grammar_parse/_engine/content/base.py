@@ -77,6 +77,24 @@ class ContentParser:
     call_shape: Callable[[Any, CallTemplate], CallShape] | None = None
     #: The calls of a body that did not parse (spec, shape, body, captures); None: nothing certain.
     salvage: Callable[[Any, CallShape, str, Mapping[str, Any]], Pieces | None] | None = None
+    #: ``parse`` with its args read ahead (the specialised one-shot parser runs it per region): the same value
+    #: where it gives one, or an exception where ``parse`` would fail (then ``parse`` runs, for its error).
+    #: None: ``parse`` itself.
+    specialise: Callable[[Mapping[str, Any]], Callable[[str], Any] | None] | None = None
+
+    def specialised(self, args: Mapping[str, Any]) -> Callable[[str], Any]:
+        """The body's value under ``args``: the fast form where there is one, failing as ``parse`` fails."""
+        fast = self.specialise(args) if self.specialise is not None else None
+        parse = self.parse
+        if fast is None:
+            return lambda text: parse(text, args)
+
+        def value(text: str) -> Any:
+            try:
+                return fast(text)
+            except Exception:  # (the slow form's error, or its value where the fast form cannot tell)
+                return parse(text, args)
+        return value
 
 
 #: Every content parser, by the name a template gives (filled by grammar_parse._engine.content, which imports

@@ -6,14 +6,14 @@ the call shapes of JSON call payloads, and what a broken JSON body still holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import regex
 
 from ...errors import ParseError
-from ..reading import JsonWalker, json_depth, load_json
+from ..reading import JsonWalker, json_depth, load_json, quick_json
 from .base import WHOLE, CallShape, CallTemplate, ContentParser, Piece, Pieces, parse_content, placeholder_keys
 from .text import text_value
 
@@ -232,7 +232,12 @@ def _salvage(spec: Any, shape: CallShape, body: str, captures: Mapping[str, Any]
     return _json_pieces(shape, body, captures) if shape.mode in ("json_body", "json_key", "json_array") else None
 
 
-JSON = ContentParser("json", _json, call_shape=_call_shape, salvage=_salvage)
+def _specialise(args: Mapping[str, Any]) -> Callable[[str], Any] | None:
+    """Plain JSON (no dialect to rewrite) read by json.loads's scanner directly (reading.quick_json)."""
+    return None if args.get("string_delims") or args.get("unquoted_keys") else quick_json
+
+
+JSON = ContentParser("json", _json, call_shape=_call_shape, salvage=_salvage, specialise=_specialise)
 PARSERS = (JSON,)
 
 __all__ = ["JSON", "PARSERS", "JsonWalker", "TooDeep", "loads_within_limit", "walk"]

@@ -84,7 +84,17 @@ def _call_shape(spec: Any, call: CallTemplate) -> CallShape:
     return WHOLE
 
 
-TEXT = ContentParser("text", text_value, streamable=True, call_shape=_call_shape)
+def _specialise_text(args: Mapping[str, Any]) -> Callable[[str], str]:
+    """text_value with its args read once."""
+    if args.get("strip", True):
+        return str.strip
+    separators = args.get("separators")
+    if separators:
+        return lambda text: without_separators(text, separators)
+    return lambda text: text
+
+
+TEXT = ContentParser("text", text_value, streamable=True, call_shape=_call_shape, specialise=_specialise_text)
 INT = ContentParser("int", _int, streamable=True)
 FLOAT = ContentParser("float", _float, streamable=True)
 BOOL = ContentParser("bool", _bool, streamable=True)

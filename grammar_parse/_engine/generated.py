@@ -1,0 +1,381 @@
+"""The specialised one-shot parser compiled: the automaton's configs written out as one Python function.
+
+:class:`~grammar_parse._engine.oneshot.OneShot` walks its configs generically: per delimiter a loop over the
+live searches, a dict lookup for the step, a loop over its region actions. Here the configs a grammar's
+outputs reached are written out as source, one block per config: its searches unrolled in tie-break order
+(a single literal as ``str.find``), its memo in local variables, the step per delimiter and the text step
+resolved ahead, and the region actions as direct calls. The function does what ``OneShot._walk`` does, step
+for step, with the same builder; where the walk would do something else (a config not worked out yet, a
+state that watches more than plain searches, a zero-width match) it stops at that point and the walk goes on
+from there. So the result is the walk's, which the differential tests hold equal to the session's.
+
+The source holds no text from the grammar: terminals, regions, configs and search functions are constants
+the function reads by index (``K``), so an authored grammar cannot write code into it. It is made once the
+first parses have worked out the configs outputs reach, and again as parses reach new ones, a few times at
+most, and only for grammars whose outputs reach few configs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import GrammarParseError
+from .content.xml import reads_elements
+from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd
+from .grammar import Grammar, Region, Terminal
+from .regions import store, store_component
+from .salvage import check_calls
+from .values import specialised_value
+from .oneshot import CLOSE, OPEN, Builder, Config, Decline, OneShot, Step
+
+#: Configs past this many are not written out (the walk takes such grammars); the function is first made at
+#: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most (see Compiled).
+MAX_CONFIGS = 256
+FIRST_BUILD = 8
+MAX_BUILDS = 8
+
+#: What a compiled walk does: (buf, pos, config, builder, drafts) -> (config, pos, done, last zero-width
+#: delimiter); not ``done``: the generic walk goes on from that config and position.
+Walk = Callable[[str, int, Config, Builder, Mapping[int, Any]], tuple[Config, int, bool, Any]]
+
+
+class _Source:
+    """The function's lines and its constants (referred to as ``K[i]``)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.helpers: list[str] = []  # functions the walk calls (see _closer), written before it
+        self.closers: dict[tuple[int, bool], str] = {}
+        self.constants: list[Any] = []
+        self._index: dict[int, int] = {}
+
+    def const(self, value: Any) -> str:
+        i = self._index.get(id(value))
+        if i is None:
+            i = self._index[id(value)] = len(self.constants)
+            self.constants.append(value)
+        return f"K[{i}]"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("\t" * depth + line)
+
+
+def _coded(config: Config) -> bool:
+    """Whether a config gets a block: once it is worked out."""
+    return config.explored
+
+
+#: The memo slots of a repeated opener (looked for at pos only, not memoised) and of the end of the open
+#: region's JSON value (the builder walks it).
+_REPEAT, _VALUE_END = "r", "v"
+
+
+def _searches(config: Config) -> list[tuple[str, Terminal, Any]]:
+    """A config's live delimiters in tie-break order: (search key, or _REPEAT or _VALUE_END; terminal; search)."""
+    scanner = config.info.scanner
+    entries = sorted(scanner.entries, key=lambda entry: entry[5])
+    return [(_REPEAT if isinstance(m, Repeat) else _VALUE_END if isinstance(m, ValueEnd) else scanner.keys[t.name],
+             t, None if isinstance(m, ValueEnd) else m.search) for t, m, *_ in entries]
+
+
+def compile_walk(shot: OneShot) -> Walk | None:
+    """The walk of ``shot``'s configs worked out so far, as a function; None past MAX_CONFIGS."""
+    made = walk_source(shot)
+    return None if made is None else compile_source(*made)
+
+
+def compile_source(source: str, constants: list[Any], number: dict[int, int]) -> Walk:
+    """The function :func:`walk_source` wrote."""
+    namespace: dict[str, Any] = {"K": constants, "NUMBER": number, "Decline": Decline, "store": store,
+                                 "store_component": store_component, "check_calls": check_calls,
+                                 "GrammarParseError": GrammarParseError}
+    exec(compile(source, "<grammar_parse generated walk>", "exec"), namespace)  # (see the module doc)
+    walk: Walk = namespace["walk"]
+    return walk
+
+
+def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
+    """The source of the compiled walk, its constants, and the block number of each config (by id)."""
+    configs = [c for c in list(shot.configs.values()) if _coded(c)]
+    if not configs or len(configs) > MAX_CONFIGS:
+        return None
+    number = {id(c): i for i, c in enumerate(configs)}
+    keys: dict[str, int] = {}  # search key -> memo slot
+    for c in configs:
+        for memo, *_ in _searches(c):
+            if memo not in (_REPEAT, _VALUE_END):
+                keys.setdefault(memo, len(keys))
+    src = _Source()
+    src.emit(0, "def walk(buf, pos, config, B, drafts):")
+    src.emit(1, "n = len(buf)")
+    src.emit(1, "s = NUMBER.get(id(config), -1)")
+    src.emit(1, "if s < 0: return config, pos, False, None")
+    src.emit(1, "le = None")  # the zero-width delimiter last shifted: (where, terminal name)
+    for k in range(len(keys)):  # memo k: searched from f (n + 1: not yet), first match at a (-1: none)
+        src.emit(1, f"f{k} = n + 1; a{k} = -1; e{k} = -1; m{k} = None")
+    src.emit(1, "ar = er = av = ev = -1; mr = mv = None")
+    src.emit(1, "push = B.push; close = B.close; text = B.text; discard = B.discard; frames = B.frames")
+    src.emit(1, "EV = B.events is not None; MAXR = B.max_region")
+    src.emit(1, "while True:")
+    _dispatch(src, configs, 0, len(configs), 2, number, keys)
+    return "\n".join(src.helpers + src.lines), src.constants, number
+
+
+def _dispatch(src: _Source, configs: list[Config], lo: int, hi: int, depth: int, number: dict[int, int],
+              keys: dict[str, int]) -> None:
+    """Blocks ``lo``..``hi`` as a binary tree of tests on the block number ``s``."""
+    if hi - lo == 1:
+        _block(src, configs[lo], depth, number, keys)
+        return
+    mid = (lo + hi) // 2
+    src.emit(depth, f"if s < {mid}:")
+    _dispatch(src, configs, lo, mid, depth + 1, number, keys)
+    src.emit(depth, "else:")
+    _dispatch(src, configs, mid, hi, depth + 1, number, keys)
+
+
+def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: dict[str, int]) -> None:
+    """One config: the scan (scan_searches unrolled), then the text before the delimiter and its step, as
+    ``OneShot._walk`` and ``_route`` take them."""
+    searches = _searches(config)
+    src.emit(d, f"C = {src.const(config)}")
+    for memo, term, search in searches:
+        matcher = term.matcher
+        if memo == _REPEAT:
+            src.emit(d, f"h = {src.const(search)}(buf, pos)")
+            src.emit(d, "if h is None: ar = -1")
+            src.emit(d, "else: ar, er, mr = h")
+            continue
+        if memo == _VALUE_END:
+            src.emit(d, f"av = ev = B.value_end({src.const(config.info.scanner.value_end)}, buf)")
+            src.emit(d, "if av < pos: av = -1")
+            continue
+        k = keys[memo]
+        src.emit(d, f"if not (f{k} <= pos and (a{k} < 0 or a{k} >= pos)):")
+        if isinstance(matcher, LiteralMatcher) and len(matcher.literals) == 1 and matcher.literals[0]:
+            literal = matcher.literals[0]
+            src.emit(d + 1, f"f{k} = pos; a{k} = buf.find({src.const(literal)}, pos); e{k} = a{k} + {len(literal)}")
+        else:
+            src.emit(d + 1, f"f{k} = pos; h = {src.const(search)}(buf, pos)")
+            src.emit(d + 1, f"if h is None: a{k} = -1")
+            src.emit(d + 1, f"else: a{k}, e{k}, m{k} = h")
+    # the earliest match, then the longest, then the first-ranked (the order above): strict comparisons
+    src.emit(d, "t = -1")
+    for i, (memo, *_rest) in enumerate(searches):
+        slot = _slot(memo, keys)
+        if i == 0:
+            src.emit(d, f"if 0 <= a{slot} < n: t = 0; at = a{slot}; w = a{slot} - e{slot}")
+        else:
+            src.emit(d, f"if 0 <= a{slot} < n and (t < 0 or a{slot} < at or (a{slot} == at and a{slot} - e{slot} < w)): "
+                        f"t = {i}; at = a{slot}; w = a{slot} - e{slot}")
+    src.emit(d, "if t < 0:")
+    src.emit(d + 1, "if pos >= n: return C, pos, True, le")
+    _route(src, config, d + 1, "n", number, after=None)
+    for i, (memo, term, *_rest) in enumerate(searches):
+        slot = _slot(memo, keys)
+        src.emit(d, "if t == %d:" % i if i == 0 else "elif t == %d:" % i)
+        src.emit(d + 1, f"end = e{slot}")
+        src.emit(d + 1, "if at > pos:")
+        _route(src, config, d + 2, "at", number, after=(term, slot))  # (where it falls through: the step below)
+        _shift(src, config, term, slot, d + 1, number)
+
+
+def _slot(memo: str, keys: dict[str, int]) -> str:
+    return memo if memo in (_REPEAT, _VALUE_END) else str(keys[memo])
+
+
+def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int],
+           after: tuple[Terminal, str] | None) -> bool:
+    """Text ``buf[pos:end]`` into the open region (``OneShot._route``); then, where the live delimiters are
+    the same, the delimiter ``after`` it (terminal, memo slot) is shifted in the config the text led to; else
+    the scan runs again. True where the code falls through to the step in ``config`` itself (the text
+    continued the run under way)."""
+    info = config.info
+    text = info.text
+    if text is None:
+        src.emit(d, "raise Decline")  # text where the grammar allows none
+        return False
+    target = config
+    if config.run is not text:
+        step = config.text_step
+        if step is None:
+            src.emit(d, "raise Decline")
+            return False
+        target = step.config
+        if not _coded(target):
+            src.emit(d, "return C, pos, False, le")  # (the walk routes it)
+            return False
+        src.emit(d, "B.at = pos")
+        _actions(src, step, d, shifting=None)
+    cut = info.text_sensitive and config.run is not text
+    if cut:  # (the text terminal decides the state for the next character only: scan again after it)
+        src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
+    else:
+        src.emit(d, f"stop = {end}")
+    if text.role == "text":  # (Builder.text, written out where no events are asked for)
+        src.emit(d, "if EV: text(buf[pos:stop])")
+        src.emit(d, "else:")
+        src.emit(d + 1, "fr = frames[-1]; fr.size += stop - pos")
+        src.emit(d + 1, "if fr.size > MAXR: raise Decline")
+        src.emit(d + 1, "fr.chunks.append(buf[pos:stop])")
+    else:
+        src.emit(d, "discard(pos, stop)")
+    if target is not config:
+        src.emit(d, f"s = {number[id(target)]}")
+    same = target.info.scanner is info.scanner
+    if after is None or not same:
+        src.emit(d, "pos = stop; continue")
+        return False
+    if cut:
+        src.emit(d, "if stop < at: pos = stop; continue")
+    src.emit(d, "pos = stop")
+    if target is config:
+        return True  # (the step that follows is the one without text before it)
+    term, k = after
+    _shift(src, target, term, k, d, number, rebind=True)
+    return False
+
+
+def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number: dict[int, int],
+           rebind: bool = False) -> None:
+    """The step of delimiter ``term`` (its match in memo slot ``k``, at ``at``..``end``) in ``config``."""
+    if rebind:
+        src.emit(d, f"C = {src.const(config)}")
+    if term.role == "repeat":  # an opener written again at the start of its region (Builder.repeat)
+        src.emit(d, f"B.repeat({src.const(term)}); pos = end; s = {number[id(config)]}; continue")
+        return
+    if not isinstance(term.matcher, LiteralMatcher):  # (a zero-width match: OneShot._walk's rules for it)
+        src.emit(d, "if at == end:")
+        top = f"frames and frames[-1].region is {src.const(term.region)}"
+        if term.role == "open":  # (it looks at a character the walk routes first)
+            src.emit(d + 1, f"if end < n and {top}: return C, pos, False, le")
+        elif term.role == "close":  # (the rest of the output is left unparsed: the walk discards it)
+            src.emit(d + 1, f"if not ({top}): return C, pos, False, le")
+        name = src.const(term.name)
+        src.emit(d + 1, f"if le == (at, {name}): return C, pos, False, le")
+        src.emit(d + 1, f"le = (at, {name})")
+    step = config.steps.get(term.name)
+    if step is None:
+        src.emit(d, "raise Decline")  # a delimiter the grammar does not take here
+        return
+    if step.interrupts:
+        src.emit(d, f"if {config.top} in drafts: raise Decline")  # markup inside reasoning: the session reads drafts
+    if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
+        src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
+        return
+    src.emit(d, f"B.shifting = ({src.const(term)}, buf[at:end], m{k}); B.at = at")
+    _actions(src, step, d, shifting=term)
+    src.emit(d, "B.shifting = None")
+    target = step.config
+    if _coded(target):
+        src.emit(d, f"pos = end; s = {number[id(target)]}; continue")
+    else:
+        src.emit(d, f"return {src.const(target)}, end, False, le")
+
+
+def _actions(src: _Source, step: Step, d: int, shifting: Any) -> None:
+    """The step's region actions (``Builder.act``), as calls."""
+    for kind, what in step.actions:
+        if kind == CLOSE:
+            _close(src, what, d, shifting)
+        elif kind == OPEN:
+            region = src.const(what.region)
+            if shifting is None:
+                src.emit(d, f'push({region}, {{}}, "")')
+                continue
+            if isinstance(shifting.matcher, RegexMatcher) and shifting.matcher.compiled.groupindex:
+                src.emit(d, f"m = B.shifting[2]; push({region}, {{k: v for k, v in m.groupdict().items() "
+                            "if v is not None} if m is not None else {}, B.shifting[1])")
+            else:
+                src.emit(d, f"push({region}, {{}}, B.shifting[1])")
+        else:
+            region = src.const(what.region)
+            src.emit(d, f'if not frames or frames[-1].region is not {region}: push({region}, {{}}, "")')
+
+
+def _close(src: _Source, region: Region, d: int, shifting: Terminal | None) -> None:
+    """``Builder.close`` of ``region`` while ``shifting`` is shifted (None: a text step or the end): the
+    builder's own where events are asked for or the region is not the open one, else a function written for
+    the region and what the shifted delimiter decides of it (:func:`_closer`)."""
+    r = src.const(region)
+    closing = shifting is not None and shifting.role == "close" and shifting.region is region
+    check = region.entry_key is not None and shifting is not None and not closing
+    name = _closer(src, region, check)
+    src.emit(d, f"if EV or not frames or frames[-1].region is not {r}: close({r})")
+    src.emit(d, f"else: {name}(B, frames, frames.pop(), {'B.shifting[1]' if closing else repr('')})")
+
+
+def _closer(src: _Source, region: Region, check: bool) -> str:
+    """The function closing the open frame ``fr`` of ``region`` (Builder.close past its first test), with the
+    close delimiter's text ``ct``; ``check``: a value-less argument declines (the session reports it)."""
+    key = (id(region), check)
+    name = src.closers.get(key)
+    if name is not None:
+        return name
+    name = src.closers[key] = f"close{len(src.closers)}"
+    r = src.const(region)
+    out = src.helpers
+    out.append(f"def {name}(B, frames, fr, ct):")
+    if check:
+        out.append("    if not any(c.strip() for c in fr.chunks): raise Decline")  # an argument without a value
+    out.append("    try:")
+    out.append(f"        v = {src.const(specialised_value(region.spec))}(\"\".join(fr.chunks), fr.captures, "
+               "fr.open_text, ct, fr.children)")
+    if region.parent is not None:
+        out.append(f"        p = next(f for f in reversed(frames) if f.region.rule == {src.const(region.parent)})")
+        out.append(f"        store_component(p.children, {r}, {{**fr.captures, **fr.children}}, v)")
+        out.append("    except GrammarParseError: raise Decline from None")
+        return name
+    out.append("        tools = B.tools")
+    out.append(f"        if tools is not None: v = tools.apply(v, elements={reads_elements(region.spec)!r})")
+    if region.spec.join is not None:
+        out.append("        if not isinstance(v, str): raise Decline")
+    if region.is_call:
+        out.append("        check_calls(v)")
+    out.append("    except GrammarParseError: raise Decline from None")
+    out.append(f"    store(B.output, {r}, v)")
+    return name
+
+
+class Compiled:
+    """A OneShot's compiled walk, made after FIRST_BUILD parses and again, when parses have reached new
+    configs, after 4, 16, ... times as many (MAX_BUILDS at most): the first parses work out the configs
+    outputs reach, and making the function costs about as much as a few hundred parses."""
+
+    def __init__(self, shot: OneShot) -> None:
+        self.shot = shot
+        self.walk: Walk | None = None
+        self.seen = -1  # how many configs the shot had when the walk was made
+        self.parses = 0
+        self.due = FIRST_BUILD
+        self.builds = 0
+        self._lock = threading.Lock()
+
+    def current(self) -> Walk | None:
+        self.parses += 1  # (a count other threads may race: only when to build depends on it)
+        if self.parses >= self.due and self.builds < MAX_BUILDS:
+            with self._lock:
+                if self.parses >= self.due and self.builds < MAX_BUILDS:
+                    self.due *= 4
+                    if len(self.shot.configs) != self.seen:
+                        self.seen = len(self.shot.configs)
+                        self.walk = compile_walk(self.shot)
+                        self.builds += 1
+        return self.walk
+
+
+def specialised(grammar: Grammar) -> OneShot:
+    """The grammar's specialised one-shot parser (oneshot.specialised), with its walk compiled as parses
+    reach its configs."""
+    found = grammar.tables.shared.get("oneshot")
+    if found is None:
+        shot = OneShot(grammar)
+        compiled = Compiled(shot)
+        shot.compiled = compiled.current
+        found = grammar.tables.shared.setdefault("oneshot", shot)
+    return found  # type: ignore[no-any-return]
+
+
+__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "Compiled", "compile_source", "compile_walk", "specialised", "walk_source"]

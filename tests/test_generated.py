@@ -1,0 +1,87 @@
+"""The compiled walk (grammar_parse._engine.generated) against the walk it is compiled from, for every built-in
+grammar.
+
+The specialised one-shot parser's configs are first worked out by the generic walk on every output, then
+written out as one function; each output is parsed again with it. The message, the discarded spans and the
+session's events (a fresh parser's finalize with the call events; also without them in the deep profile)
+must be the walk's, and the
+parser must decline exactly where the walk declines. test_specialised holds the walk equal to the session,
+so this makes the compiled walk the session's too. The share of outputs it reads to the end is held, so
+that a change which makes it hand every output back cannot pass for exact; so is the rule that the source
+holds no text a grammar wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import grammar_parse
+from conformance import strict_equal
+from grammar_parse._engine import generated, oneshot, session
+from grammar_parse._engine.tools import ToolTypes
+from test_specialised import DEEP, GRAMMARS, outputs
+
+
+@pytest.fixture(autouse=True)
+def specialised_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oneshot, "SPECIALISED", True)
+
+
+def results(name: str, cases: list[tuple[str, str, Any]], walk: Callable[[], Any] | None) -> list[Any]:
+    """Each output's message and discarded spans (None: declined) in lenient and strict mode, and a fresh
+    parser's finalize (message, events, spans) with and without the extended events, with ``walk`` as the
+    specialised parser's compiled walk (None: the generic walk only)."""
+    grammar = grammar_parse.load_grammar(name)
+    shot = generated.specialised(grammar)
+    kept = shot.compiled
+    shot.compiled = walk
+    out: list[Any] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (drift rewrites may lack a start anchor)
+            for text, prefix, tools in cases:
+                for strict in (False, True):
+                    options = grammar_parse.ParseOptions(strict=strict)
+                    grammar_parse.ResponseParser(grammar, prefix, tools=tools, options=options)  # (the prompt's
+                    # tail replayed, as a parser with these options leaves it for the specialised parser)
+                    found = session.specialised_parse(grammar, text, prefix, ToolTypes.from_tools(tools), options)
+                    out.append(None if found is None else (found.message, found.discarded, found.spans))
+                for extended in (False, True) if DEEP else (True,):
+                    parser = grammar_parse.ResponseParser(grammar, prefix, tools=tools, strict=False,
+                                                          extended_events=extended, call_events=extended)
+                    message, events = parser.finalize(text)
+                    out.append((message, events, [list(span) for span in parser.discarded_spans]))
+    finally:
+        shot.compiled = kept
+    return out
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_the_compiled_walk_is_the_walk(name: str) -> None:
+    cases = list(outputs(name, drift=DEEP))
+    expected = results(name, cases, None)  # (every config these outputs reach is worked out here)
+    shot = generated.specialised(grammar_parse.load_grammar(name))
+    made = generated.walk_source(shot)
+    assert made is not None, f"{name}: no walk compiled from {len(shot.configs)} configs"
+    # Terminals, patterns, literals and regions are constants the walk reads by index: the only text in the
+    # source is the empty string, so no grammar (an authored one is untrusted) can put code into it.
+    assert not re.search("[\"']", made[0].replace('""', "").replace("''", "")), f"{name}: text in the source"
+    walk = generated.compile_source(*made)
+    finished: list[bool] = []
+
+    def counted(*args: Any) -> Any:
+        ended = walk(*args)
+        finished.append(ended[2])
+        return ended
+    got = results(name, cases, lambda: counted)
+    for i, (want, have) in enumerate(zip(expected, got)):
+        text = cases[i // (4 if DEEP else 3)][0]
+        assert (want is None) == (have is None) and strict_equal(want, have), \
+            f"{name}: {text[:200]!r}\nwalk:     {want!r}\ncompiled: {have!r}"
+    assert finished and sum(finished) >= 0.5 * len(finished), f"{name}: the compiled walk finished {sum(finished)} of " \
+                                                 f"{len(finished)} parses"
