@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import first_chars, first_chars_after_space, pattern_shape
+from grammar_parse._engine.regex_shape import always_captured, first_chars, first_chars_after_space, pattern_shape
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -106,6 +106,26 @@ def test_first_chars_of_a_pattern(pattern, expected):
                                                  "a y xy </f> </tool_call> </f"]
                   for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
         assert starts and set(starts) <= set(expected)
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"<parameter=(?P<key>[^<>\n]+)>", True),                 # qwen3_coder's parameter opener
+    (r"<tool_call>\s*<function=(?P<name>[^<>\n]+)>", True),
+    (r"a(?:(?P<x>b)c)d", True),                              # inside a group that always matches
+    (r"(?:a(?P<x>b))?c", False),                              # an optional group
+    (r"a(?P<x>b)|c", False),                                  # one alternative
+    (r"(?P<x>a)(?P<y>b)*", False),                            # a repeat
+    (r"(?=(?P<x>a))", False),                                 # an assertion
+    (r"(?P<x>a)|(?P<x>b)", False),                            # a name only the regex module reads
+    ("no groups", True),
+])
+def test_named_groups_that_take_part_in_every_match(pattern, expected):
+    """always_captured: a match's groupdict() holds no None (the compiled walk takes it as the captures)."""
+    assert always_captured(pattern) is expected
+    if expected:
+        for text in ["<parameter=city>", "<tool_call>\n<function=f>", "abcd", "no groups"]:
+            for m in regex.finditer(pattern, text, regex.DOTALL):
+                assert None not in m.groupdict().values()
 
 
 @pytest.mark.parametrize("pattern, expected", [

@@ -142,6 +142,25 @@ def test_a_generator_of_tools_is_read_once_whoever_parses() -> None:
         assert message["tool_calls"][0]["function"]["arguments"] == {"n": 3}  # (typed: the tools were read)
 
 
+def test_a_tool_list_changed_between_parses_is_read_again() -> None:
+    """The types of a tool list are kept per list while it stays equal to what it was (ToolTypes.from_tools):
+    a list changed in place, or another list, is read again."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}}}}}
+    tools = [tool]
+    text = '<tool_call>\n{"name": "f", "arguments": {"n": "3"}}\n</tool_call>'
+
+    def argument() -> Any:
+        return grammar_parse.parse_response(text, "qwen3", prefix="", tools=tools)["tool_calls"][0]["function"][
+            "arguments"]["n"]
+    assert argument() == 3 and argument() == 3
+    tool["function"]["parameters"]["properties"]["n"]["type"] = "string"  # (the same list, changed in place)
+    assert argument() == "3"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}}}}}]
+    assert argument() == 3
+
+
 def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
     """A delimiter's regex past its time limit fails the scan: lenient mode records it (the session does),
     and it never escapes the specialised parser."""

@@ -10,7 +10,7 @@ state that watches more than plain searches, a zero-width match) it stops at tha
 from there. So the result is the walk's, which the differential tests hold equal to the session's.
 
 The source holds no text from the grammar: terminals, regions, configs and search functions are constants
-the function reads by index (``K``), so an authored grammar cannot write code into it. It is made once the
+the function reads by number (globals ``k0``, ``k1``, ...), so an authored grammar cannot write code into it. It is made once the
 first parses have worked out the configs outputs reach, and again as parses reach new ones, a few times at
 most, and only for grammars whose outputs reach few configs.
 """
@@ -25,10 +25,11 @@ from ..errors import GrammarParseError
 from .content.xml import reads_elements
 from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd
 from .grammar import Grammar, Region, Terminal
-from .regions import store, store_component
+from .regex_shape import always_captured
+from .regions import component_storer, store
 from .salvage import check_calls
 from .values import specialised_value
-from .oneshot import CLOSE, OPEN, Builder, Config, Decline, OneShot, Step
+from .oneshot import CLOSE, OPEN, Builder, Config, Decline, OneShot, Open, Step
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most (see Compiled).
@@ -42,7 +43,7 @@ Walk = Callable[[str, int, Config, Builder, Mapping[int, Any]], tuple[Config, in
 
 
 class _Source:
-    """The function's lines and its constants (referred to as ``K[i]``)."""
+    """The function's lines and its constants (each the global ``k<i>``)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -56,7 +57,7 @@ class _Source:
         if i is None:
             i = self._index[id(value)] = len(self.constants)
             self.constants.append(value)
-        return f"K[{i}]"
+        return f"k{i}"
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("\t" * depth + line)
@@ -88,9 +89,9 @@ def compile_walk(shot: OneShot) -> Walk | None:
 
 def compile_source(source: str, constants: list[Any], number: dict[int, int]) -> Walk:
     """The function :func:`walk_source` wrote."""
-    namespace: dict[str, Any] = {"K": constants, "NUMBER": number, "Decline": Decline, "store": store,
-                                 "store_component": store_component, "check_calls": check_calls,
-                                 "GrammarParseError": GrammarParseError}
+    namespace: dict[str, Any] = {f"k{i}": value for i, value in enumerate(constants)}
+    namespace.update(NUMBER=number, Decline=Decline, Open=Open, store=store, check_calls=check_calls,
+                     GrammarParseError=GrammarParseError)
     exec(compile(source, "<grammar_parse generated walk>", "exec"), namespace)  # (see the module doc)
     walk: Walk = namespace["walk"]
     return walk
@@ -265,7 +266,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return
-    src.emit(d, f"B.shifting = ({src.const(term)}, buf[at:end], m{k}); B.at = at")
+    src.emit(d, f"sh = buf[at:end]; m = m{k}; B.shifting = ({src.const(term)}, sh, m); B.at = at")
     _actions(src, step, d, shifting=term)
     src.emit(d, "B.shifting = None")
     target = step.config
@@ -281,18 +282,30 @@ def _actions(src: _Source, step: Step, d: int, shifting: Any) -> None:
         if kind == CLOSE:
             _close(src, what, d, shifting)
         elif kind == OPEN:
-            region = src.const(what.region)
             if shifting is None:
-                src.emit(d, f'push({region}, {{}}, "")')
-                continue
-            if isinstance(shifting.matcher, RegexMatcher) and shifting.matcher.compiled.groupindex:
-                src.emit(d, f"m = B.shifting[2]; push({region}, {{k: v for k, v in m.groupdict().items() "
-                            "if v is not None} if m is not None else {}, B.shifting[1])")
+                _push(src, what.region, d, "{}", '""', "pos")
+            elif isinstance(shifting.matcher, RegexMatcher) and shifting.matcher.compiled.groupindex:
+                matcher = shifting.matcher
+                _push(src, what.region, d, "m.groupdict() if m is not None else {}"
+                      if always_captured(matcher.pattern, matcher.flags) else  # (no value is None)
+                      "{k: v for k, v in m.groupdict().items() if v is not None} if m is not None else {}", "sh", "at")
             else:
-                src.emit(d, f"push({region}, {{}}, B.shifting[1])")
+                _push(src, what.region, d, "{}", "sh", "at")
         else:
-            region = src.const(what.region)
-            src.emit(d, f'if not frames or frames[-1].region is not {region}: push({region}, {{}}, "")')
+            src.emit(d, f"if not frames or frames[-1].region is not {src.const(what.region)}:")
+            _push(src, what.region, d + 1, "{}", '""', "pos")
+
+
+def _push(src: _Source, region: Region, d: int, captures: str, open_text: str, at: str) -> None:
+    """``Builder.push`` (at ``at``): the frame appended here where no events are asked for and a component's
+    region is the open one; else the builder's own."""
+    r = src.const(region)
+    if region.parent is None:
+        src.emit(d, f"if EV: push({r}, {captures}, {open_text})")
+    else:
+        src.emit(d, f"if EV or not frames or frames[-1].region.rule != {src.const(region.parent)}: "
+                    f"push({r}, {captures}, {open_text})")
+    src.emit(d, f"else: ot = {open_text}; frames.append(Open({r}, {captures}, ot, {at} + len(ot)))")
 
 
 def _close(src: _Source, region: Region, d: int, shifting: Terminal | None) -> None:
@@ -304,7 +317,7 @@ def _close(src: _Source, region: Region, d: int, shifting: Terminal | None) -> N
     check = region.entry_key is not None and shifting is not None and not closing
     name = _closer(src, region, check)
     src.emit(d, f"if EV or not frames or frames[-1].region is not {r}: close({r})")
-    src.emit(d, f"else: {name}(B, frames, frames.pop(), {'B.shifting[1]' if closing else repr('')})")
+    src.emit(d, f"else: {name}(B, frames, frames.pop(), {'sh' if closing else repr('')})")
 
 
 def _closer(src: _Source, region: Region, check: bool) -> str:
@@ -325,11 +338,12 @@ def _closer(src: _Source, region: Region, check: bool) -> str:
                "fr.open_text, ct, fr.children)")
     if region.parent is not None:
         out.append(f"        p = next(f for f in reversed(frames) if f.region.rule == {src.const(region.parent)})")
-        out.append(f"        store_component(p.children, {r}, {{**fr.captures, **fr.children}}, v)")
+        out.append(f"        {src.const(component_storer(region))}(p.children, fr.captures, fr.children, v)")
         out.append("    except GrammarParseError: raise Decline from None")
         return name
-    out.append("        tools = B.tools")
-    out.append(f"        if tools is not None: v = tools.apply(v, elements={reads_elements(region.spec)!r})")
+    out.append("        tools = B.tools")  # (a string is no call: ToolTypes.apply leaves it)
+    out.append(f"        if tools is not None and not isinstance(v, str): v = tools.apply(v, "
+               f"elements={reads_elements(region.spec)!r})")
     if region.spec.join is not None:
         out.append("        if not isinstance(v, str): raise Decline")
     if region.is_call:

@@ -150,7 +150,7 @@ class OneShot:
         config.explored = True  # (last: another thread that sees it sees the steps)
 
     # ---------------------------------------------------------------- parsing
-    def parse(self, buf: str, pos: int, start: Config, output: Message, frames: list[_Open],
+    def parse(self, buf: str, pos: int, start: Config, output: Message, frames: list[Open],
               tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
               origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
@@ -267,7 +267,7 @@ class Decline(Exception):
     """The output is not one this parser takes: the session parses it."""
 
 
-class _Open:
+class Open:
     """An open region: what the session's Frame holds, for the regions this parser takes."""
 
     __slots__ = ("region", "captures", "open_text", "chunks", "size", "children", "text_start", "walk", "path")
@@ -283,7 +283,7 @@ class _Open:
         self.path = path  # where a component's events point (None: a message field)
 
 
-def open_regions(frames: list[Frame], base: int) -> list[_Open] | None:
+def open_regions(frames: list[Frame], base: int) -> list[Open] | None:
     """The session's open frames (a replayed prompt's; ``base``: the stream offset of its buffer's start)
     as this parser's, None where one is more than it takes (passed through, repaired, a component, or
     walked to its JSON value's end)."""
@@ -291,7 +291,7 @@ def open_regions(frames: list[Frame], base: int) -> list[_Open] | None:
         return None
     out = []
     for f in frames:
-        region = _Open(f.region, dict(f.captures), f.open_text, f.start + len(f.open_text) - base)
+        region = Open(f.region, dict(f.captures), f.open_text, f.start + len(f.open_text) - base)
         region.chunks, region.size, region.children = list(f.chunks), f.size, copy_json(f.children)
         out.append(region)
     return out
@@ -303,7 +303,7 @@ class Builder:
     __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded", "spans",
                  "events", "extended")
 
-    def __init__(self, output: Message, frames: list[_Open], tools: ToolTypes | None, max_region: int,
+    def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
                  origin: int, events: list[Event] | None = None, extended: bool = False) -> None:
         self.output = output
         self.origin = origin  # where the output starts in the buffer (the prompt's tail is before it)
@@ -354,7 +354,7 @@ class Builder:
                 raise Decline  # a component outside the region it belongs to: the session reports it
             if self.events is not None:
                 path = component_path(self.output, parent.region, parent.path, region, captures)
-        self.frames.append(_Open(region, captures, open_text, self.at + len(open_text), path))
+        self.frames.append(Open(region, captures, open_text, self.at + len(open_text), path))
         if self.events is not None:
             event: dict[str, Any] = {"type": "region_open", "field": region.field if path is None else path[0]}
             if path is not None:
@@ -436,5 +436,5 @@ class Builder:
         return without_empty(self.output, grammar.defaults, [])
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Builder", "Config", "Decline", "OneShot", "Parsed", "Step",
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Builder", "Config", "Decline", "OneShot", "Open", "Parsed", "Step",
            "open_regions"]

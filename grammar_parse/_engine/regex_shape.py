@@ -142,6 +142,27 @@ def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
     return "".join(sorted(found)) if found else None
 
 
+def always_captured(pattern: str, flags: int = regex.DOTALL) -> bool:
+    """Whether every named group of ``pattern`` takes part in every match (none stands in an alternative, a
+    repeat or an assertion), so that no value of a match's ``groupdict()`` is None. False where the stdlib
+    parser cannot read the pattern."""
+    if regex.search(r"\\[pPNX]", pattern):
+        return False
+    try:
+        parsed = sre_parse.parse(pattern, _std_flags(flags))
+    except Exception:  # noqa: BLE001 - syntax only `regex` knows (duplicate names, ...)
+        return False
+    sure: set[int] = set()
+    todo = [list(parsed)]
+    while todo:
+        for op, av in todo.pop():
+            if op is sre.SUBPATTERN:
+                if av[0] is not None:
+                    sure.add(av[0])
+                todo.append(list(av[3]))
+    return set(parsed.state.groupdict.values()) <= sure
+
+
 #: At most this many heads per pattern (literal_heads): past it the pattern is not worth the check.
 _MAX_HEADS = 32
 
@@ -447,6 +468,6 @@ def spellings(items: object, limit: int = 256) -> list[str]:
     return out
 
 
-__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
            "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]

@@ -16,7 +16,7 @@ from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
-from .reading import JsonEnd, copy_json
+from .reading import PLACEHOLDER, JsonEnd, copy_json
 from .salvage import check_calls, component_errors, salvage_calls
 from .tables import Callbacks, RuleHandle
 from .tools import ToolTypes
@@ -371,6 +371,31 @@ def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, A
     # sent it must keep it; the component's text is in the call's span, and its error on the call.
 
 
+def component_storer(region: Region) -> Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], None]:
+    """``store_component`` for one component region, as (scope, captures, children, value): a keyed entry
+    whose key is one capture or child (``{key}``) is stored without filling a template; the rest as
+    store_component stores it."""
+    whole = PLACEHOLDER.fullmatch(region.entry_key) if isinstance(region.entry_key, str) else None
+    name = whole.group(1) if whole is not None and whole.group(2) != "?" else None
+    if name is None or "|" in name or "." in name:
+        return lambda scope, captures, children, value: store_component(scope, region, {**captures, **children}, value)
+    key = region.key
+
+    def keyed(scope: dict[str, Any], captures: Mapping[str, Any], children: Mapping[str, Any], value: Any) -> None:
+        have = scope.get(key)
+        if not (isinstance(have, dict) or have is None):
+            return  # (as store_component: the call's value is already something else)
+        if name in children:
+            entry = children[name]
+        elif name in captures:
+            entry = captures[name]
+        else:  # (nothing names the entry: store_component's error)
+            store_component(scope, region, {**captures, **children}, value)
+            return
+        scope.setdefault(key, {})[str(entry)] = value
+    return keyed
+
+
 def component_path(output: Message, parent: Region, parent_path: list[str | int] | None, region: Region,
                    captures: Mapping[str, Any]) -> list[str | int]:
     """Where the events of component ``region`` point: its parent's path (a message field's is [field], or
@@ -448,5 +473,5 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "missing_fields", "region_callbacks", "store", "store_component", "trailing_space",
+__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "component_storer", "missing_fields", "region_callbacks", "store", "store_component", "trailing_space",
            "without_empty"]

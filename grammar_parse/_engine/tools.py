@@ -20,7 +20,11 @@ from functools import lru_cache
 from typing import Any, Union
 
 from ..errors import ArgumentError
-from .reading import load_json
+from .reading import copy_json, load_json
+
+
+#: Tool lists read (ToolTypes.from_tools), by id: a copy of the list and what it gave.
+_READ_TOOLS: dict[int, tuple[list[Any], ToolTypes | None]] = {}
 
 
 def call_function(value: Any) -> dict[str, Any] | None:
@@ -180,7 +184,24 @@ class ToolTypes:
 
     @classmethod
     def from_tools(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
-        """Read tools in ``apply_chat_template`` form (dicts or callables); None when none is usable."""
+        """Read tools in ``apply_chat_template`` form (dicts or callables); None when none is usable.
+
+        A list of tool dicts read before, and equal to what it was then, gives the types read then: callers
+        pass the same list with every output (reading it costs about ten times the comparison)."""
+        if isinstance(tools, list) and tools and all(type(tool) is dict for tool in tools):
+            known = _READ_TOOLS.get(id(tools))
+            if known is not None and known[0] == tools:
+                return known[1]
+            kept = copy_json(tools)  # (read from a copy, which no caller changes)
+            found = cls._read(kept)
+            if len(_READ_TOOLS) >= 16:
+                _READ_TOOLS.clear()  # (bounded, whatever lists a process passes)
+            _READ_TOOLS[id(tools)] = (kept, found)
+            return found
+        return cls._read(tools)
+
+    @classmethod
+    def _read(cls, tools: Iterable[Any] | None) -> ToolTypes | None:
         parameters: dict[str, Mapping[str, Any]] = {}
         for name, fn in tool_specs(tools).items():
             params = fn.get("parameters")

@@ -81,6 +81,8 @@ class ContentParser:
     #: where it gives one, or an exception where ``parse`` would fail (then ``parse`` runs, for its error).
     #: None: ``parse`` itself.
     specialise: Callable[[Mapping[str, Any]], Callable[[str], Any] | None] | None = None
+    #: Whether the fast form is ``parse`` itself, exceptions too (it needs no ``parse`` behind it).
+    specialise_exact: bool = False
 
     def specialised(self, args: Mapping[str, Any]) -> Callable[[str], Any]:
         """The body's value under ``args``: the fast form where there is one, failing as ``parse`` fails."""
@@ -88,6 +90,8 @@ class ContentParser:
         parse = self.parse
         if fast is None:
             return lambda text: parse(text, args)
+        if self.specialise_exact:
+            return fast
 
         def value(text: str) -> Any:
             try:

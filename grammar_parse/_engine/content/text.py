@@ -94,7 +94,8 @@ def _specialise_text(args: Mapping[str, Any]) -> Callable[[str], str]:
     return lambda text: text
 
 
-TEXT = ContentParser("text", text_value, streamable=True, call_shape=_call_shape, specialise=_specialise_text)
+TEXT = ContentParser("text", text_value, streamable=True, call_shape=_call_shape, specialise=_specialise_text,
+                     specialise_exact=True)
 INT = ContentParser("int", _int, streamable=True)
 FLOAT = ContentParser("float", _float, streamable=True)
 BOOL = ContentParser("bool", _bool, streamable=True)
