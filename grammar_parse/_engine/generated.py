@@ -29,7 +29,7 @@ from .regex_shape import always_captured
 from .regions import component_storer, store
 from .salvage import check_calls
 from .values import specialised_value
-from .oneshot import CLOSE, OPEN, Builder, Config, Decline, OneShot, Open, Step
+from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most (see Compiled).
@@ -38,7 +38,8 @@ FIRST_BUILD = 8
 MAX_BUILDS = 8
 
 #: What a compiled walk does: (buf, pos, config, builder, drafts) -> (config, pos, done, last zero-width
-#: delimiter); not ``done``: the generic walk goes on from that config and position.
+#: delimiter); ``done``: at the end of the output, its reductions made; else the generic walk goes on from
+#: that config and position.
 Walk = Callable[[str, int, Config, Builder, Mapping[int, Any]], tuple[Config, int, bool, Any]]
 
 
@@ -172,7 +173,10 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
             src.emit(d, f"if 0 <= a{slot} < n and (t < 0 or a{slot} < at or (a{slot} == at and a{slot} - e{slot} < w)): "
                         f"t = {i}; at = a{slot}; w = a{slot} - e{slot}")
     src.emit(d, "if t < 0:")
-    src.emit(d + 1, "if pos >= n: return C, pos, True, le")
+    src.emit(d + 1, "if pos >= n:")  # the end of the output: the reductions it makes (OneShot.parse)
+    src.emit(d + 2, "B.at = n")
+    _actions(src, config.end_actions, d + 2, shifting=None)
+    src.emit(d + 2, "return C, pos, True, le")
     _route(src, config, d + 1, "n", number, after=None)
     for i, (memo, term, *_rest) in enumerate(searches):
         slot = _slot(memo, keys)
@@ -209,7 +213,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             src.emit(d, "return C, pos, False, le")  # (the walk routes it)
             return False
         src.emit(d, "B.at = pos")
-        _actions(src, step, d, shifting=None)
+        _actions(src, step.actions, d, shifting=None)
     cut = info.text_sensitive and config.run is not text
     if cut:  # (the text terminal decides the state for the next character only: scan again after it)
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
@@ -267,7 +271,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return
     src.emit(d, f"sh = buf[at:end]; m = m{k}; B.shifting = ({src.const(term)}, sh, m); B.at = at")
-    _actions(src, step, d, shifting=term)
+    _actions(src, step.actions, d, shifting=term)
     src.emit(d, "B.shifting = None")
     target = step.config
     if _coded(target):
@@ -276,9 +280,9 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, f"return {src.const(target)}, end, False, le")
 
 
-def _actions(src: _Source, step: Step, d: int, shifting: Any) -> None:
-    """The step's region actions (``Builder.act``), as calls."""
-    for kind, what in step.actions:
+def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: Terminal | None) -> None:
+    """A step's region actions (``Builder.act``), written out."""
+    for kind, what in actions:
         if kind == CLOSE:
             _close(src, what, d, shifting)
         elif kind == OPEN:

@@ -160,14 +160,15 @@ class OneShot:
         try:
             walk = self.compiled() if self.compiled is not None else None
             config, done, last_empty = start, False, None
-            if walk is not None:  # (the compiled walk, grammar_parse._engine.generated: the walk goes on where it stops)
+            if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
+                # reductions too: the walk goes on where it stops)
                 config, pos, done, last_empty = walk(buf, pos, start, build, drafts)
             if not done:
                 config = self._walk(buf, pos, config, build, drafts, last_empty)
-            if not config.explored:
-                self._explore(config)
-            build.at = len(buf)
-            build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
+                if not config.explored:
+                    self._explore(config)
+                build.at = len(buf)
+                build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1].region)
@@ -436,5 +437,5 @@ class Builder:
         return without_empty(self.output, grammar.defaults, [])
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Builder", "Config", "Decline", "OneShot", "Open", "Parsed", "Step",
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Config", "Decline", "OneShot", "Open", "Parsed", "Step",
            "open_regions"]

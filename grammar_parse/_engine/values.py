@@ -236,7 +236,7 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
     (ContentParser.specialised) and its transform's filler. For the specialised one-shot parser, which
     closes the same regions many times; a spec it does not cover (a legacy schema's, ``transform_each``)
     is its own ``value``."""
-    if not isinstance(spec, ValueSpec) or spec.transform_each:
+    if not isinstance(spec, ValueSpec):
         return spec.value  # type: ignore[no-any-return]
     parse = CONTENT_PARSERS[spec.content].specialised(spec.content_args)
     if spec.transform is None:
@@ -244,13 +244,86 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
                   children: Mapping[str, Any]) -> Any:
             return dict(children) if children else parse(body)
         return plain
-    filler = _filler(spec.transform)
+    filler, general = _written_filler(spec.transform), _filler(spec.transform)
+
+    def fill_in(scope: Mapping[str, Any]) -> Any:
+        try:
+            return filler(scope)
+        except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
+            return general(scope, False)
+    if spec.transform_each:
+        def each(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+                 children: Mapping[str, Any]) -> Any:
+            parsed = parse(body)
+            if not isinstance(parsed, list) or not all(isinstance(item, dict) for item in parsed):
+                return spec.value(body, captures, open_text, close_text, children)  # (its error)
+            scope = {**captures, **children} if children else captures
+            return [fill_in({**scope, **item}) for item in parsed]
+        return each
 
     def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
                     children: Mapping[str, Any]) -> Any:
-        return filler({**captures, **children, "content": parse(body)} if children else
-                      {**captures, "content": parse(body)}, False)
+        return fill_in({**captures, **children, "content": parse(body)} if children else
+                       {**captures, "content": parse(body)})
     return transformed
+
+
+def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """A template's filler as one Python expression (a dict display per dict, a lookup per placeholder):
+    the same value as its general filler where every placeholder is filled, KeyError or TypeError where one
+    is not (then the general filler runs, for its error). A template with an alternative placeholder, or an
+    optional one other than a key's ``{name?}``, or nested past 32 levels, is filled by the general filler. Template text is never written
+    into the source: keys, literals and paths are constants read by number."""
+    constants: list[Any] = []
+
+    def const(value: Any) -> str:
+        constants.append(value)
+        return f"c[{len(constants) - 1}]"
+
+    def write(node: Any, depth: int) -> str | None:
+        if depth > 32:
+            return None
+        if isinstance(node, dict):
+            items = []
+            for key, item in node.items():
+                placeholder = _placeholder(item) if isinstance(item, str) else None
+                if placeholder is not None and placeholder[1] and len(placeholder[0]) == 1 \
+                        and "." not in placeholder[0][0]:  # an optional key: left out when nothing fills it
+                    name = const(placeholder[0][0])
+                    items.append(f"**({{{const(key)}: scope[{name}]}} if {name} in scope else {{}})")
+                    continue
+                value = write(item, depth + 1)
+                if value is None:
+                    return None
+                items.append(f"{const(key)}: {value}")
+            return "{" + ", ".join(items) + "}"
+        if isinstance(node, list):
+            elements = [write(item, depth + 1) for item in node]
+            return None if any(e is None for e in elements) else "[" + ", ".join(e for e in elements if e) + "]"
+        placeholder = _placeholder(node) if isinstance(node, str) else None
+        if placeholder is None:
+            return const(node)
+        paths, optional = placeholder
+        if optional or len(paths) != 1:
+            return None
+        root, *keys = paths[0].split(".")
+        return f"scope[{const(root)}]" if not keys else f"dig(scope[{const(root)}], {const(tuple(keys))})"
+    body = write(template, 0)
+    if body is None:
+        general = _filler(template)
+        return lambda scope: general(scope, False)
+    found: Callable[[Mapping[str, Any]], Any] = eval(  # (the source is ours; see the docstring)
+        compile(f"lambda scope: {body}", "<grammar_parse transform>", "eval"), {"c": constants, "dig": _dig})
+    return found
+
+
+def _dig(value: Any, keys: tuple[str, ...]) -> Any:
+    """``_lookup``'s walk down a dotted path, raising KeyError where it fails."""
+    for key in keys:
+        if not isinstance(value, dict):
+            raise KeyError(key)
+        value = value[key]
+    return value
 
 
 __all__ = ["RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder", "specialised_value"]

@@ -1,0 +1,107 @@
+"""The region values the compiled walk builds (values.specialised_value, regions.component_storer,
+reading.quick_json) against the general ones they stand in for, on any input: the same value, keys in the
+same order, or the same error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from conformance import strict_equal
+from grammar_parse.errors import GrammarParseError
+from grammar_parse._engine.reading import load_json, quick_json
+from grammar_parse._engine.regions import component_storer, store_component
+from grammar_parse._engine.symbols import Region
+from grammar_parse._engine.values import ValueSpec, specialised_value
+
+NAMES = st.sampled_from(["name", "arguments", "id", "content", "key", "a"])
+PATHS = st.one_of(NAMES, st.builds("{}.{}".format, NAMES, NAMES), st.builds("{}|{}".format, NAMES, NAMES))
+PLACEHOLDERS = st.builds(lambda path, optional: "{" + path + ("?" if optional else "") + "}", PATHS, st.booleans())
+LEAVES = st.one_of(PLACEHOLDERS, st.sampled_from(["function", "", "{", "x{name}", 3, None, True]))
+TEMPLATES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                          st.dictionaries(NAMES, inner, max_size=3)), max_leaves=8)
+JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=3)),
+                           max_leaves=8)
+BODIES = st.one_of(st.text(max_size=12), JSON_VALUES.map(json.dumps),
+                   st.builds(lambda v, pad: pad + json.dumps(v) + pad, JSON_VALUES, st.sampled_from(["", " \n", "\t"])),
+                   st.sampled_from(["[1, 2", "NaN", "\ufeff{}", "{} x", "[" * 300 + "]" * 300, "1" * 5000]))
+SCOPES = st.one_of(st.fixed_dictionaries({n: JSON_VALUES for n in ["name", "arguments", "id", "content", "key", "a"]}),
+                   st.dictionaries(NAMES, JSON_VALUES, max_size=4))  # (most often every name: the fill goes through)
+ENTRY_SCOPES = st.dictionaries(st.sampled_from(["key", "name"]), st.one_of(st.text(max_size=2), st.integers()),
+                               max_size=2)
+ARGS = st.one_of(st.just({}), st.just({"strip": False}), st.just({"strip": False, "separators": ["\n", "\n"]}),
+                 st.just({"allow_non_json": True}), st.just({"unquoted_keys": True}))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, types and key order too (NaN is the same as NaN: json.loads reads it)."""
+    return (strict_equal(a, b) or repr(a) == repr(b)) and json.dumps(a, default=str) == json.dumps(b, default=str)
+
+
+def outcome(run: Any) -> tuple[str, Any]:
+    try:
+        return "value", run()
+    except GrammarParseError as e:
+        return "error", (type(e).__name__, e.code)
+    except Exception as e:  # noqa: BLE001 - what the general value raises, the specialised must too
+        return "error", type(e).__name__
+
+
+@given(st.sampled_from(["text", "json"]), ARGS, st.one_of(st.none(), TEMPLATES), st.booleans(), BODIES, SCOPES,
+       SCOPES)
+def test_a_specialised_value_is_the_specs_value(content: str, args: dict[str, Any], transform: Any, each: bool,
+                                                 body: str, captures: dict[str, Any], children: dict[str, Any]) -> None:
+    spec = ValueSpec(content=content, content_args=args, transform=transform, transform_each=each and transform is not None)
+    want = outcome(lambda: spec.value(body, captures, "<a>", "</a>", children))
+    have = outcome(lambda: specialised_value(spec)(body, captures, "<a>", "</a>", children))
+    assert want[0] == have[0] and same(want[1], have[1]), (want, have)
+
+
+FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{content}", "{id?}", "{a.b}", "function", 3])),
+                      lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=4)),
+                      max_leaves=10)
+
+
+@given(FILLED, JSON_VALUES, st.dictionaries(st.sampled_from(["name", "arguments", "id", "a"]), JSON_VALUES, min_size=2))
+@example({"id": "{id?}", "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}, 1,
+         {"id": "x", "name": "f", "arguments": {}})  # (mistral's call, with an id and without)
+@example({"id": "{id?}", "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}, 1,
+         {"name": "f", "arguments": {}})
+@example({"type": "function", "function": "{content}"}, {"name": "f", "arguments": {"a": [1]}}, {"a": 1})  # (qwen3's)
+def test_a_written_transform_fills_as_the_template_does(transform: Any, content: Any, captures: dict[str, Any]) -> None:
+    """Templates the written filler takes (no alternatives), over scopes that fill most of them: the same value,
+    keys in the same order."""
+    spec = ValueSpec(content="json", transform=transform)
+    body = json.dumps(content)
+    want = outcome(lambda: spec.value(body, captures))
+    have = outcome(lambda: specialised_value(spec)(body, captures, "", "", {}))
+    assert want[0] == have[0] and same(want[1], have[1]), (want, have)
+
+
+@given(st.sampled_from(["{key}", "{a.b}", "{key|name}", "{key?}", None]), st.booleans(), ENTRY_SCOPES, ENTRY_SCOPES,
+       JSON_VALUES,
+       st.one_of(st.none(), st.just({}), st.just("text"), st.just({"k": 1})))
+def test_a_component_is_stored_as_store_component_stores_it(entry_key: str | None, repeats: bool,
+                                                            captures: dict[str, Any], children: dict[str, Any],
+                                                            value: Any, have: Any) -> None:
+    region = Region(rule="parameter", field="parameter", spec=ValueSpec(repeats=repeats), implicit=False, parent="tool_calls",
+                    key="arguments", entry_key=entry_key)
+    want_scope: dict[str, Any] = {} if have is None else {"arguments": json.loads(json.dumps(have))}
+    have_scope: dict[str, Any] = {} if have is None else {"arguments": json.loads(json.dumps(have))}
+    want = outcome(lambda: store_component(want_scope, region, {**captures, **children}, value))
+    got = outcome(lambda: component_storer(region)(have_scope, captures, children, value))
+    assert want[0] == got[0] and same(want[1], got[1]) and same(want_scope, have_scope)
+
+
+@given(BODIES)
+def test_quick_json_is_load_json_where_it_gives_a_value(text: str) -> None:
+    try:
+        fast = ("value", quick_json(text))
+    except Exception:  # noqa: BLE001 - any failure sends the caller to load_json
+        return
+    slow = outcome(lambda: load_json(text))
+    assert slow[0] == "value" and same(fast[1], slow[1])
