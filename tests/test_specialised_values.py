@@ -61,7 +61,8 @@ def test_a_specialised_value_is_the_specs_value(content: str, args: dict[str, An
     assert want[0] == have[0] and same(want[1], have[1]), (want, have)
 
 
-FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{content}", "{id?}", "{a.b}", "function", 3])),
+FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{content}", "{id?}", "{a.b}", "function", 3,
+                                                 "{a.b|name}", "{x|a.c|id}", "{name|arguments}"])),
                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=4)),
                       max_leaves=10)
 
@@ -72,6 +73,9 @@ FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{cont
 @example({"id": "{id?}", "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}, 1,
          {"name": "f", "arguments": {}})
 @example({"type": "function", "function": "{content}"}, {"name": "f", "arguments": {"a": [1]}}, {"a": 1})  # (qwen3's)
+@example({"type": "function", "function": {"name": "{content.name}", "arguments": "{content.parameters|content.arguments}"}},
+         {"name": "f", "arguments": {"a": 1}}, {"a": 1})  # (llama3_json's)
+@example({"n": "{name|arguments}"}, 1, {"name": "f", "arguments": {}})  # (both there: the first)
 def test_a_written_transform_fills_as_the_template_does(transform: Any, content: Any, captures: dict[str, Any]) -> None:
     """Templates the written filler takes (no alternatives), over scopes that fill most of them: the same value,
     keys in the same order."""

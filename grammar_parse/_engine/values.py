@@ -271,8 +271,8 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
 def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
     """A template's filler as one Python expression (a dict display per dict, a lookup per placeholder):
     the same value as its general filler where every placeholder is filled, KeyError or TypeError where one
-    is not (then the general filler runs, for its error). A template with an alternative placeholder, or an
-    optional one other than a key's ``{name?}``, or nested past 32 levels, is filled by the general filler. Template text is never written
+    is not (then the general filler runs, for its error). A template with an optional placeholder other than a
+    key's ``{name?}``, or nested past 32 levels, is filled by the general filler. Template text is never written
     into the source: keys, literals and paths are constants read by number."""
     constants: list[Any] = []
 
@@ -304,8 +304,10 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
         if placeholder is None:
             return const(node)
         paths, optional = placeholder
-        if optional or len(paths) != 1:
+        if optional:
             return None
+        if len(paths) > 1:  # (the first path that names something)
+            return f"pick(scope, {const(tuple(tuple(path.split('.')) for path in paths))})"
         root, *keys = paths[0].split(".")
         return f"scope[{const(root)}]" if not keys else f"dig(scope[{const(root)}], {const(tuple(keys))})"
     body = write(template, 0)
@@ -313,8 +315,20 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
         general = _filler(template)
         return lambda scope: general(scope, False)
     found: Callable[[Mapping[str, Any]], Any] = eval(  # (the source is ours; see the docstring)
-        compile(f"lambda scope: {body}", "<grammar_parse transform>", "eval"), {"c": constants, "dig": _dig})
+        compile(f"lambda scope: {body}", "<grammar_parse transform>", "eval"), {"c": constants, "dig": _dig,
+                                                                                 "pick": _pick})
     return found
+
+
+def _pick(scope: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
+    """The value of the first of ``paths`` that names one (``{a|b}``), KeyError where none does."""
+    for root, *keys in paths:
+        if root in scope:
+            try:
+                return _dig(scope[root], tuple(keys))
+            except KeyError:
+                continue
+    raise KeyError(paths)
 
 
 def _dig(value: Any, keys: tuple[str, ...]) -> Any:
