@@ -83,5 +83,6 @@ def test_the_compiled_walk_is_the_walk(name: str) -> None:
         text = cases[i // (4 if DEEP else 3)][0]
         assert (want is None) == (have is None) and strict_equal(want, have), \
             f"{name}: {text[:200]!r}\nwalk:     {want!r}\ncompiled: {have!r}"
-    assert finished and sum(finished) >= 0.5 * len(finished), f"{name}: the compiled walk finished {sum(finished)} of " \
+    assert finished and sum(finished) >= 0.5 * len(finished), \
+        f"{name}: the compiled walk finished {sum(finished)} of " \
                                                  f"{len(finished)} parses"

@@ -24,7 +24,8 @@ LEAVES = st.one_of(PLACEHOLDERS, st.sampled_from(["function", "", "{", "x{name}"
 TEMPLATES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                           st.dictionaries(NAMES, inner, max_size=3)), max_leaves=8)
 JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4)),
-                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=3)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(NAMES, inner, max_size=3)),
                            max_leaves=8)
 BODIES = st.one_of(st.text(max_size=12), JSON_VALUES.map(json.dumps),
                    st.builds(lambda v, pad: pad + json.dumps(v) + pad, JSON_VALUES, st.sampled_from(["", " \n", "\t"])),
@@ -55,7 +56,8 @@ def outcome(run: Any) -> tuple[str, Any]:
        SCOPES)
 def test_a_specialised_value_is_the_specs_value(content: str, args: dict[str, Any], transform: Any, each: bool,
                                                  body: str, captures: dict[str, Any], children: dict[str, Any]) -> None:
-    spec = ValueSpec(content=content, content_args=args, transform=transform, transform_each=each and transform is not None)
+    spec = ValueSpec(content=content, content_args=args, transform=transform,
+                     transform_each=each and transform is not None)
     want = outcome(lambda: spec.value(body, captures, "<a>", "</a>", children))
     have = outcome(lambda: specialised_value(spec)(body, captures, "<a>", "</a>", children))
     assert want[0] == have[0] and same(want[1], have[1]), (want, have)
@@ -73,7 +75,8 @@ FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{cont
 @example({"id": "{id?}", "type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}, 1,
          {"name": "f", "arguments": {}})
 @example({"type": "function", "function": "{content}"}, {"name": "f", "arguments": {"a": [1]}}, {"a": 1})  # (qwen3's)
-@example({"type": "function", "function": {"name": "{content.name}", "arguments": "{content.parameters|content.arguments}"}},
+@example({"type": "function", "function": {"name": "{content.name}",
+                                           "arguments": "{content.parameters|content.arguments}"}},
          {"name": "f", "arguments": {"a": 1}}, {"a": 1})  # (llama3_json's)
 @example({"n": "{name|arguments}"}, 1, {"name": "f", "arguments": {}})  # (both there: the first)
 def test_a_written_transform_fills_as_the_template_does(transform: Any, content: Any, captures: dict[str, Any]) -> None:
@@ -92,7 +95,8 @@ def test_a_written_transform_fills_as_the_template_does(transform: Any, content:
 def test_a_component_is_stored_as_store_component_stores_it(entry_key: str | None, repeats: bool,
                                                             captures: dict[str, Any], children: dict[str, Any],
                                                             value: Any, have: Any) -> None:
-    region = Region(rule="parameter", field="parameter", spec=ValueSpec(repeats=repeats), implicit=False, parent="tool_calls",
+    region = Region(rule="parameter", field="parameter", spec=ValueSpec(repeats=repeats), implicit=False,
+                    parent="tool_calls",
                     key="arguments", entry_key=entry_key)
     want_scope: dict[str, Any] = {} if have is None else {"arguments": json.loads(json.dumps(have))}
     have_scope: dict[str, Any] = {} if have is None else {"arguments": json.loads(json.dumps(have))}

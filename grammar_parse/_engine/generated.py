@@ -3,16 +3,17 @@
 :class:`~grammar_parse._engine.oneshot.OneShot` walks its configs generically: per delimiter a loop over the
 live searches, a dict lookup for the step, a loop over its region actions. Here the configs a grammar's
 outputs reached are written out as source, one block per config: its searches unrolled in tie-break order
-(a single literal as ``str.find``), its memo in local variables, the step per delimiter and the text step
-resolved ahead, and the region actions as direct calls. The function does what ``OneShot._walk`` does, step
-for step, with the same builder; where the walk would do something else (a config not worked out yet, a
-state that watches more than plain searches, a zero-width match) it stops at that point and the walk goes on
-from there. So the result is the walk's, which the differential tests hold equal to the session's.
+(a single literal as ``str.find``), their memo in local variables, the step per delimiter and the text step
+resolved ahead, the region actions as code, and each region's close as a function written for it (its value
+specialised: values.specialised_value). The function does what ``OneShot._walk`` does, step for step, with
+the same builder; where the walk would do something else (a config not worked out yet, a zero-width match
+it has rules for) it stops at that point and the walk goes on from there. So the result is the walk's,
+which the differential tests hold equal to the session's.
 
 The source holds no text from the grammar: terminals, regions, configs and search functions are constants
-the function reads by number (globals ``k0``, ``k1``, ...), so an authored grammar cannot write code into it. It is made once the
-first parses have worked out the configs outputs reach, and again as parses reach new ones, a few times at
-most, and only for grammars whose outputs reach few configs.
+the function reads by number (globals ``k0``, ``k1``, ...), so an authored grammar cannot write code into
+it. It is made once the first parses have worked out the configs outputs reach, and again as parses reach
+new ones, a few times at most, and only for grammars whose outputs reach few configs.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from ..errors import GrammarParseError
 from .content.xml import reads_elements
 from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd
 from .grammar import Grammar, Region, Terminal
+from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open
 from .regex_shape import always_captured
 from .regions import component_storer, store
 from .salvage import check_calls
 from .values import specialised_value
-from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most (see Compiled).
@@ -64,11 +65,6 @@ class _Source:
         self.lines.append("\t" * depth + line)
 
 
-def _coded(config: Config) -> bool:
-    """Whether a config gets a block: once it is worked out."""
-    return config.explored
-
-
 #: The memo slots of a repeated opener (looked for at pos only, not memoised) and of the end of the open
 #: region's JSON value (the builder walks it).
 _REPEAT, _VALUE_END = "r", "v"
@@ -100,7 +96,7 @@ def compile_source(source: str, constants: list[Any], number: dict[int, int]) ->
 
 def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
     """The source of the compiled walk, its constants, and the block number of each config (by id)."""
-    configs = [c for c in list(shot.configs.values()) if _coded(c)]
+    configs = [c for c in list(shot.configs.values()) if c.explored]
     if not configs or len(configs) > MAX_CONFIGS:
         return None
     number = {id(c): i for i, c in enumerate(configs)}
@@ -170,8 +166,8 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
         if i == 0:
             src.emit(d, f"if 0 <= a{slot} < n: t = 0; at = a{slot}; w = a{slot} - e{slot}")
         else:
-            src.emit(d, f"if 0 <= a{slot} < n and (t < 0 or a{slot} < at or (a{slot} == at and a{slot} - e{slot} < w)): "
-                        f"t = {i}; at = a{slot}; w = a{slot} - e{slot}")
+            src.emit(d, f"if 0 <= a{slot} < n and (t < 0 or a{slot} < at or (a{slot} == at and "
+                        f"a{slot} - e{slot} < w)): t = {i}; at = a{slot}; w = a{slot} - e{slot}")
     src.emit(d, "if t < 0:")
     src.emit(d + 1, "if pos >= n:")  # the end of the output: the reductions it makes (OneShot.parse)
     src.emit(d + 2, "B.at = n")
@@ -209,7 +205,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             src.emit(d, "raise Decline")
             return False
         target = step.config
-        if not _coded(target):
+        if not target.explored:
             src.emit(d, "return C, pos, False, le")  # (the walk routes it)
             return False
         src.emit(d, "B.at = pos")
@@ -274,7 +270,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     _actions(src, step.actions, d, shifting=term)
     src.emit(d, "B.shifting = None")
     target = step.config
-    if _coded(target):
+    if target.explored:
         src.emit(d, f"pos = end; s = {number[id(target)]}; continue")
     else:
         src.emit(d, f"return {src.const(target)}, end, False, le")
@@ -385,8 +381,8 @@ class Compiled:
 
 
 def specialised(grammar: Grammar) -> OneShot:
-    """The grammar's specialised one-shot parser (oneshot.specialised), with its walk compiled as parses
-    reach its configs."""
+    """The grammar's specialised one-shot parser (made on first use, per process: it is not pickled with the
+    grammar; its configs are worked out as parses reach them), with its walk compiled (see Compiled)."""
     found = grammar.tables.shared.get("oneshot")
     if found is None:
         shot = OneShot(grammar)
@@ -396,4 +392,5 @@ def specialised(grammar: Grammar) -> OneShot:
     return found  # type: ignore[no-any-return]
 
 
-__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "Compiled", "compile_source", "compile_walk", "specialised", "walk_source"]
+__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "Compiled", "compile_source", "compile_walk", "specialised",
+           "walk_source"]

@@ -437,5 +437,5 @@ class Builder:
         return without_empty(self.output, grammar.defaults, [])
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Config", "Decline", "OneShot", "Open", "Parsed", "Step",
-           "open_regions"]
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Config", "Decline", "OneShot", "Open",
+           "Parsed", "Step", "open_regions"]

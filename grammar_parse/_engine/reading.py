@@ -103,7 +103,10 @@ def load_json(text: str) -> Any:
     return value
 
 
-_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # (json.loads's)
+#: json.loads's own scanner (its C one where there is one): (text, index) -> (value, end), StopIteration where
+#: no value starts at index.
+_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = \
+    json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _JSON_SPACE = " \t\n\r"
 
 
