@@ -337,7 +337,9 @@ def _closer(src: _Source, region: Region, check: bool) -> str:
     out.append(f"        v = {src.const(specialised_value(region.spec))}(\"\".join(fr.chunks), fr.captures, "
                "fr.open_text, ct, fr.children)")
     if region.parent is not None:
-        out.append(f"        p = next(f for f in reversed(frames) if f.region.rule == {src.const(region.parent)})")
+        parent = src.const(region.parent)  # (most often the open frame: a call's, under its argument)
+        out.append(f"        p = frames[-1] if frames and frames[-1].region.rule == {parent} else "
+                   f"next(f for f in reversed(frames) if f.region.rule == {parent})")
         out.append(f"        {src.const(component_storer(region))}(p.children, fr.captures, fr.children, v)")
         out.append("    except GrammarParseError: raise Decline from None")
         return name
