@@ -153,8 +153,14 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
         k = keys[memo]
         src.emit(d, f"if not (f{k} <= pos and (a{k} < 0 or a{k} >= pos)):")
         if isinstance(matcher, LiteralMatcher) and len(matcher.literals) == 1 and matcher.literals[0]:
+            # Its first character found first (memchr speed, as find_literals does: a long text without it
+            # costs next to nothing), then the literal from there where that was not its start.
             literal = matcher.literals[0]
-            src.emit(d + 1, f"f{k} = pos; a{k} = buf.find({src.const(literal)}, pos); e{k} = a{k} + {len(literal)}")
+            lit, first = src.const(literal), src.const(literal[0])
+            src.emit(d + 1, f"f{k} = pos; a{k} = buf.find({first}, pos); e{k} = a{k} + {len(literal)}")
+            if len(literal) > 1:
+                src.emit(d + 1, f"if a{k} >= 0 and not buf.startswith({lit}, a{k}): "
+                                f"a{k} = buf.find({lit}, a{k} + 1); e{k} = a{k} + {len(literal)}")
         else:
             src.emit(d + 1, f"f{k} = pos; h = {src.const(search)}(buf, pos)")
             src.emit(d + 1, f"if h is None: a{k} = -1")
