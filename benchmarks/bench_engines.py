@@ -9,8 +9,9 @@ Per-delta CPU time at 1 KB, 16 KB and 128 KB (the engines' own streaming parsers
 text at every delta), and one-shot time. Every side's calls are checked against the calls the output was
 written from; a cell that disagrees is marked ✗ and not timed.
 
-Needs the peers' virtual environment (see bench_peers.py and the README); about 10 minutes in full,
-``--quick`` (1 KB and 16 KB) about 1 minute.
+Needs the peers' virtual environment (see bench_peers.py and the README); about 8 minutes in full,
+``--quick`` (1 KB and 16 KB) about 2 minutes. One-shot is timed as bench_peers.py times it (calls for a quarter of a
+CPU second, the time per call).
 """
 
 from __future__ import annotations
