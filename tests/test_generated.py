@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +31,20 @@ def specialised_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(oneshot, "SPECIALISED", True)
 
 
-def results(name: str, cases: list[tuple[str, str, Any]], walk: Callable[[], Any] | None) -> list[Any]:
+class Fixed:
+    """A compiled walk that stays what it is (oneshot.CompiledWalk), counting the parses it hands over."""
+
+    def __init__(self, walk: Any) -> None:
+        self.walk, self.handed = walk, 0
+
+    def current(self) -> Any:
+        return self.walk
+
+    def handed_over(self) -> None:
+        self.handed += 1
+
+
+def results(name: str, cases: list[tuple[str, str, Any]], walk: Fixed | None) -> list[Any]:
     """Each output's message and discarded spans (None: declined) in lenient and strict mode, and a fresh
     parser's finalize (message, events, spans) with and without the extended events, with ``walk`` as the
     specialised parser's compiled walk (None: the generic walk only)."""
@@ -78,7 +90,7 @@ def test_the_compiled_walk_is_the_walk(name: str) -> None:
         ended = walk(*args)
         finished.append(ended[2])
         return ended
-    got = results(name, cases, lambda: counted)
+    got = results(name, cases, Fixed(counted))
     for i, (want, have) in enumerate(zip(expected, got)):
         text = cases[i // (4 if DEEP else 3)][0]
         assert (want is None) == (have is None) and strict_equal(want, have), \
@@ -86,3 +98,31 @@ def test_the_compiled_walk_is_the_walk(name: str) -> None:
     assert finished and sum(finished) >= 0.5 * len(finished), \
         f"{name}: the compiled walk finished {sum(finished)} of " \
                                                  f"{len(finished)} parses"
+
+
+def test_the_walk_is_made_again_only_where_parses_hand_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled: the function is made at the FIRST_BUILD-th parse, and made again at the next due parse only
+    where new configs appeared and one parse in REBUILD_SHARE was handed to the walk since (configs only
+    malformed outputs reach do not make it again)."""
+    made: list[int] = []
+
+    class Shot:
+        configs: dict[int, int] = {}
+
+    def compile_walk(shot: Any) -> Any:
+        made.append(len(shot.configs))
+        return lambda *args: None
+    monkeypatch.setattr(generated, "compile_walk", compile_walk)
+    compiled = generated.Compiled(Shot())  # type: ignore[arg-type]
+    Shot.configs = {1: 1}
+    walks = [compiled.current() for _ in range(generated.FIRST_BUILD)]
+    assert walks[-2] is None and walks[-1] is not None and made == [1]
+    Shot.configs = {1: 1, 2: 2}  # new configs, no parse handed over: not made again
+    for _ in range(generated.FIRST_BUILD * 4):
+        compiled.current()
+    assert made == [1]
+    compiled.handed = compiled.parses  # every parse since handed over: made again at the next due parse
+    for _ in range(generated.FIRST_BUILD * 16):
+        compiled.current()
+        compiled.handed_over()
+    assert made == [1, 2]

@@ -33,10 +33,12 @@ from .salvage import check_calls
 from .values import specialised_value
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
-#: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most (see Compiled).
+#: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most, where one parse in REBUILD_SHARE was
+#: handed over (see Compiled).
 MAX_CONFIGS = 256
 FIRST_BUILD = 8
 MAX_BUILDS = 8
+REBUILD_SHARE = 16
 
 #: What a compiled walk does: (buf, pos, config, builder, drafts) -> (config, pos, done, last zero-width
 #: delimiter); ``done``: at the end of the output, its reductions made; else the generic walk goes on from
@@ -362,30 +364,38 @@ def _closer(src: _Source, region: Region, check: bool) -> str:
 
 
 class Compiled:
-    """A OneShot's compiled walk, made after FIRST_BUILD parses and again, when parses have reached new
-    configs, after 4, 16, ... times as many (MAX_BUILDS at most): the first parses work out the configs
-    outputs reach, and making the function costs about as much as a few hundred parses."""
+    """A OneShot's compiled walk (oneshot.CompiledWalk). Made at the FIRST_BUILD-th parse, once the first
+    parses have worked out the configs outputs reach; made again, MAX_BUILDS times at most, at the 4th,
+    16th, ... times as many parses, where new configs appeared and at least one parse in REBUILD_SHARE since
+    the last build was handed to the walk before its end. Making it costs about as much as a few dozen
+    parses, so a config that only malformed outputs reach (they are declined anyway) does not make it again."""
 
     def __init__(self, shot: OneShot) -> None:
         self.shot = shot
         self.walk: Walk | None = None
         self.seen = -1  # how many configs the shot had when the walk was made
-        self.parses = 0
-        self.due = FIRST_BUILD
+        self.parses = self.handed = 0  # since the walk was made (counts other threads may race: only when to
+        self.due = FIRST_BUILD         # build again depends on them)
         self.builds = 0
         self._lock = threading.Lock()
 
     def current(self) -> Walk | None:
-        self.parses += 1  # (a count other threads may race: only when to build depends on it)
+        self.parses += 1
         if self.parses >= self.due and self.builds < MAX_BUILDS:
             with self._lock:
                 if self.parses >= self.due and self.builds < MAX_BUILDS:
                     self.due *= 4
-                    if len(self.shot.configs) != self.seen:
+                    if len(self.shot.configs) != self.seen and (
+                            self.walk is None or self.handed * REBUILD_SHARE >= self.parses):
                         self.seen = len(self.shot.configs)
                         self.walk = compile_walk(self.shot)
                         self.builds += 1
+                        self.parses = self.handed = 0
+                        self.due = FIRST_BUILD * 4 ** self.builds
         return self.walk
+
+    def handed_over(self) -> None:
+        self.handed += 1
 
 
 def specialised(grammar: Grammar) -> OneShot:
@@ -394,11 +404,10 @@ def specialised(grammar: Grammar) -> OneShot:
     found = grammar.tables.shared.get("oneshot")
     if found is None:
         shot = OneShot(grammar)
-        compiled = Compiled(shot)
-        shot.compiled = compiled.current
+        shot.compiled = Compiled(shot)
         found = grammar.tables.shared.setdefault("oneshot", shot)
     return found  # type: ignore[no-any-return]
 
 
-__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "Compiled", "compile_source", "compile_walk", "specialised",
+__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "REBUILD_SHARE", "Compiled", "compile_source", "compile_walk", "specialised",
            "walk_source"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import GrammarParseError
 from .content.xml import reads_elements
@@ -48,6 +48,19 @@ MAX_DEPTH = 48
 # A region action, in the order the parser's callbacks run: open (by its delimiter or its first text), close.
 OPEN, TEXT_OPEN, CLOSE = 0, 1, 2
 Action = tuple[int, Any]  # (OPEN, Terminal) | (TEXT_OPEN, Terminal) | (CLOSE, Region)
+
+
+class CompiledWalk(Protocol):
+    """The walk compiled from a OneShot's configs (grammar_parse._engine.generated.Compiled)."""
+
+    def current(self) -> Callable[..., tuple[Config, int, bool, Any]] | None:
+        """The function, where one is made: (buf, pos, config, builder, drafts) -> (config, pos, done, last
+        zero-width delimiter)."""
+        ...
+
+    def handed_over(self) -> None:
+        """A parse the function handed to the walk before the end (a config it does not hold, ...)."""
+        ...
 
 
 class Step:
@@ -99,7 +112,7 @@ class OneShot:
         self.recorder = _Recorder(grammar)
         self.start = self._config((tables.parse_table.start_states["start"],), None)
         #: The walk compiled from the configs worked out so far, where one is made (generated.specialised).
-        self.compiled: Callable[[], Callable[..., tuple[Config, int, bool, Any]] | None] | None = None
+        self.compiled: CompiledWalk | None = None
 
     def find(self, stack: tuple[int, ...], run: Terminal | None) -> Config | None:
         """The config of a parser stack (a replayed prompt's), None past the limits."""
@@ -158,11 +171,14 @@ class OneShot:
         session's events are added to it. None where the session must parse it."""
         build = Builder(output, frames, tools, max_region, origin, events, extended)
         try:
-            walk = self.compiled() if self.compiled is not None else None
+            compiled = self.compiled
+            walk = compiled.current() if compiled is not None else None
             config, done, last_empty = start, False, None
             if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
                 # reductions too: the walk goes on where it stops)
                 config, pos, done, last_empty = walk(buf, pos, start, build, drafts)
+                if not done and compiled is not None:
+                    compiled.handed_over()
             if not done:
                 config = self._walk(buf, pos, config, build, drafts, last_empty)
                 if not config.explored:
@@ -437,5 +453,5 @@ class Builder:
         return without_empty(self.output, grammar.defaults, [])
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Config", "Decline", "OneShot", "Open",
-           "Parsed", "Step", "open_regions"]
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "CompiledWalk", "Config", "Decline",
+           "OneShot", "Open", "Parsed", "Step", "open_regions"]
