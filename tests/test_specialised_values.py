@@ -1,6 +1,7 @@
 """The region values the compiled walk builds (values.specialised_value, regions.component_storer,
 reading.quick_json) against the general ones they stand in for, on any input: the same value, keys in the
-same order, or the same error."""
+same order, or the same error; and the quick check that lets a call skip its schema validator
+(tools.surely_valid) against that validator."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from grammar_parse.errors import GrammarParseError
 from grammar_parse._engine.reading import load_json, quick_json
 from grammar_parse._engine.regions import component_storer, store_component
 from grammar_parse._engine.symbols import Region
+from grammar_parse._engine.tools import surely_valid
 from grammar_parse._engine.values import ValueSpec, specialised_value
 
 NAMES = st.sampled_from(["name", "arguments", "id", "content", "key", "a"])
@@ -113,3 +115,55 @@ def test_quick_json_is_load_json_where_it_gives_a_value(text: str) -> None:
         return
     slow = outcome(lambda: load_json(text))
     assert slow[0] == "value" and same(fast[1], slow[1])
+
+
+TYPES = st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array", "uint"])
+SCHEMAS = st.recursive(
+    st.one_of(st.builds(lambda t: {"type": t}, TYPES), st.builds(lambda ts: {"type": ts}, st.lists(TYPES, max_size=2)),
+              st.just({"type": "string", "enum": ["a", "b"]}), st.just({"enum": [1, "a", True]}), st.just({}),
+              st.just({"type": "string", "format": "date-time", "description": "d"}), st.just({"minimum": 2}),
+              st.just(True), st.just(False), st.just({"items": [{"type": "string"}]}), st.just({"$ref": "#"})),
+    lambda inner: st.one_of(
+        st.builds(lambda props, req, extra: {"type": "object", "properties": props, "required": req,
+                                             **({} if extra is None else {"additionalProperties": extra})},
+                  st.dictionaries(NAMES, inner, max_size=3), st.lists(NAMES, max_size=2),
+                  st.one_of(st.none(), st.booleans(), inner)),
+        st.builds(lambda items: {"type": "array", "items": items}, inner)),
+    max_leaves=6)
+INSTANCES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                                   st.sampled_from(["a", "b", "c"]), st.just(2.0)),
+                         lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                 st.dictionaries(NAMES, inner, max_size=3)),
+                         max_leaves=8)
+
+
+@given(SCHEMAS, INSTANCES)
+@example({"type": "object", "properties": {"days": {"type": "integer"}}}, {"days": 2.0})  # (an "integer" float)
+@example({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False}, {"b": "x"})
+@example({"enum": [1]}, True)  # (jsonschema tells True from 1)
+@example({"type": "string", "enum": ["a", "b"]}, "c")
+@example({"type": "object", "properties": {"a": {"type": "number"}}}, {"a": True})  # (a bool is no number)
+@example({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]}, {"a": 1})
+@example({"type": "array", "items": {"type": "string"}}, ["a", 1])
+@example({"type": "object", "additionalProperties": {"type": "string"}}, {"a": 1})
+@example({"type": ["string", "null"]}, 0)
+@example({"type": "integer"}, 2.5)
+def test_a_call_surely_valid_is_one_jsonschema_finds_nothing_wrong_with(schema: Any, instance: Any) -> None:
+    """tools.surely_valid, which lets a call's check skip the validator: never True where the validator
+    (built as the call check builds it) finds an error."""
+    import jsonschema
+
+    if surely_valid(schema, instance):
+        validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        assert not list(validator(schema).iter_errors(instance)), (schema, instance)
+
+
+def test_common_tool_arguments_are_surely_valid() -> None:
+    """The case it is for: a tool's usual parameters schema and arguments that fit it."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "description": "where"},
+                                               "days": {"type": "integer"}, "unit": {"type": "string",
+                                                                                     "enum": ["c", "f"]},
+                                               "tags": {"type": "array", "items": {"type": "string"}}},
+              "required": ["city"], "additionalProperties": False}
+    assert surely_valid(schema, {"city": "Paris", "days": 3, "unit": "c", "tags": ["a"]})
+    assert not surely_valid(schema, {"days": 3})  # (then the validator says what is wrong)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
 from .reading import LONE_SURROGATE, int_digits_limit, json_depth
-from .tools import CallValidator
+from .tools import CallValidator, surely_valid
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
@@ -560,6 +560,8 @@ class CallChecker(CallValidator):
         if isinstance(validator, dict):
             return [{"code": "call.schema", "path": ClientText(ARGUMENTS), "message": ClientText(
                 "the tool's parameters are not a valid JSON Schema, so its arguments cannot be checked")}]
+        if surely_valid(self._schemas[name], arguments):
+            return []
         walk = _SchemaWalk(self._schemas[name])
         try:
             errors = list(validator.iter_errors(arguments))
