@@ -126,3 +126,19 @@ def test_the_walk_is_made_again_only_where_parses_hand_over(monkeypatch: pytest.
         compiled.current()
         compiled.handed_over()
     assert made == [1, 2]
+
+
+def test_a_walk_past_its_size_limits_is_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An authored grammar whose outputs reach many configs, each watching many delimiters, would make a long
+    function, compiled inside a parse: past MAX_LINES (or MAX_CONFIGS) none is made, and the walk parses."""
+    grammar = grammar_parse.load_grammar("qwen3")
+    text = '<think>\nhm\n</think>\n\nHi <tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    expected = grammar_parse.parse_response(text, grammar, prefix="")
+    shot = generated.specialised(grammar)
+    assert generated.walk_source(shot) is not None
+    monkeypatch.setattr(generated, "MAX_LINES", 20)
+    assert generated.walk_source(shot) is None and generated.compile_walk(shot) is None
+    monkeypatch.setattr(shot, "compiled", generated.Compiled(shot))
+    for _ in range(generated.FIRST_BUILD + 2):
+        assert grammar_parse.parse_response(text, grammar, prefix="") == expected
+    assert shot.compiled is not None and shot.compiled.current() is None

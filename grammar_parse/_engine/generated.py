@@ -36,6 +36,9 @@ from .values import specialised_value
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most, where one parse in REBUILD_SHARE was
 #: handed over (see Compiled).
 MAX_CONFIGS = 256
+#: Source past this many lines is not compiled either (an authored grammar with many delimiters live in many
+#: configs): compiling costs about 10 µs a line, and it is paid inside a parse.
+MAX_LINES = 20_000
 FIRST_BUILD = 8
 MAX_BUILDS = 8
 REBUILD_SHARE = 16
@@ -64,7 +67,13 @@ class _Source:
         return f"k{i}"
 
     def emit(self, depth: int, line: str) -> None:
+        if len(self.lines) + len(self.helpers) >= MAX_LINES:
+            raise _TooLong
         self.lines.append("\t" * depth + line)
+
+
+class _TooLong(Exception):
+    """The source passed MAX_LINES: the walk takes the grammar."""
 
 
 #: The memo slots of a repeated opener (looked for at pos only, not memoised) and of the end of the open
@@ -81,7 +90,7 @@ def _searches(config: Config) -> list[tuple[str, Terminal, Any]]:
 
 
 def compile_walk(shot: OneShot) -> Walk | None:
-    """The walk of ``shot``'s configs worked out so far, as a function; None past MAX_CONFIGS."""
+    """The walk of ``shot``'s configs worked out so far, as a function; None past MAX_CONFIGS or MAX_LINES."""
     made = walk_source(shot)
     return None if made is None else compile_source(*made)
 
@@ -119,7 +128,10 @@ def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
     src.emit(1, "push = B.push; close = B.close; text = B.text; discard = B.discard; frames = B.frames")
     src.emit(1, "EV = B.events is not None; MAXR = B.max_region")
     src.emit(1, "while True:")
-    _dispatch(src, configs, 0, len(configs), 2, number, keys)
+    try:
+        _dispatch(src, configs, 0, len(configs), 2, number, keys)
+    except _TooLong:
+        return None
     return "\n".join(src.helpers + src.lines), src.constants, number
 
 
@@ -409,5 +421,5 @@ def specialised(grammar: Grammar) -> OneShot:
     return found  # type: ignore[no-any-return]
 
 
-__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "REBUILD_SHARE", "Compiled", "compile_source", "compile_walk", "specialised",
-           "walk_source"]
+__all__ = ["FIRST_BUILD", "MAX_BUILDS", "MAX_CONFIGS", "MAX_LINES", "REBUILD_SHARE", "Compiled", "compile_source",
+           "compile_walk", "specialised", "walk_source"]
