@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,8 @@ def test_a_tool_list_changed_between_parses_is_read_again() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "n": {"type": "integer"}}}}}]
     assert argument() == 3
+    tools[0]["x-handle"] = threading.Lock()  # (a value that cannot be copied: the list is read as it is)
+    assert argument() == 3 and argument() == 3
 
 
 def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:

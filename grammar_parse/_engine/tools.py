@@ -190,9 +190,12 @@ class ToolTypes:
         pass the same list with every output (reading it costs about ten times the comparison)."""
         if isinstance(tools, list) and tools and all(type(tool) is dict for tool in tools):
             known = _READ_TOOLS.get(id(tools))
-            if known is not None and known[0] == tools:
-                return known[1]
-            kept = copy_json(tools)  # (read from a copy, which no caller changes)
+            try:
+                if known is not None and known[0] == tools:
+                    return known[1]
+                kept = copy_json(tools)  # (read from a copy, which no caller changes)
+            except Exception:  # noqa: BLE001 - a value that cannot be compared or copied: read as it is, uncached
+                return cls._read(tools)
             found = cls._read(kept)
             if len(_READ_TOOLS) >= 16:
                 _READ_TOOLS.clear()  # (bounded, whatever lists a process passes)
