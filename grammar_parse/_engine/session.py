@@ -19,6 +19,7 @@ reasoning are read; module functions replay the prompt and assemble the message 
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -445,6 +446,10 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk, info.scanner.quiet_heads)
 
 
+#: The first character at or after a position that is not whitespace as the ``regex`` module's ``\s`` reads it.
+_NOT_SPACE = re.compile("[^" + re.escape(REGEX_SPACE) + "]").search
+
+
 def _quiet(parser: ResponseParser) -> None:
     """After a scan, how feed() may take the next chunks: on the fast path (see _fast_path) when nothing
     is held back (the scan reached the buffer's end, no lookbehind, no trace), or holding aside a
@@ -463,11 +468,13 @@ def _quiet(parser: ResponseParser) -> None:
     scanner = info.scanner
     run = len(buf) - pos
     quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
-    parser._held_space = quiet is not None and quiet.hold_space and run > 0 and not buf[pos:].strip(REGEX_SPACE)
+    # (neither test reads the run past what decides it: after every feed, a run the scan holds at a long
+    # flood, ``\s*;`` pending over megabytes of spaces, would make each feed cost the flood's length)
+    parser._held_space = quiet is not None and quiet.hold_space and run > 0 and _NOT_SPACE(buf, pos) is None
     # (a run that is no prefix of a delimiter's start now is none once it grows: no use checking it)
     heads = scanner.pending_heads
-    parser._pending = None if parser._held_space or heads is None or run and "\0" + buf[pos:] not in heads.joined \
-        else heads
+    parser._pending = None if parser._held_space or heads is None or run and (
+        run > heads.reach or "\0" + buf[pos:] not in heads.joined) else heads
 
 
 def _finalized_error() -> FinalizedError:
