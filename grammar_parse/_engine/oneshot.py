@@ -7,7 +7,9 @@ parser's state stack and the terminal, and the stacks real outputs reach are few
 reaches becomes a config of the grammar's ``OneShot``, worked out once: its live delimiters and, per
 terminal, the config it leads to and the region actions on the way. A parse then walks those configs: the
 same scan, a dict lookup per terminal, and the region values built as the region builder builds them (the
-same parser, transform, tool typing and call check).
+same parser, transform, tool typing and call check). Once the first parses have worked the configs out,
+grammar_parse._engine.generated writes them out as one Python function per grammar (``OneShot.compiled``),
+which walks them the same way and hands over to this walk at anything it does not write.
 
 It takes only clean outputs. Anything the session handles with more than that declines (``None``), and
 the session parses the output itself: text where the grammar allows none, a delimiter the state cannot
