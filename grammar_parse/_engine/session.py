@@ -446,6 +446,8 @@ def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _F
     return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk, info.scanner.quiet_heads)
 
 
+#: A run the scan holds past this many characters makes feed() hold whitespace chunks aside (see _quiet).
+HELD_RUN = 256
 #: The first character at or after a position that is not whitespace as the ``regex`` module's ``\s`` reads it.
 _NOT_SPACE = re.compile("[^" + re.escape(REGEX_SPACE) + "]").search
 
@@ -470,7 +472,11 @@ def _quiet(parser: ResponseParser) -> None:
     quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
     # (neither test reads the run past what decides it: after every feed, a run the scan holds at a long
     # flood, ``\s*;`` pending over megabytes of spaces, would make each feed cost the flood's length)
-    parser._held_space = quiet is not None and quiet.hold_space and run > 0 and _NOT_SPACE(buf, pos) is None
+    # Past HELD_RUN characters held by the scan, whitespace waits aside too: joining each chunk into the buffer
+    # copied the whole run per chunk (llama3_json's ``;\s*(?=\{...)`` pending over a flood). Holding a
+    # chunk to feed it with the next is another chunking of the same text, which decides the same.
+    parser._held_space = run > 0 and (run > HELD_RUN or quiet is not None and quiet.hold_space and
+                                      _NOT_SPACE(buf, pos) is None)
     # (a run that is no prefix of a delimiter's start now is none once it grows: no use checking it)
     heads = scanner.pending_heads
     parser._pending = None if parser._held_space or heads is None or run and (
