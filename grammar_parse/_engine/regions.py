@@ -339,7 +339,17 @@ def store(output: Message, region: Region, value: Any) -> None:
     spec, key = region.spec, region.field
     if spec.join is not None:
         previous = output.get(key)
-        output[key] = value if previous is None else previous + spec.join + value
+        if type(previous) is str and type(value) is str:
+            # The message lets go of the field first, so that CPython grows the string in place (as it does a
+            # local's ``s += t``): with the reference kept, each join copied the whole field, quadratic over
+            # a flood of small regions (inkling's ``<|message_model|>`` repeated: 0.13 s per MB at 250 KB,
+            # 0.73 at 2 MB).
+            output[key] = None
+            previous += spec.join
+            previous += value
+            output[key] = previous
+        else:
+            output[key] = value if previous is None else previous + spec.join + value
     elif spec.repeats:
         # transformers appends each region's value, lists too; a grammar can ask that a region's list
         # extend the field instead (two blocks of calls are one list of calls).
