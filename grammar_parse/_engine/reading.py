@@ -77,13 +77,37 @@ def int_digits_limit() -> int:
     return int(getattr(sys, "get_int_max_str_digits", lambda: 0)())
 
 
+#: json.loads's own scanner (its C one where there is one): (text, index) -> (value, end), StopIteration where
+#: no value starts at index.
+_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = \
+    json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_JSON_SPACE = " \t\n\r"
+
+
+def may_nest_deeper(text: str, limit: int | None = None) -> bool:
+    """Whether JSON ``text`` may nest deeper than ``limit`` (:func:`json_depth` by default): its brackets
+    bound its depth (brackets in strings count too, so it may still be shallow)."""
+    return text.count("[") + text.count("{") > (_JSON_DEPTH.get() if limit is None else limit)
+
+
 def load_json(text: str) -> Any:
     """``json.loads`` that fails only with a ``JSONDecodeError`` (text that is not JSON) or a ParseError
     for a limit: nesting deeper than :func:`json_depth` (``parse.json_depth``), an integer longer than
     Python converts (``parse.digits``). Python's own parser would raise RecursionError or a bare
-    ValueError there, which lenient mode must never see."""
+    ValueError there, which lenient mode must never see.
+
+    Text whose brackets keep it within the limit is read by ``json.loads``'s own scanner directly (no
+    decoder wrapper, no whitespace regexes: a region closes many times in a parse); where that fails,
+    ``json.loads`` reads it again, for its error."""
     limit = _JSON_DEPTH.get()
-    deep = text.count("[") + text.count("{") > limit  # (brackets in strings count: it may still be shallow)
+    deep = may_nest_deeper(text, limit)
+    if not deep:
+        try:
+            value, end = _SCAN_JSON(text, len(text) - len(text.lstrip(_JSON_SPACE)))
+            if end == len(text) or not text[end:].strip(_JSON_SPACE):
+                return value
+        except (StopIteration, RecursionError, ValueError):
+            pass
     try:
         value = json.loads(text)
     except (RecursionError, ValueError) as e:  # (JSONDecodeError is a ValueError)
@@ -100,26 +124,6 @@ def load_json(text: str) -> Any:
                          hint="Raise sys.set_int_max_str_digits() if such numbers are expected.") from None
     if deep and _nests_deeper(value, limit):
         raise ParseError(f"json region nests deeper than {limit} levels", code="parse.json_depth", hint=DEPTH_HINT)
-    return value
-
-
-#: json.loads's own scanner (its C one where there is one): (text, index) -> (value, end), StopIteration where
-#: no value starts at index.
-_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = \
-    json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-_JSON_SPACE = " \t\n\r"
-
-
-def quick_json(text: str) -> Any:
-    """:func:`load_json`'s value where no limit is near: ``json.loads``'s own scanner called directly (no
-    decoder wrapper, no whitespace regexes). Raises where the text is not plain JSON or may be too deep (any
-    exception: the caller runs load_json then, for its error)."""
-    if text.count("[") + text.count("{") > _JSON_DEPTH.get():
-        raise ValueError("maybe too deep")
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
-    value, end = _SCAN_JSON(text, start)
-    if end != len(text) and text[end:].strip(_JSON_SPACE):
-        raise ValueError("extra data")
     return value
 
 

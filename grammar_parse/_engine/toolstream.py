@@ -70,6 +70,7 @@ from .reading import (
     JsonWalker,
     json_depth,
     load_json,
+    may_nest_deeper,
     python_step,
     skip_chars,
     with_json_depth,
@@ -252,7 +253,7 @@ class _JsonCallReader:
         be sure of that (the walk reads it then)."""
         call, plan, streamer = self.call, self.plan, self.streamer
         if len(values) != 1 or call is None or not isinstance(values[0], dict) or values[0].get("errors") \
-                or body.count("{") + body.count("[") > json_depth() or LONE_SURROGATE.search(body):
+                or may_nest_deeper(body) or LONE_SURROGATE.search(body):
             return False
         start = _WS_RUN.match(body).end()  # type: ignore[union-attr]
         found = _object_members(body, start)

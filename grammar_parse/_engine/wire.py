@@ -48,7 +48,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
-from .reading import LONE_SURROGATE, int_digits_limit, json_depth
+from .reading import LONE_SURROGATE, int_digits_limit, json_depth, may_nest_deeper
 from .tools import CallValidator, surely_valid
 
 if TYPE_CHECKING:
@@ -397,7 +397,7 @@ def arguments_text(value: Any) -> str:
         except (TypeError, ValueError, RecursionError):
             text = None
         # (the brackets bound the nesting: the filter's depth check cannot fire below them)
-        if text is not None and not LONE_SURROGATE.search(text) and text.count("{") + text.count("[") <= json_depth():
+        if text is not None and not LONE_SURROGATE.search(text) and not may_nest_deeper(text):
             return text
     wire = WireArguments()
     return wire.feed(value if isinstance(value, str) else dumps(value)) + wire.finish()

@@ -13,7 +13,7 @@ from typing import Any
 import regex
 
 from ...errors import ParseError
-from ..reading import JsonWalker, json_depth, load_json, quick_json
+from ..reading import JsonWalker, json_depth, load_json
 from .base import WHOLE, CallShape, CallTemplate, ContentParser, Piece, Pieces, parse_content, placeholder_keys
 from .text import text_value
 
@@ -233,8 +233,8 @@ def _salvage(spec: Any, shape: CallShape, body: str, captures: Mapping[str, Any]
 
 
 def _specialise(args: Mapping[str, Any]) -> Callable[[str], Any] | None:
-    """Plain JSON (no dialect to rewrite) read by json.loads's scanner directly (reading.quick_json)."""
-    return None if args.get("string_delims") or args.get("unquoted_keys") else quick_json
+    """Plain JSON (no dialect to rewrite) is load_json's value, without the dialect's checks."""
+    return None if args.get("string_delims") or args.get("unquoted_keys") else load_json
 
 
 JSON = ContentParser("json", _json, call_shape=_call_shape, salvage=_salvage, specialise=_specialise)
