@@ -233,9 +233,8 @@ class ValueSpec:
 
 def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, Mapping[str, Any]], Any]:
     """``spec.value`` with what the spec decides read once: its content parser specialised to its args
-    (ContentParser.specialised) and its transform's filler. For the specialised one-shot parser, which
-    closes the same regions many times; a spec it does not cover (a legacy schema's, ``transform_each``)
-    is its own ``value``."""
+    (ContentParser.specialised) and its transform written out (_written_filler). For the specialised one-shot
+    parser, which closes the same regions many times; a legacy schema's spec is its own ``value``."""
     if not isinstance(spec, ValueSpec):
         return spec.value  # type: ignore[no-any-return]
     parse = CONTENT_PARSERS[spec.content].specialised(spec.content_args)
@@ -244,11 +243,13 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
                   children: Mapping[str, Any]) -> Any:
             return dict(children) if children else parse(body)
         return plain
-    filler, general = _written_filler(spec.transform), _filler(spec.transform)
+    general, written = _filler(spec.transform), _written_filler(spec.transform)
 
     def fill_in(scope: Mapping[str, Any]) -> Any:
+        if written is None:
+            return general(scope, False)
         try:
-            return filler(scope)
+            return written(scope)
         except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
             return general(scope, False)
     if spec.transform_each:
@@ -268,12 +269,12 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
     return transformed
 
 
-def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
+def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
     """A template's filler as one Python expression (a dict display per dict, a lookup per placeholder):
     the same value as its general filler where every placeholder is filled, KeyError or TypeError where one
-    is not (then the general filler runs, for its error). A template with an optional placeholder other than a
-    key's ``{name?}``, or nested past 32 levels, is filled by the general filler. Template text is never written
-    into the source: keys, literals and paths are constants read by number."""
+    is not (then the general filler runs, for its error). None for a template with an optional placeholder
+    other than a key's ``{name?}``, or nested past 32 levels (the general filler fills it). Template text is
+    never written into the source: keys, literals and paths are constants read by number."""
     constants: list[Any] = []
 
     def const(value: Any) -> str:
@@ -312,8 +313,7 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any]:
         return f"scope[{const(root)}]" if not keys else f"dig(scope[{const(root)}], {const(tuple(keys))})"
     body = write(template, 0)
     if body is None:
-        general = _filler(template)
-        return lambda scope: general(scope, False)
+        return None
     found: Callable[[Mapping[str, Any]], Any] = eval(  # (the source is ours; see the docstring)
         compile(f"lambda scope: {body}", "<grammar_parse transform>", "eval"), {"c": constants, "dig": _dig,
                                                                                  "pick": _pick})
