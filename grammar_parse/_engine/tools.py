@@ -530,6 +530,11 @@ class CallValidator:
             self._validators[name] = found
         return found
 
+    def _errors(self, name: str, validator: Any, arguments: Any) -> list[Any]:
+        """jsonschema's errors for a call of tool ``name`` with ``arguments`` (none without running it where
+        surely_valid is sure); RecursionError where a recursive schema meets deeply nested arguments."""
+        return [] if surely_valid(self._schemas[name], arguments) else list(validator.iter_errors(arguments))
+
     def problems(self, call: Any) -> list[dict[str, str]]:
         """What :func:`validate_call` says about ``call``."""
         fn = call_function(call) or {}
@@ -539,10 +544,9 @@ class CallValidator:
         validator = self._validator(name)
         if isinstance(validator, dict):
             return [dict(validator)]
-        if surely_valid(self._schemas[name], fn.get("arguments", {})):
-            return []
         try:
-            errors = sorted(validator.iter_errors(fn.get("arguments", {})), key=lambda e: list(e.absolute_path))
+            errors = sorted(self._errors(name, validator, fn.get("arguments", {})),
+                            key=lambda e: list(e.absolute_path))
         except RecursionError:  # a recursive schema over deeply nested arguments
             return [{"code": "call.schema", "path": "$.function.arguments",
                      "message": "the arguments nest too deeply to validate"}]

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
 from .reading import LONE_SURROGATE, int_digits_limit, json_depth, may_nest_deeper
-from .tools import CallValidator, surely_valid
+from .tools import CallValidator
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
@@ -560,14 +560,12 @@ class CallChecker(CallValidator):
         if isinstance(validator, dict):
             return [{"code": "call.schema", "path": ClientText(ARGUMENTS), "message": ClientText(
                 "the tool's parameters are not a valid JSON Schema, so its arguments cannot be checked")}]
-        if surely_valid(self._schemas[name], arguments):
-            return []
-        walk = _SchemaWalk(self._schemas[name])
         try:
-            errors = list(validator.iter_errors(arguments))
+            errors = self._errors(name, validator, arguments)
         except RecursionError:  # a recursive schema over deeply nested arguments
             return [{"code": "call.schema", "path": ClientText(ARGUMENTS),
                      "message": ClientText("the arguments nest too deeply to check")}]
+        walk = _SchemaWalk(self._schemas[name])
         problems: list[dict[str, str]] = []
         for error in errors:
             for problem in _said(error, walk):
