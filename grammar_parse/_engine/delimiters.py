@@ -441,6 +441,7 @@ class RegexMatcher(PlainState):
         self.end_reach = shape.end_reach
         self.context = shape.context
         self.lookaround = shape.lookaround
+        self.min_width = shape.min_width  # (0: it may match empty somewhere, or that is not known)
         self.zero_width = self.compiled.match("") is not None
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
         #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.

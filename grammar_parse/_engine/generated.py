@@ -81,12 +81,13 @@ class _TooLong(Exception):
 _REPEAT, _VALUE_END = "r", "v"
 
 
-def _searches(config: Config) -> list[tuple[str, Terminal, Any]]:
-    """A config's live delimiters in tie-break order: (search key, or _REPEAT or _VALUE_END; terminal; search)."""
+def _searches(config: Config) -> list[tuple[str, Terminal, Any, Any]]:
+    """A config's live delimiters in tie-break order: (search key, or _REPEAT or _VALUE_END; terminal; matcher;
+    search)."""
     scanner = config.info.scanner
     entries = sorted(scanner.entries, key=lambda entry: entry[5])
     return [(_REPEAT if isinstance(m, Repeat) else _VALUE_END if isinstance(m, ValueEnd) else scanner.keys[t.name],
-             t, None if isinstance(m, ValueEnd) else m.search) for t, m, *_ in entries]
+             t, m, None if isinstance(m, ValueEnd) else m.search) for t, m, *_ in entries]
 
 
 def compile_walk(shot: OneShot) -> Walk | None:
@@ -110,6 +111,7 @@ def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
     configs = [c for c in list(shot.configs.values()) if c.explored]
     if not configs or len(configs) > MAX_CONFIGS:
         return None
+    configs.sort(key=lambda c: -c.visits)  # (the busiest first: the dispatch tests them first)
     number = {id(c): i for i, c in enumerate(configs)}
     keys: dict[str, int] = {}  # search key -> memo slot
     for c in configs:
@@ -128,24 +130,29 @@ def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
     src.emit(1, "push = B.push; close = B.close; text = B.text; discard = B.discard; frames = B.frames")
     src.emit(1, "EV = B.events is not None; MAXR = B.max_region")
     src.emit(1, "while True:")
+    weights = [0]
+    for c in configs:
+        weights.append(weights[-1] + c.visits + 1)
     try:
-        _dispatch(src, configs, 0, len(configs), 2, number, keys)
+        _dispatch(src, configs, weights, 0, len(configs), 2, number, keys)
     except _TooLong:
         return None
     return "\n".join(src.helpers + src.lines), src.constants, number
 
 
-def _dispatch(src: _Source, configs: list[Config], lo: int, hi: int, depth: int, number: dict[int, int],
-              keys: dict[str, int]) -> None:
-    """Blocks ``lo``..``hi`` as a binary tree of tests on the block number ``s``."""
+def _dispatch(src: _Source, configs: list[Config], weights: list[int], lo: int, hi: int, depth: int,
+              number: dict[int, int], keys: dict[str, int]) -> None:
+    """Blocks ``lo``..``hi`` as a binary tree of tests on the block number ``s``, split where the visits
+    (``weights``: their running sums) balance, so that the busiest configs are found after the fewest tests."""
     if hi - lo == 1:
         _block(src, configs[lo], depth, number, keys)
         return
-    mid = (lo + hi) // 2
+    half = (weights[lo] + weights[hi]) / 2
+    mid = min(range(lo + 1, hi), key=lambda i: abs(weights[i] - half))
     src.emit(depth, f"if s < {mid}:")
-    _dispatch(src, configs, lo, mid, depth + 1, number, keys)
+    _dispatch(src, configs, weights, lo, mid, depth + 1, number, keys)
     src.emit(depth, "else:")
-    _dispatch(src, configs, mid, hi, depth + 1, number, keys)
+    _dispatch(src, configs, weights, mid, hi, depth + 1, number, keys)
 
 
 def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: dict[str, int]) -> None:
@@ -153,8 +160,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
     ``OneShot._walk`` and ``_route`` take them."""
     searches = _searches(config)
     src.emit(d, f"C = {src.const(config)}")
-    for memo, term, search in searches:
-        matcher = term.matcher
+    for memo, term, matcher, search in searches:
         if memo == _REPEAT:
             src.emit(d, f"h = {src.const(search)}(buf, pos)")
             src.emit(d, "if h is None: ar = -1")
@@ -175,6 +181,10 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
             if len(literal) > 1:
                 src.emit(d + 1, f"if a{k} >= 0 and not buf.startswith({lit}, a{k}): "
                                 f"a{k} = buf.find({lit}, a{k} + 1); e{k} = a{k} + {len(literal)}")
+        elif isinstance(matcher, RegexMatcher) and matcher.lowered is None and not matcher.limit:
+            src.emit(d + 1, f"f{k} = pos; h = {src.const(matcher.compiled)}.search(buf, pos)")  # (its search)
+            src.emit(d + 1, f"if h is None: a{k} = -1")
+            src.emit(d + 1, f"else: a{k}, e{k} = h.span(); m{k} = h")
         else:
             src.emit(d + 1, f"f{k} = pos; h = {src.const(search)}(buf, pos)")
             src.emit(d + 1, f"if h is None: a{k} = -1")
@@ -190,8 +200,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
                         f"a{slot} - e{slot} < w)): t = {i}; at = a{slot}; w = a{slot} - e{slot}")
     src.emit(d, "if t < 0:")
     src.emit(d + 1, "if pos >= n:")  # the end of the output: the reductions it makes (OneShot.parse)
-    src.emit(d + 2, "B.at = n")
-    _actions(src, config.end_actions, d + 2, shifting=None)
+    _actions(src, config.end_actions, d + 2, None, "n")
     src.emit(d + 2, "return C, pos, True, le")
     _route(src, config, d + 1, "n", number, after=None)
     for i, (memo, term, *_rest) in enumerate(searches):
@@ -228,8 +237,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
         if not target.explored:
             src.emit(d, "return C, pos, False, le")  # (the walk routes it)
             return False
-        src.emit(d, "B.at = pos")
-        _actions(src, step.actions, d, shifting=None)
+        _actions(src, step.actions, d, None, "pos")
     cut = info.text_sensitive and config.run is not text
     if cut:  # (the text terminal decides the state for the next character only: scan again after it)
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
@@ -267,8 +275,8 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if term.role == "repeat":  # an opener written again at the start of its region (Builder.repeat)
         src.emit(d, f"B.repeat({src.const(term)}); pos = end; s = {number[id(config)]}; continue")
         return
-    if not isinstance(term.matcher, LiteralMatcher):  # (a zero-width match: OneShot._walk's rules for it)
-        src.emit(d, "if at == end:")
+    if not isinstance(term.matcher, LiteralMatcher) and getattr(term.matcher, "min_width", 0) == 0:
+        src.emit(d, "if at == end:")  # (a zero-width match: OneShot._walk's rules for it)
         top = f"frames and frames[-1].region is {src.const(term.region)}"
         if term.role == "open":  # (it looks at a character the walk routes first)
             src.emit(d + 1, f"if end < n and {top}: return C, pos, False, le")
@@ -286,9 +294,8 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return
-    src.emit(d, f"sh = buf[at:end]; m = m{k}; B.shifting = ({src.const(term)}, sh, m); B.at = at")
-    _actions(src, step.actions, d, shifting=term)
-    src.emit(d, "B.shifting = None")
+    src.emit(d, "sh = buf[at:end]")
+    _actions(src, step.actions, d, (term, k), "at")
     target = step.config
     if target.explored:
         src.emit(d, f"pos = end; s = {number[id(target)]}; continue")
@@ -296,47 +303,59 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, f"return {src.const(target)}, end, False, le")
 
 
-def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: Terminal | None) -> None:
-    """A step's region actions (``Builder.act``), written out."""
+def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: tuple[Terminal, str] | None,
+             at: str) -> None:
+    """A step's region actions at ``at``, while ``shifting`` (the delimiter and its memo slot; None: a text
+    step or the end) is shifted: the builder's own (``Builder.act``) where events are asked for, else written
+    out, with the builder's own where a frame is not the one expected."""
+    if not actions:
+        return
+    tup = "None" if shifting is None else f"({src.const(shifting[0])}, sh, m{shifting[1]})"
+    src.emit(d, f"if EV: B.at = {at}; B.shifting = {tup}; B.act({src.const(actions)}); B.shifting = None")
+    src.emit(d, "else:")
     for kind, what in actions:
         if kind == CLOSE:
-            _close(src, what, d, shifting)
+            _close(src, what, d + 1, shifting, at, tup)
         elif kind == OPEN:
-            if shifting is None:
-                _push(src, what.region, d, "{}", '""', "pos")
-            elif isinstance(shifting.matcher, RegexMatcher) and shifting.matcher.compiled.groupindex:
-                matcher = shifting.matcher
-                _push(src, what.region, d, "m.groupdict() if m is not None else {}"
+            term = shifting[0] if shifting is not None else None
+            if shifting is None or term is None:
+                _push(src, what.region, d + 1, "{}", '""', at)
+            elif isinstance(term.matcher, RegexMatcher) and term.matcher.compiled.groupindex:
+                matcher, m = term.matcher, f"m{shifting[1]}"
+                _push(src, what.region, d + 1, f"{m}.groupdict() if {m} is not None else {{}}"
                       if always_captured(matcher.pattern, matcher.flags) else  # (no value is None)
-                      "{k: v for k, v in m.groupdict().items() if v is not None} if m is not None else {}", "sh", "at")
+                      f"{{k: v for k, v in {m}.groupdict().items() if v is not None}} if {m} is not None else {{}}",
+                      "sh", at)
             else:
-                _push(src, what.region, d, "{}", "sh", "at")
+                _push(src, what.region, d + 1, "{}", "sh", at)
         else:
-            src.emit(d, f"if not frames or frames[-1].region is not {src.const(what.region)}:")
-            _push(src, what.region, d + 1, "{}", '""', "pos")
+            src.emit(d + 1, f"if not frames or frames[-1].region is not {src.const(what.region)}:")
+            _push(src, what.region, d + 2, "{}", '""', at)
 
 
 def _push(src: _Source, region: Region, d: int, captures: str, open_text: str, at: str) -> None:
-    """``Builder.push`` (at ``at``): the frame appended here where no events are asked for and a component's
-    region is the open one; else the builder's own."""
+    """``Builder.push`` (at ``at``) where no events are asked for: the frame appended here, or the builder's
+    own where a component's region is not the open one."""
     r = src.const(region)
-    if region.parent is None:
-        src.emit(d, f"if EV: push({r}, {captures}, {open_text})")
+    if region.parent is not None:
+        src.emit(d, f"if not frames or frames[-1].region.rule != {src.const(region.parent)}: "
+                    f"B.at = {at}; push({r}, {captures}, {open_text})")
+        src.emit(d, f"else: ot = {open_text}; frames.append(Open({r}, {captures}, ot, {at} + len(ot)))")
     else:
-        src.emit(d, f"if EV or not frames or frames[-1].region.rule != {src.const(region.parent)}: "
-                    f"push({r}, {captures}, {open_text})")
-    src.emit(d, f"else: ot = {open_text}; frames.append(Open({r}, {captures}, ot, {at} + len(ot)))")
+        src.emit(d, f"ot = {open_text}; frames.append(Open({r}, {captures}, ot, {at} + len(ot)))")
 
 
-def _close(src: _Source, region: Region, d: int, shifting: Terminal | None) -> None:
-    """``Builder.close`` of ``region`` while ``shifting`` is shifted (None: a text step or the end): the
-    builder's own where events are asked for or the region is not the open one, else a function written for
-    the region and what the shifted delimiter decides of it (:func:`_closer`)."""
+def _close(src: _Source, region: Region, d: int, shifting: tuple[Terminal, str] | None, at: str, tup: str) -> None:
+    """``Builder.close`` of ``region`` where no events are asked for, while ``shifting`` is shifted (``tup``:
+    the builder's form of it): the builder's own where the region is not the open one, else a function
+    written for the region and what the shifted delimiter decides of it (:func:`_closer`)."""
     r = src.const(region)
-    closing = shifting is not None and shifting.role == "close" and shifting.region is region
-    check = region.entry_key is not None and shifting is not None and not closing
+    term = shifting[0] if shifting is not None else None
+    closing = term is not None and term.role == "close" and term.region is region
+    check = region.entry_key is not None and term is not None and not closing
     name = _closer(src, region, check)
-    src.emit(d, f"if EV or not frames or frames[-1].region is not {r}: close({r})")
+    src.emit(d, f"if not frames or frames[-1].region is not {r}: "
+                f"B.at = {at}; B.shifting = {tup}; close({r}); B.shifting = None")
     src.emit(d, f"else: {name}(B, frames, frames.pop(), {'sh' if closing else repr('')})")
 
 

@@ -81,7 +81,7 @@ class Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
     __slots__ = ("stack", "run", "top", "info", "steps", "text_step", "end_actions", "ended",
-                 "explored")
+                 "explored", "visits")
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
@@ -90,6 +90,7 @@ class Config:
         self.end_actions: tuple[Action, ...] = ()
         self.ended = False  # the end of the output is a step of the grammar (else open regions are closed)
         self.explored = False  # its steps are worked out (see OneShot._explore)
+        self.visits = 0  # scans the walk made in it (the compiled walk tests the busiest first)
 
 
 class _Recorder:
@@ -202,6 +203,7 @@ class OneShot:
         while True:
             if not config.explored:
                 self._explore(config)
+            config.visits += 1
             info = config.info
             if info.scanner.searches is not None:  # (most states: the scan's short loop, called directly)
                 term, hit = scan_searches(info.scanner.searches, buf, pos, hits)
@@ -296,7 +298,8 @@ class Open:
         self.region, self.captures, self.open_text = region, captures, open_text
         self.chunks: list[str] = []
         self.size = 0
-        self.children: dict[str, Any] = {k: copy_json(v) for k, v in region.scope.items()}
+        scope = region.scope
+        self.children: dict[str, Any] = {k: copy_json(v) for k, v in scope.items()} if scope else {}
         self.text_start = text_start  # where its text starts in the buffer
         self.walk: JsonEnd | None = None  # the walk to its JSON value's end (a region closed by it)
         self.path = path  # where a component's events point (None: a message field)

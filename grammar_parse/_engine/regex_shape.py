@@ -45,12 +45,14 @@ class PatternShape:
     match's end an assertion may inspect (``$`` looks one further for a final newline; a negative
     lookahead as far as its body). ``context``: how many characters before the search position the
     pattern may inspect (``^``, ``\\b``, lookbehind), so trimmed buffers keep that much history.
+    ``min_width``: shortest match (0 where unknown too).
     """
 
     max_width: int
     end_reach: int
     context: int
     lookaround: bool = False
+    min_width: int = 0
 
 
 _UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED, lookaround=True)
@@ -117,7 +119,7 @@ def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
     reach, context = [0], [0]
     _walk(parsed, reach, context)
     return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0],
-                        lookaround=-1 in context[1:])
+                        lookaround=-1 in context[1:], min_width=int(parsed.getwidth()[0]))
 
 
 # ---------------------------------------------------------------------------- first and last characters
