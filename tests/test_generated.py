@@ -32,13 +32,14 @@ def specialised_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Fixed:
-    """A compiled walk that stays what it is (oneshot.CompiledWalk), counting the parses it hands over."""
+    """Compiled walks that stay what they are (oneshot.CompiledWalk), counting the parses they hand over: the
+    one for parses without events and the one for parses with them."""
 
-    def __init__(self, walk: Any) -> None:
-        self.walk, self.handed = walk, 0
+    def __init__(self, walk: Any, with_events: Any) -> None:
+        self.walks, self.handed = {False: walk, True: with_events}, 0
 
-    def current(self) -> Any:
-        return self.walk
+    def current(self, events: bool) -> Any:
+        return self.walks[events]
 
     def handed_over(self) -> None:
         self.handed += 1
@@ -78,19 +79,22 @@ def test_the_compiled_walk_is_the_walk(name: str) -> None:
     cases = list(outputs(name, drift=DEEP))
     expected = results(name, cases, None)  # (every config these outputs reach is worked out here)
     shot = generated.specialised(grammar_parse.load_grammar(name))
-    made = generated.walk_source(shot)
-    assert made is not None, f"{name}: no walk compiled from {len(shot.configs)} configs"
-    # Terminals, patterns, literals and regions are constants the walk reads by index: the only text in the
-    # source is the empty string, so no grammar (an authored one is untrusted) can put code into it.
-    assert not re.search("[\"']", made[0].replace('""', "").replace("''", "")), f"{name}: text in the source"
-    walk = generated.compile_source(*made)
     finished: list[bool] = []
 
-    def counted(*args: Any) -> Any:
-        ended = walk(*args)
-        finished.append(ended[2])
-        return ended
-    got = results(name, cases, Fixed(counted))
+    def compiled(events: bool) -> Any:
+        made = generated.walk_source(shot, events)
+        assert made is not None, f"{name}: no walk compiled from {len(shot.configs)} configs"
+        # Terminals, patterns, literals and regions are constants the walk reads by index: the only text in
+        # the source is the empty string, so no grammar (an authored one is untrusted) can put code into it.
+        assert not re.search("[\"']", made[0].replace('""', "").replace("''", "")), f"{name}: text in the source"
+        walk = generated.compile_source(*made)
+
+        def counted(*args: Any) -> Any:
+            ended = walk(*args)
+            finished.append(ended[2])
+            return ended
+        return counted
+    got = results(name, cases, Fixed(compiled(False), compiled(True)))
     for i, (want, have) in enumerate(zip(expected, got)):
         text = cases[i // (4 if DEEP else 3)][0]
         assert (want is None) == (have is None) and strict_equal(want, have), \
@@ -109,7 +113,7 @@ def test_the_walk_is_made_again_only_where_parses_hand_over(monkeypatch: pytest.
     class Shot:
         configs: dict[int, int] = {}
 
-    def compile_walk(shot: Any) -> Any:
+    def compile_walk(shot: Any, events: bool = False) -> Any:
         made.append(len(shot.configs))
         return lambda *args: None
     monkeypatch.setattr(generated, "compile_walk", compile_walk)
@@ -141,4 +145,4 @@ def test_a_walk_past_its_size_limits_is_not_compiled(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(shot, "compiled", generated.Compiled(shot))
     for _ in range(generated.FIRST_BUILD + 2):
         assert grammar_parse.parse_response(text, grammar, prefix="") == expected
-    assert shot.compiled is not None and shot.compiled.current() is None
+    assert shot.compiled is not None and shot.compiled.current(False) is None

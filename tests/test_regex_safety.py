@@ -315,3 +315,45 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
         large, _ = linear_steps(lambda: run(call(2_000)), limit=2.2 * small)
         assert message == expected
         assert 0 < small and large <= 2.2 * small, (small, large)  # (twice the spaces: twice the steps)
+
+
+# A search makes an attempt at each start of a match. Where no unbounded repeat can read over the start of
+# another attempt (a character of the literal every match starts with that it cannot read), an attempt reads
+# past boundedly many starts and the search reads each character boundedly often, however many repeats
+# there are: such patterns search with no time limit (it costs about 1 µs a search). Each text is many
+# starts, each followed by long runs the repeats take, with no match.
+STARTS_APART = [
+    (r"<tool_call>\s*<function=(?P<name>[^<>\n]+)>", lambda n: ("<tool_call>" + " " * 40 + "<function=" + "a" * 40)),
+    (r'<s n="[^"]*"\s*>', lambda n: '<s n="' + "<s" * 40),
+    (r"\[T\](?P<name>[^\[\]]+)(?:\[I\](?P<id>[^\[\]]+))?\[A\]", lambda n: "[T]" + "x" * 30 + "[I]" + "y" * 30),
+    (r"(?:</f>\s*)?</t>", lambda n: "</f>" + " " * 60),
+]
+# ... and where one can, the same kind of text costs quadratic steps: these keep their limit.
+RESCANNING = [
+    (r"<a>\s*x[^y]*y", lambda n: "<a>x"),
+    (r"<a>\s*.*b", lambda n: "<a> "),
+]
+
+
+def _search_steps(pattern: str, unit: Any, n: int, limit: float = 1e9) -> int:
+    text = unit(n) * (n // len(unit(n)))
+    steps, _ = linear_steps(lambda: LinearRegex(pattern).search(text), limit=limit, memo=False)
+    return steps
+
+
+@pytest.mark.parametrize("pattern, unit", STARTS_APART)
+def test_a_search_whose_repeats_cannot_read_over_a_start_reads_each_character_boundedly_often(pattern, unit):
+    from grammar_parse._engine.regex_shape import backtracking_risk
+
+    assert not analyse(pattern).rescans and backtracking_risk(pattern) == (None, False)
+    small = _search_steps(pattern, unit, 5_000)
+    assert _search_steps(pattern, unit, 20_000, limit=4.4 * small) <= 4.4 * small  # (4x the text: 4x the steps)
+
+
+@pytest.mark.parametrize("pattern, unit", RESCANNING)
+def test_a_search_whose_repeat_reads_over_a_start_rescans_and_keeps_its_limit(pattern, unit):
+    from grammar_parse._engine.regex_shape import backtracking_risk
+
+    assert analyse(pattern).rescans and backtracking_risk(pattern)[1]
+    small = _search_steps(pattern, unit, 400)
+    assert _search_steps(pattern, unit, 1_600) > 10 * small  # (4x the text: about 16x the steps)

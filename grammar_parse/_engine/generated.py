@@ -50,9 +50,12 @@ Walk = Callable[[str, int, Config, Builder, Mapping[int, Any]], tuple[Config, in
 
 
 class _Source:
-    """The function's lines and its constants (each the global ``k<i>``)."""
+    """The function's lines and its constants (each the global ``k<i>``); ``events``: the function for parses
+    that ask for the session's events (the builder's own methods take every region action), else the one
+    that takes them itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: bool) -> None:
+        self.events = events
         self.lines: list[str] = []
         self.helpers: list[str] = []  # functions the walk calls (see _closer), written before it
         self.closers: dict[tuple[int, bool], str] = {}
@@ -90,9 +93,10 @@ def _searches(config: Config) -> list[tuple[str, Terminal, Any, Any]]:
              t, m, None if isinstance(m, ValueEnd) else m.search) for t, m, *_ in entries]
 
 
-def compile_walk(shot: OneShot) -> Walk | None:
-    """The walk of ``shot``'s configs worked out so far, as a function; None past MAX_CONFIGS or MAX_LINES."""
-    made = walk_source(shot)
+def compile_walk(shot: OneShot, events: bool = False) -> Walk | None:
+    """The walk of ``shot``'s configs worked out so far, as a function (``events``: for parses that ask for
+    events); None past MAX_CONFIGS or MAX_LINES."""
+    made = walk_source(shot, events)
     return None if made is None else compile_source(*made)
 
 
@@ -106,8 +110,9 @@ def compile_source(source: str, constants: list[Any], number: dict[int, int]) ->
     return walk
 
 
-def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
-    """The source of the compiled walk, its constants, and the block number of each config (by id)."""
+def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], dict[int, int]] | None:
+    """The source of the compiled walk (``events``: for parses that ask for events), its constants, and the
+    block number of each config (by id)."""
     configs = [c for c in list(shot.configs.values()) if c.explored]
     if not configs or len(configs) > MAX_CONFIGS:
         return None
@@ -118,7 +123,7 @@ def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
         for memo, *_ in _searches(c):
             if memo not in (_REPEAT, _VALUE_END):
                 keys.setdefault(memo, len(keys))
-    src = _Source()
+    src = _Source(events)
     src.emit(0, "def walk(buf, pos, config, B, drafts):")
     src.emit(1, "n = len(buf)")
     src.emit(1, "s = NUMBER.get(id(config), -1)")
@@ -128,7 +133,7 @@ def walk_source(shot: OneShot) -> tuple[str, list[Any], dict[int, int]] | None:
         src.emit(1, f"f{k} = n + 1; a{k} = -1; e{k} = -1; m{k} = None")
     src.emit(1, "ar = er = av = ev = -1; mr = mv = None")
     src.emit(1, "push = B.push; close = B.close; text = B.text; discard = B.discard; frames = B.frames")
-    src.emit(1, "EV = B.events is not None; MAXR = B.max_region")
+    src.emit(1, "MAXR = B.max_region")
     src.emit(1, "while True:")
     weights = [0]
     for c in configs:
@@ -159,7 +164,6 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
     """One config: the scan (scan_searches unrolled), then the text before the delimiter and its step, as
     ``OneShot._walk`` and ``_route`` take them."""
     searches = _searches(config)
-    src.emit(d, f"C = {src.const(config)}")
     for memo, term, matcher, search in searches:
         if memo == _REPEAT:
             src.emit(d, f"h = {src.const(search)}(buf, pos)")
@@ -201,7 +205,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
     src.emit(d, "if t < 0:")
     src.emit(d + 1, "if pos >= n:")  # the end of the output: the reductions it makes (OneShot.parse)
     _actions(src, config.end_actions, d + 2, None, "n")
-    src.emit(d + 2, "return C, pos, True, le")
+    src.emit(d + 2, f"return {src.const(config)}, pos, True, le")
     _route(src, config, d + 1, "n", number, after=None)
     for i, (memo, term, *_rest) in enumerate(searches):
         slot = _slot(memo, keys)
@@ -235,7 +239,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             return False
         target = step.config
         if not target.explored:
-            src.emit(d, "return C, pos, False, le")  # (the walk routes it)
+            src.emit(d, f"return {src.const(config)}, pos, False, le")  # (the walk routes it)
             return False
         _actions(src, step.actions, d, None, "pos")
     cut = info.text_sensitive and config.run is not text
@@ -243,35 +247,32 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
     else:
         src.emit(d, f"stop = {end}")
-    if text.role == "text":  # (Builder.text, written out where no events are asked for)
-        src.emit(d, "if EV: text(buf[pos:stop])")
-        src.emit(d, "else:")
-        src.emit(d + 1, "fr = frames[-1]; fr.size += stop - pos")
-        src.emit(d + 1, "if fr.size > MAXR: raise Decline")
-        src.emit(d + 1, "fr.chunks.append(buf[pos:stop])")
+    if text.role == "text" and src.events:
+        src.emit(d, "text(buf[pos:stop])")
+    elif text.role == "text":  # (Builder.text, written out)
+        src.emit(d, "fr = frames[-1]; fr.size += stop - pos")
+        src.emit(d, "if fr.size > MAXR: raise Decline")
+        src.emit(d, "fr.chunks.append(buf[pos:stop])")
     else:
         src.emit(d, "discard(pos, stop)")
-    if target is not config:
-        src.emit(d, f"s = {number[id(target)]}")
+    again = "" if target is config else f"s = {number[id(target)]}; "  # (the config the scan runs in again)
     same = target.info.scanner is info.scanner
     if after is None or not same:
-        src.emit(d, "pos = stop; continue")
+        src.emit(d, f"pos = stop; {again}continue")
         return False
     if cut:
-        src.emit(d, "if stop < at: pos = stop; continue")
+        src.emit(d, f"if stop < at: pos = stop; {again}continue")
     src.emit(d, "pos = stop")
     if target is config:
         return True  # (the step that follows is the one without text before it)
     term, k = after
-    _shift(src, target, term, k, d, number, rebind=True)
+    _shift(src, target, term, k, d, number)
     return False
 
 
-def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number: dict[int, int],
-           rebind: bool = False) -> None:
+def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number: dict[int, int]) -> None:
     """The step of delimiter ``term`` (its match in memo slot ``k``, at ``at``..``end``) in ``config``."""
-    if rebind:
-        src.emit(d, f"C = {src.const(config)}")
+    here = src.const(config)  # (where it hands over to the walk)
     if term.role == "repeat":  # an opener written again at the start of its region (Builder.repeat)
         src.emit(d, f"B.repeat({src.const(term)}); pos = end; s = {number[id(config)]}; continue")
         return
@@ -279,11 +280,11 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, "if at == end:")  # (a zero-width match: OneShot._walk's rules for it)
         top = f"frames and frames[-1].region is {src.const(term.region)}"
         if term.role == "open":  # (it looks at a character the walk routes first)
-            src.emit(d + 1, f"if end < n and {top}: return C, pos, False, le")
+            src.emit(d + 1, f"if end < n and {top}: return {here}, pos, False, le")
         elif term.role == "close":  # (the rest of the output is left unparsed: the walk discards it)
-            src.emit(d + 1, f"if not ({top}): return C, pos, False, le")
+            src.emit(d + 1, f"if not ({top}): return {here}, pos, False, le")
         name = src.const(term.name)
-        src.emit(d + 1, f"if le == (at, {name}): return C, pos, False, le")
+        src.emit(d + 1, f"if le == (at, {name}): return {here}, pos, False, le")
         src.emit(d + 1, f"le = (at, {name})")
     step = config.steps.get(term.name)
     if step is None:
@@ -294,7 +295,8 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return
-    src.emit(d, "sh = buf[at:end]")
+    if step.actions:
+        src.emit(d, "sh = buf[at:end]")
     _actions(src, step.actions, d, (term, k), "at")
     target = step.config
     if target.explored:
@@ -311,26 +313,27 @@ def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: tuple[
     if not actions:
         return
     tup = "None" if shifting is None else f"({src.const(shifting[0])}, sh, m{shifting[1]})"
-    src.emit(d, f"if EV: B.at = {at}; B.shifting = {tup}; B.act({src.const(actions)}); B.shifting = None")
-    src.emit(d, "else:")
+    if src.events:
+        src.emit(d, f"B.at = {at}; B.shifting = {tup}; B.act({src.const(actions)}); B.shifting = None")
+        return
     for kind, what in actions:
         if kind == CLOSE:
-            _close(src, what, d + 1, shifting, at, tup)
+            _close(src, what, d, shifting, at, tup)
         elif kind == OPEN:
             term = shifting[0] if shifting is not None else None
             if shifting is None or term is None:
-                _push(src, what.region, d + 1, "{}", '""', at)
+                _push(src, what.region, d, "{}", '""', at)
             elif isinstance(term.matcher, RegexMatcher) and term.matcher.compiled.groupindex:
                 matcher, m = term.matcher, f"m{shifting[1]}"
-                _push(src, what.region, d + 1, f"{m}.groupdict() if {m} is not None else {{}}"
+                _push(src, what.region, d, f"{m}.groupdict() if {m} is not None else {{}}"
                       if always_captured(matcher.pattern, matcher.flags) else  # (no value is None)
                       f"{{k: v for k, v in {m}.groupdict().items() if v is not None}} if {m} is not None else {{}}",
                       "sh", at)
             else:
-                _push(src, what.region, d + 1, "{}", "sh", at)
+                _push(src, what.region, d, "{}", "sh", at)
         else:
-            src.emit(d + 1, f"if not frames or frames[-1].region is not {src.const(what.region)}:")
-            _push(src, what.region, d + 2, "{}", '""', at)
+            src.emit(d, f"if not frames or frames[-1].region is not {src.const(what.region)}:")
+            _push(src, what.region, d + 1, "{}", '""', at)
 
 
 def _push(src: _Source, region: Region, d: int, captures: str, open_text: str, at: str) -> None:
@@ -403,27 +406,33 @@ class Compiled:
 
     def __init__(self, shot: OneShot) -> None:
         self.shot = shot
-        self.walk: Walk | None = None
+        self.walks: dict[bool, Walk | None] = {}  # by whether the parse asks for events (made on first use)
         self.seen = -1  # how many configs the shot had when the walk was made
         self.parses = self.handed = 0  # since the walk was made (counts other threads may race: only when to
         self.due = FIRST_BUILD         # build again depends on them)
         self.builds = 0
         self._lock = threading.Lock()
 
-    def current(self) -> Walk | None:
+    def current(self, events: bool = False) -> Walk | None:
         self.parses += 1
         if self.parses >= self.due and self.builds < MAX_BUILDS:
             with self._lock:
                 if self.parses >= self.due and self.builds < MAX_BUILDS:
                     self.due *= 4
                     if len(self.shot.configs) != self.seen and (
-                            self.walk is None or self.handed * REBUILD_SHARE >= self.parses):
+                            not any(self.walks.values()) or self.handed * REBUILD_SHARE >= self.parses):
                         self.seen = len(self.shot.configs)
-                        self.walk = compile_walk(self.shot)
+                        self.walks = {events: compile_walk(self.shot, events)}
                         self.builds += 1
                         self.parses = self.handed = 0
                         self.due = FIRST_BUILD * 4 ** self.builds
-        return self.walk
+        walks = self.walks
+        if events not in walks and walks:  # (made since the last build for the other kind of parse only)
+            with self._lock:
+                if events not in self.walks:
+                    self.walks = {**self.walks, events: compile_walk(self.shot, events)}
+            walks = self.walks
+        return walks.get(events)
 
     def handed_over(self) -> None:
         self.handed += 1

@@ -55,9 +55,9 @@ Action = tuple[int, Any]  # (OPEN, Terminal) | (TEXT_OPEN, Terminal) | (CLOSE, R
 class CompiledWalk(Protocol):
     """The walk compiled from a OneShot's configs (grammar_parse._engine.generated.Compiled)."""
 
-    def current(self) -> Callable[..., tuple[Config, int, bool, Any]] | None:
-        """The function, where one is made: (buf, pos, config, builder, drafts) -> (config, pos, done, last
-        zero-width delimiter)."""
+    def current(self, events: bool) -> Callable[..., tuple[Config, int, bool, Any]] | None:
+        """The function for a parse that asks for events or not, where one is made: (buf, pos, config,
+        builder, drafts) -> (config, pos, done, last zero-width delimiter)."""
         ...
 
     def handed_over(self) -> None:
@@ -175,7 +175,7 @@ class OneShot:
         build = Builder(output, frames, tools, max_region, origin, events, extended)
         try:
             compiled = self.compiled
-            walk = compiled.current() if compiled is not None else None
+            walk = compiled.current(events is not None) if compiled is not None else None
             config, done, last_empty = start, False, None
             if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
                 # reductions too: the walk goes on where it stops)

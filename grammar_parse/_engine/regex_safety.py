@@ -747,9 +747,10 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
     return None
 
 
-def _rescans(items: Any) -> bool:
+def _rescans(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: int | None) -> bool:
     """Whether a search may rescan long stretches from many starts even where one match attempt is
-    linear: two unbounded repeats (``\\s*\\{\\s*"name"``), or one holding a choice or another repeat."""
+    linear: two unbounded repeats (``\\s*\\{\\s*"name"``), or one holding a choice or another repeat; unless
+    the starts are apart (:func:`_starts_apart`)."""
     count = 0
 
     def walk(seq: Any) -> bool:
@@ -774,7 +775,73 @@ def _rescans(items: Any) -> bool:
         return found
 
     walk(items)
-    return count >= 2
+    return count >= 2 and not _starts_apart(items, flags, alphabet, prefix, starts)
+
+
+def _starts_apart(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: int | None) -> bool:
+    """Whether no unbounded repeat (lookarounds' too) can read over the start of another match attempt: the
+    literal every match starts with (``prefix``: a repeat that cannot read one of its characters), or else a
+    character a match starts with (``starts``: their mask; None: any). Then one attempt reads past boundedly
+    many later starts (the pattern's other items read boundedly many characters), so a search reads each
+    character boundedly often, however many unbounded repeats there are
+    (``<tool_call>\\s*<function=([^<>]+)>``)."""
+    if prefix:
+        needed = [alphabet.mask(sre.LITERAL, ord(c), flags) for c in prefix]
+    elif starts is not None:
+        needed = [starts]
+    else:
+        return False
+
+    def reads(seq: Any, fl: int) -> int:
+        """The mask of what the consuming items of ``seq`` read (-1: anything, as far as known)."""
+        mask = 0
+        for op, av in seq:
+            if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
+                mask |= alphabet.mask(op, av, fl)
+            elif op in _REPEATS:
+                mask |= reads(av[2], fl)
+            elif op is sre.SUBPATTERN:
+                mask |= reads(av[-1], (fl | av[1]) & ~av[2])  # (its inline flags)
+            elif op is sre.BRANCH:
+                for alt in av[1]:
+                    mask |= reads(alt, fl)
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                mask |= reads(av[1], fl)
+            elif op is not sre.AT:
+                return -1  # (a back reference, an unknown item)
+        return mask
+
+    def passes(seq: Any) -> bool:
+        for op, av in seq:
+            if op in _REPEATS:
+                if av[1] == _UNBOUNDED:
+                    body = reads(av[2], flags)
+                    if body == -1 or all(body & need for need in needed):
+                        return True
+                elif passes(av[2]):
+                    return True
+            elif op is sre.SUBPATTERN:
+                if passes(av[-1]):
+                    return True
+            elif op is sre.BRANCH:
+                if any(passes(alt) for alt in av[1]):
+                    return True
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                if passes(av[1]):
+                    return True
+        return False
+
+    return not passes(items)
+
+
+def _start_mask(automaton: _Automaton, whole: _Fragment) -> int | None:
+    """The characters a match that reads any can start with, as a mask (None: not known)."""
+    if not whole.first:
+        return None
+    mask = 0
+    for p in whole.first:
+        mask |= automaton.masks[p]
+    return mask
 
 
 def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0) -> BacktrackingProfile:
@@ -801,7 +868,8 @@ def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0
     profile = BacktrackingProfile(degree=degree, ambiguity=ambiguity,
                                   pump=analysis.pump(links, alphabet) if degree else None,
                                   prefix=_literal_prefix(parsed, flags), loops=automaton.unbounded,
-                                  rescans=_rescans(parsed))
+                                  rescans=_rescans(parsed, flags, alphabet, _literal_prefix(parsed, flags),
+                                                   _start_mask(automaton, whole)))
     for body, body_flags in automaton.looks:  # a lookaround runs at each position it is reached
         if depth > 8:
             raise RegexSafetyError("lookarounds nested too deeply to analyse")
