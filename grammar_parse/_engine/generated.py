@@ -30,7 +30,7 @@ from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Ope
 from .regex_shape import always_captured
 from .regions import component_storer, store
 from .salvage import check_calls
-from .values import specialised_value
+from .values import specialised_content, specialised_value
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most, where one parse in REBUILD_SHARE was
@@ -54,8 +54,9 @@ class _Source:
     that ask for the session's events (the builder's own methods take every region action), else the one
     that takes them itself."""
 
-    def __init__(self, events: bool) -> None:
+    def __init__(self, events: bool, parents: set[str | None]) -> None:
         self.events = events
+        self.parents = parents  # the rules regions are components of (the rest have no children)
         self.lines: list[str] = []
         self.helpers: list[str] = []  # functions the walk calls (see _closer), written before it
         self.closers: dict[tuple[int, bool], str] = {}
@@ -123,7 +124,7 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
         for memo, *_ in _searches(c):
             if memo not in (_REPEAT, _VALUE_END):
                 keys.setdefault(memo, len(keys))
-    src = _Source(events)
+    src = _Source(events, {r.parent for r in shot.grammar.regions.values()})
     src.emit(0, "def walk(buf, pos, config, B, drafts):")
     src.emit(1, "n = len(buf)")
     src.emit(1, "s = NUMBER.get(id(config), -1)")
@@ -376,8 +377,12 @@ def _closer(src: _Source, region: Region, check: bool) -> str:
     if check:
         out.append("    if not any(c.strip() for c in fr.chunks): raise Decline")  # an argument without a value
     out.append("    try:")
-    out.append(f"        v = {src.const(specialised_value(region.spec))}(\"\".join(fr.chunks), fr.captures, "
-               "fr.open_text, ct, fr.children)")
+    direct = specialised_content(region.spec) if region.rule not in src.parents and not region.scope else None
+    if direct is not None:  # (no children, no transform: the value is the body's)
+        out.append(f"        v = {src.const(direct)}(\"\".join(fr.chunks))")
+    else:
+        out.append(f"        v = {src.const(specialised_value(region.spec))}(\"\".join(fr.chunks), fr.captures, "
+                   "fr.open_text, ct, fr.children)")
     if region.parent is not None:
         parent = src.const(region.parent)  # (most often the open frame: a call's, under its argument)
         out.append(f"        p = frames[-1] if frames and frames[-1].region.rule == {parent} else "

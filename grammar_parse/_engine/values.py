@@ -231,6 +231,14 @@ class ValueSpec:
         return out
 
 
+def specialised_content(spec: Any) -> Callable[[str], Any] | None:
+    """The value of a region with this spec and no components, as a function of its body alone (its content
+    parser specialised, ContentParser.specialised), where the spec has no transform; else None."""
+    if not isinstance(spec, ValueSpec) or spec.transform is not None:
+        return None
+    return CONTENT_PARSERS[spec.content].specialised(spec.content_args)
+
+
 def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, Mapping[str, Any]], Any]:
     """``spec.value`` with what the spec decides read once: its content parser specialised to its args
     (ContentParser.specialised) and its transform written out (_written_filler). For the specialised one-shot
@@ -262,11 +270,21 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
             return [fill_in({**scope, **item}) for item in parsed]
         return each
 
-    def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+    if written is None:
+        def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+                        children: Mapping[str, Any]) -> Any:
+            return general({**captures, **children, "content": parse(body)} if children else
+                           {**captures, "content": parse(body)}, False)
+        return transformed
+
+    def written_out(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
                     children: Mapping[str, Any]) -> Any:
-        return fill_in({**captures, **children, "content": parse(body)} if children else
-                       {**captures, "content": parse(body)})
-    return transformed
+        scope = {**captures, **children, "content": parse(body)} if children else {**captures, "content": parse(body)}
+        try:
+            return written(scope)
+        except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
+            return general(scope, False)
+    return written_out
 
 
 def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
