@@ -331,13 +331,14 @@ STARTS_APART = [
 # ... and where one can, the same kind of text costs quadratic steps: these keep their limit.
 RESCANNING = [
     (r"<a>\s*x[^y]*y", lambda n: "<a>x"),
+    (r"<[ \t]{0,8}parameter[ \t]{0,8}=[ \t]{0,8}(?P<key>[^>\s]+)[ \t]{0,8}>", lambda n: "<parameter="),
     (r"<a>\s*.*b", lambda n: "<a> "),
 ]
 
 
-def _search_steps(pattern: str, unit: Any, n: int, limit: float = 1e9) -> int:
+def _search_steps(pattern: str, unit: Any, n: int, limit: float = 1e9, flags: int = regex.DOTALL) -> int:
     text = unit(n) * (n // len(unit(n)))
-    steps, _ = linear_steps(lambda: LinearRegex(pattern).search(text), limit=limit, memo=False)
+    steps, _ = linear_steps(lambda: LinearRegex(pattern, flags).search(text), limit=limit, memo=False)
     return steps
 
 
@@ -357,3 +358,32 @@ def test_a_search_whose_repeat_reads_over_a_start_rescans_and_keeps_its_limit(pa
     assert analyse(pattern).rescans and backtracking_risk(pattern)[1]
     small = _search_steps(pattern, unit, 400)
     assert _search_steps(pattern, unit, 1_600) > 10 * small  # (4x the text: about 16x the steps)
+
+
+def test_every_built_in_delimiter_searched_without_a_limit_reads_cut_matches_in_linear_steps():
+    """The attack that found a quadratic search in a built-in grammar (mimo's parameter opener on
+    ``<parameter=`` written over and over: 75 s at 176 KB): a match of a delimiter cut short, repeated. Every
+    built-in delimiter pattern that searches without a time limit searches such texts in linear steps: four
+    times the text, at most about four times the steps."""
+    from goldens import goldens
+    from grammar_parse._engine.delimiters import RegexMatcher
+    from grammar_parse._engine.library import list_grammars, load_grammar
+
+    matchers = {}
+    for name in list_grammars():
+        for info in load_grammar(name).tables.states.values():
+            for _, matcher, *_ in info.scanner.entries:
+                if isinstance(matcher, RegexMatcher) and not matcher.limit and matcher.lowered is None:
+                    matchers[matcher.pattern] = matcher
+    texts = [g.text for name in list_grammars() for g in goldens(name)]
+    checked = 0
+    for pattern, matcher in matchers.items():
+        found = {m.group(0) for text in texts for m in matcher.compiled.finditer(text) if len(m.group(0)) > 1}
+        for match in sorted(found, key=len)[-3:]:  # (its longest matches in the goldens)
+            for cut in {len(match) - 1, len(match) - 2, len(match) // 2} - {0}:
+                unit = match[:cut]
+                small = _search_steps(pattern, lambda n: unit, 1_000, flags=matcher.flags)
+                large = _search_steps(pattern, lambda n: unit, 4_000, limit=4.4 * small + 100, flags=matcher.flags)
+                assert large <= 4.4 * small + 100, (pattern, unit, small, large)
+                checked += 1
+    assert checked >= 100

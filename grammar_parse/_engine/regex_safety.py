@@ -748,49 +748,21 @@ def _redundant(items: Any, alphabet: _Alphabet, flags: int) -> str | None:
 
 
 def _rescans(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: int | None) -> bool:
-    """Whether a search may rescan long stretches from many starts even where one match attempt is
-    linear: two unbounded repeats (``\\s*\\{\\s*"name"``), or one holding a choice or another repeat; unless
-    the starts are apart (:func:`_starts_apart`)."""
-    count = 0
-
-    def walk(seq: Any) -> bool:
-        nonlocal count
-        found = False
-        for op, av in seq:
-            if op in _REPEATS:
-                found = True
-                body = list(av[2])
-                inner = walk(body)
-                if av[1] == _UNBOUNDED:
-                    count += 1
-                    if inner or any(o is sre.BRANCH for o, _ in _walk_items(body)):
-                        count += 2
-            elif op is sre.SUBPATTERN:
-                found |= walk(av[-1])
-            elif op is sre.BRANCH:
-                for alt in av[1]:
-                    found |= walk(alt)
-            elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                found |= walk(av[1])
-        return found
-
-    walk(items)
-    return count >= 2 and not _starts_apart(items, flags, alphabet, prefix, starts)
-
-
-def _starts_apart(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: int | None) -> bool:
-    """Whether no unbounded repeat (lookarounds' too) can read over the start of another match attempt: the
-    literal every match starts with (``prefix``: a repeat that cannot read one of its characters), or else a
-    character a match starts with (``starts``: their mask; None: any). Then one attempt reads past boundedly
-    many later starts (the pattern's other items read boundedly many characters), so a search reads each
-    character boundedly often, however many unbounded repeats there are
-    (``<tool_call>\\s*<function=([^<>]+)>``)."""
+    """Whether a search may read the text once per start of a match attempt, even where one attempt is
+    linear: an unbounded repeat can read over the start of a later attempt and the attempt can still fail
+    after it (``<a>[^>]*>`` on ``<a><a><a>...``: the attempt from every ``<a>`` reads to the end). A start is
+    the literal every match starts with (``prefix``; a repeat that cannot read one of its characters does not
+    read over one), or else a character a match starts with (``starts``: their mask; None: any). A repeat at
+    the end of the pattern never fails after it (the attempt has matched), so it does not count; one in a
+    lookaround may (the rest of the pattern may fail after it). Where no repeat counts, one attempt reads past
+    boundedly many later starts, so a search reads each character boundedly often, however many unbounded
+    repeats there are (``<tool_call>\\s*<function=([^<>]+)>``)."""
     if prefix:
         needed = [alphabet.mask(sre.LITERAL, ord(c), flags) for c in prefix]
     elif starts is not None:
         needed = [starts]
     else:
-        return False
+        needed = []  # (any repeat reads over a start)
 
     def reads(seq: Any, fl: int) -> int:
         """The mask of what the consuming items of ``seq`` read (-1: anything, as far as known)."""
@@ -811,27 +783,30 @@ def _starts_apart(items: Any, flags: int, alphabet: _Alphabet, prefix: str, star
                 return -1  # (a back reference, an unknown item)
         return mask
 
-    def passes(seq: Any) -> bool:
-        for op, av in seq:
+    def counts(seq: Any, fl: int, tail: bool) -> bool:
+        """Whether a repeat in ``seq`` counts (``tail``: nothing after ``seq`` can fail)."""
+        seq = list(seq)
+        for i, (op, av) in enumerate(seq):
+            last = tail and i == len(seq) - 1
             if op in _REPEATS:
-                if av[1] == _UNBOUNDED:
-                    body = reads(av[2], flags)
+                if av[1] == _UNBOUNDED and not last:
+                    body = reads(av[2], fl)
                     if body == -1 or all(body & need for need in needed):
                         return True
-                elif passes(av[2]):
+                if counts(av[2], fl, last):
                     return True
             elif op is sre.SUBPATTERN:
-                if passes(av[-1]):
+                if counts(av[-1], (fl | av[1]) & ~av[2], last):
                     return True
             elif op is sre.BRANCH:
-                if any(passes(alt) for alt in av[1]):
+                if any(counts(alt, fl, last) for alt in av[1]):
                     return True
             elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                if passes(av[1]):
+                if counts(av[1], fl, last and op is sre.ASSERT):
                     return True
         return False
 
-    return not passes(items)
+    return counts(items, flags, True)
 
 
 def _start_mask(automaton: _Automaton, whole: _Fragment) -> int | None:
