@@ -15,7 +15,8 @@ how many times slower it is than ours on the same input.
 
 ``--grammars`` runs the same question over every built-in grammar: each grammar's golden sample with
 the most delimiters gets a flood (spaces, newlines, or its neighbouring delimiter without its last
-character, repeated) inserted before and after every delimiter; the floods are screened at 10 KB and the
+character, repeated) inserted before and after every delimiter, the output going on after it or cut off
+in it (as a truncated generation is); the floods are screened at 10 KB and the
 three costliest per mode are measured at every size. The row shows the worst cost per MB at each size
 and the ratio of the largest size's cost per MB to the smallest's (1.0 is linear).
 """
@@ -105,9 +106,10 @@ def flood_cases(name: str) -> tuple[object, list[tuple[str, Callable[[int], str]
         if len(delim.strip()) >= 2:
             floods[f"{delim[:-1][:20]!r} repeated"] = delim[:-1]
         for label, unit in floods.items():
-            def build(n: int, at: int = at, unit: str = unit) -> str:
-                return sample.text[:at] + (unit * (n // len(unit) + 1))[:n] + sample.text[at:]
-            builders.append((f"{label} at {at}", build))
+            for rest in (True, False):  # (the output goes on after the flood, or is cut off in it)
+                def build(n: int, at: int = at, unit: str = unit, rest: bool = rest) -> str:
+                    return sample.text[:at] + (unit * (n // len(unit) + 1))[:n] + (sample.text[at:] if rest else "")
+                builders.append((f"{label} at {at}{'' if rest else ', cut off'}", build))
     return sample, builders
 
 
