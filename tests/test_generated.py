@@ -121,15 +121,18 @@ def test_the_walk_is_made_again_only_where_parses_hand_over(monkeypatch: pytest.
     Shot.configs = {1: 1}
     walks = [compiled.current() for _ in range(generated.FIRST_BUILD)]
     assert walks[-2] is None and walks[-1] is not None and made == [1]
+    # the function for parses that ask for events is made at the first such parse after a build, once
+    assert compiled.current(True) is not None and compiled.current(True) is not None and made == [1, 1]
+    compiled.parses -= 2  # (those two parses did not happen, for the counts below)
     Shot.configs = {1: 1, 2: 2}  # new configs, no parse handed over: not made again
     for _ in range(generated.FIRST_BUILD * 4):
         compiled.current()
-    assert made == [1]
+    assert made == [1, 1]
     compiled.handed = compiled.parses  # every parse since handed over: made again at the next due parse
     for _ in range(generated.FIRST_BUILD * 16):
         compiled.current()
         compiled.handed_over()
-    assert made == [1, 2]
+    assert made == [1, 1, 2]
 
 
 def test_a_walk_past_its_size_limits_is_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,10 @@ live searches, a dict lookup for the step, a loop over its region actions. Here 
 outputs reached are written out as source, one block per config: its searches unrolled in tie-break order
 (a single literal as ``str.find``), their memo in local variables, the step per delimiter and the text step
 resolved ahead, the region actions as code, and each region's close as a function written for it (its value
-specialised: values.specialised_value). The function does what ``OneShot._walk`` does, step for step, with
+specialised: values.specialised_value). Two functions are written from the same configs, made as parses ask
+for them: one for parses that ask for the session's events (the builder's own methods take each region
+action) and one for the rest (the actions written out, no test per step of which it is). The configs the
+walk visited most are tested for first. The function does what ``OneShot._walk`` does, step for step, with
 the same builder; where the walk would do something else (a config not worked out yet, a zero-width match
 it has rules for) it stops at that point and the walk goes on from there. So the result is the walk's,
 which the differential tests hold equal to the session's.
