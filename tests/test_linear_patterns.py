@@ -122,10 +122,9 @@ REGEXES = delimiter_regexes()
 
 @pytest.mark.parametrize("name, terminal, matcher", REGEXES, ids=[f"{n}-{t}" for n, t, _ in REGEXES])
 def test_delimiter_regex_searches_in_linear_time(name, terminal, matcher):
-    assert problems(matcher.pattern, matcher.flags) == []
-    # After a one-character head (mimo's ``<[ \t]{0,8}parameter...(?P<key>[^>\s]+)``, whose key run may hold
-    # another ``<parameter=``) the shape may rescan: the engine then searches it under a limit.
-    assert not problems(matcher.pattern, matcher.flags, shortest_head=1) or matcher.limit
+    # (a one-character head too: mimo's ``<[ \t]{0,8}parameter...(?P<key>[^>\s]+)`` let its key run hold
+    # another ``<parameter=``, 75 s on 176 KB; the engine would search such a pattern under a limit)
+    assert problems(matcher.pattern, matcher.flags, shortest_head=1) == []
 
 
 @pytest.mark.parametrize("pattern, bad", [
