@@ -254,7 +254,7 @@ class ToolTypes:
         if fn is None:
             return value
         name, arguments = fn.get("name"), fn.get("arguments")
-        if isinstance(name, str) and name:
+        if isinstance(name, str) and name and name not in self.parameters:  # (an offered name resolves to itself)
             name = fn["name"] = self.resolve(name)
             if name not in self.parameters and (problem := unknown_tool(name, self.parameters)) not in \
                     value.get("errors", []):
@@ -269,7 +269,12 @@ class ToolTypes:
         castable = self._castable.get(name)
         if castable:
             for key, argument in arguments.items():
-                if key in castable and isinstance(argument, (str, list)):
+                types_ = castable.get(key)
+                if types_ is None:
+                    continue
+                if isinstance(argument, str):  # (what retype does with a string)
+                    arguments[key] = coerce(argument, types_)
+                elif isinstance(argument, list):
                     arguments[key] = self.retype(name, key, argument)
         return value
 
