@@ -324,11 +324,11 @@ def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: tuple[
         if kind == CLOSE:
             _close(src, what, d, shifting, at, tup)
         elif kind == OPEN:
-            term = shifting[0] if shifting is not None else None
-            if shifting is None or term is None:
+            if shifting is None:
                 _push(src, what.region, d, "{}", '""', at)
-            elif isinstance(term.matcher, RegexMatcher) and term.matcher.compiled.groupindex:
-                matcher, m = term.matcher, f"m{shifting[1]}"
+                continue
+            matcher, m = shifting[0].matcher, f"m{shifting[1]}"
+            if isinstance(matcher, RegexMatcher) and matcher.compiled.groupindex:
                 _push(src, what.region, d, f"{m}.groupdict() if {m} is not None else {{}}"
                       if always_captured(matcher.pattern, matcher.flags) else  # (no value is None)
                       f"{{k: v for k, v in {m}.groupdict().items() if v is not None}} if {m} is not None else {{}}",
