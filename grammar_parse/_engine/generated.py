@@ -4,8 +4,8 @@
 live searches, a dict lookup for the step, a loop over its region actions. Here the configs a grammar's
 outputs reached are written out as source, one block per config: its searches unrolled in tie-break order
 (a single literal as ``str.find``), their memo in local variables, the step per delimiter and the text step
-resolved ahead, the region actions as code, and each region's close as a function written for it (its value
-specialised: values.specialised_value). Two functions are written from the same configs, made as parses ask
+resolved ahead, the region actions as code, and each region closed by the closer the generic walk's builder
+uses too (OneShot.closer: its value spec read once). Two functions are written from the same configs, made as parses ask
 for them: one for parses that ask for the session's events (the builder's own methods take each region
 action) and one for the rest (the actions written out, no test per step of which it is). The configs the
 walk visited most are tested for first. The function does what ``OneShot._walk`` does, step for step, with
@@ -25,15 +25,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import GrammarParseError
-from .content.xml import reads_elements
 from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd
 from .grammar import Grammar, Region, Terminal
-from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open
+from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open, close_rules
 from .regex_shape import always_captured
-from .regions import component_storer, store
-from .salvage import check_calls
-from .values import specialised_content, specialised_value
 
 #: Configs past this many are not written out (the walk takes such grammars); the function is first made at
 #: the FIRST_BUILD-th parse, and made again MAX_BUILDS times at most, where one parse in REBUILD_SHARE was
@@ -57,12 +52,10 @@ class _Source:
     that ask for the session's events (the builder's own methods take every region action), else the one
     that takes them itself."""
 
-    def __init__(self, events: bool, parents: set[str | None]) -> None:
+    def __init__(self, shot: OneShot, events: bool) -> None:
+        self.shot = shot
         self.events = events
-        self.parents = parents  # the rules regions are components of (the rest have no children)
         self.lines: list[str] = []
-        self.helpers: list[str] = []  # functions the walk calls (see _closer), written before it
-        self.closers: dict[tuple[int, bool], str] = {}
         self.constants: list[Any] = []
         self._index: dict[int, int] = {}
 
@@ -74,7 +67,7 @@ class _Source:
         return f"k{i}"
 
     def emit(self, depth: int, line: str) -> None:
-        if len(self.lines) + len(self.helpers) >= MAX_LINES:
+        if len(self.lines) >= MAX_LINES:
             raise _TooLong
         self.lines.append("\t" * depth + line)
 
@@ -107,8 +100,7 @@ def compile_walk(shot: OneShot, events: bool = False) -> Walk | None:
 def compile_source(source: str, constants: list[Any], number: dict[int, int]) -> Walk:
     """The function :func:`walk_source` wrote."""
     namespace: dict[str, Any] = {f"k{i}": value for i, value in enumerate(constants)}
-    namespace.update(NUMBER=number, Decline=Decline, Open=Open, store=store, check_calls=check_calls,
-                     GrammarParseError=GrammarParseError)
+    namespace.update(NUMBER=number, Decline=Decline, Open=Open)
     exec(compile(source, "<grammar_parse generated walk>", "exec"), namespace)  # (see the module doc)
     walk: Walk = namespace["walk"]
     return walk
@@ -127,7 +119,7 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
         for memo, *_ in _searches(c):
             if memo not in (_REPEAT, _VALUE_END):
                 keys.setdefault(memo, len(keys))
-    src = _Source(events, {r.parent for r in shot.grammar.regions.values()})
+    src = _Source(shot, events)
     src.emit(0, "def walk(buf, pos, config, B, drafts):")
     src.emit(1, "n = len(buf)")
     src.emit(1, "s = NUMBER.get(id(config), -1)")
@@ -146,7 +138,7 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
         _dispatch(src, configs, weights, 0, len(configs), 2, number, keys)
     except _TooLong:
         return None
-    return "\n".join(src.helpers + src.lines), src.constants, number
+    return "\n".join(src.lines), src.constants, number
 
 
 def _dispatch(src: _Source, configs: list[Config], weights: list[int], lo: int, hi: int, depth: int,
@@ -354,55 +346,14 @@ def _push(src: _Source, region: Region, d: int, captures: str, open_text: str, a
 
 def _close(src: _Source, region: Region, d: int, shifting: tuple[Terminal, str] | None, at: str, tup: str) -> None:
     """``Builder.close`` of ``region`` where no events are asked for, while ``shifting`` is shifted (``tup``:
-    the builder's form of it): the builder's own where the region is not the open one, else a function
-    written for the region and what the shifted delimiter decides of it (:func:`_closer`)."""
+    the builder's form of it): the builder's own where the region is not the open one, else the region's
+    closer (OneShot.closer) with what the shifted delimiter decides of it (oneshot.close_rules)."""
     r = src.const(region)
-    term = shifting[0] if shifting is not None else None
-    closing = term is not None and term.role == "close" and term.region is region
-    check = region.entry_key is not None and term is not None and not closing
-    name = _closer(src, region, check)
+    closing, check = close_rules(region, None if shifting is None else shifting[0])
     src.emit(d, f"if not frames or frames[-1].region is not {r}: "
                 f"B.at = {at}; B.shifting = {tup}; close({r}); B.shifting = None")
-    src.emit(d, f"else: {name}(B, frames, frames.pop(), {'sh' if closing else repr('')})")
-
-
-def _closer(src: _Source, region: Region, check: bool) -> str:
-    """The function closing the open frame ``fr`` of ``region`` (Builder.close past its first test), with the
-    close delimiter's text ``ct``; ``check``: a value-less argument declines (the session reports it)."""
-    key = (id(region), check)
-    name = src.closers.get(key)
-    if name is not None:
-        return name
-    name = src.closers[key] = f"close{len(src.closers)}"
-    r = src.const(region)
-    out = src.helpers
-    out.append(f"def {name}(B, frames, fr, ct):")
-    if check:
-        out.append("    if not any(c.strip() for c in fr.chunks): raise Decline")  # an argument without a value
-    out.append("    try:")
-    direct = specialised_content(region.spec) if region.rule not in src.parents and not region.scope else None
-    if direct is not None:  # (no children, no transform: the value is the body's)
-        out.append(f"        v = {src.const(direct)}(\"\".join(fr.chunks))")
-    else:
-        out.append(f"        v = {src.const(specialised_value(region.spec))}(\"\".join(fr.chunks), fr.captures, "
-                   "fr.open_text, ct, fr.children)")
-    if region.parent is not None:
-        parent = src.const(region.parent)  # (most often the open frame: a call's, under its argument)
-        out.append(f"        p = frames[-1] if frames and frames[-1].region.rule == {parent} else "
-                   f"next(f for f in reversed(frames) if f.region.rule == {parent})")
-        out.append(f"        {src.const(component_storer(region))}(p.children, fr.captures, fr.children, v)")
-        out.append("    except GrammarParseError: raise Decline from None")
-        return name
-    out.append("        tools = B.tools")  # (a string is no call: ToolTypes.apply leaves it)
-    out.append(f"        if tools is not None and not isinstance(v, str): v = tools.apply(v, "
-               f"elements={reads_elements(region.spec)!r})")
-    if region.spec.join is not None:
-        out.append("        if not isinstance(v, str): raise Decline")
-    if region.is_call:
-        out.append("        check_calls(v)")
-    out.append("    except GrammarParseError: raise Decline from None")
-    out.append(f"    store(B.output, {r}, v)")
-    return name
+    src.emit(d, f"else: {src.const(src.shot.closer(region, check))}(B, frames, frames.pop(), "
+                f"{'sh' if closing else repr('')})")
 
 
 class Compiled:

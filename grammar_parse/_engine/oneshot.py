@@ -31,11 +31,12 @@ from .drafts import interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import Frame, component_path, missing_fields, region_callbacks, store, store_component, without_empty
+from .regions import Frame, component_path, component_storer, missing_fields, region_callbacks, store, without_empty
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce
 from .tools import ToolTypes
+from .values import specialised_content, specialised_value
 
 #: Whether the specialised parsers run (``GRAMMAR_PARSE_SPECIALISED=0`` turns them off, to compare against
 #: the session or as an escape hatch).
@@ -114,6 +115,8 @@ class OneShot:
         self.configs: dict[tuple[tuple[int, ...], str | None], Config] = {}
         self.recorder = _Recorder(grammar)
         self.start = self._config((tables.parse_table.start_states["start"],), None)
+        self._parents = {r.parent for r in grammar.regions.values()}  # the rules regions are components of
+        self._closers: dict[tuple[int, bool], Closer] = {}
         #: The walk compiled from the configs worked out so far, where one is made (generated.specialised).
         self.compiled: CompiledWalk | None = None
 
@@ -123,6 +126,14 @@ class OneShot:
             return self._config(stack, run)
         except _TooMany:
             return None
+
+    def closer(self, region: Region, check: bool) -> Closer:
+        """How a frame of ``region`` closes (:func:`region_closer`), made once per grammar."""
+        found = self._closers.get((id(region), check))
+        if found is None:
+            leaf = region.rule not in self._parents and not region.scope
+            found = self._closers[(id(region), check)] = region_closer(region, check, leaf)
+        return found
 
     # ---------------------------------------------------------------- building
     def _config(self, stack: tuple[int, ...], run: Terminal | None) -> Config:
@@ -172,7 +183,7 @@ class OneShot:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
         ``start`` with ``output`` and the open ``frames`` (a replayed prompt's); with ``events``, the
         session's events are added to it. None where the session must parse it."""
-        build = Builder(output, frames, tools, max_region, origin, events, extended)
+        build = Builder(output, frames, tools, max_region, self.closer, origin, events, extended)
         try:
             compiled = self.compiled
             walk = compiled.current(events is not None) if compiled is not None else None
@@ -322,12 +333,14 @@ def open_regions(frames: list[Frame], base: int) -> list[Open] | None:
 class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
-    __slots__ = ("output", "frames", "tools", "max_region", "shifting", "at", "origin", "discarded", "spans",
-                 "events", "extended")
+    __slots__ = ("output", "frames", "tools", "max_region", "closer", "shifting", "at", "origin", "discarded",
+                 "spans", "events", "extended")
 
     def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
-                 origin: int, events: list[Event] | None = None, extended: bool = False) -> None:
+                 closer: Callable[[Region, bool], Closer], origin: int, events: list[Event] | None = None,
+                 extended: bool = False) -> None:
         self.output = output
+        self.closer = closer  # (OneShot.closer)
         self.origin = origin  # where the output starts in the buffer (the prompt's tail is before it)
         self.discarded = 0  # characters of the output that went into no field
         self.spans: list[list[int]] = []  # ... as the session's discarded spans: [start, end) output offsets
@@ -423,34 +436,16 @@ class Builder:
                 return
             self.push(region, {}, "")
         frame = frames.pop()
-        captures, open_text, chunks, children, path = frame.captures, frame.open_text, frame.chunks, \
-            frame.children, frame.path
-        spec = region.spec
         shifting = self.shifting
-        closing = shifting is not None and shifting[0].role == "close" and shifting[0].region is region
-        close_text = shifting[1] if shifting is not None and closing else ""
-        if region.entry_key is not None and shifting is not None and not closing \
-                and not any(chunk.strip() for chunk in chunks):
-            raise Decline  # an argument without a value: the session reports it
-        try:
-            value = spec.value("".join(chunks), captures, open_text, close_text, children)
-            if region.parent is not None:
-                parent = next(f for f in reversed(self.frames) if f.region.rule == region.parent)
-                store_component(parent.children, region, {**captures, **children}, value)
-                if self.events is not None and path is not None:  # (a component's events have its path)
-                    self.events.append({"type": "region_close", "field": str(path[0]), "path": path, "value": value})
-                return
-            if self.tools is not None:
-                value = self.tools.apply(value, elements=reads_elements(spec))
-            if spec.join is not None and not isinstance(value, str):
-                raise Decline
-            if region.is_call:
-                check_calls(value)
-        except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
-            raise Decline from None
-        store(self.output, region, value)
-        if self.events is not None:
+        closing, check = close_rules(region, shifting[0] if shifting is not None else None)
+        value = self.closer(region, check)(self, frames, frame, shifting[1] if closing and shifting else "")
+        if self.events is None:
+            return
+        if region.parent is None:
             self.events.append({"type": "region_close", "field": region.field, "value": value})
+        elif frame.path is not None:  # (a component's events have its path)
+            self.events.append({"type": "region_close", "field": str(frame.path[0]), "path": frame.path,
+                                "value": value})
 
     def message(self, grammar: Grammar) -> Message:
         if missing_fields(grammar, self.output):
@@ -458,5 +453,63 @@ class Builder:
         return without_empty(self.output, grammar.defaults, [])
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "CompiledWalk", "Config", "Decline",
-           "OneShot", "Open", "Parsed", "Step", "open_regions"]
+#: How a frame closes: (builder, the frames left, the frame, the close delimiter's text) -> the region's value.
+Closer = Callable[[Builder, list[Open], Open, str], Any]
+
+
+def close_rules(region: Region, shifting: Terminal | None) -> tuple[bool, bool]:
+    """(whether ``shifting``, the delimiter shifted (None: a text step or the end), is ``region``'s own close, so
+    its text is the close text; whether the region is an argument that must have a value, the session's test
+    where something other than its close ends it)."""
+    closing = shifting is not None and shifting.role == "close" and shifting.region is region
+    return closing, region.entry_key is not None and shifting is not None and not closing
+
+
+def region_closer(region: Region, check: bool, leaf: bool) -> Closer:
+    """``Builder.close`` past its first test for ``region``, with its value spec read once: the content parser
+    alone for a ``leaf`` (no components) without a transform (values.specialised_content), else the spec
+    specialised (values.specialised_value); stored in its parent call's scope, or typed, checked and stored
+    in the message as the session's region builder does. ``check``: an argument without a value declines."""
+    direct = specialised_content(region.spec) if leaf else None
+    full = specialised_value(region.spec)
+    parent_rule = region.parent
+    if parent_rule is not None:
+        storer = component_storer(region)
+
+        def close_component(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
+            if check and not any(chunk.strip() for chunk in frame.chunks):
+                raise Decline  # an argument without a value: the session reports it
+            try:
+                body = "".join(frame.chunks)
+                value = direct(body) if direct is not None else \
+                    full(body, frame.captures, frame.open_text, close_text, frame.children)
+                parent = frames[-1] if frames and frames[-1].region.rule == parent_rule else \
+                    next(f for f in reversed(frames) if f.region.rule == parent_rule)  # (most often the open one)
+                storer(parent.children, frame.captures, frame.children, value)
+            except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
+                raise Decline from None
+            return value
+        return close_component
+    elements, join, is_call = reads_elements(region.spec), region.spec.join is not None, region.is_call
+
+    def close_field(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
+        try:
+            body = "".join(frame.chunks)
+            value = direct(body) if direct is not None else \
+                full(body, frame.captures, frame.open_text, close_text, frame.children)
+            tools = build.tools
+            if tools is not None and not isinstance(value, str):  # (a string is no call: apply leaves it)
+                value = tools.apply(value, elements=elements)
+            if join and not isinstance(value, str):
+                raise Decline
+            if is_call:
+                check_calls(value)
+        except GrammarParseError:
+            raise Decline from None
+        store(build.output, region, value)
+        return value
+    return close_field
+
+
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Closer", "CompiledWalk", "Config",
+           "Decline", "OneShot", "Open", "Parsed", "Step", "close_rules", "open_regions", "region_closer"]

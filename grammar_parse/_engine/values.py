@@ -254,12 +254,12 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
     general, written = _filler(spec.transform), _written_filler(spec.transform)
 
     def fill_in(scope: Mapping[str, Any]) -> Any:
-        if written is None:
-            return general(scope, False)
-        try:
-            return written(scope)
-        except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
-            return general(scope, False)
+        if written is not None:
+            try:
+                return written(scope)
+            except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
+                pass
+        return general(scope, False)
     if spec.transform_each:
         def each(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
                  children: Mapping[str, Any]) -> Any:
@@ -270,21 +270,11 @@ def specialised_value(spec: Any) -> Callable[[str, Mapping[str, Any], str, str, 
             return [fill_in({**scope, **item}) for item in parsed]
         return each
 
-    if written is None:
-        def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
-                        children: Mapping[str, Any]) -> Any:
-            return general({**captures, **children, "content": parse(body)} if children else
-                           {**captures, "content": parse(body)}, False)
-        return transformed
-
-    def written_out(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
+    def transformed(body: str, captures: Mapping[str, Any], open_text: str, close_text: str,
                     children: Mapping[str, Any]) -> Any:
-        scope = {**captures, **children, "content": parse(body)} if children else {**captures, "content": parse(body)}
-        try:
-            return written(scope)
-        except (KeyError, TypeError):  # (a placeholder with nothing to fill: the general filler's error)
-            return general(scope, False)
-    return written_out
+        return fill_in({**captures, **children, "content": parse(body)} if children else
+                       {**captures, "content": parse(body)})
+    return transformed
 
 
 def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
@@ -358,4 +348,5 @@ def _dig(value: Any, keys: tuple[str, ...]) -> Any:
     return value
 
 
-__all__ = ["RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder", "specialised_value"]
+__all__ = ["RegionValue", "ValueSpec", "fill", "fill_known", "mixed_placeholder", "specialised_content",
+           "specialised_value"]
