@@ -770,15 +770,9 @@ def _rescans(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: i
         for op, av in seq:
             if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
                 mask |= alphabet.mask(op, av, fl)
-            elif op in _REPEATS:
-                mask |= reads(av[2], fl)
-            elif op is sre.SUBPATTERN:
-                mask |= reads(av[-1], (fl | av[1]) & ~av[2])  # (its inline flags)
-            elif op is sre.BRANCH:
-                for alt in av[1]:
-                    mask |= reads(alt, fl)
-            elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                mask |= reads(av[1], fl)
+            elif op in _NESTING:
+                for sub, sub_flags in _inside(op, av, fl):
+                    mask |= reads(sub, sub_flags)
             elif op is not sre.AT:
                 return -1  # (a back reference, an unknown item)
         return mask
@@ -788,25 +782,30 @@ def _rescans(items: Any, flags: int, alphabet: _Alphabet, prefix: str, starts: i
         seq = list(seq)
         for i, (op, av) in enumerate(seq):
             last = tail and i == len(seq) - 1
-            if op in _REPEATS:
-                if av[1] == _UNBOUNDED and not last:
-                    body = reads(av[2], fl)
-                    if body == -1 or all(body & need for need in needed):
-                        return True
-                if counts(av[2], fl, last):
-                    return True
-            elif op is sre.SUBPATTERN:
-                if counts(av[-1], (fl | av[1]) & ~av[2], last):
-                    return True
-            elif op is sre.BRANCH:
-                if any(counts(alt, fl, last) for alt in av[1]):
-                    return True
-            elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                if counts(av[1], fl, last and op is sre.ASSERT):
-                    return True
+            if op in _REPEATS and av[1] == _UNBOUNDED and not last and all(
+                    reads(av[2], fl) & need for need in needed):  # (-1 & need: need)
+                return True
+            inner_tail = last and op is not sre.ASSERT_NOT  # (a negative lookahead fails where its body matches)
+            if op in _NESTING and any(counts(sub, sub_flags, inner_tail) for sub, sub_flags in _inside(op, av, fl)):
+                return True
         return False
 
     return counts(items, flags, True)
+
+
+#: The parsed items that hold sequences of their own (see _inside).
+_NESTING = (*_REPEATS, sre.SUBPATTERN, sre.BRANCH, sre.ASSERT, sre.ASSERT_NOT)
+
+
+def _inside(op: Any, av: Any, flags: int) -> list[tuple[Any, int]]:
+    """The sequences inside one parsed item, each with the flags it is read under (a group's inline ones)."""
+    if op in _REPEATS:
+        return [(av[2], flags)]
+    if op is sre.SUBPATTERN:
+        return [(av[-1], (flags | av[1]) & ~av[2])]
+    if op is sre.BRANCH:
+        return [(alt, flags) for alt in av[1]]
+    return [(av[1], flags)]  # (a lookaround's body)
 
 
 def _start_mask(automaton: _Automaton, whole: _Fragment) -> int | None:
