@@ -180,3 +180,25 @@ def test_common_trigger_characters_are_looked_past():
     for heads in found:
         assert heads.quiet("the weather") and heads.quiet("tool") and heads.quiet("at 3")
         assert not heads.quiet("abot") and not heads.quiet("go to") and not heads.quiet("x to=functions.f")
+
+
+# ---------------------------------------------------------------------------- text with no trigger character
+@pytest.mark.parametrize("name", sorted(gp.list_grammars()))
+@settings(max_examples=examples(0.3))
+@given(data=st.data())
+def test_a_scan_of_text_without_triggers_decides_as_the_full_loop(name, data):
+    """A scan whose text holds none of the live delimiters' first characters answers without asking each
+    delimiter (``Scanner.none_from``): the same answer as the loop over them, for real outputs with the
+    trigger characters taken out and left in, from any position."""
+    import copy
+
+    text = data.draw(grammar_outputs(name), label="text")
+    for scanner in scanners(name):
+        if scanner.none_from is None:
+            continue
+        full = copy.copy(scanner)
+        full.none_from = None
+        stripped = text.translate({ord(c): None for c in scanner.quiet.triggers})
+        for buf in (text, stripped):
+            pos = data.draw(st.integers(0, len(buf)), label="pos")
+            assert decision(scanner, buf, pos, SearchCache()) == decision(full, buf, pos, SearchCache()), (buf, pos)

@@ -165,6 +165,16 @@ class Scanner:
         self.searches: list[tuple[str, Terminal, Any, Any]] | None = \
             [(self.keys[t.name], t, m.search, key) for t, m, kind, _, _, key in self.entries] \
             if all(kind == _SEARCH for _, _, kind, *_ in self.entries) else None
+        #: The scan's loop, one row per entry: the entry, its name and search key, and the test that no character
+        #: its matches start with is in the buffer from an offset (one such character, or a class search).
+        self.rows: list[tuple[Terminal, str, Any, int, bool, bool, Any, str, str, Any]] = [
+            (t, t.name, m, kind, literal, is_regex, key, self.keys[t.name], *_first_test(self.firsts.get(t.name)))
+            for t, m, kind, literal, is_regex, key in self.entries]
+        #: Text with no trigger character from the scan's position holds no delimiter and no start of one:
+        #: where that is all a scan must know (every delimiter is searched, none has a leading whitespace run),
+        #: the trigger (one character) or the search for any of them.
+        self.none_from: tuple[str, Any] | None = None if self.quiet is None or self.quiet.hold_space \
+            or self.searches is None else (self.quiet.trigger, self.quiet.hits)
 
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
              value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
@@ -174,10 +184,13 @@ class Scanner:
         best: Terminal | None = None
         best_hit: Hit | None = None
         best_key: Any = None
-        hits, progress, keys, firsts = cache.hits, cache.progress, self.keys, self.firsts
+        hits, progress = cache.hits, cache.progress
         if eos and not progress:
             return self._scan_final(buf, pos, hits, value_end)
-        for term, matcher, kind, literal, is_regex, sort_key in self.entries:
+        if not eos and (none := self.none_from) is not None \
+                and (buf.find(none[0], pos) < 0 if none[1] is None else none[1](buf, pos) is None):
+            return None, None, n  # (what the loop below would find, without asking each delimiter)
+        for term, name, matcher, kind, literal, is_regex, sort_key, key, first, firsts in self.rows:
             try:
                 if kind == _VALUE_END:
                     hit: Hit | None = (value_end, value_end, None) if value_end >= pos else None
@@ -186,26 +199,28 @@ class Scanner:
                 else:
                     # Where an earlier feed's scan stopped: no match starts before its pending run (dead
                     # starts stay dead as text arrives), and that run may be resumed without a rescan.
-                    start, known = pos, progress.get(term.name)
+                    start, known = pos, progress.get(name)
                     if known is not None:
-                        if known.pos <= pos <= known.dead_below() and known.end <= n:
-                            start = known.dead_below()
-                            # nothing matched or pending at the last scan, and the new text holds no character
-                            # a match starts with: still nothing (the last scan's note stands)
-                            if not eos and known.pending == -1 and not known.found \
-                                    and (chars := firsts[term.name]) is not None \
-                                    and all(buf.find(c, known.end) < 0 for c in chars):
-                                continue
-                            if not eos and is_regex and start < n \
-                                    and (pending := matcher.resume(buf, known)) is not None:
+                        dead = known.end if known.pending == -1 else known.pending  # (known.dead_below())
+                        if known.pos <= pos <= dead and known.end <= n:
+                            start = dead
+                            if eos:
+                                pass
+                            elif known.pending == -1:
+                                # nothing matched or pending at the last scan, and the new text holds no
+                                # character a match starts with: still nothing (the last scan's note stands)
+                                if not known.found and (buf.find(first, dead) < 0 if first else
+                                                        firsts is not None and firsts(buf, dead) is None):
+                                    continue
+                            elif is_regex and start < n and (pending := matcher.resume(buf, known)) is not None:
                                 if pending < hold:
                                     hold = pending
                                 continue
                         else:
                             known = None
-                            del progress[term.name]
+                            del progress[name]
                     # (a literal that was not in the shorter buffer can only end in the new text)
-                    hit = _search(hits, keys[term.name], matcher, buf, pos,
+                    hit = _search(hits, key, matcher, buf, pos,
                                   start if known is None or known.found or not literal
                                   else max(start, known.end - matcher.max_width + 1))
                     if not eos:
@@ -213,11 +228,11 @@ class Scanner:
                         hit, pending = matcher.probe(buf, start, hit)
                         # (a pending run found past a complete match is exact only with an automaton)
                         if hit is None and (literal or is_regex and (not found or matcher.exact_pending)):
-                            known = progress[term.name] = Progress(n, pos, pending, found)
+                            known = progress[name] = Progress(n, pos, pending, found)
                             if is_regex:
                                 matcher.note(buf, known, searched)
                         else:
-                            progress.pop(term.name, None)
+                            progress.pop(name, None)
                         if pending != -1 and pending < hold:
                             hold = pending
                 if kind != _SEARCH and not eos:
@@ -227,9 +242,9 @@ class Scanner:
             except TimeoutError:
                 raise _timed_out(term) from None
             if hit is not None:
-                key = (hit[0], hit[0] - hit[1], sort_key)
-                if best_key is None or key < best_key:
-                    best, best_hit, best_key = term, hit, key
+                rank = (hit[0], hit[0] - hit[1], sort_key)
+                if best_key is None or rank < best_key:
+                    best, best_hit, best_key = term, hit, rank
         if best_hit is not None and best_hit[0] >= hold:
             return None, None, hold
         return best, best_hit, hold
@@ -296,6 +311,16 @@ def _entry_heads(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, 
             return None
         heads += found
     return None if not heads or any("\0" in h for h in heads) else HeadsTest(tuple(heads))
+
+
+def _first_test(chars: str | None) -> tuple[str, Any]:
+    """How a scan asks whether any of ``chars`` is in the buffer from an offset: ``str.find`` of the one
+    character, or a character-class search (neither: the characters are not known)."""
+    if chars is None:
+        return "", None
+    if len(chars) == 1:
+        return chars, None
+    return "", re.compile("[" + re.escape(chars) + "]").search
 
 
 def _match_firsts(matcher: Any) -> str | None:
