@@ -227,12 +227,17 @@ class _JsonCallReader:
             return
         text = "".join(self.pending)
         self.pending = []
+        self.take(text)
+
+    def take(self, text: str) -> None:
+        """Walk the next piece of the body now (nothing taken is waiting), sending what it completes."""
         self.text.append(text)
-        walker = self._walker()
+        walker = self.walker or self._walker()
         walker.feed(text)
         if self.capturing and self.held is None:
             self._send_until(walker.offset)
-        self._compact()
+        if walker.offset > self.text_base + 4096:
+            self._compact()
 
     def _walker(self) -> JsonWalker:
         if self.walker is None:
@@ -882,6 +887,12 @@ class ToolCallStreamer:
 
     def _feed(self, events: list[Event]) -> list[ToolCallDelta]:
         self.out = []
+        if len(events) == 1 and type(reader := self.reader) is _JsonCallReader and not reader.pending \
+                and (event := events[0])["type"] == "region_chunk" and "path" not in event:
+            # (most feeds inside a JSON call: a piece of its text, walked now; it closes no call of its own)
+            reader.take(event["text"])
+            self._flush_done()
+            return self.out
         for event in events:
             # only the call regions' events move calls (the rest would flush nothing new)
             if event["type"] != "region_open" and event["type"] != "region_chunk" and event["type"] != "region_close" \

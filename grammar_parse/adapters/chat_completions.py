@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .._engine.events import Event
+from .._engine.events import Event, RegionChunk
 from .._engine.session import TemplateLike
 from .._engine.shapes import REASONING_FIELDS
 from .._engine.tools import CallValidator, call_function
@@ -72,6 +72,7 @@ class ChatCompletionsStream:
         self.reasoning_field = reasoning_field
         self.ids = ids or default_ids()
         self.texts: dict[str, StrippedText] = {}
+        self.sinks: dict[str, tuple[str, StrippedText] | None] = {}  # field -> where its text goes (see _sink)
         self.kinds = TextKinds(self.parser.grammar.format.field_roles)
         # Fields whose regions the parser joins with a separator (functionary's content, "\n"): the deltas
         # carry it between regions, so that they add up to the message.
@@ -115,22 +116,40 @@ class ChatCompletionsStream:
     def _deltas(self, events: list[Event]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for event in events:
-            if event["type"] == "region_open" and self.joins and (kind := self.kinds(event)) is not None \
-                    and (join := self.joins.get(event["field"])) is not None:
-                target = "content" if kind == "content" else self.reasoning_field
-                if target in self.texts:
-                    self.texts[target].restart(*join)
-            elif event["type"] == "region_chunk" and (kind := self.kinds(event)) is not None:
-                target = "content" if kind == "content" else self.reasoning_field
-                stripped = self.texts.get(target)
-                if stripped is None:
-                    stripped = self.texts[target] = StrippedText()
-                text = stripped.add(event["text"])
-                if text:
-                    out.append({target: text})
+            if event["type"] == "region_chunk":
+                if "path" in event:
+                    continue  # (a component's text: its call's deltas say it)
+                try:
+                    sink = self.sinks[event["field"]]
+                except KeyError:
+                    sink = self._sink(event)
+                if sink is not None:
+                    target, stripped = sink
+                    text = stripped.add(event["text"])
+                    if text:
+                        out.append({target: text})
             elif event["type"] == "call_open" or event["type"] == "call_arguments":
                 out.append({"tool_calls": [self._tool_delta(event)]})
+            elif event["type"] == "region_open" and self.joins and (role := self.kinds(event)) is not None \
+                    and (join := self.joins.get(event["field"])) is not None:
+                target = "content" if role == "content" else self.reasoning_field
+                if target in self.texts:
+                    self.texts[target].restart(*join)
         return out
+
+    def _sink(self, event: RegionChunk) -> tuple[str, StrippedText] | None:
+        """Where a field's text goes (None: nowhere, a call's or another field's), worked out at the field's
+        first chunk: the message's field and its stripped text, shared by the fields of one role."""
+        role = self.kinds(event)
+        sink: tuple[str, StrippedText] | None = None
+        if role is not None:
+            target = "content" if role == "content" else self.reasoning_field
+            stripped = self.texts.get(target)
+            if stripped is None:
+                stripped = self.texts[target] = StrippedText()
+            sink = (target, stripped)
+        self.sinks[event["field"]] = sink
+        return sink
 
     def _tool_delta(self, delta: Mapping[str, Any]) -> dict[str, Any]:
         index = delta["index"]
