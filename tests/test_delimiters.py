@@ -267,3 +267,32 @@ def test_a_copied_json_end_walks_on_alone():
     assert twin.advance('"}]}', len(head)) == len(head) + 4
     assert walk.advance('\\"y"}]', len(head)) is None  # an escaped quote: still in the string, then 1 deep
     assert walk.advance('}', len(head) + 6) == len(head) + 7
+
+
+@given(st.sampled_from(["<parameter=(?P<k>[^<>\\n]+)>", r"<t>\s*<f=(?P<n>\w+)>", r"(?:</f>\s*)?</t>"]),
+       st.lists(st.text(alphabet="<>/=ftkparmeto \n_x", max_size=12), min_size=1, max_size=30))
+def test_a_remembered_walk_is_the_walk(pattern, texts):
+    """``Automaton.walk`` remembers short walks (a stream walks the same delimiter pieces again and again):
+    what it answers, first or again, is what walking the text answers, from every state met."""
+    automaton = RegexMatcher(pattern)._automaton
+    assert automaton is not None
+    states = [automaton.initial]
+    for text in texts + texts:
+        for state in list(states):
+            got = automaton.walk(state, text)
+            assert got == automaton._walk(state, text)
+            if got is not None and len(states) < 50:
+                states.append(got)
+
+
+def test_remembered_walks_stay_bounded():
+    from grammar_parse._engine import delimiters
+
+    automaton = RegexMatcher(r"<f=(?P<n>[^<>]+)>")._automaton
+    assert automaton is not None
+    for i in range(3 * delimiters._WALKS_KEPT):
+        automaton.walk(automaton.initial, f"<f={i}")
+    assert len(automaton._walks) <= delimiters._WALKS_KEPT
+    long = "<f=" + "x" * (2 * delimiters._WALKS_TEXT)
+    assert automaton.walk(automaton.initial, long) == automaton._walk(automaton.initial, long)
+    assert (automaton.initial, long) not in automaton._walks

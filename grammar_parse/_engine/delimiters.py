@@ -158,6 +158,11 @@ class LiteralMatcher:
         return hit, -1
 
 
+#: Automaton.walk remembers the answers for texts up to this long, at most this many per automaton.
+_WALKS_TEXT, _WALKS_KEPT = 48, 1024
+_UNWALKED = object()
+
+
 class Automaton:
     """A regex's finite automaton, for questions the regex engine cannot answer: which partial matches
     are still alive at the end of the buffer, and the shortest way to complete one."""
@@ -187,6 +192,7 @@ class Automaton:
         for ch, sym in self.symbols.items():
             self.reps.setdefault(sym, ch)
         self._steps: dict[tuple[frozenset[Any], Any], frozenset[Any]] = {}
+        self._walks: dict[tuple[Any, str], Any] = {}  # (state, text) -> walk's answer (see walk)
 
     def first_alive(self, buf: str, lo: int, hi: int) -> int:
         """First start in [lo, hi) such that ``buf[start:]`` is a prefix of some match, else -1.
@@ -218,7 +224,22 @@ class Automaton:
 
     def walk(self, state: Any, text: str) -> Any:
         """The state after reading ``text`` from ``state`` on a path that has not matched yet; None once
-        the path dies or reaches acceptance (then the regex itself must look)."""
+        the path dies or reaches acceptance (then the regex itself must look).
+
+        Short walks are remembered: a stream walks the same delimiter pieces over and over (``<parameter=``
+        and a parameter's name, cut the same way at every call), one Python step per character each time."""
+        if len(text) > _WALKS_TEXT:
+            return self._walk(state, text)
+        key = (state, text)
+        known = self._walks.get(key, _UNWALKED)
+        if known is _UNWALKED:
+            known = self._walk(state, text)
+            if len(self._walks) >= _WALKS_KEPT:
+                self._walks.clear()  # (bounded, whatever texts a process streams)
+            self._walks[key] = known
+        return known
+
+    def _walk(self, state: Any, text: str) -> Any:
         symbols, other, trans, live, finals = self.symbols, self.other, self.trans, self.live, self.finals
         for ch in text:
             sym = symbols.get(ch, other)
