@@ -7,7 +7,7 @@ import json
 
 import pytest
 import regex
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
@@ -296,3 +296,23 @@ def test_remembered_walks_stay_bounded():
     long = "<f=" + "x" * (2 * delimiters._WALKS_TEXT)
     assert automaton.walk(automaton.initial, long) == automaton._walk(automaton.initial, long)
     assert (automaton.initial, long) not in automaton._walks
+
+
+def _live_partial_by_position(matcher: LiteralMatcher, buf: str, lo: int, hi: int) -> int:
+    """The definition: the first position in [lo, hi) whose suffix is a proper prefix of a literal."""
+    for i in range(lo, min(hi, len(buf))):
+        if any(len(buf) - i < len(lit) and lit.startswith(buf[i:]) for lit in matcher.literals):
+            return i
+    return -1
+
+
+@given(st.lists(st.text(alphabet="</ab", max_size=5), min_size=1, max_size=3), st.booleans(),
+       st.text(alphabet="<</ab ", max_size=16), st.integers(0, 18), st.integers(0, 18))
+@example(["aa"], True, "<<", 0, 2)  # (a start that is no prefix, then one that is, both in the window)
+@example(["/ab"], True, "x</a<", 0, 9)
+@example(["ab", "b"], False, "aab", 1, 3)
+def test_a_literal_partial_at_the_edge_is_the_first_by_definition(tails, one_first, buf, lo, hi):
+    """(Literals that all start with one character take the str.find route; others the loop.)"""
+    literals = ["<" + t for t in tails] if one_first else [t or "b" for t in tails]
+    matcher = LiteralMatcher(tuple(literals))
+    assert matcher.live_partial(buf, lo, hi) == _live_partial_by_position(matcher, buf, lo, hi)
