@@ -205,7 +205,7 @@ class Scanner:
                         if known.pos <= pos <= dead and known.end <= n:
                             start = dead
                             if eos:
-                                pass
+                                pass  # (the end decides afresh)
                             elif known.pending == -1:
                                 # nothing matched or pending at the last scan, and the new text holds no
                                 # character a match starts with: still nothing (the last scan's note stands)
