@@ -839,11 +839,11 @@ def _analyse_parsed(parsed: Any, flags: int, alphabet: _Alphabet, depth: int = 0
     if ambiguity > MAX_AMBIGUITY:
         raise RegexSafetyError(f"alternatives or counted repeats that match one text in more than {MAX_AMBIGUITY} "
                                "ways (as in (?:a{1,16}){1,16}b)")
+    prefix = _literal_prefix(parsed, flags)
     profile = BacktrackingProfile(degree=degree, ambiguity=ambiguity,
                                   pump=analysis.pump(links, alphabet) if degree else None,
-                                  prefix=_literal_prefix(parsed, flags), loops=automaton.unbounded,
-                                  rescans=_rescans(parsed, flags, alphabet, _literal_prefix(parsed, flags),
-                                                   _start_mask(automaton, whole)))
+                                  prefix=prefix, loops=automaton.unbounded,
+                                  rescans=_rescans(parsed, flags, alphabet, prefix, _start_mask(automaton, whole)))
     for body, body_flags in automaton.looks:  # a lookaround runs at each position it is reached
         if depth > 8:
             raise RegexSafetyError("lookarounds nested too deeply to analyse")
