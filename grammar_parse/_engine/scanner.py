@@ -144,9 +144,6 @@ class Scanner:
             for t in watch if t.matcher is not None]
         #: Per terminal, the key its searches are memoised under (search_key).
         self.keys = {t.name: search_key(t) for t, *_ in self.entries}
-        #: Per searched terminal, the characters its matches start with (a zero-width one's: the character
-        #: at it), where known: text without them cannot start one (see scan).
-        self.firsts = {t.name: _match_firsts(m) for t, m, kind, *_ in self.entries if kind == _SEARCH}
         self.quiet = _quiet_test(watch)
         # A repeated opener is watched only across the first few whitespace characters of its region: past
         # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
@@ -166,9 +163,12 @@ class Scanner:
             [(self.keys[t.name], t, m.search, key) for t, m, kind, _, _, key in self.entries] \
             if all(kind == _SEARCH for _, _, kind, *_ in self.entries) else None
         #: The scan's loop, one row per entry: the entry, its name and search key, and the test that no character
-        #: its matches start with is in the buffer from an offset (one such character, or a class search).
+        #: its matches start with (a zero-width one's: the character at it) is in the buffer from an offset (one
+        #: such character, or a class search; neither where they are not known): text without them cannot
+        #: start one (see scan).
         self.rows: list[tuple[Terminal, str, Any, int, bool, bool, Any, str, str, Any]] = [
-            (t, t.name, m, kind, literal, is_regex, key, self.keys[t.name], *_first_test(self.firsts.get(t.name)))
+            (t, t.name, m, kind, literal, is_regex, key, self.keys[t.name],
+             *_first_test(_match_firsts(m) if kind == _SEARCH else None))
             for t, m, kind, literal, is_regex, key in self.entries]
         #: Text with no trigger character from the scan's position holds no delimiter and no start of one:
         #: where that is all a scan must know (every delimiter is searched, none has a leading whitespace run),
