@@ -6,6 +6,7 @@ the linear matcher's (``test_linear_regex.linear_steps``)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -337,11 +338,17 @@ RESCANNING = [
 ]
 
 
+@functools.cache
+def _linear(pattern: str, flags: int) -> LinearRegex:
+    return LinearRegex(pattern, flags)  # (it keeps nothing from one search to the next)
+
+
 def _search_steps(pattern: str, unit: str, n: int, limit: float = 1e9, flags: int = regex.DOTALL) -> int:
     """The linear matcher's steps, backtracking as the regex module does, to search ``unit`` repeated to about
     ``n`` characters."""
     text = unit * (n // len(unit))
-    steps, _ = linear_steps(lambda: LinearRegex(pattern, flags).search(text), limit=limit, memo=False)
+    matcher = _linear(pattern, flags)
+    steps, _ = linear_steps(lambda: matcher.search(text), limit=limit, memo=False)
     return steps
 
 
