@@ -621,6 +621,12 @@ class RegexMatcher(PlainState):
         except ValueError:  # (RegexSafetyError too) syntax only the regex module knows
             raise TimeoutError(f"regex {self.pattern!r} ran past its limit") from None
 
+    @property
+    def plain(self) -> bool:
+        """Whether :meth:`search` is the compiled pattern's own search (no lowered form, no time limit), which
+        a caller may then call directly (the compiled walk does)."""
+        return self.lowered is None and not self.limit
+
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
         if lowered is not None:

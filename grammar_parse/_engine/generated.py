@@ -181,7 +181,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
             if len(literal) > 1:
                 src.emit(d + 1, f"if a{k} >= 0 and not buf.startswith({lit}, a{k}): "
                                 f"a{k} = buf.find({lit}, a{k} + 1); e{k} = a{k} + {len(literal)}")
-        elif isinstance(matcher, RegexMatcher) and matcher.lowered is None and not matcher.limit:
+        elif isinstance(matcher, RegexMatcher) and matcher.plain:
             src.emit(d + 1, f"f{k} = pos; h = {src.const(matcher.compiled)}.search(buf, pos)")  # (its search)
             src.emit(d + 1, f"if h is None: a{k} = -1")
             src.emit(d + 1, f"else: a{k}, e{k} = h.span(); m{k} = h")
