@@ -22,6 +22,7 @@ import pytest
 import grammar_parse
 from conformance import strict_equal
 from grammar_parse._engine import generated, oneshot, session
+from grammar_parse._engine.delimiters import RegexMatcher
 from grammar_parse._engine.tools import ToolTypes
 from test_specialised import DEEP, GRAMMARS, outputs
 
@@ -149,3 +150,42 @@ def test_a_walk_past_its_size_limits_is_not_compiled(monkeypatch: pytest.MonkeyP
     for _ in range(generated.FIRST_BUILD + 2):
         assert grammar_parse.parse_response(text, grammar, prefix="") == expected
     assert shot.compiled is not None and shot.compiled.current(False) is None
+
+
+
+def _timed_cases(name: str) -> list[tuple[str, str, Any]]:
+    return list(outputs(name, drift=False))[:12]
+
+
+def _writes_timed(name: str) -> bool:
+    """Whether the walk compiled from the first outputs of ``name`` writes out a search under a time limit."""
+    grammar = grammar_parse.load_grammar(name)
+    if not any(isinstance(t.matcher, RegexMatcher) and t.matcher.timed for t in grammar.terminals.values()):
+        return False
+    results(name, _timed_cases(name), None)  # (the configs those outputs reach, worked out)
+    made = generated.walk_source(generated.specialised(grammar), False)
+    return made is not None and "except TimeoutError" in made[0]
+
+
+TIMED = [name for name in GRAMMARS if _writes_timed(name)]
+
+
+def test_the_compiled_walk_writes_timed_searches_out() -> None:
+    assert len(TIMED) >= 12, TIMED  # (kimi_k2, glm45, llama3_json, deepseek_v32, step3, ...)
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_a_search_past_its_time_limit_in_the_compiled_walk_is_the_walks(name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delimiter whose regex is searched under a time limit (RegexMatcher.timed) has that search written out in
+    the compiled walk, with the linear matcher past the limit, as RegexMatcher.search does. Compiled with no time
+    at all, every such search runs past it, and the results are still the walk's."""
+    cases = _timed_cases(name)
+    expected = results(name, cases, None)
+    shot = generated.specialised(grammar_parse.load_grammar(name))
+    monkeypatch.setattr(generated, "search_budget", lambda chars: 0.0)
+    made = [generated.walk_source(shot, events) for events in (False, True)]
+    got = results(name, cases, Fixed(*(generated.compile_source(*m) for m in made if m is not None)))
+    for i, (want, have) in enumerate(zip(expected, got)):
+        assert (want is None) == (have is None) and strict_equal(want, have), \
+            f"{name}: {cases[i // 3][0][:200]!r}\nwalk:     {want!r}\ncompiled: {have!r}"

@@ -627,6 +627,17 @@ class RegexMatcher(PlainState):
         a caller may then call directly (the compiled walk does)."""
         return self.lowered is None and not self.limit
 
+    @property
+    def timed(self) -> bool:
+        """Whether :meth:`search` is the compiled pattern's search under a time limit (``search_budget``), handed to
+        :meth:`after_timeout` past it, and nothing else (no lowered form), which a caller may then write out
+        (the compiled walk does)."""
+        return self.lowered is None and bool(self.limit)
+
+    def after_timeout(self, buf: str, pos: int) -> Any:
+        """The match :meth:`search` gives where the regex module ran past its time limit: the linear matcher's."""
+        return self.linear.search(buf, pos)
+
     def search(self, buf: str, pos: int) -> Hit | None:
         lowered = self.lowered
         if lowered is not None:
@@ -638,7 +649,7 @@ class RegexMatcher(PlainState):
             try:
                 m = self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos))
             except TimeoutError:
-                m = self.linear.search(buf, pos)
+                m = self.after_timeout(buf, pos)
         return None if m is None else (m.start(), m.end(), m)
 
     def match(self, buf: str, pos: int) -> Any:

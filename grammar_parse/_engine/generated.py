@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd
+from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd, search_budget
 from .grammar import Grammar, Region, Terminal
 from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open, close_rules
 from .regex_shape import always_captured
@@ -181,8 +181,14 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
             if len(literal) > 1:
                 src.emit(d + 1, f"if a{k} >= 0 and not buf.startswith({lit}, a{k}): "
                                 f"a{k} = buf.find({lit}, a{k} + 1); e{k} = a{k} + {len(literal)}")
-        elif isinstance(matcher, RegexMatcher) and matcher.plain:
-            src.emit(d + 1, f"f{k} = pos; h = {src.const(matcher.compiled)}.search(buf, pos)")  # (its search)
+        elif isinstance(matcher, RegexMatcher) and (matcher.plain or matcher.timed):
+            if matcher.plain:
+                src.emit(d + 1, f"f{k} = pos; h = {src.const(matcher.compiled)}.search(buf, pos)")  # (its search)
+            else:  # (its search too, written out: a call through the matcher cost as much as the time limit)
+                src.emit(d + 1, f"f{k} = pos")
+                src.emit(d + 1, f"try: h = {src.const(matcher.compiled)}.search(buf, pos, "
+                                f"timeout={src.const(search_budget)}(n - pos))")
+                src.emit(d + 1, f"except TimeoutError: h = {src.const(matcher.after_timeout)}(buf, pos)")
             src.emit(d + 1, f"if h is None: a{k} = -1")
             src.emit(d + 1, f"else: a{k}, e{k} = h.span(); m{k} = h")
         else:
