@@ -222,6 +222,17 @@ class Automaton:
                 best = i
         return best
 
+    def final_chars(self) -> str | None:
+        """The characters a match can end with: those read on a step into acceptance. None where the empty
+        text is a match (it ends nowhere) or such a step reads a character outside the automaton's alphabet
+        (they cannot be listed)."""
+        if self.initial in self.finals:
+            return None
+        syms = {sym for moves in self.trans.values() for sym, target in moves.items() if target in self.finals}
+        if self.other is not None and self.other in syms:
+            return None
+        return "".join(sorted(ch for ch, sym in self.symbols.items() if sym in syms))
+
     def walk(self, state: Any, text: str) -> Any:
         """The state after reading ``text`` from ``state`` on a path that has not matched yet; None once
         the path dies or reaches acceptance (then the regex itself must look).
@@ -529,6 +540,11 @@ class RegexMatcher(PlainState):
         """``_forward`` for a run that starts at the buffer's start, where a leading ``^`` holds."""
         source = unnamed(self.pattern)
         return self._forward if strip_anchors(source) == source else self._caret_automaton(at_start=True)
+
+    @property
+    def forwards(self) -> tuple[Automaton | None, Automaton | None]:
+        """The automata a pending run is walked on: one that starts elsewhere, one at the buffer's start."""
+        return self._forward, self._forward_at_start
 
     def _forward_for(self, start: int) -> Automaton | None:
         return self._forward_at_start if start == 0 else self._forward

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
+
+import regex
 
 from ..errors import ParseError
 from .delimiters import Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
@@ -176,6 +179,31 @@ class Scanner:
         self.none_from: tuple[str, Any] | None = None if self.quiet is None or self.quiet.hold_space \
             or self.searches is None else (self.quiet.trigger, self.quiet.hits)
 
+    @cached_property
+    def end_chars(self) -> str | None:
+        """The characters the live delimiters' matches end with (RegexMatcher.end_chars): text without any of
+        them completes no delimiter here. None where one of them is not known (or a delimiter is not searched:
+        a repeated opener, a JSON value's end)."""
+        found: set[str] = set()
+        for _, matcher, kind, *_ in self.entries:
+            chars = _match_ends(matcher) if kind == _SEARCH else None
+            if chars is None:
+                return None
+            found.update(chars)
+        return "".join(sorted(found))
+
+    @cached_property
+    def start_chars(self) -> str | None:
+        """The characters the live delimiters' matches start with (see _match_firsts): text without any of them
+        starts none. None where one of them is not known."""
+        found: set[str] = set()
+        for _, matcher, kind, *_ in self.entries:
+            chars = _match_firsts(matcher) if kind == _SEARCH else None
+            if chars is None:
+                return None
+            found.update(chars)
+        return "".join(sorted(found))
+
     def scan(self, buf: str, pos: int, eos: bool, cache: SearchCache,
              value_end: int = -1) -> tuple[Terminal | None, Hit | None, int]:
         """(terminal to commit or None, its hit, hold position) for ``buf`` from ``pos``; ``value_end`` is
@@ -332,6 +360,25 @@ def _match_firsts(matcher: Any) -> str | None:
     else:  # (a regex with no known start texts, not a \s* one: the characters it starts with, if known)
         found = matcher.first_chars if isinstance(matcher, RegexMatcher) and matcher.lowered is None else None
     return found if found and len(found) <= 8 else None
+
+
+def _match_ends(matcher: Any) -> str | None:
+    """The characters a matcher's matches end with, a trailing lookahead's text included (``X(?=Y)`` is decided
+    when ``Y``'s last character arrives): text without any of them completes none, and holds none that more text
+    would complete. None where that is not known: no automaton (other lookarounds), an assertion the next
+    character decides (``\\b``, ``$``), flags the automaton does not read, or a match that may be empty."""
+    if isinstance(matcher, LiteralMatcher):
+        return None if not all(matcher.literals) else "".join(sorted({lit[-1] for lit in matcher.literals}))
+    if not isinstance(matcher, RegexMatcher) or matcher.zero_width or matcher.partial_compiled is not matcher.compiled \
+            or matcher.flags & ~regex.DOTALL:
+        return None
+    found: set[str] = set()
+    for automaton in matcher.forwards:
+        chars = automaton.final_chars() if automaton is not None else None
+        if chars is None:
+            return None
+        found.update(chars)
+    return "".join(sorted(found))
 
 
 def search_key(term: Terminal) -> str:

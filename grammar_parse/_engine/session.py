@@ -461,7 +461,7 @@ def _quiet(parser: ResponseParser) -> None:
     (``_pending``: see feed). None of these while a draft is open: it keeps every piece of output it may read
     again."""
     if parser._drafting.open is not None:
-        parser._fast, parser._held_space, parser._pending = None, False, None
+        parser._fast, parser._held_space, parser._pending, parser._waiting = None, False, None, None
         return
     info = parser._syntax.states[parser._stack[-1]]
     buf, pos = parser._buf, parser._pos
@@ -481,6 +481,138 @@ def _quiet(parser: ResponseParser) -> None:
     heads = scanner.pending_heads
     parser._pending = None if parser._held_space or heads is None or run and (
         run > heads.reach or "\0" + buf[pos:] not in heads.joined) else heads
+    parser._waiting = _waiting(parser) if parser._coalesce else None
+
+
+_NOTHING = re.compile("(?!)").search
+#: A search for characters in a text from an offset (a compiled pattern's ``search``).
+Search = Callable[..., Any]
+#: What lets a piece of output wait (see _waiting): the search for the characters that end a delimiter, the
+#: one for those that start one (None: not usable), how many characters the open region may still take, the
+#: call streamer where the region is a call (its text waits while no reader reads it), and its state's tally.
+_Waiting = tuple[Search, "Search | None", int, "ToolCallStreamer | None", list[int]]
+#: A state where this many scans in a row (per process) let no piece wait is no longer asked (see _waiting).
+WAIT_TRIES = 256
+
+
+def _waiting(parser: ResponseParser) -> _Waiting | None:
+    """After a scan, whether the next pieces of output may wait for a later one, for a parser that coalesces
+    a call's parts (``coalesce_calls``, see _attach_calls): where text goes only to the open region and that
+    region's text moves nothing a wire adapter sends (a call's component, or a call its components make: their
+    text events say nothing until a delimiter closes one), a piece completes no delimiter when it holds no
+    character that ends one live now or once text has moved the parser on, or, while nothing held or waiting
+    holds a character that starts one, no such character; and it sets off nothing else while the region keeps
+    within its size limit. The tests and that room, or None.
+
+    Asking costs each scan there a little; a state where, of WAIT_TRIES scans in a row, none let a piece wait
+    that would have taken a scan (GLM's held runs always hold a delimiter's start and end,
+    ``<arg_key>city</arg_key>``, and what waits there is text the fast path takes anyway) is not asked again in
+    the process. That changes what a stream costs, never what it gives."""
+    syntax = parser._syntax
+    frames = syntax.frames
+    if parser._held_space or parser._held or not frames or frames[-1].region.rule not in parser._coalesce:
+        return None
+    state = syntax.stack[-1]
+    key = state if syntax.run is syntax.states[state].text else ~state
+    known = parser._wait_states
+    found = known.get(key, _UNKNOWN)
+    if found is _UNKNOWN:
+        found = known[key] = _text_only(syntax, key >= 0)
+    frame = frames[-1]
+    if found is None or found[0] is not frame.region or frame.passthrough:
+        return None
+    tries = found[4]
+    tries[0] += 1
+    if tries[0] >= WAIT_TRIES:
+        if not tries[1]:
+            known[key] = None
+            if not any(known.values()):
+                known[_NOWHERE] = True  # (no state is asked any more: new parsers of the grammar do not coalesce)
+            return None
+        tries[0] = tries[1] = 0
+    buf, pos = parser._buf, parser._pos
+    room = parser._max_region - frame.size - (len(buf) - pos)
+    ends, starts, call = found[1], found[2], parser.calls if found[3] else None
+    if pos == len(buf) or starts is not None and starts(buf, pos) is None:
+        return ends, starts, room, call, tries  # (no delimiter starts in the held run)
+    return (ends, None, room, call, tries) if ends(buf, pos) is None else None
+
+
+def _waits(parser: ResponseParser, waiting: _Waiting, text: str) -> bool:
+    """Whether ``text`` may wait (see _waiting); if so, what the next piece is tested with."""
+    ends, starts, room, call, tries = waiting
+    if len(text) > room or call is not None and call.reader is not None:
+        return False  # (past the limit the region reports: that is an event; a call read as it streams)
+    if ends(text) is None:
+        if starts is not None and starts(text) is not None:
+            starts = None  # a delimiter may start in what waits: from here, only pieces without an end wait
+    elif starts is None or starts(text) is not None:
+        return False
+    if parser._fast is None:
+        tries[1] += 1  # (a piece that would have taken a scan: where the fast path would take it, less is saved)
+    parser._waiting = (ends, starts, room - len(text), call, tries)
+    return True
+
+
+_UNKNOWN = object()
+_NOWHERE = -(2 ** 62)  # (a key no state has: see _waiting)
+
+
+def _coalescing(grammar: Grammar, wanted: bool) -> tuple[dict[int, Any], frozenset[str]]:
+    """For a parser that coalesces a call's parts (``wanted``): what its grammar's states let wait, shared by the
+    grammar's parsers (see _text_only), and the rules of the regions whose text may wait (a call's components,
+    calls made of them): none where delimiters look back at text before them, or no state is asked any more."""
+    if not wanted:
+        return {}, frozenset()
+    known: dict[int, Any] = grammar.tables.shared.setdefault("waits", {})
+    if grammar.tables.context or _NOWHERE in known:
+        return known, frozenset()
+    return known, frozenset(r.rule for r in grammar.regions.values()
+                            if r.parent is not None or r.is_call and r.shape.kind == "components")
+
+
+def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | None, bool, list[int]] | None:
+    """For a parser in the state on top of ``syntax.stack`` (``in_run``: a text run under way): the one region
+    text goes to here and after text's first shift (which may change the live delimiters), the search for the
+    characters that end any of those delimiters and the one for those that start them (None: not known),
+    whether the region is a call, and the state's tally (see _waiting); None where that region's text is not one a wire adapter frames nothing of,
+    text would go elsewhere, shift another terminal, reduce a rule (the answer would depend on more of the stack
+    than its top) or set off a callback other than its own text's, or a delimiter's end characters are not
+    known."""
+    stack = syntax.stack
+    info = syntax.states[stack[-1]]
+    term = info.text
+    region = term.region if term is not None else None
+    if term is None or region is None or term.role != "text" or info.text_candidates or \
+            region.parent is None and not (region.is_call and region.shape.kind == "components"):
+        return None
+    infos = [info]
+    if not in_run:
+        fired: list[Any] = []
+        record = {name: (lambda _context, name=name: fired.append(name)) for name in syntax.callbacks}
+        trial = list(stack)  # (the text's shift, tried on a copy: it changes nothing)
+        if not feed(syntax.table, trial, term.name, record) or len(trial) != len(stack) + 1 or \
+                syntax.states[trial[-1]].default_rule is not None:
+            return None
+        after = syntax.states[trial[-1]]
+        if any(name != term.name for name in fired) or after.text is not term or after.text_candidates:
+            return None
+        infos.append(after)
+    ends: set[str] = set()
+    starts: set[str] | None = set()
+    for state in infos:
+        chars = state.scanner.end_chars
+        if chars is None:
+            return None
+        ends.update(chars)
+        firsts = state.scanner.start_chars
+        starts = None if firsts is None or starts is None else starts | set(firsts)
+    return region, _any_of(ends), None if starts is None else _any_of(starts), region.parent is None, [0, 0]
+
+
+def _any_of(chars: set[str]) -> Search:
+    """The search for any of ``chars`` in a text from an offset (for none: a search that finds nothing)."""
+    return re.compile("[" + re.escape("".join(sorted(chars))) + "]").search if chars else _NOTHING
 
 
 def _finalized_error() -> FinalizedError:
@@ -678,7 +810,7 @@ class ResponseParser:
                  strict: bool | None = None, extended_events: bool = False, trace: bool | None = None,
                  max_region_chars: int | None = None, max_json_depth: int | None = None,
                  calls_in_reasoning: str | bool | None = None, options: ParseOptions | None = None,
-                 call_events: bool = False):
+                 call_events: bool = False, coalesce_calls: bool = False):
         expect_text(prefix, "prefix", optional=True)
         # (the keywords are shorthands for the options' fields: resolved once here, never per chunk)
         self._options = options = merge_options(options, strict=strict, trace=trace, max_region_chars=max_region_chars,
@@ -705,6 +837,11 @@ class ResponseParser:
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._pending: HeadsTest | None = None  # (see feed and _quiet)
+        self._waiting: _Waiting | None = None  # (see _waiting)
+        self.calls: ToolCallStreamer | None = None
+        # (where a call's parts are coalesced: only in grammars whose calls have parts, and not while every span is
+        # traced or delimiters look back at text before them)
+        self._wait_states, self._coalesce = _coalescing(grammar, coalesce_calls and self._trace is None)
         self._finalized = False
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
                                         lambda: self._base + self._pos)
@@ -715,7 +852,13 @@ class ResponseParser:
             with_json_depth(self.max_json_depth, _replay_prompt, self, prefix)
         self._drafting.arm(grammar)
         self._start = (self._base, self._pos, len(self._buf))  # (fed nothing while this holds: see finalize)
-        self.calls = _attach_calls(self, tools, extended_events) if call_events else None  # (its calls, as sent)
+        if call_events:
+            self.calls = _attach_calls(self, tools, extended_events)  # (its calls, as sent)
+            if self._drafting.open is None:
+                self._waiting = _waiting(self)  # (a replayed prompt may have opened a call: see _quiet)
+        elif coalesce_calls:
+            raise ArgumentError("coalesce_calls=True needs call_events=True (it holds what moves no call)",
+                                code="usage.argument", hint="Pass call_events=True and extended_events=True too.")
 
     # ------------------------------------------------------------------ public API
     @property
@@ -771,6 +914,7 @@ class ResponseParser:
                     self._log.append(text)
                 # (this path runs for most chunks of a stream: what it calls is written out inline)
                 if hold_space:
+                    self._waiting = None  # (whitespace may be held back: see _waiting)
                     if not text.strip(REGEX_SPACE):
                         self._held.append(text)  # the held run grows (no JSON value ends in whitespace)
                         return []
@@ -816,7 +960,7 @@ class ResponseParser:
                 # A delimiter's start grows (``<par`` + ``amet`` of ``<parameter=``): the scan would commit
                 # nothing and route nothing, so it is left to the chunk that completes or breaks it.
                 self._buf += text
-                self._fast = None
+                self._fast = self._waiting = None
                 return []
             if self._drafting.open is not None:
                 self._drafting.open.raw.append(text)
@@ -1009,7 +1153,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
 def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
     """Process ``parser``'s buffer; in lenient mode an error the parser cannot recover from is recorded and
     the rest of the output is discarded (reported), instead of raising."""
-    parser._fast = parser._pending = None  # set again by a _process that completes (not after an error)
+    parser._fast = parser._pending = parser._waiting = None  # set again by a _process that completes (not after an error)
     parser._held_space = False
     if not parser._degraded:
         try:
@@ -1044,13 +1188,27 @@ def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended:
     streamer = ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth,
                                 lenient=not parser.options.strict)
     feed, finalize = parser.feed, parser.finalize
+    held: list[str] = []  # (coalesce_calls) pieces that wait for the next one
 
     def feed_calls(text: str) -> list[Event]:
+        if (waiting := parser._waiting) is not None and type(text) is str and _waits(parser, waiting, text):
+            held.append(text)
+            return []
+        if held:  # (fed with this piece, in one pass: fed one by one, they would have given no call event)
+            if type(text) is not str:
+                events = _with_calls(streamer, feed("".join(held)))
+                held.clear()
+                return events + feed(text)  # (which says what is wrong with it)
+            held.append(text)
+            text = "".join(held)
+            held.clear()
         return _with_calls(streamer, feed(text))
 
     def finalize_calls(text: str = "") -> tuple[Message, list[Event]]:
-        message, events = finalize(text)
-        return message, _with_calls(streamer, events)
+        events = _with_calls(streamer, feed("".join(held))) if held else []
+        held.clear()
+        message, last = finalize(text)
+        return message, events + _with_calls(streamer, last)
 
     parser.feed, parser.finalize = feed_calls, finalize_calls  # type: ignore[method-assign]
     parser.initial_events = _with_calls(streamer, parser.initial_events)

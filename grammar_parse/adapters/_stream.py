@@ -33,14 +33,20 @@ class OpenStream(NamedTuple):
     calls: ToolCallStreamer
 
 
+#: Whether the adapters' parsers coalesce a call's parts (a switch for comparing: the deltas are the same either way).
+COALESCE_CALLS = True
+
+
 def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[Any] | None = None,
                 options: ParseOptions | None = None) -> OpenStream:
     """What every adapter streams from: a parser whose events carry the tool calls (``call_events``: the
-    calls come out of the parser in the same pass, and the adapters only frame them), and the streamer behind
-    them (its calls as sent, for the final message). ``options`` are the parse options (the keywords its
+    calls come out of the parser in the same pass, and the adapters only frame them; ``coalesce_calls``: the
+    text of a call's parts, which they frame nothing of, is read a few pieces at a time), and the streamer
+    behind them (its calls as sent, for the final message). ``options`` are the parse options (the keywords its
     shorthands), so every adapter passes on every limit."""
     tools = tool_list(tools)
-    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, options=options, call_events=True)
+    parser = ResponseParser(template, prefix, tools=tools, extended_events=True, options=options, call_events=True,
+                            coalesce_calls=COALESCE_CALLS)
     assert parser.calls is not None  # (call_events=True)
     return OpenStream(tools, parser, parser.calls)
 
