@@ -789,7 +789,7 @@ class ResponseParser:
     shorthands for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each
     ``region_open`` also carries ``captures``, the named groups of its open delimiter; with ``call_events=True`` too,
     the tool calls come out in the same pass (``call_open``, ``call_arguments``, ``call_close``; :attr:`calls` is
-    their streamer).
+    their streamer); ``coalesce_calls=True`` lets a piece that only adds to a call's part wait (see _waiting).
 
     Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
     quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
@@ -854,8 +854,7 @@ class ResponseParser:
         self._start = (self._base, self._pos, len(self._buf))  # (fed nothing while this holds: see finalize)
         if call_events:
             self.calls = _attach_calls(self, tools, extended_events)  # (its calls, as sent)
-            if self._drafting.open is None:
-                self._waiting = _waiting(self)  # (a replayed prompt may have opened a call: see _quiet)
+            self._waiting = _waiting(self) if self._drafting.open is None else None  # (see _quiet)
         elif coalesce_calls:
             raise ArgumentError("coalesce_calls=True needs call_events=True (it holds what moves no call)",
                                 code="usage.argument", hint="Pass call_events=True and extended_events=True too.")
