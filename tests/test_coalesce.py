@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from grammar_parse._engine import session
+from grammar_parse._engine.grammar import Grammar, build_grammar
 from grammar_parse.adapters import _stream
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 from grammar_parse.adapters.lmsp import ResponseStream
@@ -43,7 +44,7 @@ def asked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
         gp.load_grammar(name).tables.shared.pop("waits", None)
 
 
-def _parse(name: str, chunks: list[str], prefix: str, tools: Any, coalesce: bool,
+def _parse(name: Any, chunks: list[str], prefix: str, tools: Any, coalesce: bool,
            strict: bool = False) -> tuple[list[list[dict[str, Any]]], dict[str, Any], list[Any]]:
     parser = gp.ResponseParser(name, prefix, tools=tools, strict=strict, extended_events=True, call_events=True,
                                coalesce_calls=coalesce)
@@ -57,9 +58,11 @@ def _parts(event: dict[str, Any], calls: frozenset[str]) -> bool:
     return event["type"] == "region_chunk" and ("path" in event or event["field"] in calls)
 
 
-def compare(name: str, chunks: list[str], prefix: str = "", tools: Any = None) -> int:
-    """Hold the coalescing parse of ``chunks`` to the plain one; the number of pieces that waited."""
-    calls = frozenset(r.field for r in gp.load_grammar(name).regions.values() if r.is_call)
+def compare(name: Any, chunks: list[str], prefix: str = "", tools: Any = None) -> int:
+    """Hold the coalescing parse of ``chunks`` by grammar ``name`` (or a Grammar) to the plain one; the number of
+    pieces that waited."""
+    grammar = name if isinstance(name, Grammar) else gp.load_grammar(name)
+    calls = frozenset(r.field for r in grammar.regions.values() if r.is_call)
     want, want_message, want_spans = _parse(name, chunks, prefix, tools, False)
     got, message, spans = _parse(name, chunks, prefix, tools, True)
     assert message == want_message and spans == want_spans
@@ -158,3 +161,33 @@ def test_a_state_where_nothing_waits_is_given_up(monkeypatch: pytest.MonkeyPatch
     for _ in range(6):
         compare("glm45", chunks, "<|assistant|>")
     assert first and compare("glm45", chunks, "<|assistant|>") == 0
+
+
+#: A call of parts whose part closes only after text (``#``), or is written empty (``!?``): the close is live only
+#: once text has moved the parser on, so a piece's end characters are those of both states.
+AFTER_TEXT = r"""//@ grammar_parse 1
+//@ region content {"content": "text"}
+//@ region tool_calls {"repeats": true, "scope": {"arguments": {}}, "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}}
+//@ region parameter {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
+start: content?
+content: (CONTENT_TEXT | tool_calls)+
+tool_calls: TOOL_CALLS_OPEN (TOOL_CALLS_TEXT | parameter)* TOOL_CALLS_CLOSE
+parameter: PARAMETER_OPEN (PARAMETER_TEXT+ PARAMETER_CLOSE | PARAMETER_EMPTY)
+TOOL_CALLS_OPEN: /<call (?P<name>\w+)>/
+TOOL_CALLS_CLOSE: "</call>"
+PARAMETER_OPEN: /<p (?P<key>\w+)>/
+PARAMETER_CLOSE: "#"
+PARAMETER_EMPTY: "!?"
+%declare CONTENT_TEXT TOOL_CALLS_TEXT PARAMETER_TEXT
+"""
+
+
+@pytest.mark.parametrize("chunks", [
+    ["hi <call f>", "<p a>!", "ab#", "</call>"],  # (the part's text starts with the empty one's start)
+    ["hi <call f>", "<p a>!", "a", "b", "#</call>"],
+    ["hi <call f>", "<p a>", "!?", "</call>"],
+])
+def test_a_close_live_only_after_text_is_told(chunks: list[str]) -> None:
+    """Held at ``<p a>!``, nothing of the part's text has gone to the parser yet: its close (``#``) is not live
+    there, but it is once text moves the parser on, so a piece holding it is read at once."""
+    compare(build_grammar(AFTER_TEXT, source_name="after_text.lark"), chunks)

@@ -575,10 +575,10 @@ def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | 
     """For a parser in the state on top of ``syntax.stack`` (``in_run``: a text run under way): the one region
     text goes to here and after text's first shift (which may change the live delimiters), the search for the
     characters that end any of those delimiters and the one for those that start them (None: not known),
-    whether the region is a call, and the state's tally (see _waiting); None where that region's text is not one a wire adapter frames nothing of,
-    text would go elsewhere, shift another terminal, reduce a rule (the answer would depend on more of the stack
-    than its top) or set off a callback other than its own text's, or a delimiter's end characters are not
-    known."""
+    whether the region is a call, and the state's tally (see _waiting). None where that region's text is not
+    one a wire adapter frames nothing of, text would go elsewhere, shift another terminal, reduce a rule (the
+    answer would depend on more of the stack than its top) or set off a callback other than its own text's, or a
+    delimiter's end characters are not known."""
     stack = syntax.stack
     info = syntax.states[stack[-1]]
     term = info.text
@@ -1152,7 +1152,8 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
 def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
     """Process ``parser``'s buffer; in lenient mode an error the parser cannot recover from is recorded and
     the rest of the output is discarded (reported), instead of raising."""
-    parser._fast = parser._pending = parser._waiting = None  # set again by a _process that completes (not after an error)
+    parser._fast = parser._pending = parser._waiting = None  # set again by a _process that completes (not after
+    # an error)
     parser._held_space = False
     if not parser._degraded:
         try:
