@@ -181,24 +181,21 @@ class Scanner:
 
     @cached_property
     def end_chars(self) -> str | None:
-        """The characters the live delimiters' matches end with (RegexMatcher.end_chars): text without any of
-        them completes no delimiter here. None where one of them is not known (or a delimiter is not searched:
-        a repeated opener, a JSON value's end)."""
-        found: set[str] = set()
-        for _, matcher, kind, *_ in self.entries:
-            chars = _match_ends(matcher) if kind == _SEARCH else None
-            if chars is None:
-                return None
-            found.update(chars)
-        return "".join(sorted(found))
+        """The characters the live delimiters' matches end with (see _match_ends): text without any of them
+        completes no delimiter here. None where one of them is not known (or a delimiter is not searched: a
+        repeated opener, a JSON value's end)."""
+        return self._chars(_match_ends)
 
     @cached_property
     def start_chars(self) -> str | None:
         """The characters the live delimiters' matches start with (see _match_firsts): text without any of them
         starts none. None where one of them is not known."""
+        return self._chars(_match_firsts)
+
+    def _chars(self, of: Callable[[Any], str | None]) -> str | None:
         found: set[str] = set()
         for _, matcher, kind, *_ in self.entries:
-            chars = _match_firsts(matcher) if kind == _SEARCH else None
+            chars = of(matcher) if kind == _SEARCH else None
             if chars is None:
                 return None
             found.update(chars)
