@@ -143,6 +143,23 @@ def test_what_waits_is_read_at_the_end() -> None:
     assert [e["type"] for e in events if e["type"].startswith("call_")][-1] == "call_close"
 
 
+@pytest.mark.parametrize("last, value", [("", "te"), ("xt", "text"), ("t</parameter></function></tool_call>", "tet")])
+def test_nothing_waits_once_the_parse_is_finalized(last: str, value: str) -> None:
+    """A prompt that leaves a part open (the output goes on inside it): pieces may wait from the start, and once the
+    parse is finalized (one-shot with a last piece, or not) a piece is refused as for any parser."""
+    prefix = "<|im_start|>assistant\n<tool_call>\n<function=f>\n<parameter=a>\n"
+    parser = gp.ResponseParser("qwen3_coder", prefix, extended_events=True, call_events=True, coalesce_calls=True)
+    assert parser.feed("te") == []
+    message, _ = parser.finalize(last)
+    assert message["tool_calls"][0]["function"]["arguments"] == {"a": value}
+    with pytest.raises(gp.FinalizedError):
+        parser.feed("x")
+    fresh = gp.ResponseParser("qwen3_coder", prefix, extended_events=True, call_events=True, coalesce_calls=True)
+    fresh.finalize(last)
+    with pytest.raises(gp.FinalizedError):
+        fresh.feed("x")
+
+
 def test_coalescing_needs_call_events() -> None:
     with pytest.raises(ArgumentError, match="call_events"):
         gp.ResponseParser("qwen3_coder", "", coalesce_calls=True)

@@ -992,7 +992,7 @@ class ResponseParser:
         if (done := _specialised_finalize(self, text)) is not None:
             return done
         self._finalized = True
-        self._fast = None
+        self._fast = self._waiting = None
         self._buf = self._join_held() + text
         if text:
             if self._log is not None:
@@ -1142,7 +1142,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
                        events, parser._regions.extended)
     if found is None:
         return None
-    parser._finalized, parser._fast = True, None
+    parser._finalized, parser._fast, parser._waiting = True, None, None
     parser._regions.output = found.message
     parser._regions.frames.clear()
     parser._ledger.discarded.extend(found.spans)
