@@ -100,6 +100,15 @@ CASES = {
         "qwen3", lambda n: "<think>" + "<tool_call>{} " * (n // 14) + "</think>ok", calls_in_reasoning="never"),
     "deepseek_r1 call sections quoted in reasoning, Chat Completions": streamed(
         "deepseek_r1", lambda n: "<think>" + "<｜tool▁calls▁begin｜> " * (n // 21), chat=True),
+    # a call's part whose pieces wait for the next one (coalesce_calls), and floods of what stops them waiting
+    "qwen3_coder a long part, Chat Completions": streamed(
+        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n<parameter=a>\n" + "x y\n" * (n // 4), chat=True),
+    "qwen3_coder a part of delimiter starts, Chat Completions": streamed(
+        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n<parameter=a>\n" + "</" * (n // 2), chat=True),
+    "qwen3_coder a part of delimiter ends, Chat Completions": streamed(
+        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n<parameter=a>\n" + "<=>" * (n // 3), chat=True),
+    "glm45 a long argument value, Chat Completions": streamed(
+        "glm45", lambda n: "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>" + "x<" * (n // 2), chat=True),
 }
 # (Work inside one regex search, such as a lazy run retried from every start of a flood, is not visible
 # here: tests/test_linear_patterns.py rules those patterns out of the built-in grammars.)
