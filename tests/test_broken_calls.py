@@ -416,6 +416,44 @@ def test_a_template_without_a_call_transform_keeps_broken_text_out_of_tool_calls
     assert [e["code"] for e in message["parse_errors"]] == ["parse.json"]
 
 
+def _answer_grammar() -> gp.Grammar:
+    """qwen3's grammar with its content field called ``answer`` (a role, not a name, makes it the content)."""
+    from grammar_parse._engine.grammar import build_grammar
+
+    source = (Path(__file__).resolve().parent.parent / "grammars" / "qwen3.lark").read_text(encoding="utf-8")
+    for old, new in [('//@ region content {"content": "text"}',
+                      '//@ region answer {"content": "text", "role": "content"}'),
+                     ("reasoning_content? content? _end?", "reasoning_content? answer? _end?"),
+                     ("content: (CONTENT_TEXT | tool_calls)+", "answer: (ANSWER_TEXT | tool_calls)+"),
+                     ("%declare REASONING_CONTENT_TEXT CONTENT_TEXT", "%declare REASONING_CONTENT_TEXT ANSWER_TEXT"),
+                     ('//@ name "qwen3"', '//@ name "answer"'), ("//@ aliases", "// aliases")]:
+        assert old in source
+        source = source.replace(old, new)
+    return build_grammar(source, source_name="answer.lark")
+
+
+@pytest.mark.parametrize("text, answer", [
+    ('<tool_call>{"arguments": {}}</tool_call> there', '<tool_call>{"arguments": {}}</tool_call> there'),
+    ('<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>'),
+    ('Hi <tool_call>{"arguments": {}}</tool_call> there', 'Hi <tool_call>{"arguments": {}}</tool_call> there'),
+])
+def test_a_broken_calls_text_joins_the_content_field_whatever_its_name(text, answer):
+    """The text of a call that names no function goes to the content: the field whose role is content, which an
+    authored grammar may call ``answer``. (It went to a ``content`` key the grammar has not got.)"""
+    grammar = _answer_grammar()
+    one_shot = gp.parse_response(text, grammar, prefix="", strict=False)
+    streamed = gp.ResponseParser(grammar, "", strict=False)
+    for i in range(0, len(text), 3):
+        streamed.feed(text[i:i + 3])
+    for message in (one_shot, streamed.finalize()[0]):
+        assert message["answer"] == answer and "content" not in message and "tool_calls" not in message
+    chat = ChatCompletionsStream(grammar, "", strict=False)
+    for i in range(0, len(text), 3):
+        chat.feed(text[i:i + 3])
+    chat.finish()
+    assert chat.message["content"] == answer
+
+
 #: Calls whose errors come from the tools check (an unknown tool, arguments against their schema), besides
 #: the parser's own: every entry of a call's errors has a stable code, wherever it comes from.
 TOOL_PROBLEMS = [

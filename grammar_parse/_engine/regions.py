@@ -16,6 +16,7 @@ from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
+from .shapes import CONTENT
 from .reading import PLACEHOLDER, JsonEnd, copy_json
 from .salvage import check_calls, component_errors, salvage_calls
 from .tables import Callbacks, RuleHandle
@@ -102,6 +103,9 @@ class RegionBuilder:
         self.prefix_len = 0
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
+        # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
+        self._content = next((r.field for r in grammar.regions.values() if r.parent is None and r.role == CONTENT),
+                             CONTENT)
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds between events, copied: for a replayed prompt's snapshot (see
@@ -158,7 +162,7 @@ class RegionBuilder:
             field = frame.field
         else:
             self._loose.append(text)  # the next content region starts with it, or finalize adds it
-            field = "content"
+            field = self._content
         return {"type": "region_chunk", "field": field, "text": text, "dirty": False}
 
     def settle_loose(self) -> None:
@@ -166,13 +170,14 @@ class RegionBuilder:
         if not self._loose:
             return
         text, self._loose = "".join(self._loose), []
-        existing = self.output.get("content")
+        field = self._content
+        existing = self.output.get(field)
         if not isinstance(existing, str) or not existing:
-            self.output["content"] = text.strip()
+            self.output[field] = text.strip()
             return
-        region = next((r for r in self._grammar.regions.values() if r.field == "content" and r.parent is None), None)
+        region = next((r for r in self._grammar.regions.values() if r.field == field and r.parent is None), None)
         join = region.spec.join if region is not None else None
-        self.output["content"] = existing + join + text.strip() if join is not None else \
+        self.output[field] = existing + join + text.strip() if join is not None else \
             (existing + trailing_space(self._content_chunks) + text).rstrip()
 
     def close_open(self) -> None:
@@ -195,7 +200,7 @@ class RegionBuilder:
             return
         if region.parent is None:
             frame = Frame(region, captures, start, open_text, region.field, None)
-            if self._loose and region.field == "content":
+            if self._loose and region.field == self._content:
                 frame.chunks, self._loose = self._loose, []  # a broken call's text, already streamed
                 frame.size = sum(map(len, frame.chunks))
             frame.repair = repair
@@ -315,7 +320,7 @@ class RegionBuilder:
         region = frame.region
         key = region.field
         store(self.output, region, value)
-        if key == "content":
+        if key == self._content:
             self._content_chunks = frame.chunks
         self.events.append({"type": "region_close", "field": key, "value": value})
 
