@@ -126,3 +126,24 @@ def test_calls_under_any_field_stream_when_the_role_says_they_are_calls() -> Non
     calls = [c for d in deltas for c in d.get("tool_calls", [])]
     assert calls[0]["function"]["name"] == "f"
     assert "".join(c["function"]["arguments"] for c in calls) == '{"a": 1}'
+
+
+def test_content_and_calls_under_any_field_reach_every_consumer() -> None:
+    """The content and the calls are found by their roles, not their names: the engines' one-shot message and a
+    batch row read them from an authored grammar that calls them ``answer`` and ``actions``."""
+    source = SCRATCHPAD
+    for old, new in [('//@ region content {"content": "text"}',
+                      '//@ region answer {"content": "text", "role": "content"}'),
+                     ("content? _end?", "answer? _end?"),
+                     ("content: (CONTENT_TEXT | calls)+", "answer: (ANSWER_TEXT | calls)+"),
+                     ("SCRATCHPAD_TEXT CONTENT_TEXT", "SCRATCHPAD_TEXT ANSWER_TEXT"),
+                     ('{"field": "tool_calls",', '{"field": "actions", "role": "tool_calls",')]:
+        assert old in source
+        source = source.replace(old, new)
+    grammar = build_grammar(source, source_name="answer.lark")
+    assert grammar.format.content_fields == ("answer",) and grammar.format.call_fields == ("actions",)
+    message = oneshot_message(OUTPUT, grammar, "", None)
+    assert message["content"] == "Sure." and [c["function"]["name"] for c in message["tool_calls"]] == ["f"]
+    assert [c["function"]["arguments"] for c in message["parsed_calls"]] == [{"a": 1}]
+    row = next(iter(batch.parse_many([{"completion": OUTPUT}], grammar=grammar)))
+    assert row["content"] == "Sure." and [(c["name"], c["arguments"]) for c in row["tool_calls"]] == [("f", {"a": 1})]

@@ -68,6 +68,17 @@ class Format:
         """The message keys that hold reasoning (one, in every built-in grammar)."""
         return tuple(f for f, role in self.field_roles.items() if role == REASONING)
 
+    @property
+    def content_fields(self) -> tuple[str, ...]:
+        """The message keys that hold content (``content`` in every built-in grammar; an authored one may name it
+        otherwise: the role, not the name, makes it the content)."""
+        return tuple(f for f, role in self.field_roles.items() if role == CONTENT)
+
+    @property
+    def call_fields(self) -> tuple[str, ...]:
+        """The message keys that hold tool calls (``tool_calls`` in every built-in grammar)."""
+        return tuple(f for f, role in self.field_roles.items() if role == TOOL_CALLS)
+
     def reasoning_field(self) -> str | None:
         """The message key of the reasoning, if the grammar has one."""
         return next(iter(self.reasoning_fields), None)

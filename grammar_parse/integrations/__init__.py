@@ -118,20 +118,23 @@ def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[s
     reasoning slot, the reasoning text goes ahead of the content (markup removed), as the engines treat
     reasoning when no reasoning parser is set."""
     parsed = parse_response(text, grammar, prefix=prefix, tools=tools, strict=False)
+    fmt = grammar.format
+    values = [call for key in fmt.call_fields for call in
+              (parsed[key] if isinstance(parsed.get(key), list) else [parsed[key]] if key in parsed else [])]
     calls = []
-    for call in parsed.get("tool_calls") or ():
+    for call in values:
         function = call_function(call)
         if function is None or not isinstance(function.get("name"), str) or not function["name"]:
             continue
         arguments = arguments_text(function.get("arguments", {}))
         calls.append({"id": call.get("id") if isinstance(call.get("id"), str) else None, "type": "function",
                       "function": {"name": function["name"], "arguments": arguments}})
-    reasoning = next((parsed[f] for f in grammar.format.reasoning_fields if parsed.get(f)), None) or None
-    content = parsed.get("content") or None
+    reasoning = next((parsed[f] for f in fmt.reasoning_fields if parsed.get(f)), None) or None
+    content = next((parsed[f] for f in fmt.content_fields if parsed.get(f)), None) or None
     if reasoning_as_content:
         reasoning, content = None, "".join(t for t in (reasoning, content) if t) or None
     message: dict[str, Any] = {reasoning_field: reasoning, "content": content,
-                               "parsed_calls": list(parsed.get("tool_calls") or ())}
+                               "parsed_calls": values}
     if calls:
         message["tool_calls"] = calls
     return message
