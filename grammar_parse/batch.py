@@ -111,35 +111,30 @@ class Columns:
 
 def result_row(message: Mapping[str, Any] | None, *, row_id: Any = None, error: str | None = None,
                discarded: int | None = None, reasoning_fields: Sequence[str] = REASONING_FIELDS,
-               content_fields: Sequence[str] = ("content",), call_fields: Sequence[str] = ("tool_calls",)
-               ) -> dict[str, Any]:
+               content_fields: Sequence[str] = ("content",), calls: Sequence[Any] | None = None) -> dict[str, Any]:
     """One output row: ``id``, ``reasoning``, ``content``, ``tool_calls`` (``{"name", "arguments"}``, plus
     ``errors`` for a broken call), ``parse_errors`` (their codes, in order), ``discarded_chars`` (how many
     characters of the output went into no field: text after the end of turn, or where the grammar allows
     none; ``discarded``) and ``error`` (why the row could not be parsed at all: not text, or a strict-mode
-    failure), each None when absent. ``reasoning_fields``, ``content_fields``, ``call_fields``: the message keys
-    that hold reasoning, content and calls (the grammar's format says; by default the usual names)."""
+    failure), each None when absent. ``reasoning_fields``, ``content_fields``: the message keys that hold
+    reasoning and content; ``calls``: the message's calls (the grammar's format says, Format.calls_in; by default
+    the usual names and the ``tool_calls`` list)."""
     if message is None:
         return {"id": row_id, "reasoning": None, "content": None, "tool_calls": None, "parse_errors": None,
                 "discarded_chars": None, "error": error}
     reasoning = next((message[k] for k in reasoning_fields if isinstance(message.get(k), str)), None)
-    calls = []
-    for call in (call for key in call_fields for call in _listed(message.get(key))):
+    entries = []
+    for call in (message.get("tool_calls") or []) if calls is None else calls:
         function = call.get("function", {}) if isinstance(call, Mapping) else {}
         entry = {"name": function.get("name"), "arguments": function.get("arguments")}
         if isinstance(call, Mapping) and call.get("errors"):
             entry["errors"] = [e.get("code") if isinstance(e, Mapping) else str(e) for e in call["errors"]]
-        calls.append(entry)
+        entries.append(entry)
     problems = [p.get("code") for p in message.get("parse_errors") or [] if isinstance(p, Mapping)]
     content = next((message[k] for k in content_fields if isinstance(message.get(k), str)), None)
     return {"id": row_id, "reasoning": reasoning, "content": content,
-            "tool_calls": calls or None, "parse_errors": problems or None, "discarded_chars": discarded,
+            "tool_calls": entries or None, "parse_errors": problems or None, "discarded_chars": discarded,
             "error": error}
-
-
-def _listed(value: Any) -> list[Any]:
-    """A call field's value as a list of calls (a region that does not repeat gives one call, not a list)."""
-    return value if isinstance(value, list) else [] if value is None else [value]
 
 
 @dataclass(frozen=True)
@@ -237,7 +232,7 @@ class _Parser:
             return result_row(None, row_id=given.id, error=f"{e.code}: {e.detail}")
         fmt = grammar.format
         return result_row(message, row_id=given.id, discarded=discarded, reasoning_fields=fmt.reasoning_fields,
-                          content_fields=fmt.content_fields, call_fields=fmt.call_fields)
+                          content_fields=fmt.content_fields, calls=fmt.calls_in(message))
 
     def _specialised(self, grammar: Grammar, given: RowInput) -> oneshot.Parsed | None:
         """The grammar's specialised one-shot parser's message and discarded count, where it takes the row."""

@@ -242,10 +242,11 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + f"… ({len(text) - _MAX_MESSAGE} more)"
 
 
-def _problems(message: Mapping[str, Any], spans: Sequence[Mapping[str, Any]],
+def _problems(message: Mapping[str, Any], tool_calls: Sequence[Any], spans: Sequence[Mapping[str, Any]],
               call_starts: Sequence[int] | None) -> list[_Problem]:
-    """The summary's lines, in the order of the text (those with no place last). ``call_starts[i]`` is
-    where message call ``i`` starts (None when it is not known)."""
+    """The summary's lines, in the order of the text (those with no place last). ``tool_calls``: the message's
+    calls (under the fields its format names); ``call_starts[i]`` is where call ``i`` starts (None when it is not
+    known)."""
     out: list[_Problem] = []
     for i, error in enumerate(e for e in message.get("parse_errors") or [] if isinstance(e, Mapping)):
         span = error.get("span")
@@ -258,7 +259,7 @@ def _problems(message: Mapping[str, Any], spans: Sequence[Mapping[str, Any]],
         out.append(_Problem("discarded", f"discarded-{i}", span["start"], "discarded",
                             f"at {span['start']}–{span['end']}",
                             f"{size:,} character{'s' * (size != 1)} in no field"))
-    for i, call_message in enumerate(message.get("tool_calls") or []):
+    for i, call_message in enumerate(tool_calls):
         errors = call_message.get("errors") if isinstance(call_message, Mapping) else None
         if not errors:
             continue
@@ -401,8 +402,9 @@ def to_html(text: str, grammar: Any, *, prefix: str = "", tools: Any = None, tit
                 pieces[prefilled].append(_Piece(span, a, b, call, failed))
     # (one region can hold several calls, a JSON list: then the regions are numbered, not the calls)
     regions = max((c for c in calls if c is not None), default=-1) + 1
-    tool_calls = message.get("tool_calls") or []
-    problems = _problems(message, spans, _call_starts(events, spans, calls, parser.grammar, len(tool_calls)))
+    tool_calls = parser.grammar.format.calls_in(message)
+    problems = _problems(message, tool_calls, spans, _call_starts(events, spans, calls, parser.grammar,
+                                                                  len(tool_calls)))
     anchors = deque(sorted((p.start, p.anchor) for p in problems if p.start is not None))
     codes = deque(sorted(errors, key=lambda e: e["span"][1]))
     prefill_html = _pre_html(_folded(pieces[True], prefix, -len(prefix), fold), prefix, -len(prefix), anchors, codes)

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .delimiters import LiteralMatcher, RegexMatcher
 from .regex_safety import sre_parse
@@ -78,6 +79,15 @@ class Format:
     def call_fields(self) -> tuple[str, ...]:
         """The message keys that hold tool calls (``tool_calls`` in every built-in grammar)."""
         return tuple(f for f, role in self.field_roles.items() if role == TOOL_CALLS)
+
+    def calls_in(self, message: Mapping[str, Any]) -> list[Any]:
+        """The calls ``message`` holds, under the fields that hold calls, in order (a call region that does not
+        repeat gives one call, not a list)."""
+        found: list[Any] = []
+        for key in self.call_fields:
+            value = message.get(key)
+            found += value if isinstance(value, list) else [] if value is None else [value]
+        return found
 
     def reasoning_field(self) -> str | None:
         """The message key of the reasoning, if the grammar has one."""

@@ -119,8 +119,7 @@ def oneshot_message(text: str, grammar: Grammar, prefix: str, tools: list[dict[s
     reasoning when no reasoning parser is set."""
     parsed = parse_response(text, grammar, prefix=prefix, tools=tools, strict=False)
     fmt = grammar.format
-    values = [call for key in fmt.call_fields for call in
-              (parsed[key] if isinstance(parsed.get(key), list) else [parsed[key]] if key in parsed else [])]
+    values = fmt.calls_in(parsed)
     calls = []
     for call in values:
         function = call_function(call)
