@@ -26,6 +26,7 @@ from grammar_parse.adapters.lmsp import ResponseStream
 from grammar_parse.errors import ArgumentError
 from goldens import Golden, goldens
 from strategies import chunkings, examples, grammar_outputs
+from test_specialised import DEEP, outputs
 from test_transcripts import CASES as TRANSCRIPTS
 
 PARTS = sorted(name for name in gp.list_grammars()
@@ -99,6 +100,15 @@ def test_the_adapters_send_the_same_deltas_piece_by_piece(sample: Golden, monkey
     chunks = [sample.text[i:i + 4] for i in range(0, len(sample.text), 4)]
     plain, coalesced = _adapters(sample.grammar, chunks, sample.prefix, sample.tools, monkeypatch)
     assert coalesced == plain
+
+
+@pytest.mark.parametrize("name", PARTS)
+def test_mutated_outputs(name: str) -> None:
+    """The goldens, transcripts and the goldens' mutants (a span removed, a span repeated, or the output cut
+    short: test_specialised.outputs; drift rewrites too in the deep profile), in 4- and 7-character pieces."""
+    for text, prefix, tools in outputs(name, drift=DEEP):
+        for size in (4, 7):
+            compare(name, [text[i:i + size] for i in range(0, len(text), size)], prefix, tools)
 
 
 @pytest.mark.parametrize("name", PARTS)
