@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grammar_parse as gp
-from grammar_parse._engine import session
+from grammar_parse._engine import oneshot, session
 from grammar_parse._engine.grammar import Grammar, build_grammar
 from grammar_parse.adapters import _stream
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
@@ -41,6 +41,7 @@ def asked_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every state stays asked (the per-process give-up, session.WAIT_TRIES, would leave a test nothing to
     compare), from a clean slate."""
     monkeypatch.setattr(session, "WAIT_TRIES", 10 ** 9)
+    monkeypatch.setattr(oneshot, "SPECIALISED", True)  # (whatever GRAMMAR_PARSE_SPECIALISED says: see below)
     for name in PARTS:
         gp.load_grammar(name).tables.shared.pop("waits", None)
 
@@ -168,6 +169,17 @@ def test_nothing_waits_once_the_parse_is_finalized(last: str, value: str) -> Non
     fresh.finalize(last)
     with pytest.raises(gp.FinalizedError):
         fresh.feed("x")
+
+
+def test_the_specialised_switch_turns_coalescing_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GRAMMAR_PARSE_SPECIALISED=0`` (oneshot.SPECIALISED) is the escape hatch for the fast paths: with it the
+    adapters' parser reads each piece as it comes."""
+    pieces = ["<tool_call>\n<function=f>\n<parameter=a>\n", "tex", "t"]
+    for on in (True, False):
+        monkeypatch.setattr(oneshot, "SPECIALISED", on)
+        parser = _stream.open_stream("qwen3_coder", "").parser
+        got = [parser.feed(piece) for piece in pieces]
+        assert (got[1] == [] and got[2] == []) == on, got
 
 
 def test_coalescing_needs_call_events() -> None:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .._engine import oneshot
 from .._engine.events import Event
 from .._engine.session import ResponseParser, TemplateLike
 from .._engine.shapes import CONTENT, REASONING
@@ -34,6 +35,7 @@ class OpenStream(NamedTuple):
 
 
 #: Whether the adapters' parsers coalesce a call's parts (a switch for comparing: the deltas are the same either way).
+#: ``GRAMMAR_PARSE_SPECIALISED=0``, which turns the specialised parsers off, turns this off too.
 COALESCE_CALLS = True
 
 
@@ -46,7 +48,7 @@ def open_stream(template: TemplateLike, prefix: str | None, *, tools: Iterable[A
     shorthands), so every adapter passes on every limit."""
     tools = tool_list(tools)
     parser = ResponseParser(template, prefix, tools=tools, extended_events=True, options=options, call_events=True,
-                            coalesce_calls=COALESCE_CALLS)
+                            coalesce_calls=COALESCE_CALLS and oneshot.SPECIALISED)
     assert parser.calls is not None  # (call_events=True)
     return OpenStream(tools, parser, parser.calls)
 
