@@ -233,9 +233,12 @@ class Scanner:
                                 pass  # (the end decides afresh)
                             elif known.pending == -1:
                                 # nothing matched or pending at the last scan, and the new text holds no
-                                # character a match starts with: still nothing (the last scan's note stands)
+                                # character a match starts with: still nothing, now up to the buffer's end
+                                # (the note moves on with it: the next scan reads only what comes after, where
+                                # a pending run of another delimiter keeps the buffer growing unconsumed)
                                 if not known.found and (buf.find(first, dead) < 0 if first else
                                                         firsts is not None and firsts(buf, dead) is None):
+                                    known.end = n
                                     continue
                             elif is_regex and start < n and (pending := matcher.resume(buf, known)) is not None:
                                 if pending < hold:
