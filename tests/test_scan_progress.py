@@ -205,3 +205,62 @@ def test_a_scan_of_text_without_triggers_decides_as_the_full_loop(name, data):
         for buf in (text, stripped):
             pos = data.draw(st.integers(0, len(buf)), label="pos")
             assert decision(scanner, buf, pos, SearchCache()) == decision(full, buf, pos, SearchCache()), (buf, pos)
+
+
+# ---------------------------------------------------------------------------- a long run's pieces kept aside
+@pytest.mark.parametrize("name", sorted(gp.list_grammars()))
+@settings(max_examples=examples(0.3))
+@given(data=st.data())
+def test_what_holds_on_keeps_a_scan_would_hold_again(name, data):
+    """Streaming real outputs and delimiters cut short, then grown by a repeated character, in any chunking:
+    wherever Scanner.holds_on takes a piece (the session keeps it aside, unjoined, for a run held past HELD_RUN),
+    a scan from scratch of the grown buffer commits nothing and holds at the same place, and the scans that go on
+    from the notes it moved decide as fresh ones."""
+    text = data.draw(grammar_outputs(name), label="text")
+    pieces = pieces_of(name)
+    if pieces:
+        piece = data.draw(st.sampled_from(pieces))
+        text += piece[:data.draw(st.integers(0, len(piece)))]
+    text += data.draw(st.sampled_from(["x", " ", "\n", "a.", "<", "0"])) * data.draw(st.integers(0, 60))
+    chunks = data.draw(chunkings(text), label="chunks")
+    scanner = data.draw(st.sampled_from(scanners(name)), label="scanner")
+    memo, buf, pos, held = SearchCache(), "", 0, False
+    for chunk in chunks:
+        if held and scanner.holds_on(memo.progress, pos, len(buf), chunk):
+            buf += chunk
+            assert decision(scanner, buf, pos, SearchCache()) == (None, None, pos), (buf, pos)
+            continue
+        buf += chunk
+        resumed = decision(scanner, buf, pos, memo)
+        assert resumed == decision(scanner, buf, pos, SearchCache()), (buf, pos)
+        term, hit, hold = resumed
+        if term is not None:
+            buf, pos, memo, held = buf[hit[1]:], 0, SearchCache(), False
+        else:
+            pos, held = hold, hold < len(buf)
+
+
+def test_holds_on_keeps_a_growing_call_name():
+    """gemma4's ``<|tool_call>call:NAME``, held whole at the edge while the name grows: its pieces are kept; a
+    character the name cannot hold is not."""
+    scanner = next(s for s in scanners("gemma4") if any(t.name == "TOOL_CALLS_OPEN" for t, *_ in s.entries))
+    memo, buf = SearchCache(), "<|tool_call>call:get_w"
+    assert decision(scanner, buf, 0, memo) == (None, None, 0)
+    assert scanner.holds_on(memo.progress, 0, len(buf), "eath")
+    assert scanner.holds_on(memo.progress, 0, len(buf) + 4, "er")
+    assert not scanner.holds_on(memo.progress, 0, len(buf) + 6, "{")
+
+
+def test_a_start_inside_a_kept_piece_is_found_once_the_run_dies():
+    """A delimiter may start inside a piece holds_on keeps (minimax_m2's ``[e~[`` within a call name, which may
+    hold ``[``): its note moves on only where the piece holds none of its first characters, so once the run dies
+    the scan finds it, as a fresh one does."""
+    scanner = next(s for s in scanners("minimax_m2") if {t.name for t, *_ in s.entries} >=
+                   {"TOOL_CALLS_OPEN", "END_OF_TURN"})
+    memo, buf = SearchCache(), '<invoke name="a'
+    assert decision(scanner, buf, 0, memo) == (None, None, 0)
+    assert not scanner.holds_on(memo.progress, 0, len(buf), "[e~[b")  # (END_OF_TURN may start in it)
+    assert scanner.holds_on(memo.progress, 0, len(buf), "bc")
+    buf += "bc[e~[b\n"  # (the name ends at the newline: the run dies)
+    assert decision(scanner, buf, 0, memo) == decision(scanner, buf, 0, SearchCache()) == \
+        ("END_OF_TURN", (17, 21), 23)

@@ -222,6 +222,14 @@ class Automaton:
                 best = i
         return best
 
+    def first_chars(self) -> str | None:
+        """The characters a match can start with: those read on a step from the start. None where a character
+        outside the automaton's alphabet can start one (they cannot be listed)."""
+        moves = self.trans.get(self.initial, {})
+        if self.other is not None and self.other in moves:
+            return None
+        return "".join(sorted(ch for ch, sym in self.symbols.items() if sym in moves))
+
     def final_chars(self) -> str | None:
         """The characters a match can end with: those read on a step into acceptance. None where the empty
         text is a match (it ends nowhere) or such a step reads a character outside the automaton's alphabet

@@ -19,7 +19,7 @@ from typing import Any
 import regex
 
 from ..errors import ParseError
-from .delimiters import Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
+from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .symbols import Region, Terminal
 
 
@@ -191,6 +191,66 @@ class Scanner:
         """The characters the live delimiters' matches start with (see _match_firsts): text without any of them
         starts none. None where one of them is not known."""
         return self._chars(_match_firsts)
+
+    def holds_on(self, progress: dict[str, Progress], pos: int, n: int, text: str) -> bool:
+        """Whether a streaming scan from ``pos`` of the buffer the notes in ``progress`` cover (``n`` characters)
+        grown by ``text`` would hold at ``pos`` again, told from ``text`` alone: each delimiter either has no match
+        or start of one and no first character in ``text``, or is a regex whose run pending from ``pos`` or later
+        goes on over ``text`` as a partial match, one of them from ``pos``. Then the notes move on over ``text``
+        as that scan's would, and True; else they stay as they are (a scan of the joined buffer decides). The
+        session asks it for a run held past HELD_RUN characters, so that each piece of it is not joined into the
+        buffer (one copy of the whole run per piece: quadratic)."""
+        end = n + len(text)
+        moved: list[tuple[Progress, Any]] = []
+        held = False
+        for _, name, matcher, _, _, is_regex, _, _, first, firsts in self.rows:
+            known = progress.get(name)
+            if known is None or known.end != n or known.pos > pos:
+                return False
+            if known.pending == -1:
+                starts = firsts if first or firsts is not None else self._starts.get(name)
+                if known.found or (text.find(first) >= 0 if first else starts is None or starts(text) is not None):
+                    return False
+                moved.append((known, None))
+                continue
+            if not is_regex or known.state is None or known.pending < pos:
+                return False
+            if known.found:  # a match held at the edge that grows while its repeat's characters come (resume)
+                tail = matcher.tail
+                grows = not text.strip(REGEX_SPACE) if tail is None else tail.match(text).end() == len(text)
+                if known.state != n or not grows:
+                    return False
+                state: Any = end
+            else:
+                automaton = matcher.forwards[known.pending == 0] if matcher.lowered is None else None
+                state = automaton.walk(known.state, text) if automaton is not None else None
+                if state is None:
+                    return False
+            held = held or known.pending == pos
+            moved.append((known, state))
+        if not held:
+            return False
+        for known, state in moved:
+            known.end = end
+            if state is not None:
+                known.state = state
+        return True
+
+    @cached_property
+    def _starts(self) -> dict[str, Any]:
+        """For holds_on, the delimiters whose first characters the scan's rows do not list (a class of more than a
+        few, ``\\s{1,64}``): the search for them, where their automata tell them."""
+        found: dict[str, Any] = {}
+        for _, name, matcher, kind, _, is_regex, _, _, first, firsts in self.rows:
+            if first or firsts is not None or kind != _SEARCH or not is_regex:
+                continue
+            chars: set[str] | None = set()
+            for automaton in matcher.forwards:
+                got = automaton.first_chars() if automaton is not None else None
+                chars = None if got is None or chars is None else chars | set(got)
+            if chars:
+                found[name] = re.compile("[" + re.escape("".join(sorted(chars))) + "]").search
+        return found
 
     def _chars(self, of: Callable[[Any], str | None]) -> str | None:
         found: set[str] = set()

@@ -37,7 +37,7 @@ from . import generated, oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder, missing_fields, without_empty
-from .scanner import HeadsTest, SearchCache
+from .scanner import HeadsTest, Scanner, SearchCache
 from .tables import feed, reduce
 from .tools import ToolTypes
 from .toolstream import ToolCallStreamer
@@ -461,7 +461,7 @@ def _quiet(parser: ResponseParser) -> None:
     (``_pending``: see feed). None of these while a draft is open: it keeps every piece of output it may read
     again."""
     if parser._drafting.open is not None:
-        parser._fast, parser._held_space, parser._pending, parser._waiting = None, False, None, None
+        parser._fast, parser._held_space, parser._pending, parser._waiting, parser._long = None, False, None, None, None
         return
     info = parser._syntax.states[parser._stack[-1]]
     buf, pos = parser._buf, parser._pos
@@ -478,6 +478,10 @@ def _quiet(parser: ResponseParser) -> None:
     parser._held_space = run > 0 and (run > HELD_RUN or quiet is not None and quiet.hold_space and
                                       _NOT_SPACE(buf, pos) is None)
     # (a run that is no prefix of a delimiter's start now is none once it grows: no use checking it)
+    # (a run held past HELD_RUN characters that is not whitespace: its pieces are kept aside too, where the
+    # scanner can tell from each piece alone that the scan would hold it again: see Scanner.holds_on)
+    parser._long = _LongRun(scanner, len(buf)) if run > HELD_RUN and scanner.searches is not None \
+        and parser._trace is None else None
     heads = scanner.pending_heads
     parser._pending = None if parser._held_space or heads is None or run and (
         run > heads.reach or "\0" + buf[pos:] not in heads.joined) else heads
@@ -613,6 +617,26 @@ def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | 
 def _any_of(chars: set[str]) -> Search:
     """The search for any of ``chars`` in a text from an offset (for none: a search that finds nothing)."""
     return re.compile("[" + re.escape("".join(sorted(chars))) + "]").search if chars else _NOTHING
+
+
+class _LongRun:
+    """A run held past HELD_RUN characters (see _quiet): its scanner, how much of the buffer and of the pieces
+    kept aside its notes cover."""
+
+    __slots__ = ("scanner", "noted", "walked")
+
+    def __init__(self, scanner: Scanner, noted: int) -> None:
+        self.scanner, self.noted, self.walked = scanner, noted, 0
+
+    def keeps(self, parser: ResponseParser, text: str) -> bool:
+        """Whether ``text`` is kept aside (the scan would hold the run again); if so, it is."""
+        held = parser._held
+        new = text if self.walked == len(held) else "".join(held[self.walked:]) + text
+        if not self.scanner.holds_on(parser._cache.progress, parser._pos, self.noted, new):
+            return False
+        held.append(text)
+        self.walked, self.noted = len(held), self.noted + len(new)
+        return True
 
 
 def _finalized_error() -> FinalizedError:
@@ -829,18 +853,16 @@ class ResponseParser:
         self._degraded = False  # lenient mode after an unrecoverable error: the rest is discarded
         self._buf = ""
         self._held: list[str] = []  # a whitespace run held for a leading \s*: joined once (per chunk: quadratic)
-        self._held_space = False  # feed() may hold whitespace aside (see _quiet)
-        self._pos = 0
-        self._base = 0  # stream offset of _buf[0]
-        self._prefix_len = 0
+        self._held_space = False  # feed() may hold whitespace (or a long run's pieces: _long) aside (see _quiet)
+        self._long: _LongRun | None = None
+        self._pos, self._base, self._prefix_len = 0, 0, 0  # (_base: the stream offset of _buf[0])
         self._cache = SearchCache()
         self._last_empty: tuple[int, str] | None = None
         self._fast: _FastPath | None = None
         self._pending: HeadsTest | None = None  # (see feed and _quiet)
         self._waiting: _Waiting | None = None  # (see _waiting)
         self.calls: ToolCallStreamer | None = None
-        # (where a call's parts are coalesced: only in grammars whose calls have parts, and not while every span is
-        # traced or delimiters look back at text before them)
+        # (a call's parts coalesced, see _coalescing: not while every span is traced)
         self._wait_states, self._coalesce = _coalescing(grammar, coalesce_calls and self._trace is None)
         self._finalized = False
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
@@ -952,9 +974,12 @@ class ResponseParser:
         if text:
             if self._log is not None:
                 self._log.append(text)
-            if self._held_space and not text.strip(REGEX_SPACE):
-                self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
-                return []
+            if self._held_space:
+                if not text.strip(REGEX_SPACE):
+                    self._held.append(text)  # a pending whitespace run grows: the scan would decide nothing new
+                    return []
+                if self._long is not None and self._long.keeps(self, text):
+                    return []  # (a long run goes on: see _LongRun)
             if (pending := self._pending) is not None and pending.stays_pending(self._buf[self._pos:] + text):
                 # A delimiter's start grows (``<par`` + ``amet`` of ``<parameter=``): the scan would commit
                 # nothing and route nothing, so it is left to the chunk that completes or breaks it.
@@ -1152,8 +1177,8 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
 def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
     """Process ``parser``'s buffer; in lenient mode an error the parser cannot recover from is recorded and
     the rest of the output is discarded (reported), instead of raising."""
-    parser._fast = parser._pending = parser._waiting = None  # set again by a _process that completes (not after
-    # an error)
+    parser._fast = parser._pending = parser._waiting = parser._long = None  # set again by a _process that completes
+    # (not after an error)
     parser._held_space = False
     if not parser._degraded:
         try:
