@@ -233,7 +233,6 @@ def test_every_held_delimiter_grows_in_linear_work(grammar, monkeypatch):
 #: the scanner cannot tell from a piece alone that the scan holds it again.
 STILL_COPIED = {
     "functionary_v32": "a delimiter with a lookaround (PYTHON_CALL_OPEN): no automaton lists its first characters",
-    "inkling": "a complete literal (MESSAGE_START) held behind the runs pending at the same place keeps no note",
 }
 
 
@@ -263,7 +262,8 @@ LONG_NAMES = [("minimax_m2", '<minimax:tool_call>\n<invoke name="', "x"),
               ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=", "x")]
 
 
-@pytest.mark.parametrize("grammar", sorted({g for g, *_ in LONG_NAMES} | {"gemma4", "iquest_q1", "function_gemma"}))
+@pytest.mark.parametrize("grammar", sorted({g for g, *_ in LONG_NAMES} | {"gemma4", "iquest_q1", "function_gemma",
+                                                                          "inkling"}))
 def test_a_kept_run_gives_the_events_of_a_joined_one(grammar, monkeypatch):
     """Keeping a long run's pieces aside changes no event, piece by piece, against joining each one (as
     before), for the run and what ends it."""
@@ -271,7 +271,7 @@ def test_a_kept_run_gives_the_events_of_a_joined_one(grammar, monkeypatch):
 
     for head, unit in held_runs(grammar) + [(h, u) for g, h, u in LONG_NAMES if g == grammar]:
         text = head + unit * 700 + "\n<|im_end|>}\n\"> ok"
-        pieces = [text[i:i + 7] for i in range(0, len(text), 7)]
+        pieces = [text[i:i + 16] for i in range(0, len(text), 16)]
         runs, kept = [], []
         keeps = session._LongRun.keeps
         for keep in (True, False):
@@ -280,7 +280,7 @@ def test_a_kept_run_gives_the_events_of_a_joined_one(grammar, monkeypatch):
             parser = gp.ResponseParser(grammar, "", strict=False)
             runs.append([parser.feed(piece) for piece in pieces] + [parser.finalize()])
         assert runs[0] == runs[1], head
-        assert len(kept) > 30, (head, len(kept))  # (the run's pieces past HELD_RUN were kept)
+        assert len(kept) > 20 or not unit.strip(), (head, len(kept))  # (past HELD_RUN; whitespace waits anyway)
         monkeypatch.undo()
 
 

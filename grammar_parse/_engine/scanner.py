@@ -205,7 +205,9 @@ class Scanner:
         held = False
         for _, name, matcher, _, _, is_regex, _, _, first, firsts in self.rows:
             known = progress.get(name)
-            if known is None or known.end != n or known.pos > pos:
+            if known is None:
+                continue  # (no note: the next scan searches it afresh; a hit of it starts at pos or later, held)
+            if known.end != n or known.pos > pos:
                 return False
             if known.pending == -1:
                 starts = firsts if first or firsts is not None else self._starts.get(name)
@@ -244,12 +246,12 @@ class Scanner:
         for _, name, matcher, kind, _, is_regex, _, _, first, firsts in self.rows:
             if first or firsts is not None or kind != _SEARCH or not is_regex:
                 continue
-            chars: set[str] | None = set()
-            for automaton in matcher.forwards:
-                got = automaton.first_chars() if automaton is not None else None
-                chars = None if got is None or chars is None else chars | set(got)
-            if chars:
-                found[name] = re.compile("[" + re.escape("".join(sorted(chars))) + "]").search
+            # (a piece kept follows a held run, never at the buffer's start: the automaton for elsewhere, where a
+            # pattern anchored at the start, ``^[^<]{1,128}<\\|content_text\\|>``, starts nowhere)
+            automaton = matcher.forwards[0]
+            chars = automaton.first_chars() if automaton is not None else None
+            if chars is not None:
+                found[name] = re.compile("[" + re.escape(chars) + "]").search if chars else _NEVER
         return found
 
     def _chars(self, of: Callable[[Any], str | None]) -> str | None:
@@ -399,6 +401,9 @@ def _entry_heads(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, 
             return None
         heads += found
     return None if not heads or any("\0" in h for h in heads) else HeadsTest(tuple(heads))
+
+
+_NEVER = re.compile("(?!)").search
 
 
 def _first_test(chars: str | None) -> tuple[str, Any]:
