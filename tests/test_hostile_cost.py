@@ -229,14 +229,7 @@ def test_every_held_delimiter_grows_in_linear_work(grammar, monkeypatch):
         assert large <= 12 * max(small, SMALL // 4), (head, unit, small, large)
 
 
-#: Held runs whose pieces are still joined into the buffer (each copies the run: quadratic in its length), and why
-#: the scanner cannot tell from a piece alone that the scan holds it again.
-STILL_COPIED = {
-    "functionary_v32": "a delimiter with a lookaround (PYTHON_CALL_OPEN): no automaton lists its first characters",
-}
-
-
-@pytest.mark.parametrize("grammar", sorted(set(gp.list_grammars()) - set(STILL_COPIED)))
+@pytest.mark.parametrize("grammar", sorted(gp.list_grammars()))
 def test_a_held_run_is_not_copied_per_piece(grammar):
     """Past HELD_RUN characters, the pieces of a run the scan holds (gemma4's ``<|tool_call>call:`` + a name,
     minimax_m2's ``<invoke name="`` + one) are kept aside while the scanner can tell from each piece alone that
@@ -263,7 +256,7 @@ LONG_NAMES = [("minimax_m2", '<minimax:tool_call>\n<invoke name="', "x"),
 
 
 @pytest.mark.parametrize("grammar", sorted({g for g, *_ in LONG_NAMES} | {"gemma4", "iquest_q1", "function_gemma",
-                                                                          "inkling"}))
+                                                                          "inkling", "functionary_v32"}))
 def test_a_kept_run_gives_the_events_of_a_joined_one(grammar, monkeypatch):
     """Keeping a long run's pieces aside changes no event, piece by piece, against joining each one (as
     before), for the run and what ends it."""
@@ -282,21 +275,6 @@ def test_a_kept_run_gives_the_events_of_a_joined_one(grammar, monkeypatch):
         assert runs[0] == runs[1], head
         assert len(kept) > 20 or not unit.strip(), (head, len(kept))  # (past HELD_RUN; whitespace waits anyway)
         monkeypatch.undo()
-
-
-def test_the_runs_still_copied_are_the_ones_listed():
-    """STILL_COPIED is what is left, not a way out: each of its grammars still copies (so the list shrinks when
-    one is fixed)."""
-    for grammar in STILL_COPIED:
-        head, unit = held_runs(grammar)[0]
-        totals = []
-        for n in (SMALL, LARGE):
-            text, parser, total = head + unit * n, gp.ResponseParser(grammar, "", strict=False), 0
-            for i in range(0, len(text), 16):
-                parser.feed(text[i:i + 16])
-                total += len(parser._buf)
-            totals.append(total)
-        assert totals[1] > 12 * totals[0], (grammar, totals)
 
 
 def test_the_held_runs_include_the_issue_reproducers():

@@ -562,10 +562,12 @@ class RegexMatcher(PlainState):
         ``(?:>>>|^)(?P<name>\\w+)\\n``), for a run starting at the buffer's start (``^`` holds) or elsewhere
         (it cannot); None for other anchors. (Without it a name written at the start of the output was
         re-matched from its first character on every feed: quadratic.)"""
-        if self.lookaround or self.flags & regex.MULTILINE or not _only_leading_carets(self.pattern, self.flags):
+        # (a trailing lookahead reads as text, as for _forward: functionary's ``(?:>>>|^)python\n(?=[^{])``)
+        pattern = trailing_lookahead_as_text(unnamed(self.pattern)) if self.lookaround else unnamed(self.pattern)
+        if pattern is None or self.flags & regex.MULTILINE or not _only_leading_carets(pattern, self.flags):
             return None
         source = "".join(("" if at_start else r"[^\s\S]") if tok == ("char", "^") else tok[1]
-                         for tok in regex_atoms(unnamed(self.pattern)))
+                         for tok in regex_atoms(pattern))
         try:
             import interegular
 
