@@ -12,7 +12,7 @@ every pending one, because a pending delimiter that starts no later might be the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
@@ -21,6 +21,17 @@ import regex
 from ..errors import ParseError
 from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
 from .symbols import Region, Terminal
+
+
+#: A search for characters in a text from an offset (a compiled pattern's ``search``).
+Search = Callable[..., Any]
+_NEVER: Search = re.compile("(?!)").search
+
+
+def any_of(chars: Iterable[str]) -> Search:
+    """The search for any of ``chars`` in a text from an offset (for none: a search that finds nothing)."""
+    joined = "".join(sorted(set(chars)))
+    return re.compile("[" + re.escape(joined) + "]").search if joined else _NEVER
 
 
 class SearchCache:
@@ -58,8 +69,7 @@ class QuietTest:
         # One trigger is found with str.find; several with a character-class search (``trigger`` is then
         # empty and unused).
         self.trigger = triggers if len(triggers) == 1 else ""
-        self.hits: Callable[[str], re.Match[str] | None] | None = \
-            None if self.trigger else re.compile("[" + re.escape(triggers) + "]").search
+        self.hits: Search | None = None if self.trigger else any_of(triggers)
 
 
 def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
@@ -251,7 +261,7 @@ class Scanner:
             automaton = matcher.forwards[0]
             chars = automaton.first_chars() if automaton is not None else None
             if chars is not None:
-                found[name] = re.compile("[" + re.escape(chars) + "]").search if chars else _NEVER
+                found[name] = any_of(chars)
         return found
 
     def _chars(self, of: Callable[[Any], str | None]) -> str | None:
@@ -403,9 +413,6 @@ def _entry_heads(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, 
     return None if not heads or any("\0" in h for h in heads) else HeadsTest(tuple(heads))
 
 
-_NEVER = re.compile("(?!)").search
-
-
 def _first_test(chars: str | None) -> tuple[str, Any]:
     """How a scan asks whether any of ``chars`` is in the buffer from an offset: ``str.find`` of the one
     character, or a character-class search (neither: the characters are not known)."""
@@ -413,7 +420,7 @@ def _first_test(chars: str | None) -> tuple[str, Any]:
         return "", None
     if len(chars) == 1:
         return chars, None
-    return "", re.compile("[" + re.escape(chars) + "]").search
+    return "", any_of(chars)
 
 
 def _match_firsts(matcher: Any) -> str | None:

@@ -37,7 +37,7 @@ from . import generated, oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
 from .regions import Frame, RegionBuilder, missing_fields, without_empty
-from .scanner import HeadsTest, Scanner, SearchCache
+from .scanner import HeadsTest, Scanner, Search, SearchCache, any_of
 from .tables import feed, reduce
 from .tools import ToolTypes
 from .toolstream import ToolCallStreamer
@@ -488,9 +488,6 @@ def _quiet(parser: ResponseParser) -> None:
     parser._waiting = _waiting(parser) if parser._coalesce else None
 
 
-_NOTHING = re.compile("(?!)").search
-#: A search for characters in a text from an offset (a compiled pattern's ``search``).
-Search = Callable[..., Any]
 #: What lets a piece of output wait (see _waiting): the search for the characters that end a delimiter, the
 #: one for those that start one (None: not usable), how many characters the open region may still take, the
 #: call streamer where the region is a call (its text waits while no reader reads it), and its state's tally.
@@ -611,12 +608,7 @@ def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | 
         ends.update(chars)
         firsts = state.scanner.start_chars
         starts = None if firsts is None or starts is None else starts | set(firsts)
-    return region, _any_of(ends), None if starts is None else _any_of(starts), region.parent is None, [0, 0]
-
-
-def _any_of(chars: set[str]) -> Search:
-    """The search for any of ``chars`` in a text from an offset (for none: a search that finds nothing)."""
-    return re.compile("[" + re.escape("".join(sorted(chars))) + "]").search if chars else _NOTHING
+    return region, any_of(ends), None if starts is None else any_of(starts), region.parent is None, [0, 0]
 
 
 class _LongRun:
