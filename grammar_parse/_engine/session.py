@@ -568,8 +568,7 @@ def _coalescing(grammar: Grammar, wanted: bool) -> tuple[dict[int, Any], frozens
     known: dict[int, Any] = grammar.tables.shared.setdefault("waits", {})
     if grammar.tables.context or _NOWHERE in known:
         return known, frozenset()
-    return known, frozenset(r.rule for r in grammar.regions.values()
-                            if r.parent is not None or r.is_call and r.shape.kind == "components")
+    return known, frozenset(r.rule for r in grammar.regions.values() if r.unframed_text)
 
 
 def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | None, bool, list[int]] | None:
@@ -584,8 +583,7 @@ def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | 
     info = syntax.states[stack[-1]]
     term = info.text
     region = term.region if term is not None else None
-    if term is None or region is None or term.role != "text" or info.text_candidates or \
-            region.parent is None and not (region.is_call and region.shape.kind == "components"):
+    if term is None or region is None or term.role != "text" or info.text_candidates or not region.unframed_text:
         return None
     infos = [info]
     if not in_run:

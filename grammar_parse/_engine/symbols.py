@@ -59,6 +59,12 @@ class Region:
         """Whether this region's value is tool calls."""
         return self.role == TOOL_CALLS
 
+    @property
+    def unframed_text(self) -> bool:
+        """Whether a wire adapter frames nothing of this region's text as it streams: a call's component, or a
+        call its components make (their text says nothing until a delimiter closes a part)."""
+        return self.parent is not None or self.role == TOOL_CALLS and self.shape.kind == "components"
+
     @cached_property
     def dirty(self) -> bool:
         """Whether this region's chunks are raw bytes of a structured value (read for every chunk, so
