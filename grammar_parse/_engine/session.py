@@ -520,9 +520,9 @@ def _waiting(parser: ResponseParser) -> _Waiting | None:
     if found is _UNKNOWN:
         found = known[key] = _text_only(syntax, key >= 0)
     frame = frames[-1]
-    if found is None or found[0] is not frame.region or frame.passthrough:
+    if found is None or found.region is not frame.region or frame.passthrough:
         return None
-    tries = found[4]
+    _, ends, starts, is_call, tries = found
     tries[0] += 1
     if tries[0] >= WAIT_TRIES:
         if not tries[1]:
@@ -533,7 +533,7 @@ def _waiting(parser: ResponseParser) -> _Waiting | None:
         tries[0] = tries[1] = 0
     buf, pos = parser._buf, parser._pos
     room = parser._max_region - frame.size - (len(buf) - pos)
-    ends, starts, call = found[1], found[2], parser.calls if found[3] else None
+    call = parser.calls if is_call else None
     if pos == len(buf) or starts is not None and starts(buf, pos) is None:
         return ends, starts, room, call, tries  # (no delimiter starts in the held run)
     return (ends, None, room, call, tries) if ends(buf, pos) is None else None
@@ -571,7 +571,17 @@ def _coalescing(grammar: Grammar, wanted: bool) -> tuple[dict[int, Any], frozens
     return known, frozenset(r.rule for r in grammar.regions.values() if r.unframed_text)
 
 
-def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | None, bool, list[int]] | None:
+class _WaitState(NamedTuple):
+    """What a state lets wait (see _text_only)."""
+
+    region: Region
+    ends: Search
+    starts: Search | None
+    is_call: bool
+    tries: list[int]
+
+
+def _text_only(syntax: _Syntax, in_run: bool) -> _WaitState | None:
     """For a parser in the state on top of ``syntax.stack`` (``in_run``: a text run under way): the one region
     text goes to here and after text's first shift (which may change the live delimiters), the search for the
     characters that end any of those delimiters and the one for those that start them (None: not known),
@@ -606,7 +616,7 @@ def _text_only(syntax: _Syntax, in_run: bool) -> tuple[Region, Search, Search | 
         ends.update(chars)
         firsts = state.scanner.start_chars
         starts = None if firsts is None or starts is None else starts | set(firsts)
-    return region, any_of(ends), None if starts is None else any_of(starts), region.parent is None, [0, 0]
+    return _WaitState(region, any_of(ends), None if starts is None else any_of(starts), region.parent is None, [0, 0])
 
 
 class _LongRun:
