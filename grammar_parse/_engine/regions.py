@@ -104,8 +104,7 @@ class RegionBuilder:
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
         # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
-        self._content = next((r.field for r in grammar.regions.values() if r.parent is None and r.role == CONTENT),
-                             CONTENT)
+        self._content = next(iter(grammar.format.content_fields), CONTENT)
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds between events, copied: for a replayed prompt's snapshot (see
