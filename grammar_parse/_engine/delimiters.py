@@ -304,7 +304,7 @@ def _space_end(buf: str, j: int, stop: int) -> int:
 
 #: The span a partial search reads at a time (RegexMatcher._partial_search): 512 characters keep the
 #: regex module's quadratic partial search at ~40 us a window.
-_PARTIAL_WINDOW = 512
+PARTIAL_WINDOW = 512
 _TIMED_OUT = object()
 
 #: What an end-sensitive assertion becomes for partial matching (see edge_undecided): it also needs text
@@ -766,7 +766,7 @@ class RegexMatcher(PlainState):
         goes on from the leftmost start still alive.
         """
         n = len(buf)
-        start, end = pos, min(n, pos + _PARTIAL_WINDOW)
+        start, end = pos, min(n, pos + PARTIAL_WINDOW)
         while True:
             m = self._partial_in(buf, start, end)
             if m is _TIMED_OUT:
@@ -780,7 +780,7 @@ class RegexMatcher(PlainState):
                 start = m.start()
             else:
                 start = end
-            end = min(n, end + max(_PARTIAL_WINDOW, end - start))
+            end = min(n, end + max(PARTIAL_WINDOW, end - start))
 
     def _partial_in(self, buf: str, start: int, end: int) -> Any:
         """The partial search of ``buf[:end]`` from ``start`` (``_TIMED_OUT`` past its time limit)."""
@@ -875,5 +875,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
+__all__ = ["PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
            "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]

@@ -19,7 +19,8 @@ from typing import Any
 import regex
 
 from ..errors import ParseError
-from .delimiters import REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat, ValueEnd
+from .delimiters import (PARTIAL_WINDOW, REGEX_SPACE, Hit, LiteralMatcher, Progress, RegexMatcher, Repeat,
+                         ValueEnd)
 from .symbols import Region, Terminal
 
 
@@ -188,6 +189,16 @@ class Scanner:
         #: the trigger (one character) or the search for any of them.
         self.none_from: tuple[str, Any] | None = None if self.quiet is None or self.quiet.hold_space \
             or self.searches is None else (self.quiet.trigger, self.quiet.hits)
+
+    @cached_property
+    def fast_scan(self) -> Callable[..., tuple[Terminal | None, Hit | None, int]]:
+        """:meth:`scan`, written out for these delimiters where they are all plain searches (the same answers and
+        notes, in fewer Python steps: the streaming session's most frequent call); else :meth:`scan` itself."""
+        return _written_scan(self) or self.scan
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its written-out scan (generated code): a process that receives it writes its own."""
+        return {k: v for k, v in self.__dict__.items() if k != "fast_scan"}
 
     @cached_property
     def end_chars(self) -> str | None:
@@ -400,6 +411,99 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
             if best_key is None or key < best_key:
                 best, best_hit, best_key = term, hit, key
     return best, best_hit
+
+
+def _written_scan(scanner: Scanner) -> Callable[..., tuple[Terminal | None, Hit | None, int]] | None:
+    """``scanner.scan`` written out for its delimiters (Scanner.fast_scan): the same loop with each row's
+    constants, its kind and its matcher's fast paths read once, where every live delimiter is a plain search
+    (else None). The end of the output, where a scan decides afresh, stays with ``scan``."""
+    if scanner.searches is None or not scanner.rows:
+        return None
+    consts: list[Any] = [scanner, Progress, _timed_out]
+
+    def const(value: Any) -> str:
+        consts.append(value)
+        return f"k{len(consts) - 1}"
+    lines = ["def fast_scan(buf, pos, eos, cache, value_end=-1):",
+             "\tif eos: return k0.scan(buf, pos, eos, cache, value_end)"]
+    if scanner.none_from is not None:
+        trigger, hits = scanner.none_from
+        test = f"buf.find({const(trigger)}, pos) < 0" if hits is None else f"{const(hits)}(buf, pos) is None"
+        lines.append(f"\tif {test}: return None, None, len(buf)")
+    lines += ["\tn = hold = len(buf)", "\tbest = bh = None; bs = bw = 0; bk = None",
+              "\thits, progress = cache.hits, cache.progress", "\tti = 0", "\ttry:"]
+    for i, row in enumerate(scanner.rows):
+        lines += ["\t\t" + line for line in _written_row(i, row, const)]
+    lines += ["\texcept TimeoutError:", "\t\traise k2(k0.rows[ti][0]) from None",
+              "\tif bh is not None and bs >= hold: return None, None, hold", "\treturn best, bh, hold"]
+    namespace: dict[str, Any] = {f"k{i}": value for i, value in enumerate(consts)}
+    exec(compile("\n".join(lines), "<grammar_parse scan>", "exec"), namespace)  # noqa: S102 - our own text
+    return namespace["fast_scan"]  # type: ignore[no-any-return]
+
+
+def _written_row(i: int, row: tuple[Any, ...], const: Callable[[Any], str]) -> list[str]:
+    """One delimiter's turn in :meth:`Scanner.scan`'s loop (not at the end of the output), written out."""
+    term, name, matcher, _, literal, is_regex, sort_key, key, first, firsts = row
+    nm, m, kk = const(name), const(matcher), const(key)
+    out = [f"ti = {i}", "start = pos", f"known = progress.get({nm})", "go = True", "if known is not None:",
+           "\tpend = known.pending", "\tdead = known.end if pend == -1 else pend",
+           "\tif known.pos <= pos <= dead and known.end <= n:", "\t\tstart = dead"]
+    no_first = f"buf.find({const(first)}, dead) < 0" if first else \
+        f"{const(firsts)}(buf, dead) is None" if firsts is not None else None
+    if no_first is not None:  # (nothing matched or pending, and no character a match starts with since)
+        out += ["\t\tif pend == -1:", f"\t\t\tif not known.found and {no_first}:", "\t\t\t\tknown.end = n; go = False"]
+    if is_regex:  # (a pending run resumed)
+        out += [f"\t\t{'el' if no_first is not None else ''}if pend != -1 and start < n:",
+                f"\t\t\tp = {m}.resume(buf, known)", "\t\t\tif p is not None:", "\t\t\t\tgo = False",
+                "\t\t\t\tif p < hold: hold = p"]
+    out += ["\telse:", f"\t\tknown = None; del progress[{nm}]", "if go:"]
+    frm = "start" if not literal else \
+        f"start if known is None or known.found else max(start, known.end - {matcher.max_width - 1})"
+    out += [f"\tfrm = {frm}", f"\tcached = hits.get({kk})",  # (_search: memoised per buffer)
+            ("\tif cached is not None and cached[0] is buf and cached[1] <= pos and "
+             "(cached[2] is None or cached[2][0] >= pos):"), "\t\thit = cached[2]", "\telse:"]
+    if is_regex and matcher.plain:
+        out += [f"\t\tmt = {const(matcher.compiled.search)}(buf, frm)",
+                "\t\thit = None if mt is None else (mt.start(), mt.end(), mt)"]
+    elif literal and len(matcher.literals) == 1:
+        lit = matcher.literals[0]
+        out += [f"\t\tat = buf.find({const(lit)}, frm)", f"\t\thit = None if at < 0 else (at, at + {len(lit)}, None)"]
+    else:
+        out += [f"\t\thit = {m}.search(buf, frm)"]
+    out += [f"\t\thits[{kk}] = (buf, pos, hit)", "\tfound = hit is not None; searched = hit"]
+    out += ["\t" + line for line in _written_probe(matcher, m, const)]
+    if literal:
+        out += ["\tif hit is None:", f"\t\tprogress[{nm}] = k1(n, pos, pending, found)"]
+    elif is_regex:  # (a pending start found beside a complete match is kept only where it is exact)
+        keep = "not found" if not matcher.exact_pending else "True"
+        out += [f"\tif hit is None and ({keep}):", f"\t\tknown = progress[{nm}] = k1(n, pos, pending, found)",
+                f"\t\tif pending != -1: {m}.note(buf, known, searched)"]
+    else:
+        out += ["\tif False: pass"]
+    sk = const(sort_key)
+    return out + ["\telse:", f"\t\tprogress.pop({nm}, None)", "\tif pending != -1 and pending < hold: hold = pending",
+                  "\tif hit is not None:", "\t\ta = hit[0]; w = a - hit[1]",
+                  f"\t\tif best is None or a < bs or a == bs and (w < bw or w == bw and {sk} < bk):",
+                  f"\t\t\tbest = {const(term)}; bh = hit; bs = a; bw = w; bk = {sk}"]
+
+
+def _written_probe(matcher: Any, m: str, const: Callable[[Any], str]) -> list[str]:
+    """``hit, pending = matcher.probe(buf, start, hit)`` for the written-out scan (``m``: the matcher's constant):
+    with no complete match, a single literal's pending start (a proper prefix of it ends the buffer) and a plain
+    regex's partial search within one window written out; the rest asks the matcher."""
+    if isinstance(matcher, LiteralMatcher) and len(matcher.literals) == 1:
+        lit = matcher.literals[0]
+        return ["if hit is None:", "\tpending = -1", f"\tj = max(start, n - {len(lit) - 1})",
+                "\twhile True:", f"\t\tj = buf.find({const(lit[0])}, j)", "\t\tif j < 0: break",
+                f"\t\tif {const(lit)}.startswith(buf[j:]): pending = j; break", "\t\tj += 1",
+                f"else: hit, pending = {m}.probe(buf, start, hit)"]
+    if isinstance(matcher, RegexMatcher) and matcher.plain:
+        partial = const(matcher.partial_compiled.search)
+        return [f"if hit is None and n - start <= {PARTIAL_WINDOW}:",
+                f"\tmp = {partial}(buf, start, n, partial=True)",
+                "\tpending = -1 if mp is None or mp.start() >= n else mp.start()",
+                f"else: hit, pending = {m}.probe(buf, start, hit)"]
+    return [f"hit, pending = {m}.probe(buf, start, hit)"]
 
 
 def _entry_heads(entries: list[tuple[Terminal, Any, int, bool, bool, tuple[int, str, str]]]) -> HeadsTest | None:

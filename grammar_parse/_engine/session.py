@@ -1070,8 +1070,8 @@ class ResponseParser:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
             scanner = info.scanner
-            term, hit, hold = scanner.scan(buf, pos, eos, self._cache, -1 if scanner.value_end is None else
-                                           _json_value_end(self._syntax.frames, scanner.value_end, buf, self._base))
+            term, hit, hold = (scanner.fast_scan if oneshot.SPECIALISED else scanner.scan)(buf, pos, eos, self._cache,
+                -1 if scanner.value_end is None else _json_value_end(self._syntax.frames, scanner.value_end, buf, self._base))
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
