@@ -496,7 +496,9 @@ def _written_probe(matcher: Any, m: str, const: Callable[[Any], str]) -> list[st
         return ["if hit is None:", "\tpending = -1", f"\tj = max(start, n - {len(lit) - 1})",
                 "\twhile True:", f"\t\tj = buf.find({const(lit[0])}, j)", "\t\tif j < 0: break",
                 f"\t\tif {const(lit)}.startswith(buf[j:]): pending = j; break", "\t\tj += 1",
-                f"else: hit, pending = {m}.probe(buf, start, hit)"]
+                # (a complete match ends at most at the buffer's end: no proper prefix of the literal can start
+                # before it, and one literal cannot grow)
+                "else: pending = -1"]
     if isinstance(matcher, RegexMatcher) and matcher.plain:
         partial = const(matcher.partial_compiled.search)
         return [f"if hit is None and n - start <= {PARTIAL_WINDOW}:",
