@@ -415,9 +415,9 @@ def scan_searches(searches: list[tuple[str, Terminal, Any, Any]], buf: str, pos:
 
 def _written_scan(scanner: Scanner) -> Callable[..., tuple[Terminal | None, Hit | None, int]] | None:
     """``scanner.scan`` written out for its delimiters (Scanner.fast_scan): the same loop with each row's
-    constants, its kind and its matcher's fast paths read once, where every live delimiter is a plain search
-    (else None). The end of the output, where a scan decides afresh, stays with ``scan``."""
-    if scanner.searches is None or not scanner.rows:
+    constants, its kind and its matcher's fast paths read once (None: no delimiter is live). The end of the
+    output, where a scan decides afresh, stays with ``scan``."""
+    if not scanner.rows:
         return None
     consts: list[Any] = [scanner, Progress, _timed_out]
 
@@ -443,8 +443,13 @@ def _written_scan(scanner: Scanner) -> Callable[..., tuple[Terminal | None, Hit 
 
 def _written_row(i: int, row: tuple[Any, ...], const: Callable[[Any], str]) -> list[str]:
     """One delimiter's turn in :meth:`Scanner.scan`'s loop (not at the end of the output), written out."""
-    term, name, matcher, _, literal, is_regex, sort_key, key, first, firsts = row
+    term, name, matcher, kind, literal, is_regex, sort_key, key, first, firsts = row
     nm, m, kk = const(name), const(matcher), const(key)
+    if kind != _SEARCH:  # (the end of the open region's JSON value, which the session walks; a repeated opener)
+        ask = "hit = (value_end, value_end, None) if value_end >= pos else None" if kind == _VALUE_END else \
+            f"hit = {m}.search(buf, pos)"
+        return [f"ti = {i}", ask, f"hit, pending = {m}.probe(buf, pos, hit)",
+                "if pending != -1 and pending < hold: hold = pending", *_ranked(term, sort_key, const)]
     out = [f"ti = {i}", "start = pos", f"known = progress.get({nm})", "go = True", "if known is not None:",
            "\tpend = known.pending", "\tdead = known.end if pend == -1 else pend",
            "\tif known.pos <= pos <= dead and known.end <= n:", "\t\tstart = dead"]
@@ -480,11 +485,16 @@ def _written_row(i: int, row: tuple[Any, ...], const: Callable[[Any], str]) -> l
                 f"\t\tif pending != -1: {m}.note(buf, known, searched)"]
     else:
         out += ["\tif False: pass"]
-    sk = const(sort_key)
     return out + ["\telse:", f"\t\tprogress.pop({nm}, None)", "\tif pending != -1 and pending < hold: hold = pending",
-                  "\tif hit is not None:", "\t\ta = hit[0]; w = a - hit[1]",
-                  f"\t\tif best is None or a < bs or a == bs and (w < bw or w == bw and {sk} < bk):",
-                  f"\t\t\tbest = {const(term)}; bh = hit; bs = a; bw = w; bk = {sk}"]
+                  *("\t" + line for line in _ranked(term, sort_key, const))]
+
+
+def _ranked(term: Terminal, sort_key: Any, const: Callable[[Any], str]) -> list[str]:
+    """The scan's choice among complete matches (earliest, then longest, then first-ranked), for one row's hit."""
+    sk = const(sort_key)
+    return ["if hit is not None:", "\ta = hit[0]; w = a - hit[1]",
+            f"\tif best is None or a < bs or a == bs and (w < bw or w == bw and {sk} < bk):",
+            f"\t\tbest = {const(term)}; bh = hit; bs = a; bw = w; bk = {sk}"]
 
 
 def _written_probe(matcher: Any, m: str, const: Callable[[Any], str]) -> list[str]:
