@@ -21,7 +21,7 @@ from .reading import PLACEHOLDER, JsonEnd, copy_json
 from .salvage import check_calls, component_errors, salvage_calls
 from .tables import Callbacks, RuleHandle
 from .tools import ToolTypes
-from .values import fill
+from .values import fill, specialised_value
 
 #: Lenient mode: (code, message, field, output span) of a problem, for the session to record.
 Report = Callable[[str, str, "str | None", "list[int] | None"], None]
@@ -105,6 +105,9 @@ class RegionBuilder:
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
         # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
         self._content = next(iter(grammar.format.content_fields), CONTENT)
+        # Each region's value function (``spec.value`` with what the spec decides read once), shared by the
+        # grammar's parsers in this process.
+        self._values: dict[str, Callable[..., Any]] = grammar.tables.shared.setdefault("region_values", {})
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds between events, copied: for a replayed prompt's snapshot (see
@@ -252,7 +255,10 @@ class RegionBuilder:
             self._missing_value(frame)
             return
         try:
-            value = spec.value("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
+            value_of = self._values.get(region.rule)
+            if value_of is None:
+                value_of = self._values[region.rule] = specialised_value(spec)
+            value = value_of("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
             if self._tools is not None and region.parent is None:
                 value = self._tools.apply(value, elements=reads_elements(spec))
             if spec.join is not None and not isinstance(value, str):
