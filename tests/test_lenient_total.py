@@ -246,6 +246,73 @@ def test_a_parsed_value_is_sent_as_the_wire_filter_sends_it(value):
     assert arguments_text(value) == wire.feed(dumps(value)) + wire.finish()
 
 
+#: What a streamed call's wire filter is fed: a member the streamer writes (first or not, a key and a value), a piece
+#: of the model's own text, or the end of a number the streamer held.
+_WIRE_STEPS = st.one_of(
+    st.tuples(st.just("member"), st.sampled_from(["{", ", ", ","]), st.text(max_size=4),
+              st.one_of(st.text(max_size=6), _AWKWARD)),
+    st.tuples(st.just("text"), st.sampled_from(['{"a": 1', ", ", "}", '"', "x", "\\", "\ud800", "NaN", " 2", "]"]),
+              st.none(), st.none()))
+
+
+#: Sequences a stream gives its filter, each where the fast case is taken or must not be.
+_MEMBER_CASES = [
+    [("member", "{", "city", "Hanoi"), ("member", ", ", "unit", "c")],  # both passed unread
+    [("member", "{", "a\"\\\n", "\x00\u2028"), ("member", ", ", "b", "")],  # escapes written by dumps
+    [("member", "{", "a", "\ud800x")], [("member", "{", "a", "x"), ("member", ", ", "b", "\udfff")],  # surrogates
+    [("member", "{", "\ud800", "x")], [("member", "{", "a", "x"), ("member", ", ", "\udfff", "y")],
+    [("member", "{", "a", 1), ("member", ", ", "b", "x")],  # the number is held: the next member is read
+    [("member", "{", "a", float("nan")), ("member", ", ", "b", "x")],
+    [("member", "{", "a", {"b": "c"}), ("member", ", ", "d", "e")],
+    [("text", '{"a": [', None, None), ("member", ", ", "b", "x")],  # not at the object's top
+    [("text", '{"a": ["x"', None, None), ("member", ", ", "b", "x")],  # after a value in an array
+    [("text", '{"a": {"b": "x"', None, None), ("member", ", ", "c", "x")],
+    [("member", "{", "a", "x"), ("member", "{", "b", "y")], [("member", "{", "a", "x"), ("member", ",", "b", "y")],
+    [("text", '{"a": "x"} ', None, None), ("member", ", ", "b", "x")],  # the object closed
+    [("text", "x", None, None), ("member", "{", "b", "x")],  # broken
+    [("member", "{", "a", "x"), ("text", '"', None, None), ("member", ", ", "b", "x")],
+]
+
+
+@pytest.mark.parametrize("steps", _MEMBER_CASES)
+@pytest.mark.parametrize("depth", [0, 1, 256])
+def test_a_member_the_streamer_writes_is_filtered_as_its_text(steps, depth):
+    """``WireArguments.member`` (a string member passed without being read, where nothing is held) sends what
+    ``feed`` of its text sends, and leaves the filter as reading it would: the same state, problems and end."""
+    _same_as_read(steps, depth)
+
+
+@settings(max_examples=examples(2))
+@given(steps=st.lists(_WIRE_STEPS, max_size=8), depth=st.sampled_from([0, 1, 2, 256]))
+def test_a_member_the_streamer_writes_is_filtered_as_its_text_in_any_sequence(steps, depth):
+    _same_as_read(steps, depth)
+
+
+def _same_as_read(steps, depth):
+    from grammar_parse._engine.reading import json_depth_limit
+
+    fast, read = WireArguments(), WireArguments()
+    with json_depth_limit(depth):
+        for kind, first, key, value in steps:
+            if kind == "member":
+                key_text, value_text = dumps(key), dumps(value)
+                assert fast.member(first, key_text, value_text) == read.feed(f"{first}{key_text}: {value_text}")
+            else:
+                assert fast.feed(first) == read.feed(first)
+            assert vars(fast) == vars(read)
+        assert fast.finish() == read.finish() and fast.problems == read.problems
+
+
+def test_a_member_passes_unread_where_it_can() -> None:
+    """The fast case is taken (a mutant that always reads would pass the property above): a string member
+    opens the object and follows a string member without the filter reading its text."""
+    wire = WireArguments()
+    wire.feed = None  # type: ignore[method-assign]  # (reading would fail)
+    assert wire.member("{", '"city"', '"Hanoi"') + wire.member(", ", '"unit"', '"a\\"b"') == \
+        '{"city": "Hanoi", "unit": "a\\"b"'
+    assert wire.finish() == "}"
+
+
 # ---------------------------------------------------------------------------- the adapters
 def run_adapters(grammar: str, text: str, chunks: list[str], *, prefix: str = "", tools: Any = None,
                  strict: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]], ResponseStream]:

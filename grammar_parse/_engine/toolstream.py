@@ -1081,7 +1081,10 @@ class ToolCallStreamer:
         value = self._retype_value(call, key, value)
         prefix = "{" if not call.members else ", "
         call.members = (call.members or 0) + 1
-        self._send_arguments(call, f"{prefix}{dumps(key)}: {dumps(value)}")
+        if not call.closed:  # (as _send_arguments, with the text the wire filter is told is a member)
+            key_text, value_text = dumps(key), dumps(value)
+            call.given.append(f"{prefix}{key_text}: {value_text}")
+            self._send_wire(call, call.wire.member(prefix, key_text, value_text))
 
     def _finish_from_value(self, call: _Call) -> None:
         """At the region's close: send what the call's arguments text, as its value has it, still lacks after
