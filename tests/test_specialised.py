@@ -26,6 +26,7 @@ from conformance import strict_equal
 from goldens import goldens, samples
 from grammar_parse._engine import oneshot, session
 from grammar_parse._engine.tools import ToolTypes
+from grammar_parse._engine.drafts import draft_states
 from test_drift import TRANSFORMS, opt_outs, variants
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
@@ -109,6 +110,74 @@ def test_the_specialised_parser_gives_the_sessions_message_or_declines(name: str
                 assert strict_equal(fast, expected) and list(fast) == list(expected), \
                     f"{name}: {text[:200]!r}\nsession:     {expected!r}\nspecialised: {fast!r}"
     assert taken > 0, f"{name}: the specialised parser took none of {total} outputs"
+
+
+DRAFTING = [name for name in GRAMMARS if draft_states(grammar_parse.load_grammar(name), "never")]
+
+
+@pytest.mark.parametrize("reading", ["never", "fallback", "always"])
+def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Call markup inside an open reasoning block (a draft, drafts.py), under each ``calls_in_reasoning`` reading,
+    for every grammar with reasoning: the specialised parser's message and the characters it leaves out are the
+    session's, or it declines (an output that ends inside a draft, which the session reads again). The drafts it
+    read are counted, so that declining them all cannot pass."""
+    read: list[int] = []
+    real = oneshot._DraftWatch.take
+
+    def counted(self: Any, *args: Any) -> int:
+        upto = real(self, *args)
+        read.append(upto)
+        return upto
+    monkeypatch.setattr(oneshot._DraftWatch, "take", counted)
+    taken = drafted = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in DRAFTING:
+            grammar = grammar_parse.load_grammar(name)
+            drift = [v for tname in ("drafted_call", "drafted_only") if TRANSFORMS[tname].applies(grammar)
+                     and tname not in opt_outs(grammar) for v in variants(name, tname)]
+            cases = [(g.text, g.prefix, g.tools) for g in [*goldens(name), *samples(TRANSCRIPTS, name), *drift]]
+            for text, prefix, tools in cases:
+                options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
+                grammar_parse.ResponseParser(grammar, prefix, tools=tools, options=options)  # (the prompt's replay)
+                del read[:]
+                found = session.specialised_parse(grammar, text, prefix, ToolTypes.from_tools(tools), options)
+                if found is None:
+                    continue
+                taken += 1
+                drafted += any(upto >= 0 for upto in read)
+                oneshot.SPECIALISED = False
+                try:
+                    parser = grammar_parse.ResponseParser(grammar, prefix, tools=tools, options=options)
+                    expected = parser.finalize(text)[0]
+                    spans = sum(end - start for start, end in parser.discarded_spans)
+                finally:
+                    oneshot.SPECIALISED = True
+                assert strict_equal(found[0], expected) and list(found[0]) == list(expected), \
+                    f"{name} ({reading}): {text[:300]!r}\nsession:     {expected!r}\nspecialised: {found[0]!r}"
+                assert found[1] == spans, text[:200]
+    assert taken > 100
+    assert (drafted == 0) == (reading == "always"), drafted
+
+
+@pytest.mark.parametrize("reading", ["never", "fallback"])
+def test_a_draft_ends_at_its_blocks_close_spelled_like_another_delimiter(reading: str) -> None:
+    """plamo3's stray reasoning close (drafts.closes_at): the draft before it ends there, and the output is taken
+    (a walk that read the close as more of the draft would decline it, the output ending inside the draft)."""
+    grammar = grammar_parse.load_grammar("plamo3")
+    options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
+    for sample in variants("plamo3", "drafted_call"):
+        grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
+        found = session.specialised_parse(grammar, sample.text, sample.prefix, ToolTypes.from_tools(sample.tools),
+                                          options)
+        assert found is not None, sample.name
+        oneshot.SPECIALISED = False
+        try:
+            expected = grammar_parse.parse_response(sample.text, grammar, prefix=sample.prefix, tools=sample.tools,
+                                                    options=options)
+        finally:
+            oneshot.SPECIALISED = True
+        assert strict_equal(found[0], expected)
 
 
 def test_it_takes_most_golden_outputs() -> None:

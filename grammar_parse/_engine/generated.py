@@ -275,6 +275,9 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
 def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number: dict[int, int]) -> None:
     """The step of delimiter ``term`` (its match in memo slot ``k``, at ``at``..``end``) in ``config``."""
     here = src.const(config)  # (where it hands over to the walk)
+    step = config.steps.get(term.name)
+    if step is not None and step.interrupts:  # markup inside reasoning: the walk reads drafts (OneShot._walk)
+        src.emit(d, f"if {config.top} in drafts: return {here}, pos, False, le")
     if term.role == "repeat":  # an opener written again at the start of its region (Builder.repeat)
         src.emit(d, f"B.repeat({src.const(term)}); pos = end; s = {number[id(config)]}; continue")
         return
@@ -288,12 +291,9 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         name = src.const(term.name)
         src.emit(d + 1, f"if le == (at, {name}): return {here}, pos, False, le")
         src.emit(d + 1, f"le = (at, {name})")
-    step = config.steps.get(term.name)
     if step is None:
         src.emit(d, "raise Decline")  # a delimiter the grammar does not take here
         return
-    if step.interrupts:
-        src.emit(d, f"if {config.top} in drafts: raise Decline")  # markup inside reasoning: the session reads drafts
     if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import GrammarParseError
 from .content.xml import reads_elements
-from .drafts import interrupts
+from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
@@ -179,10 +179,12 @@ class OneShot:
     # ---------------------------------------------------------------- parsing
     def parse(self, buf: str, pos: int, start: Config, output: Message, frames: list[Open],
               tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
-              origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
+              origin: int = 0, events: list[Event] | None = None, extended: bool = False,
+              fallback: bool = False) -> Parsed | None:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
         ``start`` with ``output`` and the open ``frames`` (a replayed prompt's); with ``events``, the
-        session's events are added to it. None where the session must parse it."""
+        session's events are added to it. ``drafts``: the states where markup in reasoning is a draft, under
+        the "fallback" reading or not (drafts.py). None where the session must parse it."""
         build = Builder(output, frames, tools, max_region, self.closer, origin, events, extended)
         try:
             compiled = self.compiled
@@ -194,7 +196,7 @@ class OneShot:
                 if not done and compiled is not None:
                     compiled.handed_over()
             if not done:
-                config = self._walk(buf, pos, config, build, drafts, last_empty)
+                config = self._walk(buf, pos, config, build, drafts, last_empty, fallback)
                 if not config.explored:
                     self._explore(config)
                 build.at = len(buf)
@@ -207,10 +209,13 @@ class OneShot:
             return None
 
     def _walk(self, buf: str, pos: int, config: Config, build: Builder, drafts: Mapping[int, Region],
-              last_empty: tuple[int, str] | None = None) -> Config:
+              last_empty: tuple[int, str] | None = None, fallback: bool = False) -> Config:
         """The session's scan loop (``_process`` at the end of the output) on the automaton: the config at
-        the end. (``last_empty``: the zero-width delimiter last shifted, where a compiled walk hands over.)"""
+        the end. (``last_empty``: the zero-width delimiter last shifted, where a compiled walk hands over.)
+        Markup in reasoning is read as the session reads it (a draft: reasoning text), while the block's
+        close or a call after it can tell; an output that ends inside a draft is the session's to read."""
         n, hits = len(buf), SearchCache().hits
+        draft = _DraftWatch(fallback)
         while True:
             if not config.explored:
                 self._explore(config)
@@ -227,6 +232,8 @@ class OneShot:
                     config, pos, again = self._route(config, buf, pos, n, build)
                     if again:
                         continue
+                if draft.region is not None:
+                    raise Decline  # the output ends inside a draft: the session reads its delimiter again as markup
                 return config
             at, end = hit[0], hit[1]
             if at > pos:
@@ -234,6 +241,9 @@ class OneShot:
                 if again:
                     continue
             assert term is not None  # (the scanner gives both or neither)
+            if config.top in drafts and (upto := draft.take(config, term, buf, at, end, drafts)) >= 0:
+                config, pos, _ = self._route(config, buf, pos, upto, build)  # (the delimiter, read as reasoning text)
+                continue
             if term.role == "repeat":
                 build.repeat(term)
                 pos = end
@@ -245,18 +255,20 @@ class OneShot:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
                 if term.role == "close" and not top or (at, term.name) == last_empty:
+                    if draft.region is not None:
+                        raise Decline  # (the session goes back to the draft first)
                     build.discard(at, n)  # the rest of the output is left unparsed, as transformers leaves it
                     return config
                 last_empty = (at, term.name)
             step = config.steps.get(term.name)
             if step is None:
                 raise Decline  # a delimiter the grammar does not take here
-            if step.interrupts and config.top in drafts:
-                raise Decline  # markup inside reasoning: the session reads drafts
             build.shifting, build.at = (term, buf[at:end], hit[2]), at
             build.act(step.actions)
             build.shifting = None
             config = step.config
+            if draft.region is not None:
+                draft.after_shift(term)
 
     def _route(self, config: Config, buf: str, pos: int, end: int, build: Builder) -> tuple[Config, int, bool]:
         """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
@@ -281,6 +293,48 @@ class OneShot:
         else:
             build.discard(pos, end)  # text the grammar reads and keeps nowhere
         return config, end, end < wanted or config.info.scanner is not info.scanner
+
+
+class _DraftWatch:
+    """The draft a walk reads (the session's _DraftReading, for an output read to its end): the open reasoning
+    region markup was found in, whether the block closed (the "fallback" reading waits for a call after it), and
+    whether the delimiter being shifted is the block's close spelled like another one."""
+
+    __slots__ = ("region", "closed", "closing", "fallback")
+
+    def __init__(self, fallback: bool) -> None:
+        self.region: Region | None = None
+        self.closed = self.closing = False
+        self.fallback = fallback
+
+    def take(self, config: Config, term: Terminal, buf: str, at: int, end: int, drafts: Mapping[int, Region]) -> int:
+        """Where the text read as reasoning ends, for delimiter ``term`` at ``at``..``end`` found in a reasoning
+        state: its end (a draft opens at the first), or -1 where it is not markup to read so."""
+        region = drafts[config.top]
+        step = config.steps.get(term.name)
+        if self.region is not None and region is not self.region or step is None or not step.interrupts:
+            return -1
+        if any(w.role == "close" and w.region is region and closes_at(w, buf, at) for w in config.info.watch):
+            self.closing = self.region is not None  # the block's own close, spelled like another delimiter
+            return -1
+        if end == at:  # a lookahead opener: the character it looked at is text
+            if at >= len(buf):
+                return -1
+            end = at + 1
+        self.region = region
+        return end
+
+    def after_shift(self, term: Terminal) -> None:
+        """A delimiter was shifted with a draft open: the block's close ends it (under "fallback", a call after the
+        block does), which leaves what it read as reasoning."""
+        closing, self.closing = self.closing, False
+        if closing or term.role == "close" and term.region is self.region:
+            if self.fallback:
+                self.closed = True
+            else:
+                self.region = None
+        elif self.closed and term.role == "open" and term.region is not None and term.region.is_call:
+            self.region, self.closed = None, False
 
 
 class Parsed(NamedTuple):

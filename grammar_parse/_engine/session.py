@@ -363,7 +363,8 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
     tail = _anchored_tail(grammar, prefix, options.start_anchor_seconds) if prefix else ""
     if tail is None:
         return None  # (the session warns that the prompt holds no start anchor)
-    drafts = draft_states(grammar, reading_of(grammar, options.calls_in_reasoning))
+    read = reading_of(grammar, options.calls_in_reasoning)
+    drafts = draft_states(grammar, read)
     start, buf, pos, output, frames, origin = fast.start, text, 0, copy_json(grammar.defaults), [], 0
     if tail:
         replay = grammar.tables.shared.get("replays", {}).get(_replay_key(tail, options, False))
@@ -378,7 +379,7 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
         start, buf, pos, output, frames = found, state.buf + text, state.pos, copy_json(output), regions
         origin = replay.prefix_len - state.base  # (the output's first character, in the buffer)
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
-                           options.max_region_chars, drafts, origin)
+                           options.max_region_chars, drafts, origin, None, False, read == "fallback")
 
 
 # ---------------------------------------------------------------------------- the message at the end
@@ -1164,7 +1165,7 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
     events: list[Event] = []
     found = fast.parse(parser._buf + text, parser._pos, start, copy_json(parser._regions.output), built,
                        parser._tools, parser._max_region, parser._drafting.states, parser._prefix_len - base,
-                       events, parser._regions.extended)
+                       events, parser._regions.extended, parser._drafting.reading == "fallback")
     if found is None:
         return None
     parser._finalized, parser._fast, parser._waiting = True, None, None
