@@ -120,15 +120,23 @@ def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monke
     """Call markup inside an open reasoning block (a draft, drafts.py), under each ``calls_in_reasoning`` reading,
     for every grammar with reasoning: the specialised parser's message and the characters it leaves out are the
     session's, or it declines (an output that ends inside a draft, which the session reads again). The drafts it
-    read are counted, so that declining them all cannot pass."""
+    read are counted, so that declining them all cannot pass, and so are the parses the compiled walk took back
+    after a draft."""
     read: list[int] = []
-    real = oneshot._DraftWatch.take
+    given_back: list[bool] = []
+    real, real_walk = oneshot._DraftWatch.take, oneshot.OneShot._walk
 
     def counted(self: Any, *args: Any) -> int:
         upto = real(self, *args)
         read.append(upto)
         return upto
+
+    def walked(self: Any, *args: Any) -> Any:
+        found = real_walk(self, *args)
+        given_back.append(not found[2])  # (the compiled walk goes on after a draft)
+        return found
     monkeypatch.setattr(oneshot._DraftWatch, "take", counted)
+    monkeypatch.setattr(oneshot.OneShot, "_walk", walked)
     taken = drafted = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -158,6 +166,7 @@ def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monke
                 assert found[1] == spans, text[:200]
     assert taken > 100
     assert (drafted == 0) == (reading == "always"), drafted
+    assert any(given_back) == (reading != "always"), sum(given_back)
 
 
 @pytest.mark.parametrize("reading", ["never", "fallback"])

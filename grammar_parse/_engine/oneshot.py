@@ -189,18 +189,22 @@ class OneShot:
         try:
             compiled = self.compiled
             walk = compiled.current(events is not None) if compiled is not None else None
-            config, done, last_empty = start, False, None
-            if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
-                # reductions too: the walk goes on where it stops)
-                config, pos, done, last_empty = walk(buf, pos, start, build, drafts)
-                if not done and compiled is not None:
-                    compiled.handed_over()
-            if not done:
-                config = self._walk(buf, pos, config, build, drafts, last_empty, fallback)
-                if not config.explored:
-                    self._explore(config)
-                build.at = len(buf)
-                build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
+            config, done, last_empty, handed = start, False, None, False
+            while not done:
+                if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
+                    # reductions too: the walk goes on where it stops, and gives it back after a draft)
+                    config, pos, done, last_empty = walk(buf, pos, config, build, drafts)
+                    if done:
+                        break
+                    if not handed and compiled is not None:
+                        compiled.handed_over()
+                        handed = True
+                config, pos, done = self._walk(buf, pos, config, build, drafts, last_empty, fallback, walk is not None)
+                if done:
+                    if not config.explored:
+                        self._explore(config)
+                    build.at = len(buf)
+                    build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
                     build.close(build.frames[-1].region)
@@ -209,11 +213,14 @@ class OneShot:
             return None
 
     def _walk(self, buf: str, pos: int, config: Config, build: Builder, drafts: Mapping[int, Region],
-              last_empty: tuple[int, str] | None = None, fallback: bool = False) -> Config:
+              last_empty: tuple[int, str] | None = None, fallback: bool = False,
+              give_back: bool = False) -> tuple[Config, int, bool]:
         """The session's scan loop (``_process`` at the end of the output) on the automaton: the config at
-        the end. (``last_empty``: the zero-width delimiter last shifted, where a compiled walk hands over.)
-        Markup in reasoning is read as the session reads it (a draft: reasoning text), while the block's
-        close or a call after it can tell; an output that ends inside a draft is the session's to read."""
+        the end, and True; or, with ``give_back``, the config and position right after a draft ends, and False
+        (the compiled walk goes on from there). (``last_empty``: the zero-width delimiter last shifted, where a
+        compiled walk hands over.) Markup in reasoning is read as the session reads it (a draft: reasoning
+        text), while the block's close or a call after it can tell; an output that ends inside a draft is the
+        session's to read."""
         n, hits = len(buf), SearchCache().hits
         draft = _DraftWatch(fallback)
         while True:
@@ -234,7 +241,7 @@ class OneShot:
                         continue
                 if draft.region is not None:
                     raise Decline  # the output ends inside a draft: the session reads its delimiter again as markup
-                return config
+                return config, pos, True
             at, end = hit[0], hit[1]
             if at > pos:
                 config, pos, again = self._route(config, buf, pos, at, build)
@@ -258,7 +265,7 @@ class OneShot:
                     if draft.region is not None:
                         raise Decline  # (the session goes back to the draft first)
                     build.discard(at, n)  # the rest of the output is left unparsed, as transformers leaves it
-                    return config
+                    return config, n, True
                 last_empty = (at, term.name)
             step = config.steps.get(term.name)
             if step is None:
@@ -269,6 +276,8 @@ class OneShot:
             config = step.config
             if draft.region is not None:
                 draft.after_shift(term)
+                if draft.region is None and give_back and at < end:
+                    return config, pos, False
 
     def _route(self, config: Config, buf: str, pos: int, end: int, build: Builder) -> tuple[Config, int, bool]:
         """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
