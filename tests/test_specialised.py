@@ -119,12 +119,18 @@ DRAFTING = [name for name in GRAMMARS if draft_states(grammar_parse.load_grammar
 def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Call markup inside an open reasoning block (a draft, drafts.py), under each ``calls_in_reasoning`` reading,
     for every grammar with reasoning: the specialised parser's message and the characters it leaves out are the
-    session's, or it declines (an output that ends inside a draft, which the session reads again). The drafts it
-    read are counted, so that declining them all cannot pass, and so are the parses the compiled walk took back
-    after a draft."""
+    session's, or it declines; a draft the output closes is reasoning, one it ends inside is read again as
+    markup. The drafts read, the rewinds and the parses the compiled walk took back after a draft are counted,
+    so that declining them cannot pass."""
     read: list[int] = []
     given_back: list[bool] = []
-    real, real_walk = oneshot._DraftWatch.take, oneshot.OneShot._walk
+    real, real_walk, real_rewind = oneshot._DraftWatch.take, oneshot.OneShot._walk, oneshot._DraftWatch.rewind
+    rewound: list[bool] = []
+
+    def rewind(self: Any, build: Any) -> Any:
+        rewound.append(True)
+        return real_rewind(self, build)
+    monkeypatch.setattr(oneshot._DraftWatch, "rewind", rewind)
 
     def counted(self: Any, *args: Any) -> int:
         upto = real(self, *args)
@@ -167,6 +173,7 @@ def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monke
     assert taken > 100
     assert (drafted == 0) == (reading == "always"), drafted
     assert any(given_back) == (reading != "always"), sum(given_back)
+    assert any(rewound) == (reading != "always"), len(rewound)  # (outputs that end inside a draft, read again)
 
 
 @pytest.mark.parametrize("reading", ["never", "fallback"])

@@ -219,8 +219,8 @@ class OneShot:
         the end, and True; or, with ``give_back``, the config and position right after a draft ends, and False
         (the compiled walk goes on from there). (``last_empty``: the zero-width delimiter last shifted, where a
         compiled walk hands over.) Markup in reasoning is read as the session reads it (a draft: reasoning
-        text), while the block's close or a call after it can tell; an output that ends inside a draft is the
-        session's to read."""
+        text), while the block's close or a call after it can tell; where the output ends inside the draft,
+        its delimiter is read again as markup."""
         n, hits = len(buf), SearchCache().hits
         draft = _DraftWatch(fallback)
         while True:
@@ -239,8 +239,9 @@ class OneShot:
                     config, pos, again = self._route(config, buf, pos, n, build)
                     if again:
                         continue
-                if draft.region is not None:
-                    raise Decline  # the output ends inside a draft: the session reads its delimiter again as markup
+                if draft.region is not None:  # the output ends inside a draft: its delimiter was markup after all
+                    config, pos, last_empty, drafts, draft = draft.rewind(build)
+                    continue
                 return config, pos, True
             at, end = hit[0], hit[1]
             if at > pos:
@@ -249,6 +250,8 @@ class OneShot:
                     continue
             assert term is not None  # (the scanner gives both or neither)
             if config.top in drafts and (upto := draft.take(config, term, buf, at, end, drafts)) >= 0:
+                if draft.back is None:  # (a draft opens: where to read its delimiter again as markup)
+                    draft.back = (config, pos, last_empty, build.state())
                 config, pos, _ = self._route(config, buf, pos, upto, build)  # (the delimiter, read as reasoning text)
                 continue
             if term.role == "repeat":
@@ -262,8 +265,9 @@ class OneShot:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
                 if term.role == "close" and not top or (at, term.name) == last_empty:
-                    if draft.region is not None:
-                        raise Decline  # (the session goes back to the draft first)
+                    if draft.region is not None:  # (the session goes back to the draft first)
+                        config, pos, last_empty, drafts, draft = draft.rewind(build)
+                        continue
                     build.discard(at, n)  # the rest of the output is left unparsed, as transformers leaves it
                     return config, n, True
                 last_empty = (at, term.name)
@@ -309,12 +313,22 @@ class _DraftWatch:
     region markup was found in, whether the block closed (the "fallback" reading waits for a call after it), and
     whether the delimiter being shifted is the block's close spelled like another one."""
 
-    __slots__ = ("region", "closed", "closing", "fallback")
+    __slots__ = ("region", "closed", "closing", "fallback", "back")
 
     def __init__(self, fallback: bool) -> None:
         self.region: Region | None = None
         self.closed = self.closing = False
         self.fallback = fallback
+        #: Where the draft's delimiter was found: the config, position, zero-width marker and builder state.
+        self.back: tuple[Config, int, tuple[int, str] | None, tuple[Any, ...]] | None = None
+
+    def rewind(self, build: Builder) -> tuple[Config, int, tuple[int, str] | None, Mapping[int, Region], _DraftWatch]:
+        """The output ended inside the draft (the session's undo): back to where its delimiter was found, to read
+        it as markup, and the rest as it comes with no further drafts."""
+        assert self.back is not None
+        config, pos, last_empty, state = self.back
+        build.restore(state)
+        return config, pos, last_empty, {}, _DraftWatch(self.fallback)
 
     def take(self, config: Config, term: Terminal, buf: str, at: int, end: int, drafts: Mapping[int, Region]) -> int:
         """Where the text read as reasoning ends, for delimiter ``term`` at ``at``..``end`` found in a reasoning
@@ -378,6 +392,14 @@ class Open:
         self.walk: JsonEnd | None = None  # the walk to its JSON value's end (a region closed by it)
         self.path = path  # where a component's events point (None: a message field)
 
+    def copy(self) -> Open:
+        """A frame with the same state that shares nothing mutable with this one (a draft's to go back to)."""
+        frame = Open(self.region, dict(self.captures), self.open_text, self.text_start,
+                     None if self.path is None else list(self.path))
+        frame.chunks, frame.size, frame.children = list(self.chunks), self.size, copy_json(self.children)
+        frame.walk = None if self.walk is None else self.walk.copy()
+        return frame
+
 
 def open_regions(frames: list[Frame], base: int) -> list[Open] | None:
     """The session's open frames (a replayed prompt's; ``base``: the stream offset of its buffer's start)
@@ -415,6 +437,18 @@ class Builder:
         self.max_region = max_region
         self.shifting: tuple[Terminal, str, Any] | None = None  # (terminal, text, match) of the delimiter
         self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
+
+    def state(self) -> tuple[Any, ...]:
+        """What the builder holds, copied: where a draft rewinds to (the session's RegionBuilder.state)."""
+        return (copy_json(self.output), [f.copy() for f in self.frames], self.discarded,
+                [list(span) for span in self.spans], None if self.events is None else len(self.events))
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take a :meth:`state` back (once: it is not copied again); the events made since are dropped."""
+        self.output, frames, self.discarded, self.spans, events = state
+        self.frames[:] = frames
+        if self.events is not None:
+            del self.events[events:]
 
     def value_end(self, region: Region, buf: str) -> int:
         """Where the open ``region``'s JSON value ends (-1: not in the output, or it is not on top)."""
