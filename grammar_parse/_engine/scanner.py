@@ -470,7 +470,7 @@ def _written_row(i: int, row: tuple[Any, ...], const: Callable[[Any], str]) -> l
     if is_regex and matcher.plain:
         out += [f"\t\tmt = {const(matcher.compiled.search)}(buf, frm)",
                 "\t\thit = None if mt is None else (mt.start(), mt.end(), mt)"]
-    elif literal and len(matcher.literals) == 1:
+    elif literal and len(matcher.literals) == 1 and matcher.literals[0]:
         lit = matcher.literals[0]
         out += [f"\t\tat = buf.find({const(lit)}, frm)", f"\t\thit = None if at < 0 else (at, at + {len(lit)}, None)"]
     else:
@@ -501,7 +501,7 @@ def _written_probe(matcher: Any, m: str, const: Callable[[Any], str]) -> list[st
     """``hit, pending = matcher.probe(buf, start, hit)`` for the written-out scan (``m``: the matcher's constant):
     with no complete match, a single literal's pending start (a proper prefix of it ends the buffer) and a plain
     regex's partial search within one window written out; the rest asks the matcher."""
-    if isinstance(matcher, LiteralMatcher) and len(matcher.literals) == 1:
+    if isinstance(matcher, LiteralMatcher) and len(matcher.literals) == 1 and matcher.literals[0]:
         lit = matcher.literals[0]
         return ["if hit is None:", "\tpending = -1", f"\tj = max(start, n - {len(lit) - 1})",
                 "\twhile True:", f"\t\tj = buf.find({const(lit[0])}, j)", "\t\tif j < 0: break",
