@@ -190,16 +190,20 @@ class OneShot:
             compiled = self.compiled
             walk = compiled.current(events is not None) if compiled is not None else None
             config, done, last_empty, handed = start, False, None, False
+            hits = SearchCache().hits  # (the generic walk's searches, kept when it gives the output back and takes it again)
             while not done:
                 if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
-                    # reductions too: the walk goes on where it stops, and gives it back after a draft)
+                    # reductions too: the walk goes on where it stops, and gets it back after the first draft)
                     config, pos, done, last_empty = walk(buf, pos, config, build, drafts)
                     if done:
                         break
                     if not handed and compiled is not None:
                         compiled.handed_over()
-                        handed = True
-                config, pos, done = self._walk(buf, pos, config, build, drafts, last_empty, fallback, walk is not None)
+                # (once only: a compiled walk taken up again searches afresh for what is still ahead, so that
+                # output with a draft in each of many reasoning blocks would cost the rest of it per block)
+                config, pos, done = self._walk(buf, pos, config, build, drafts, last_empty, fallback,
+                                               walk is not None and not handed, hits)
+                handed = True
                 if done:
                     if not config.explored:
                         self._explore(config)
@@ -214,14 +218,15 @@ class OneShot:
 
     def _walk(self, buf: str, pos: int, config: Config, build: Builder, drafts: Mapping[int, Region],
               last_empty: tuple[int, str] | None = None, fallback: bool = False,
-              give_back: bool = False) -> tuple[Config, int, bool]:
+              give_back: bool = False, hits: dict[str, Any] | None = None) -> tuple[Config, int, bool]:
         """The session's scan loop (``_process`` at the end of the output) on the automaton: the config at
         the end, and True; or, with ``give_back``, the config and position right after a draft ends, and False
         (the compiled walk goes on from there). (``last_empty``: the zero-width delimiter last shifted, where a
         compiled walk hands over.) Markup in reasoning is read as the session reads it (a draft: reasoning
         text), while the block's close or a call after it can tell; where the output ends inside the draft,
         its delimiter is read again as markup."""
-        n, hits = len(buf), SearchCache().hits
+        n = len(buf)
+        hits = SearchCache().hits if hits is None else hits
         draft = _DraftWatch(fallback)
         while True:
             if not config.explored:
