@@ -24,7 +24,7 @@ import pytest
 import grammar_parse
 from conformance import strict_equal
 from goldens import goldens, samples
-from grammar_parse._engine import oneshot, session
+from grammar_parse._engine import generated, oneshot, session
 from grammar_parse._engine.tools import ToolTypes
 from grammar_parse._engine.drafts import draft_states
 from test_drift import TRANSFORMS, opt_outs, variants
@@ -194,6 +194,39 @@ def test_a_draft_ends_at_its_blocks_close_spelled_like_another_delimiter(reading
         finally:
             oneshot.SPECIALISED = True
         assert strict_equal(found[0], expected)
+
+
+@pytest.mark.parametrize("reading", ["never", "fallback"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_later_draft_the_output_ends_in_goes_back_to_its_own_delimiter(reading: str, compiled: bool) -> None:
+    """muse repeats its reasoning: a draft in a closed block, then a second block whose draft the output ends inside.
+    Read again as markup from the second draft's delimiter, not the first's (the session's undo), with the compiled
+    walk or without it (one generic walk then reads both drafts)."""
+    grammar = grammar_parse.load_grammar("muse")
+    sample = variants("muse", "drafted_call")[0]
+    block = sample.text[:sample.text.index("<|eom|>") + len("<|eom|>")]
+    text = block + "<|start|>assistant" + block[:block.index(" but first")]
+    options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
+    grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
+    shot = generated.specialised(grammar)
+    kept = shot.compiled
+    if compiled:
+        for _ in range(generated.FIRST_BUILD):  # (the walk is compiled at the FIRST_BUILD-th parse)
+            session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools), options)
+        assert shot.compiled is not None and shot.compiled.current() is not None
+    else:
+        shot.compiled = None
+    try:
+        found = session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools), options)
+    finally:
+        shot.compiled = kept
+    oneshot.SPECIALISED = False
+    try:
+        expected = grammar_parse.parse_response(text, grammar, prefix=sample.prefix, tools=sample.tools,
+                                                options=options)
+    finally:
+        oneshot.SPECIALISED = True
+    assert found is not None and strict_equal(found[0], expected), (found, expected)
 
 
 def test_it_takes_most_golden_outputs() -> None:

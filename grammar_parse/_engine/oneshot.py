@@ -360,9 +360,9 @@ class _DraftWatch:
             if self.fallback:
                 self.closed = True
             else:
-                self.region = None
+                self.region = self.back = None  # (a later draft goes back to its own delimiter)
         elif self.closed and term.role == "open" and term.region is not None and term.region.is_call:
-            self.region, self.closed = None, False
+            self.region, self.closed, self.back = None, False, None
 
 
 class Parsed(NamedTuple):
