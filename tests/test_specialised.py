@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import grammar_parse
 from conformance import strict_equal
@@ -27,6 +29,7 @@ from goldens import goldens, samples
 from grammar_parse._engine import generated, oneshot, session
 from grammar_parse._engine.tools import ToolTypes
 from grammar_parse._engine.drafts import draft_states
+from strategies import examples
 from test_drift import TRANSFORMS, opt_outs, variants
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
@@ -227,6 +230,51 @@ def test_a_later_draft_the_output_ends_in_goes_back_to_its_own_delimiter(reading
     finally:
         oneshot.SPECIALISED = True
     assert found is not None and strict_equal(found[0], expected), (found, expected)
+
+
+def _muse_blocks() -> dict[str, str]:
+    """Pieces of a muse output (its reasoning repeats): a reasoning block holding a draft, closed; one without a
+    draft; a call; an answer; a block holding two drafts; and a block whose draft the output ends inside."""
+    text = variants("muse", "drafted_call")[0].text
+    cut = text.index("<|eom|>") + len("<|eom|>")
+    drafted, draft = text[:cut], text[:text.index(" but first")]
+    return {"drafted": drafted, "plain": " to=self<|message|>Thinking it over.<|eom|>",
+            "call": text[cut:].removeprefix("<|start|>assistant"), "answer": " to=user<|message|>Done.<|eot|>",
+            "two": draft + " and " + drafted[drafted.index("I could"):], "unclosed": draft}
+
+
+@settings(max_examples=examples(1), deadline=None)
+@given(blocks=st.lists(st.sampled_from(["drafted", "plain", "call", "answer", "two"]), min_size=1, max_size=5),
+       end=st.sampled_from(["", "unclosed", "cut"]), cut=st.integers(min_value=1), data=st.data())
+def test_drafts_across_repeated_reasoning_are_read_as_the_session_reads_them(blocks: list[str], end: str, cut: int,
+                                                                            data: st.DataObject) -> None:
+    """Any sequence of muse's reasoning blocks, drafts, calls and answers, ending in a draft or cut anywhere: under
+    each reading, with the compiled walk and without it, the specialised parser's message is the session's."""
+    pieces = _muse_blocks()
+    text = "<|start|>assistant".join(pieces[b] for b in blocks + (["unclosed"] if end == "unclosed" else []))
+    if end == "cut":
+        text = text[:1 + cut % len(text)]
+    grammar, sample = grammar_parse.load_grammar("muse"), variants("muse", "drafted_call")[0]
+    shot = generated.specialised(grammar)
+    reading = data.draw(st.sampled_from(["never", "fallback"]))
+    options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
+    grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
+    oneshot.SPECIALISED = False
+    try:
+        expected = grammar_parse.parse_response(text, grammar, prefix=sample.prefix, tools=sample.tools,
+                                                options=options)
+    finally:
+        oneshot.SPECIALISED = True
+    for compiled in (False, True):
+        kept = shot.compiled
+        if not compiled:
+            shot.compiled = None
+        try:
+            found = session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools),
+                                              options)
+        finally:
+            shot.compiled = kept
+        assert found is None or strict_equal(found[0], expected), (blocks, end, reading, compiled, found, expected)
 
 
 def test_it_takes_most_golden_outputs() -> None:
