@@ -179,6 +179,27 @@ def test_markup_in_reasoning_is_read_as_the_session_reads_it(reading: str, monke
     assert any(rewound) == (reading != "always"), len(rewound)  # (outputs that end inside a draft, read again)
 
 
+def _session_message(grammar: Any, text: str, prefix: str, tools: Any, options: Any) -> Any:
+    """``parse_response`` by the session (the specialised parser off)."""
+    oneshot.SPECIALISED = False
+    try:
+        return grammar_parse.parse_response(text, grammar, prefix=prefix, tools=tools, options=options)
+    finally:
+        oneshot.SPECIALISED = True
+
+
+def _specialised(grammar: Any, text: str, prefix: str, tools: Any, options: Any, compiled: bool = True) -> Any:
+    """The specialised parser's result, with its compiled walk (where made) or without it (the generic walk)."""
+    shot = generated.specialised(grammar)
+    kept = shot.compiled
+    if not compiled:
+        shot.compiled = None
+    try:
+        return session.specialised_parse(grammar, text, prefix, ToolTypes.from_tools(tools), options)
+    finally:
+        shot.compiled = kept
+
+
 @pytest.mark.parametrize("reading", ["never", "fallback"])
 def test_a_draft_ends_at_its_blocks_close_spelled_like_another_delimiter(reading: str) -> None:
     """plamo3's stray reasoning close (drafts.closes_at): the draft before it ends there, and the output is taken
@@ -187,16 +208,9 @@ def test_a_draft_ends_at_its_blocks_close_spelled_like_another_delimiter(reading
     options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
     for sample in variants("plamo3", "drafted_call"):
         grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
-        found = session.specialised_parse(grammar, sample.text, sample.prefix, ToolTypes.from_tools(sample.tools),
-                                          options)
+        found = _specialised(grammar, sample.text, sample.prefix, sample.tools, options)
         assert found is not None, sample.name
-        oneshot.SPECIALISED = False
-        try:
-            expected = grammar_parse.parse_response(sample.text, grammar, prefix=sample.prefix, tools=sample.tools,
-                                                    options=options)
-        finally:
-            oneshot.SPECIALISED = True
-        assert strict_equal(found[0], expected)
+        assert strict_equal(found[0], _session_message(grammar, sample.text, sample.prefix, sample.tools, options))
 
 
 @pytest.mark.parametrize("reading", ["never", "fallback"])
@@ -211,24 +225,13 @@ def test_a_later_draft_the_output_ends_in_goes_back_to_its_own_delimiter(reading
     text = block + "<|start|>assistant" + block[:block.index(" but first")]
     options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
     grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
-    shot = generated.specialised(grammar)
-    kept = shot.compiled
     if compiled:
         for _ in range(generated.FIRST_BUILD):  # (the walk is compiled at the FIRST_BUILD-th parse)
-            session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools), options)
-        assert shot.compiled is not None and shot.compiled.current() is not None
-    else:
-        shot.compiled = None
-    try:
-        found = session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools), options)
-    finally:
-        shot.compiled = kept
-    oneshot.SPECIALISED = False
-    try:
-        expected = grammar_parse.parse_response(text, grammar, prefix=sample.prefix, tools=sample.tools,
-                                                options=options)
-    finally:
-        oneshot.SPECIALISED = True
+            _specialised(grammar, text, sample.prefix, sample.tools, options)
+        shot = generated.specialised(grammar).compiled
+        assert shot is not None and shot.current() is not None
+    found = _specialised(grammar, text, sample.prefix, sample.tools, options, compiled)
+    expected = _session_message(grammar, text, sample.prefix, sample.tools, options)
     assert found is not None and strict_equal(found[0], expected), (found, expected)
 
 
@@ -255,25 +258,12 @@ def test_drafts_across_repeated_reasoning_are_read_as_the_session_reads_them(blo
     if end == "cut":
         text = text[:1 + cut % len(text)]
     grammar, sample = grammar_parse.load_grammar("muse"), variants("muse", "drafted_call")[0]
-    shot = generated.specialised(grammar)
     reading = data.draw(st.sampled_from(["never", "fallback"]))
     options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
     grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
-    oneshot.SPECIALISED = False
-    try:
-        expected = grammar_parse.parse_response(text, grammar, prefix=sample.prefix, tools=sample.tools,
-                                                options=options)
-    finally:
-        oneshot.SPECIALISED = True
+    expected = _session_message(grammar, text, sample.prefix, sample.tools, options)
     for compiled in (False, True):
-        kept = shot.compiled
-        if not compiled:
-            shot.compiled = None
-        try:
-            found = session.specialised_parse(grammar, text, sample.prefix, ToolTypes.from_tools(sample.tools),
-                                              options)
-        finally:
-            shot.compiled = kept
+        found = _specialised(grammar, text, sample.prefix, sample.tools, options, compiled)
         assert found is None or strict_equal(found[0], expected), (blocks, end, reading, compiled, found, expected)
 
 
