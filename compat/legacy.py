@@ -261,12 +261,14 @@ def _parse(content: Any, schema: dict[str, Any], node: Node, rx: _Regexes) -> An
     if (pattern := schema.get("x-regex-iterator")) is not None:
         if node_type != "array":
             raise _type_error(node, f"type {node_type} cannot use x-regex-iterator.")
+        _string_for(node, content, "x-regex-iterator")
         content = [_match_value(node, m) for m in rx.finditer(node, pattern, content)]
         if not content:
             return None
     if (pattern := schema.get("x-regex-key-value")) is not None:
         if node_type != "object":
             raise _type_error(node, f"type {node_type} cannot use x-regex-key-value.")
+        _string_for(node, content, "x-regex-key-value")
         pairs = {}
         for m in rx.finditer(node, pattern, content):
             groups = _match_value(node, m)
@@ -289,6 +291,13 @@ def _parse(content: Any, schema: dict[str, Any], node: Node, rx: _Regexes) -> An
     if node_type is None or node_type == "any":
         return content
     raise _type_error(node, f"Unsupported schema type {node_type} for node content {content!r}")
+
+
+def _string_for(node: Node, content: Any, key: str) -> None:
+    """An ``x-regex`` with named groups leaves a dict, which ``key``'s regex cannot read: transformers' ``re``
+    raises TypeError there, and so does this (a SchemaTypeError), on every regex engine."""
+    if not isinstance(content, str):
+        raise _type_error(node, f"{key} got a non-string input (the groups of its x-regex): {content}")
 
 
 def _apply_parser(content: Any, schema: dict[str, Any], node: Node, rx: _Regexes) -> Any:

@@ -23,6 +23,7 @@ import grammar_parse
 from conformance import strict_equal
 from grammar_parse._engine import generated, oneshot, session
 from grammar_parse._engine.delimiters import RegexMatcher
+from grammar_parse._engine.scanner import search_key
 from grammar_parse._engine.tools import ToolTypes
 from test_specialised import DEEP, GRAMMARS, outputs
 
@@ -189,3 +190,51 @@ def test_a_search_past_its_time_limit_in_the_compiled_walk_is_the_walks(name: st
     for i, (want, have) in enumerate(zip(expected, got)):
         assert (want is None) == (have is None) and strict_equal(want, have), \
             f"{name}: {cases[i // 3][0][:200]!r}\nwalk:     {want!r}\ncompiled: {have!r}"
+
+
+QWEN3_DRAFT = ('<think>\nI could write <tool_call>\n{"name": "f", "arguments": {}}\n</tool_call> but first.\n</think>\n\n'
+               'Sure. <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>')
+
+
+def _compiled_qwen3() -> Any:
+    grammar = grammar_parse.load_grammar("qwen3")
+    for _ in range(generated.FIRST_BUILD + 1):  # (configs worked out, then the walk compiled)
+        grammar_parse.parse_response(QWEN3_DRAFT, grammar, prefix="")
+    shot = generated.specialised(grammar)
+    walk = generated.compile_walk(shot)
+    assert walk is not None
+    return grammar, shot, walk
+
+
+def test_the_walks_hand_each_other_their_searches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a draft the compiled walk hands the output to the generic walk with the searches it made (a delimiter
+    absent from the rest is not searched to the end again), and takes them back with the output."""
+    grammar, shot, walk = _compiled_qwen3()
+    handed: list[dict[str, Any]] = []
+    real = oneshot.OneShot._walk
+
+    def seen(self: Any, buf: str, pos: int, *args: Any) -> Any:
+        hits = args[-1]
+        handed.append({key: found for key, found in hits.items() if found[0] is buf and found[1] <= pos})
+        return real(self, buf, pos, *args)
+    monkeypatch.setattr(oneshot.OneShot, "_walk", seen)
+    monkeypatch.setattr(shot, "compiled", Fixed(walk, walk))
+    found = session.specialised_parse(grammar, QWEN3_DRAFT, "", None, grammar_parse.ParseOptions())
+    assert found is not None and found[0] == grammar_parse.parse_response(QWEN3_DRAFT, grammar, prefix="")
+    assert handed and handed[0], "the compiled walk handed over without its searches"
+
+
+def test_the_compiled_walk_takes_the_searches_it_is_handed() -> None:
+    """What the compiled walk reads from the memo it is handed (a planted answer: no reasoning close from the
+    start) is what it goes by: it searches nothing it was told of."""
+    grammar, shot, walk = _compiled_qwen3()
+    text = "<think>\nhm\n</think>\n\nHi"
+    close = next(t for t in grammar.terminals.values() if t.role == "close" and t.region is not None
+                 and t.region.is_reasoning)
+    reasoning = []
+    for memo in ({search_key(close): (text, 0, None)}, {}):
+        build = oneshot.Builder(dict(grammar.defaults), [], None, 10**6, shot.closer, 0)
+        build.memo = memo
+        walk(text, 0, shot.start, build, {})
+        reasoning.append(build.output.get("reasoning_content"))
+    assert reasoning[0] != "hm" and reasoning[1] == "hm", reasoning

@@ -269,3 +269,15 @@ def test_a_malformed_schema_fails_with_a_grammar_parse_error_never_a_crash(schem
         gp.parse_response(text, grammar)
     except gp.GrammarParseError as e:  # what transformers reports at parse time (ValueError / TypeError)
         assert e.code in ERROR_CODES and isinstance(e, (ValueError, TypeError))
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+@pytest.mark.parametrize("key, node_type", [("x-regex-iterator", "array"), ("x-regex-key-value", "object")])
+def test_a_regex_after_named_groups_fails_with_a_type_error(timeout, key, node_type):
+    """An x-regex with named groups leaves a dict, which a further regex cannot read: transformers' ``re`` raises
+    TypeError there; so does recursive_parse (a SchemaTypeError), with the time limit or without it (the limited
+    path's regex engine raised a bare TypeError before)."""
+    schema = {"type": node_type, "x-regex": "(?P<content>.*)", key: "(?P<key>.*)=(?P<value>.*)"}
+    with pytest.raises(gp.GrammarParseError) as raised:
+        recursive_parse("a=b", schema, timeout=timeout)
+    assert isinstance(raised.value, TypeError) and raised.value.code in ERROR_CODES

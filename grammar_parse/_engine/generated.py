@@ -130,12 +130,26 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
     src.emit(1, "ar = er = av = ev = -1; mr = mv = None")
     src.emit(1, "push = B.push; close = B.close; text = B.text; discard = B.discard; frames = B.frames")
     src.emit(1, "MAXR = B.max_region")
-    src.emit(1, "while True:")
     weights = [0]
     for c in configs:
         weights.append(weights[-1] + c.visits + 1)
+    # The searches the generic walk made before (it hands the output back after a draft), and after it those this
+    # walk made, for the generic walk to go on with (else a delimiter absent from the rest is searched again).
+    memos = [(k, src.const(memo)) for memo, k in keys.items()]
     try:
+        src.emit(1, "H = B.memo")
+        if memos:
+            src.emit(1, "if H:")
+            for k, memo in memos:
+                src.emit(2, f"c = H.get({memo})")
+                src.emit(2, f"if c is not None and c[0] is buf: f{k} = c[1]; h = c[2]; "
+                            f"a{k}, e{k}, m{k} = (-1, -1, None) if h is None else h")
+        src.emit(1, "while True:")
         _dispatch(src, configs, weights, 0, len(configs), 2, number, keys)
+        src.emit(1, "if H is not None:")  # (handed over at ``rc``, ``rp``)
+        for k, memo in memos:
+            src.emit(2, f"if f{k} <= n: H[{memo}] = (buf, f{k}, None if a{k} < 0 else (a{k}, e{k}, m{k}))")
+        src.emit(1, "return rc, rp, False, le")
     except _TooLong:
         return None
     return "\n".join(src.lines), src.constants, number
@@ -241,7 +255,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             return False
         target = step.config
         if not target.explored:
-            src.emit(d, f"return {src.const(config)}, pos, False, le")  # (the walk routes it)
+            src.emit(d, f"rc = {src.const(config)}; rp = pos; break")  # (the walk routes it)
             return False
         _actions(src, step.actions, d, None, "pos")
     cut = info.text_sensitive and config.run is not text
@@ -277,7 +291,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     here = src.const(config)  # (where it hands over to the walk)
     step = config.steps.get(term.name)
     if step is not None and step.interrupts:  # markup inside reasoning: the walk reads drafts (OneShot._walk)
-        src.emit(d, f"if {config.top} in drafts: return {here}, pos, False, le")
+        src.emit(d, f"if {config.top} in drafts: rc = {here}; rp = pos; break")
     if term.role == "repeat":  # an opener written again at the start of its region (Builder.repeat)
         src.emit(d, f"B.repeat({src.const(term)}); pos = end; s = {number[id(config)]}; continue")
         return
@@ -285,11 +299,11 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, "if at == end:")  # (a zero-width match: OneShot._walk's rules for it)
         top = f"frames and frames[-1].region is {src.const(term.region)}"
         if term.role == "open":  # (it looks at a character the walk routes first)
-            src.emit(d + 1, f"if end < n and {top}: return {here}, pos, False, le")
+            src.emit(d + 1, f"if end < n and {top}: rc = {here}; rp = pos; break")
         elif term.role == "close":  # (the rest of the output is left unparsed: the walk discards it)
-            src.emit(d + 1, f"if not ({top}): return {here}, pos, False, le")
+            src.emit(d + 1, f"if not ({top}): rc = {here}; rp = pos; break")
         name = src.const(term.name)
-        src.emit(d + 1, f"if le == (at, {name}): return {here}, pos, False, le")
+        src.emit(d + 1, f"if le == (at, {name}): rc = {here}; rp = pos; break")
         src.emit(d + 1, f"le = (at, {name})")
     if step is None:
         src.emit(d, "raise Decline")  # a delimiter the grammar does not take here
@@ -304,7 +318,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if target.explored:
         src.emit(d, f"pos = end; s = {number[id(target)]}; continue")
     else:
-        src.emit(d, f"return {src.const(target)}, end, False, le")
+        src.emit(d, f"rc = {src.const(target)}; rp = end; break")
 
 
 def _actions(src: _Source, actions: tuple[Action, ...], d: int, shifting: tuple[Terminal, str] | None,

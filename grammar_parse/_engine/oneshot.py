@@ -190,7 +190,7 @@ class OneShot:
             compiled = self.compiled
             walk = compiled.current(events is not None) if compiled is not None else None
             config, done, last_empty, handed = start, False, None, False
-            hits = SearchCache().hits  # (the generic walk's searches, kept when it gives the output back and takes it again)
+            hits = build.memo = SearchCache().hits  # (the searches made, which both walks hand each other)
             while not done:
                 if walk is not None:  # (the compiled walk, grammar_parse._engine.generated, which takes the end's
                     # reductions too: the walk goes on where it stops, and gets it back after the first draft)
@@ -424,7 +424,7 @@ class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
     __slots__ = ("output", "frames", "tools", "max_region", "closer", "shifting", "at", "origin", "discarded",
-                 "spans", "events", "extended")
+                 "spans", "events", "extended", "memo")
 
     def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
                  closer: Callable[[Region, bool], Closer], origin: int, events: list[Event] | None = None,
@@ -442,6 +442,8 @@ class Builder:
         self.max_region = max_region
         self.shifting: tuple[Terminal, str, Any] | None = None  # (terminal, text, match) of the delimiter
         self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
+        #: The parse's memoised searches (scanner._search's), which the generic and the compiled walk hand each other.
+        self.memo: dict[str, Any] | None = None
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds, copied: where a draft rewinds to (the session's RegionBuilder.state)."""
