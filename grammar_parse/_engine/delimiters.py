@@ -875,5 +875,5 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
-__all__ = ["PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress", "RegexMatcher",
-           "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]
+__all__ = ["PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress",
+           "RegexMatcher", "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]

@@ -31,12 +31,13 @@ from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import Frame, component_path, component_storer, missing_fields, region_callbacks, store, without_empty
+from .regions import (Frame, component_path, component_storer, missing_fields, region_callbacks, region_value, store,
+                      without_empty)
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce
 from .tools import ToolTypes
-from .values import specialised_content, specialised_value
+from .values import specialised_content
 
 #: Whether the specialised parsers run (``GRAMMAR_PARSE_SPECIALISED=0`` turns them off, to compare against
 #: the session or as an escape hatch).
@@ -132,7 +133,7 @@ class OneShot:
         found = self._closers.get((id(region), check))
         if found is None:
             leaf = region.rule not in self._parents and not region.scope
-            found = self._closers[(id(region), check)] = region_closer(region, check, leaf)
+            found = self._closers[(id(region), check)] = region_closer(region, check, leaf, region_value(self.grammar, region))
         return found
 
     # ---------------------------------------------------------------- building
@@ -178,9 +179,8 @@ class OneShot:
 
     # ---------------------------------------------------------------- parsing
     def parse(self, buf: str, pos: int, start: Config, output: Message, frames: list[Open],
-              tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region],
-              origin: int = 0, events: list[Event] | None = None, extended: bool = False,
-              fallback: bool = False) -> Parsed | None:
+              tools: ToolTypes | None, max_region: int, drafts: Mapping[int, Region], fallback: bool = False,
+              origin: int = 0, events: list[Event] | None = None, extended: bool = False) -> Parsed | None:
         """The output in ``buf`` from ``pos`` (the output itself starts at ``origin``), parsed from stack
         ``start`` with ``output`` and the open ``frames`` (a replayed prompt's); with ``events``, the
         session's events are added to it. ``drafts``: the states where markup in reasoning is a draft, under
@@ -569,13 +569,12 @@ def close_rules(region: Region, shifting: Terminal | None) -> tuple[bool, bool]:
     return closing, region.entry_key is not None and shifting is not None and not closing
 
 
-def region_closer(region: Region, check: bool, leaf: bool) -> Closer:
+def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., Any]) -> Closer:
     """``Builder.close`` past its first test for ``region``, with its value spec read once: the content parser
     alone for a ``leaf`` (no components) without a transform (values.specialised_content), else the spec
-    specialised (values.specialised_value); stored in its parent call's scope, or typed, checked and stored
-    in the message as the session's region builder does. ``check``: an argument without a value declines."""
+    specialised (``full``: regions.region_value); stored in its parent call's scope, or typed, checked and
+    stored in the message as the session's region builder does. ``check``: an argument without a value declines."""
     direct = specialised_content(region.spec) if leaf else None
-    full = specialised_value(region.spec)
     parent_rule = region.parent
     if parent_rule is not None:
         storer = component_storer(region)

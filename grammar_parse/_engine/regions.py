@@ -105,9 +105,7 @@ class RegionBuilder:
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
         # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
         self._content = next(iter(grammar.format.content_fields), CONTENT)
-        # Each region's value function (``spec.value`` with what the spec decides read once), shared by the
-        # grammar's parsers in this process.
-        self._values: dict[str, Callable[..., Any]] = grammar.tables.shared.setdefault("region_values", {})
+        self._values: dict[str, Callable[..., Any]] = grammar.tables.shared.setdefault(_REGION_VALUES, {})
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds between events, copied: for a replayed prompt's snapshot (see
@@ -255,9 +253,7 @@ class RegionBuilder:
             self._missing_value(frame)
             return
         try:
-            value_of = self._values.get(region.rule)
-            if value_of is None:
-                value_of = self._values[region.rule] = specialised_value(spec)
+            value_of = self._values.get(region.rule) or region_value(self._grammar, region)
             value = value_of("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
             if self._tools is not None and region.parent is None:
                 value = self._tools.apply(value, elements=reads_elements(spec))
@@ -391,6 +387,20 @@ def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, A
     # sent it must keep it; the component's text is in the call's span, and its error on the call.
 
 
+#: Where a grammar keeps its regions' value functions (see region_value), per process.
+_REGION_VALUES = "region_values"
+
+
+def region_value(grammar: Grammar, region: Region) -> Callable[..., Any]:
+    """``region.spec.value`` with what the spec decides read once (values.specialised_value), made once per
+    region and process: the session's region builder and the specialised one-shot parser close the same regions."""
+    made: dict[str, Callable[..., Any]] = grammar.tables.shared.setdefault(_REGION_VALUES, {})
+    found = made.get(region.rule)
+    if found is None:
+        found = made[region.rule] = specialised_value(region.spec)
+    return found
+
+
 def component_storer(region: Region) -> Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], None]:
     """``store_component`` for one component region, as (scope, captures, children, value): a keyed entry
     whose key is one capture or child (``{key}``) is stored without filling a template; the rest as
@@ -493,5 +503,5 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "component_storer", "missing_fields", "region_callbacks", "store", "store_component", "trailing_space",
-           "without_empty"]
+__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "component_storer", "missing_fields", "region_callbacks",
+           "region_value", "store", "store_component", "trailing_space", "without_empty"]

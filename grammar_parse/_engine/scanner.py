@@ -192,8 +192,8 @@ class Scanner:
 
     @cached_property
     def fast_scan(self) -> Callable[..., tuple[Terminal | None, Hit | None, int]]:
-        """:meth:`scan`, written out for these delimiters where they are all plain searches (the same answers and
-        notes, in fewer Python steps: the streaming session's most frequent call); else :meth:`scan` itself."""
+        """:meth:`scan`, written out for these delimiters (the same answers and notes, in fewer Python steps: the
+        streaming session's most frequent call; see _written_scan); :meth:`scan` itself where none is live."""
         return _written_scan(self) or self.scan
 
     def __getstate__(self) -> dict[str, Any]:

@@ -379,7 +379,7 @@ def specialised_parse(grammar: Grammar, text: str, prefix: str, tools: ToolTypes
         start, buf, pos, output, frames = found, state.buf + text, state.pos, copy_json(output), regions
         origin = replay.prefix_len - state.base  # (the output's first character, in the buffer)
     return with_json_depth(options.max_json_depth, fast.parse, buf, pos, start, output, frames, tools,
-                           options.max_region_chars, drafts, origin, None, False, read == "fallback")
+                           options.max_region_chars, drafts, read == "fallback", origin)
 
 
 # ---------------------------------------------------------------------------- the message at the end
@@ -813,8 +813,8 @@ class ResponseParser:
     of its JSON values. ``options=ParseOptions(...)`` gives these switches and limits as one value (the keywords are
     shorthands for its fields; a keyword that contradicts it is an ArgumentError). With ``extended_events=True`` each
     ``region_open`` also carries ``captures``, the named groups of its open delimiter; with ``call_events=True`` too,
-    the tool calls come out in the same pass (``call_open``, ``call_arguments``, ``call_close``; :attr:`calls` is
-    their streamer); ``coalesce_calls=True`` lets a piece that only adds to a call's part wait (see _waiting).
+    the calls come out in the same pass (``call_open``, ``call_arguments``, ``call_close``; :attr:`calls` is their
+    streamer), and ``coalesce_calls=True`` lets a piece that only adds to a call's part wait (see _waiting).
 
     Call markup inside a reasoning block that the model closes later is reasoning text (a drafted or
     quoted call, as the peers read it); a call after a reasoning opener that is never closed is a call.
@@ -863,8 +863,7 @@ class ResponseParser:
         self._pending: HeadsTest | None = None  # (see feed and _quiet)
         self._waiting: _Waiting | None = None  # (see _waiting)
         self.calls: ToolCallStreamer | None = None
-        # (a call's parts coalesced, see _coalescing: not while every span is traced)
-        self._wait_states, self._coalesce = _coalescing(grammar, coalesce_calls and self._trace is None)
+        self._wait_states, self._coalesce = _coalescing(grammar, coalesce_calls and self._trace is None)  # (not traced)
         self._finalized = False
         self._syntax = syntax = _Syntax(grammar, self._tools, options, extended_events, ledger,
                                         lambda: self._base + self._pos)
@@ -1071,8 +1070,9 @@ class ResponseParser:
             info = states[parser_stack[-1]]
             buf, pos = self._buf, self._pos
             scanner = info.scanner
-            term, hit, hold = (scanner.fast_scan if oneshot.SPECIALISED else scanner.scan)(buf, pos, eos, self._cache,
-                -1 if scanner.value_end is None else _json_value_end(self._syntax.frames, scanner.value_end, buf, self._base))
+            scan = scanner.fast_scan if oneshot.SPECIALISED else scanner.scan  # (written out, or the reference)
+            term, hit, hold = scan(buf, pos, eos, self._cache, -1 if scanner.value_end is None else
+                                   _json_value_end(self._syntax.frames, scanner.value_end, buf, self._base))
             if term is not None and hit is not None:  # (the scanner gives both or neither)
                 start, end, _ = hit
                 if start > pos and self._route(info, start):
@@ -1164,8 +1164,9 @@ def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, l
         return None
     events: list[Event] = []
     found = fast.parse(parser._buf + text, parser._pos, start, copy_json(parser._regions.output), built,
-                       parser._tools, parser._max_region, parser._drafting.states, parser._prefix_len - base,
-                       events, parser._regions.extended, parser._drafting.reading == "fallback")
+                       parser._tools, parser._max_region, parser._drafting.states,
+                       parser._drafting.reading == "fallback", parser._prefix_len - base, events,
+                       parser._regions.extended)
     if found is None:
         return None
     parser._finalized, parser._fast, parser._waiting = True, None, None

@@ -1059,11 +1059,13 @@ class ToolCallStreamer:
         if call.parts:  # arguments arrived before the name: send them now, after it
             self.out.append({"index": call.index, "arguments": call.arguments})
 
-    def _send_arguments(self, call: _Call, text: str) -> None:
+    def _send_arguments(self, call: _Call, text: str, member: tuple[str, str, str] | None = None) -> None:
+        """Send ``text`` of the arguments through the call's wire filter (``member``: the text is an object member
+        the streamer wrote, its prefix, key and value, which the filter may pass unread: WireArguments.member)."""
         if not text or call.closed:
             return
         call.given.append(text)
-        self._send_wire(call, call.wire.feed(text))
+        self._send_wire(call, call.wire.feed(text) if member is None else call.wire.member(*member))
 
     def _send_wire(self, call: _Call, text: str) -> None:
         """Send text the wire filter let through (held until the name is out)."""
@@ -1081,10 +1083,8 @@ class ToolCallStreamer:
         value = self._retype_value(call, key, value)
         prefix = "{" if not call.members else ", "
         call.members = (call.members or 0) + 1
-        if not call.closed:  # (as _send_arguments, with the text the wire filter is told is a member)
-            key_text, value_text = dumps(key), dumps(value)
-            call.given.append(f"{prefix}{key_text}: {value_text}")
-            self._send_wire(call, call.wire.member(prefix, key_text, value_text))
+        key_text, value_text = dumps(key), dumps(value)
+        self._send_arguments(call, f"{prefix}{key_text}: {value_text}", (prefix, key_text, value_text))
 
     def _finish_from_value(self, call: _Call) -> None:
         """At the region's close: send what the call's arguments text, as its value has it, still lacks after
