@@ -213,16 +213,25 @@ def test_a_draft_ends_at_its_blocks_close_spelled_like_another_delimiter(reading
         assert strict_equal(found[0], _session_message(grammar, sample.text, sample.prefix, sample.tools, options))
 
 
+def _muse_blocks() -> dict[str, str]:
+    """Pieces of a muse output (its reasoning repeats): a reasoning block holding a draft, closed; one without a
+    draft; a call; an answer; a block holding two drafts; and a block whose draft the output ends inside."""
+    text = variants("muse", "drafted_call")[0].text
+    cut = text.index("<|eom|>") + len("<|eom|>")
+    drafted, draft = text[:cut], text[:text.index(" but first")]
+    return {"drafted": drafted, "plain": " to=self<|message|>Thinking it over.<|eom|>",
+            "call": text[cut:].removeprefix("<|start|>assistant"), "answer": " to=user<|message|>Done.<|eot|>",
+            "two": draft + " and " + drafted[drafted.index("I could"):], "unclosed": draft}
+
+
 @pytest.mark.parametrize("reading", ["never", "fallback"])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_a_later_draft_the_output_ends_in_goes_back_to_its_own_delimiter(reading: str, compiled: bool) -> None:
     """muse repeats its reasoning: a draft in a closed block, then a second block whose draft the output ends inside.
     Read again as markup from the second draft's delimiter, not the first's (the session's undo), with the compiled
     walk or without it (one generic walk then reads both drafts)."""
-    grammar = grammar_parse.load_grammar("muse")
-    sample = variants("muse", "drafted_call")[0]
-    block = sample.text[:sample.text.index("<|eom|>") + len("<|eom|>")]
-    text = block + "<|start|>assistant" + block[:block.index(" but first")]
+    grammar, sample, pieces = grammar_parse.load_grammar("muse"), variants("muse", "drafted_call")[0], _muse_blocks()
+    text = pieces["drafted"] + "<|start|>assistant" + pieces["unclosed"]
     options = grammar_parse.ParseOptions(strict=False, calls_in_reasoning=reading)
     grammar_parse.ResponseParser(grammar, sample.prefix, tools=sample.tools, options=options)
     if compiled:
@@ -233,17 +242,6 @@ def test_a_later_draft_the_output_ends_in_goes_back_to_its_own_delimiter(reading
     found = _specialised(grammar, text, sample.prefix, sample.tools, options, compiled)
     expected = _session_message(grammar, text, sample.prefix, sample.tools, options)
     assert found is not None and strict_equal(found[0], expected), (found, expected)
-
-
-def _muse_blocks() -> dict[str, str]:
-    """Pieces of a muse output (its reasoning repeats): a reasoning block holding a draft, closed; one without a
-    draft; a call; an answer; a block holding two drafts; and a block whose draft the output ends inside."""
-    text = variants("muse", "drafted_call")[0].text
-    cut = text.index("<|eom|>") + len("<|eom|>")
-    drafted, draft = text[:cut], text[:text.index(" but first")]
-    return {"drafted": drafted, "plain": " to=self<|message|>Thinking it over.<|eom|>",
-            "call": text[cut:].removeprefix("<|start|>assistant"), "answer": " to=user<|message|>Done.<|eot|>",
-            "two": draft + " and " + drafted[drafted.index("I could"):], "unclosed": draft}
 
 
 @settings(max_examples=examples(1), deadline=None)
