@@ -479,9 +479,9 @@ def _written_row(i: int, row: tuple[Any, ...], const: Callable[[Any], str]) -> l
     out += ["\t" + line for line in _written_probe(matcher, m, const)]
     if literal:
         out += ["\tif hit is None:", f"\t\tprogress[{nm}] = k1(n, pos, pending, found)"]
-    elif is_regex:  # (a pending start found beside a complete match is kept only where it is exact)
-        keep = "not found" if not matcher.exact_pending else "True"
-        out += [f"\tif hit is None and ({keep}):", f"\t\tknown = progress[{nm}] = k1(n, pos, pending, found)",
+    elif is_regex:  # (a pending start found beside a complete match is kept only where it is exact: asked only
+        # then, as the loop asks, for the answer builds the regex's automaton)
+        out += [f"\tif hit is None and (not found or {m}.exact_pending):", f"\t\tknown = progress[{nm}] = k1(n, pos, pending, found)",
                 f"\t\tif pending != -1: {m}.note(buf, known, searched)"]
     else:
         out += ["\tif False: pass"]
