@@ -318,6 +318,30 @@ def test_a_tool_list_changed_between_parses_is_read_again() -> None:
     assert argument() == 3 and argument() == 3
 
 
+def test_tool_lists_of_the_same_content_are_read_once_and_only_those() -> None:
+    """A server decodes each request's tools afresh: lists of the same content share what reading gave (the
+    types, the call checks), whatever list object holds them; ``1``, ``1.0`` and ``True`` (equal to ``==``)
+    are different content, and the kept reading is of a copy, which a caller changing its list leaves be."""
+    from grammar_parse._engine.tools import CallValidator, ToolTypes
+
+    def tools(const: Any, kind: str = "integer") -> list[Any]:
+        return [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "n": {"type": kind}, "c": {"const": const}}}}}]
+    first = tools(1)
+    assert ToolTypes.from_tools(first) is ToolTypes.from_tools(tools(1))  # (another list, the same content)
+    call = {"function": {"name": "f", "arguments": {"c": True}}}
+    assert CallValidator(tools(1)).problems(call) and CallValidator(tools(1.0)).problems(call)
+    assert not CallValidator(tools(True)).problems(call)  # (jsonschema tells True from 1: so does the key)
+    assert CallValidator(tools(1)).problems(call)
+    kept = ToolTypes.from_tools(first)
+    assert kept is not None
+    first[0]["function"]["parameters"]["properties"]["n"]["type"] = "string"
+    assert kept.types_of("f", "n") == ("integer",)  # (read from a copy)
+    again = ToolTypes.from_tools(first)
+    assert again is not None and again.types_of("f", "n") == ("string",)
+    assert CallValidator(tools(1, "string")).problems({"function": {"name": "f", "arguments": {"n": 1}}})
+
+
 def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
     """A delimiter's regex past its time limit fails the scan: lenient mode records it (the session does),
     and it never escapes the specialised parser."""

@@ -16,7 +16,7 @@ from grammar_parse.errors import GrammarParseError
 from grammar_parse._engine.reading import json_depth, load_json
 from grammar_parse._engine.regions import component_storer, store_component
 from grammar_parse._engine.symbols import Region
-from grammar_parse._engine.tools import surely_valid
+from grammar_parse._engine.tools import plain_check, surely_valid
 from grammar_parse._engine.values import ValueSpec, specialised_value
 
 NAMES = st.sampled_from(["name", "arguments", "id", "content", "key", "a"])
@@ -162,6 +162,51 @@ def test_a_call_surely_valid_is_one_jsonschema_finds_nothing_wrong_with(schema: 
     if surely_valid(schema, instance):
         validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         assert not list(validator(schema).iter_errors(instance)), (schema, instance)
+
+
+ODD_SCHEMAS = st.one_of(SCHEMAS, st.builds(lambda key, value: {"type": "object", key: value},
+                                           st.sampled_from(["properties", "required", "enum", "items",
+                                                            "additionalProperties", "type"]),
+                                           st.one_of(st.none(), st.integers(), st.lists(st.one_of(NAMES, st.integers(),
+                                                                                                 st.none()),
+                                                                                        max_size=3),
+                                                     st.dictionaries(NAMES, st.booleans(), max_size=2))))
+
+
+@given(ODD_SCHEMAS, INSTANCES)
+@example({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False}, {"b": "x"})
+@example({"type": "object", "properties": 3, "additionalProperties": {"type": "integer"}}, {"b": 1})
+@example({"required": ["a", 1]}, {"a": 1})
+@example({"required": ["a", 1]}, "x")
+@example({"type": ["number", {"x": 1}]}, True)
+@example({"enum": ["a", 1]}, "a")
+@example({"items": [{}]}, [])
+@example({"type": "array", "items": False}, [1])
+@example({"type": "array", "items": True}, [1])
+@example({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}, {"a": "x", "b": 1})
+@example({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {}}, {"a": "x", "b": 1})
+@example({"type": "object", "additionalProperties": True}, {"b": 1})
+def test_a_written_check_is_surely_valid(schema: Any, instance: Any) -> None:
+    """tools.plain_check, a schema's surely_valid written out once per tool, answers as surely_valid does on
+    any schema, well formed or not, and any instance."""
+    assert plain_check(schema)(instance) is surely_valid(schema, instance), (schema, instance)
+
+
+def test_a_schema_too_large_to_write_out_is_checked_by_surely_valid() -> None:
+    """A schema that holds itself (only a Python caller can pass one) or has more nodes than the written
+    check takes is left to surely_valid: the same answers, and writing it out ends."""
+    cyclic: dict[str, Any] = {"type": "object"}
+    cyclic["properties"] = {"a": cyclic, "b": cyclic}
+    for schema, instance in ((cyclic, {"a": {"b": {}}}), (cyclic, {"a": {"b": 1}}), (cyclic, 1)):
+        assert plain_check(schema)(instance) is surely_valid(schema, instance)
+    for levels in (31, 32, 33, 34):  # (surely_valid gives up past 32 levels: so does the written check)
+        nested: Any = {"type": "integer"}
+        value: Any = 1
+        for _ in range(levels):
+            nested, value = {"type": "array", "items": nested}, [value]
+        assert plain_check(nested)(value) is surely_valid(nested, value) is (levels <= 32)
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(600)}}
+    assert plain_check(wide)({"p3": 1}) and not plain_check(wide)({"p3": "x"})
 
 
 def test_common_tool_arguments_are_surely_valid() -> None:
