@@ -1229,7 +1229,8 @@ def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended:
             held.append(text)
             text = "".join(held)
             held.clear()
-        return _with_calls(streamer, feed(text))
+        events = feed(text)
+        return _with_calls(streamer, events) if events else events  # (most pieces: nothing, or text)
 
     def finalize_calls(text: str = "") -> tuple[Message, list[Event]]:
         events = _with_calls(streamer, feed("".join(held))) if held else []

@@ -86,7 +86,8 @@ class ChatCompletionsStream:
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """The deltas this piece of output completes."""
-        deltas = self._deltas(self.parser.feed(text))
+        events = self.parser.feed(text)
+        deltas = self._deltas(events) if events else []
         if not self.pending:
             return deltas
         out, self.pending = self.pending + deltas, []
