@@ -106,6 +106,7 @@ class RegionBuilder:
         # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
         self._content = next(iter(grammar.format.content_fields), CONTENT)
         self._values: dict[str, Callable[..., Any]] = grammar.tables.shared.setdefault(_REGION_VALUES, {})
+        self._storers: dict[str, Storer] = grammar.tables.shared.setdefault(_REGION_STORERS, {})
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds between events, copied: for a replayed prompt's snapshot (see
@@ -326,13 +327,17 @@ class RegionBuilder:
         self.events.append({"type": "region_close", "field": key, "value": value})
 
     def _parent(self, region: Region) -> Frame:
-        """The open frame a component region belongs to."""
-        return next(f for f in reversed(self.frames) if f.region.rule == region.parent)
+        """The open frame a component region belongs to (most often the open one)."""
+        frames = self.frames
+        if frames and frames[-1].region.rule == region.parent:
+            return frames[-1]
+        return next(f for f in reversed(frames) if f.region.rule == region.parent)
 
     def _store_component(self, frame: Frame, value: Any) -> None:
         """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
         region = frame.region
-        store_component(self._parent(region).children, region, {**frame.captures, **frame.children}, value)
+        storer = self._storers.get(region.rule) or region_storer(self._grammar, region)
+        storer(self._parent(region).children, frame.captures, frame.children, value)
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
@@ -401,7 +406,23 @@ def region_value(grammar: Grammar, region: Region) -> Callable[..., Any]:
     return found
 
 
-def component_storer(region: Region) -> Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], None]:
+#: How a component's value is stored: (its parent's scope, its captures, its children, the value).
+Storer = Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], None]
+#: Where a grammar keeps its component regions' storers (see region_storer), per process.
+_REGION_STORERS = "region_storers"
+
+
+def region_storer(grammar: Grammar, region: Region) -> Storer:
+    """:func:`component_storer` of ``region``, made once per region and process (the session's region builder
+    and the specialised one-shot parser store the same components)."""
+    made: dict[str, Storer] = grammar.tables.shared.setdefault(_REGION_STORERS, {})
+    found = made.get(region.rule)
+    if found is None:
+        found = made[region.rule] = component_storer(region)
+    return found
+
+
+def component_storer(region: Region) -> Storer:
     """``store_component`` for one component region, as (scope, captures, children, value): a keyed entry
     whose key is one capture or child (``{key}``) is stored without filling a template; the rest as
     store_component stores it."""
