@@ -391,7 +391,7 @@ class _JsonCallReader:
 
     def on_value_end(self, depth: int, pos: int) -> None:
         name_depth = 1 if self.kind != "json_array" else 2
-        for attr in ("name", "id"):
+        for attr in ("name", "id") if self.name_start >= 0 or self.id_start >= 0 else ():  # (most values: neither)
             start = getattr(self, f"{attr}_start")
             if start >= 0 and depth == name_depth and self.call is not None:
                 setattr(self, f"{attr}_start", -1)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ERROR_CODES, GrammarParseError
@@ -403,11 +403,14 @@ def _run_end(run: re.Pattern[str], text: str, start: int, end: int) -> int:
 #: each, made once (json.dumps makes one per call given any option: a third of the time of a short value).
 _DUMPS = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 _DUMPS_STRICT = json.JSONEncoder(ensure_ascii=False, default=repr, allow_nan=False).encode
+_QUOTE: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def dumps(value: Any) -> str:
     """``json.dumps`` for the wire filter: never fails (the content parsers give JSON values; anything else
     becomes its ``repr`` as a string, a value JSON cannot hold at all becomes null)."""
+    if type(value) is str:
+        return _QUOTE(value)  # (what the encoder's encode calls for a string: two calls fewer per member)
     try:
         return _DUMPS(value)
     except (TypeError, ValueError, RecursionError):  # a key JSON cannot have, a cycle, or too deep to encode
