@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import grammar_parse as gp
@@ -246,6 +246,20 @@ def test_a_parsed_value_is_sent_as_the_wire_filter_sends_it(value):
     assert arguments_text(value) == wire.feed(dumps(value)) + wire.finish()
 
 
+@given(value=st.one_of(_AWKWARD, st.integers(), st.booleans(), st.text(max_size=6)))
+@example(value=10 ** 5000)  # (past the digits limit: null, as the encoder's ValueError gives)
+@example(value=True)
+def test_the_wire_writes_a_value_as_the_json_encoder_does(value):
+    """wire.dumps, which writes strings, integers and booleans without the encoder's wrapper, writes what the
+    encoder writes (``null`` where it fails)."""
+    encode = json.JSONEncoder(ensure_ascii=False, default=repr).encode
+    try:
+        expected = encode(value)
+    except (TypeError, ValueError, RecursionError):
+        expected = "null"
+    assert dumps(value) == expected
+
+
 #: What a streamed call's wire filter is fed: a member the streamer writes (first or not, a key and a value), a piece
 #: of the model's own text, or the end of a number the streamer held.
 _WIRE_STEPS = st.one_of(
@@ -261,7 +275,12 @@ _MEMBER_CASES = [
     [("member", "{", "a\"\\\n", "\x00\u2028"), ("member", ", ", "b", "")],  # escapes written by dumps
     [("member", "{", "a", "\ud800x")], [("member", "{", "a", "x"), ("member", ", ", "b", "\udfff")],  # surrogates
     [("member", "{", "\ud800", "x")], [("member", "{", "a", "x"), ("member", ", ", "\udfff", "y")],
-    [("member", "{", "a", 1), ("member", ", ", "b", "x")],  # the number is held: the next member is read
+    [("member", "{", "a", 1), ("member", ", ", "b", "x")],  # a number is held, as reading holds it, till the comma
+    [("member", "{", "", -40), ("member", ", ", "b\"c", 0), ("member", ", ", "d", 12)],  # (ends with finish)
+    [("member", "{", "a", 7), ("text", "5", None, None), ("member", ", ", "b", "x")],  # (the number goes on)
+    [("member", "{", "a", 7), ("text", "}", None, None)], [("member", "{", "a", 7), ("member", "{", "b", 1)],
+    [("member", "{", "a", 2.5), ("member", ", ", "b", -1e20)], [("member", "{", "a", -0.0)], [("member", "{", "\ud800", 3)],
+    [("member", "{", "a", True), ("member", ", ", "b", 3)], [("member", "{", "a", 10 ** 5000)],
     [("member", "{", "a", float("nan")), ("member", ", ", "b", "x")],
     [("member", "{", "a", {"b": "c"}), ("member", ", ", "d", "e")],
     [("text", '{"a": [', None, None), ("member", ", ", "b", "x")],  # not at the object's top
@@ -304,12 +323,17 @@ def _same_as_read(steps, depth):
 
 
 def test_a_member_passes_unread_where_it_can() -> None:
-    """The fast case is taken (a mutant that always reads would pass the property above): a string member
-    opens the object and follows a string member without the filter reading its text."""
+    """The fast case is taken (a mutant that always reads would pass the property above): a string or number
+    member opens the object and follows a string or number member without the filter reading its text."""
     wire = WireArguments()
     wire.feed = None  # type: ignore[method-assign]  # (reading would fail)
     assert wire.member("{", '"city"', '"Hanoi"') + wire.member(", ", '"unit"', '"a\\"b"') == \
         '{"city": "Hanoi", "unit": "a\\"b"'
+    assert wire.finish() == "}"
+    wire = WireArguments()
+    wire.feed = None  # type: ignore[method-assign]
+    assert wire.member("{", '"days"', "12") + wire.member(", ", '"n"', "-3") + wire.member(", ", '"unit"', '"c"') \
+        == '{"days": 12, "n": -3, "unit": "c"'  # (a number held till the next member ends it, unread)
     assert wire.finish() == "}"
 
 

@@ -202,23 +202,44 @@ class WireArguments:
 
     def member(self, prefix: str, key: str, value: str) -> str:
         """``feed(prefix + key + ": " + value)`` for an object member the streamer wrote itself: ``prefix`` is
-        ``{`` (the first member) or ``, ``, ``key`` and ``value`` JSON text (``dumps``). A string value, where the
-        object is open at the top with nothing held, and neither string holds what the filter changes (a lone
-        surrogate), passes unchanged: the state is set as reading it would set it, without reading it. Anything
-        else is read."""
+        ``{`` (the first member) or ``, ``, ``key`` and ``value`` JSON text (``dumps``). Where the object is open
+        at the top with nothing held but a number before this member, and the key holds nothing the filter
+        changes (a lone surrogate), a string value passes unchanged and a number is held as reading it would
+        hold it (it may go on): the state is set as reading the text would set it, without reading it.
+        Anything else is read."""
         text = f"{prefix}{key}: {value}"
+        ended = ""
+        if self._state == _NUMBER_TOKEN and prefix == ", ":
+            out: list[str] = []
+            self._end_number(out)  # (what reading the comma does first: the number held ends, or breaks)
+            ended = "".join(out)
         first = prefix == "{"
         # (nothing is held in either state: whitespace at the start is dropped, and after a value it goes out)
         if not (self._state == _START and first and json_depth() > 0
                 or self._state == _AFTER_VALUE and prefix == ", " and self._closers == ["}"]) \
-                or not _STRING_BODY.fullmatch(key) or not _STRING_BODY.fullmatch(value):
-            return self.feed(text)
+                or not _STRING_BODY.fullmatch(key):
+            return ended + self.feed(text)
+        if _STRING_BODY.fullmatch(value):
+            if first:
+                self._closers, self._members, self._sent = ["}"], [key], True
+            else:
+                self._members[-1] = key
+            self._state, self._in_key, self._key_start, self._pending = _AFTER_VALUE, False, 0 if first else 2, []
+            return ended + text
+        if not _NUMBER.fullmatch(value):
+            return ended + self.feed(text)
+        # A number: held with the member's text before it until what follows ends it, in the pieces reading
+        # leaves (the comma, the space, the key's quotes around its body, the colon, the space; the token's
+        # first character, then the rest).
         if first:
             self._closers, self._members, self._sent = ["}"], [key], True
         else:
             self._members[-1] = key
-        self._state, self._in_key, self._key_start, self._pending = _AFTER_VALUE, False, 0 if first else 2, []
-        return text
+        body = [key[1:-1]] if len(key) > 2 else []
+        self._pending = ([] if first else [",", " "]) + ['"', *body, '"', ":", " "]
+        self._state, self._in_key, self._key_start = _NUMBER_TOKEN, True, 0 if first else 2  # (as the key left it)
+        self._token, self._token_len = [value[0], value[1:]] if len(value) > 1 else [value], len(value)
+        return ended + ("{" if first else "")
 
     def whole(self, text: str) -> str:
         """Arguments already known to be one strict JSON object within every limit (the tool-call streamer
@@ -409,9 +430,14 @@ _QUOTE: Callable[[str], str] = json.encoder.encode_basestring
 def dumps(value: Any) -> str:
     """``json.dumps`` for the wire filter: never fails (the content parsers give JSON values; anything else
     becomes its ``repr`` as a string, a value JSON cannot hold at all becomes null)."""
-    if type(value) is str:
+    kind = type(value)
+    if kind is str:
         return _QUOTE(value)  # (what the encoder's encode calls for a string: two calls fewer per member)
     try:
+        if kind is int:
+            return int.__repr__(value)  # (the encoder's text for an int; past the digits limit a ValueError)
+        if kind is bool:
+            return "true" if value else "false"
         return _DUMPS(value)
     except (TypeError, ValueError, RecursionError):  # a key JSON cannot have, a cycle, or too deep to encode
         return "null"
