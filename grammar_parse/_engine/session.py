@@ -875,7 +875,7 @@ class ResponseParser:
         self._drafting.arm(grammar)
         self._start = (self._base, self._pos, len(self._buf))  # (fed nothing while this holds: see finalize)
         if call_events:
-            self.calls = _attach_calls(self, tools, extended_events)  # (its calls, as sent)
+            self.calls = _attach_calls(self, extended_events)  # (its calls, as sent; typed by the parser's tools)
             self._waiting = _waiting(self) if self._drafting.open is None else None  # (see _quiet)
         elif coalesce_calls:
             raise ArgumentError("coalesce_calls=True needs call_events=True (it holds what moves no call)",
@@ -1202,7 +1202,7 @@ def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
         parser._regions.close_open()
 
 
-def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended: bool) -> ToolCallStreamer:
+def _attach_calls(parser: ResponseParser, extended: bool) -> ToolCallStreamer:
     """Make ``parser`` emit call events (``call_events=True``): one tool-call streamer reads its region events
     as they are made, and its deltas join them, after the region events of the same piece of output:
     ``call_open`` (a call's index, name and id), ``call_arguments`` (text that only appends, whose whole is the
@@ -1212,7 +1212,7 @@ def _attach_calls(parser: ResponseParser, tools: Iterable[Any] | None, extended:
     if not extended:
         raise ArgumentError("call_events=True needs extended_events=True (the streamer reads each region's "
                             "captures)", code="usage.argument", hint="Pass extended_events=True too.")
-    streamer = ToolCallStreamer(parser.grammar, tools, max_json_depth=parser.max_json_depth,
+    streamer = ToolCallStreamer(parser.grammar, parser._tools, max_json_depth=parser.max_json_depth,
                                 lenient=not parser.options.strict)
     feed, finalize = parser.feed, parser.finalize
     held: list[str] = []  # (coalesce_calls) pieces that wait for the next one

@@ -843,7 +843,7 @@ class ToolCallStreamer:
 
     Feed it every event list the parser returns (``initial_events``, each ``feed()``, ``finalize()``);
     it returns the deltas those events complete. ``tools`` are the same tool schemas given to the
-    parser; they type arguments as they stream.
+    parser (or the parser's :class:`ToolTypes`, read from them); they type arguments as they stream.
     """
 
     def __init__(self, grammar: Grammar, tools: Any = None, *, field: str | None = None,
@@ -858,7 +858,7 @@ class ToolCallStreamer:
         # before the call is known whole. A strict parser (``lenient=False``) raises on a broken call instead.
         self.lenient = lenient
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
-        self.types = ToolTypes.from_tools(tools)
+        self.types = tools if isinstance(tools, ToolTypes) else ToolTypes.from_tools(tools)  # (a parser's, read already)
         # Each region's shape, found by the rule an extended region_open names; without it, a grammar of several
         # call regions cannot tell which one opened: their calls go out when the region closes.
         self.regions = {r.rule: r for r in regions}
