@@ -1215,6 +1215,7 @@ def _attach_calls(parser: ResponseParser, extended: bool) -> ToolCallStreamer:
     streamer = ToolCallStreamer(parser.grammar, parser._tools, max_json_depth=parser.max_json_depth,
                                 lenient=not parser.options.strict)
     feed, finalize = parser.feed, parser.finalize
+    fields = streamer.fields
     held: list[str] = []  # (coalesce_calls) pieces that wait for the next one
 
     def feed_calls(text: str) -> list[Event]:
@@ -1230,7 +1231,9 @@ def _attach_calls(parser: ResponseParser, extended: bool) -> ToolCallStreamer:
             text = "".join(held)
             held.clear()
         events = feed(text)
-        return _with_calls(streamer, events) if events else events  # (most pieces: nothing, or text)
+        if not events or len(events) == 1 and events[0].get("field") not in fields:
+            return events  # (most pieces: nothing, or text of a field without calls, which moves no call)
+        return _with_calls(streamer, events)
 
     def finalize_calls(text: str = "") -> tuple[Message, list[Event]]:
         events = _with_calls(streamer, feed("".join(held))) if held else []
