@@ -342,6 +342,26 @@ def test_tool_lists_of_the_same_content_are_read_once_and_only_those() -> None:
     assert CallValidator(tools(1, "string")).problems({"function": {"name": "f", "arguments": {"n": 1}}})
 
 
+def test_a_tool_schema_nested_past_recursion_is_a_call_problem_not_an_exception() -> None:
+    """A parameters schema nested past what Python's recursion reaches (only a Python caller can pass one: a
+    server refuses a body past 64 levels) gives each call of the tool a ``call.schema`` problem, as an invalid
+    schema does; the message still comes out."""
+    from grammar_parse._engine.tools import CallValidator
+    from grammar_parse.adapters.chat_completions import chat_message
+
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = node = {}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": deep}}}}]
+    problems = CallValidator(tools).problems({"function": {"name": "f", "arguments": {"a": 1}}})
+    assert [p["code"] for p in problems] == ["call.schema"] and "too deeply" in problems[0]["message"]
+    message, _ = chat_message('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', "qwen3",
+                              prefix="", tools=tools)
+    assert message["tool_calls"][0]["errors"] == problems
+
+
 def test_a_scan_that_fails_is_the_sessions_to_report(monkeypatch: pytest.MonkeyPatch) -> None:
     """A delimiter's regex past its time limit fails the scan: lenient mode records it (the session does),
     and it never escapes the specialised parser."""

@@ -699,11 +699,15 @@ class CallValidator:
         found = self._validators.get(name)
         if found is None:
             try:
-                key = json.dumps(self._schemas[name], sort_keys=True)
-            except (TypeError, ValueError):  # (not JSON: checked here, uncached)
-                found = _schema_validator(self._schemas[name])
-            else:
-                found = _cached_validator(key)
+                try:
+                    key = json.dumps(self._schemas[name], sort_keys=True)
+                except (TypeError, ValueError):  # (not JSON: checked here, uncached)
+                    found = _schema_validator(self._schemas[name])
+                else:
+                    found = _cached_validator(key)
+            except RecursionError:  # (a schema nested past what Python's recursion reaches: only a caller's dict)
+                found = {"code": "call.schema", "path": "$.function.arguments",
+                         "message": "the tool's parameters schema nests too deeply to check"}
             self._validators[name] = found
         return found
 
