@@ -20,7 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any, Union
 
+import regex
+
 from ..errors import ArgumentError
+from .delimiters import search_budget
+from .linear_regex import BoundedRegex
 from .reading import load_json
 
 
@@ -473,8 +477,14 @@ def _call_schemas(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _schema_validator(schema: Any) -> Any:
-    """A JSON Schema validator for ``schema``, or the problem a call against an invalid one gets."""
+    """A JSON Schema validator for ``schema``, or the problem a call against an invalid one gets.
+
+    A tool's schema is the request's, and the arguments are the model's: neither may make the check reach out
+    or run away. Its ``$ref`` resolve within the schema and the published metaschemas only (jsonschema would
+    otherwise fetch any other URI it names, a request to wherever the schema says); its regexes (``pattern``,
+    ``patternProperties``) run bounded (:func:`_bounded_validator`)."""
     import jsonschema
+    from referencing import Registry
 
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
@@ -482,7 +492,105 @@ def _schema_validator(schema: Any) -> Any:
     except jsonschema.SchemaError as e:
         return {"code": "call.schema", "path": "$.function.arguments",
                 "message": f"the tool's parameters schema is invalid: {e.message}"}
-    return validator_cls(schema)
+    if _holds(schema, "unevaluatedProperties") and _holds(schema, "patternProperties"):
+        # (jsonschema reads which names patternProperties took with an unbounded regex search of its own)
+        return {"code": "call.schema", "path": "$.function.arguments",
+                "message": "the tool's parameters schema joins unevaluatedProperties and patternProperties, "
+                           "which cannot be checked in bounded time: its calls are not checked"}
+    return _bounded_validator(validator_cls)(schema, registry=Registry())
+
+
+def _holds(schema: Any, keyword: str) -> bool:
+    """Whether ``keyword`` is a key anywhere in ``schema`` (walked, not recursed: any depth)."""
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if keyword in node:
+                return True
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return False
+
+
+@lru_cache(maxsize=None)
+def _bounded_validator(validator_cls: Any) -> Any:
+    """``validator_cls`` with the keywords that run a regex over the arguments bounded (BoundedRegex: the regex
+    module under a time limit, then the linear matcher): ``pattern``, ``patternProperties``, and
+    ``additionalProperties`` where ``patternProperties`` names the properties it leaves out. A pattern neither
+    can read (or that is not a regex) fails the check, saying so."""
+    import jsonschema
+
+    plain_additional = validator_cls.VALIDATORS.get("additionalProperties")
+
+    def pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string"):
+            found = _schema_search(pattern, instance)
+            if found is None:
+                yield jsonschema.ValidationError(f"the schema's pattern {pattern!r} cannot be run (not a regex "
+                                                 "this checker reads)")
+            elif not found:
+                yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+    def pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "object"):
+            for regex_, subschema in patterns.items():
+                for key, value in instance.items():
+                    found = _schema_search(regex_, key)
+                    if found is None:
+                        yield jsonschema.ValidationError(f"the schema's patternProperties regex {regex_!r} cannot "
+                                                         "be run (not a regex this checker reads)")
+                    elif found:
+                        yield from validator.descend(value, subschema, path=key, schema_path=regex_)
+
+    def additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
+        if "patternProperties" not in schema or plain_additional is None:
+            if plain_additional is not None:  # (no regex in it: jsonschema's own)
+                yield from plain_additional(validator, additional, instance, schema)
+            return
+        if not validator.is_type(instance, "object"):
+            return
+        named, patterns = schema.get("properties", {}), list(schema["patternProperties"])
+        extras = [key for key in instance if key not in named and not any(_schema_search(p, key) for p in patterns)]
+        if validator.is_type(additional, "object"):
+            for key in extras:
+                yield from validator.descend(instance[key], additional, path=key)
+        elif not additional and extras:
+            shown = ", ".join(repr(key) for key in sorted(extras))
+            yield jsonschema.ValidationError(f"{shown} {'does' if len(extras) == 1 else 'do'} not match any of the "
+                                             f"regexes: {', '.join(repr(p) for p in patterns)}")
+    extend: Any = jsonschema.validators.extend  # (untyped in its stubs)
+    return extend(validator_cls, {"pattern": pattern, "patternProperties": pattern_properties,
+                                  "additionalProperties": additional_properties})
+
+
+@lru_cache(maxsize=1024)
+def _schema_regex(pattern: str) -> BoundedRegex | None:
+    """A schema's regex, compiled once (as Python's ``re`` reads it: no flags); None where it is not one, or
+    longer than MAX_SCHEMA_REGEX."""
+    if len(pattern) > MAX_SCHEMA_REGEX:
+        return None
+    try:
+        return BoundedRegex(pattern, 0)
+    except (regex.error, ValueError, OverflowError, RecursionError):
+        return None
+
+
+#: The longest regex a tool schema may hold that calls are checked against (longer: the check says so).
+MAX_SCHEMA_REGEX = 4096
+
+
+def _schema_search(pattern: Any, text: str) -> bool | None:
+    """Whether schema regex ``pattern`` is found in ``text`` (``re.search``, as jsonschema asks), in bounded
+    time; None where it cannot be run."""
+    compiled = _schema_regex(pattern) if isinstance(pattern, str) else None
+    if compiled is None:
+        return None
+    try:
+        return compiled.search(text, search_budget(len(text))) is not None
+    except TimeoutError:  # (the linear matcher cannot read it)
+        return None
 
 
 @lru_cache(maxsize=256)
@@ -676,6 +784,8 @@ def _extra_check(named: Any, extra: Callable[[Any], bool]) -> Callable[[Any], bo
     return check
 
 
+_UNRESOLVED = ("the tool's parameters schema refers ($ref) to a schema it does not hold (other documents are "
+               "never fetched): the arguments cannot be checked against it")
 #: The stable code of a JSON Schema keyword a call's arguments break (any other keyword: call.schema).
 _SCHEMA_CODES = {"type": "call.type", "required": "call.required"}
 
@@ -717,7 +827,16 @@ class CallValidator:
         check = self._checks.get(name)
         if check is None:
             check = self._checks[name] = plain_check(self._schemas[name])
-        return [] if check(arguments) else list(validator.iter_errors(arguments))
+        if check(arguments):
+            return []
+        from referencing.exceptions import Unresolvable
+
+        try:
+            return list(validator.iter_errors(arguments))
+        except Unresolvable:  # (a $ref to a schema it does not hold: other documents are never fetched)
+            import jsonschema
+
+            return [jsonschema.ValidationError(_UNRESOLVED, validator="$ref", validator_value="")]
 
     def problems(self, call: Any) -> list[dict[str, str]]:
         """What :func:`validate_call` says about ``call``."""

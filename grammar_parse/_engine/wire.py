@@ -652,6 +652,8 @@ def _said(error: ValidationError, walk: _SchemaWalk) -> list[dict[str, str]]:
         why = f"fits {'none' if keyword == 'anyOf' else 'not exactly one'} of the schema's {keyword} choices"
     elif keyword == "not":
         why = "fits the schema's 'not'"
+    elif keyword == "$ref":
+        why = "cannot be checked: the schema refers ($ref) to a schema it does not hold (other documents are never fetched)"
     else:
         why = f"breaks the schema's {keyword} ({_shown(value)})"
     return [{"code": "call.schema", "path": path, "message": ClientText(why)}]
