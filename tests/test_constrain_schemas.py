@@ -229,6 +229,20 @@ def test_a_reference_to_nothing_is_an_argument_error_naming_the_tool(name: str, 
         assert raised.value.code == "constrain.tools" and "broken_tool" in str(raised.value), raised.value
 
 
+@pytest.mark.parametrize("name", ["llama4_pythonic", "gemma4"])
+def test_an_enum_beside_a_runaway_pattern_is_checked_in_bounded_time(name: str) -> None:
+    """A call syntax writes an enum's values that the rest of the schema accepts, checked with a validator that
+    runs the schema's regexes bounded (tools.bounded_validator): a value that nearly matches ``^(a+)+$`` (2 ** 40
+    steps for re) is left out, and the export ends."""
+    near_miss = "a" * 40 + "b"
+    tools = [_tool("t", {"type": "object", "properties": {"s": {"type": "string", "enum": [near_miss, "aaaaaaa"],
+                                                                "pattern": "^(a+)+$"}}})]
+    grammar = gp.load_grammar(name)
+    for export in (constrain.to_llguidance, constrain.to_structural_tag):
+        text = json.dumps(export(grammar, tools=tools))
+        assert "aaaaaaa" in text and near_miss not in text  # (the kept value: the other is not in the text)
+
+
 def test_a_reference_cycle_with_no_way_out_does_not_loop() -> None:
     """``A: {$ref: B}``, ``B: {$ref: A}`` names no schema at all: refused, at once."""
     schema = {"type": "object", "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},

@@ -484,7 +484,6 @@ def _schema_validator(schema: Any) -> Any:
     otherwise fetch any other URI it names, a request to wherever the schema says); its regexes (``pattern``,
     ``patternProperties``) run bounded (:func:`_bounded_validator`)."""
     import jsonschema
-    from referencing import Registry
 
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
@@ -497,6 +496,19 @@ def _schema_validator(schema: Any) -> Any:
         return {"code": "call.schema", "path": "$.function.arguments",
                 "message": "the tool's parameters schema joins unevaluatedProperties and patternProperties, "
                            "which cannot be checked in bounded time: its calls are not checked"}
+    return bounded_validator(schema)
+
+
+def bounded_validator(schema: Any, draft_of: Any = None) -> Any:
+    """A jsonschema validator for ``schema`` (of the draft ``draft_of`` names, ``schema``'s by default) that
+    never reaches out and never runs away: its ``$ref`` resolve within the schema and the published metaschemas
+    (another document raises ``referencing.exceptions.Unresolvable``, never fetched), and its regexes run
+    bounded (:func:`_bounded_validator`). For every check of an untrusted schema."""
+    import jsonschema
+    from referencing import Registry
+
+    validator_cls = jsonschema.validators.validator_for(schema if draft_of is None else draft_of,
+                                                        default=jsonschema.Draft202012Validator)
     return _bounded_validator(validator_cls)(schema, registry=Registry())
 
 
@@ -871,5 +883,5 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     return CallValidator(tools).problems(call)
 
 
-__all__ = ["CallValidator", "ToolTypes", "call_function", "callable_schema", "check_tools", "coerce", "tool_list",
-           "schema_types", "surely_valid", "tool_specs", "typed_element", "validate_call"]
+__all__ = ["CallValidator", "ToolTypes", "bounded_validator", "call_function", "callable_schema", "check_tools", "coerce",
+           "schema_types", "surely_valid", "tool_list", "tool_specs", "typed_element", "validate_call"]

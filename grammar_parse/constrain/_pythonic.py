@@ -55,11 +55,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
+from referencing.exceptions import Unresolvable
 
 from .._engine.delimiters import LiteralMatcher, RegexMatcher
 from .._engine.grammar import Grammar
 from .._engine.symbols import Region
+from .._engine.tools import bounded_validator
 from ._regexes import Unsupported, delim_of, escape
 from ._schemas import json_equal
 
@@ -828,8 +829,12 @@ class _Values:
         rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
         if isinstance(self.root, Mapping) and "$defs" in self.root:
             rest["$defs"] = self.root["$defs"]
-        validator = jsonschema.validators.validator_for(schema)(rest)
-        parts = [p for p in (self.literal(v) for v in values if validator.is_valid(v)) if p is not None]
+        validator = bounded_validator(rest, draft_of=schema)  # (the schema is untrusted: see bounded_validator)
+        try:
+            parts = [p for p in (self.literal(v) for v in values if validator.is_valid(v)) if p is not None]
+        except Unresolvable:
+            raise self.refuse(where, "a $ref to a schema it does not hold (other documents are never fetched)") \
+                from None
         if not parts:
             raise self.refuse(where, "none of its enum or const values can be written")
         return _re(_alt(*parts))
