@@ -279,7 +279,8 @@ _MEMBER_CASES = [
     [("member", "{", "", -40), ("member", ", ", "b\"c", 0), ("member", ", ", "d", 12)],  # (ends with finish)
     [("member", "{", "a", 7), ("text", "5", None, None), ("member", ", ", "b", "x")],  # (the number goes on)
     [("member", "{", "a", 7), ("text", "}", None, None)], [("member", "{", "a", 7), ("member", "{", "b", 1)],
-    [("member", "{", "a", 2.5), ("member", ", ", "b", -1e20)], [("member", "{", "a", -0.0)], [("member", "{", "\ud800", 3)],
+    [("member", "{", "a", 2.5), ("member", ", ", "b", -1e20)], [("member", "{", "a", -0.0)],
+    [("member", "{", "\ud800", 3)],
     [("member", "{", "a", True), ("member", ", ", "b", 3)], [("member", "{", "a", 10 ** 5000)],
     [("member", "{", "a", float("nan")), ("member", ", ", "b", "x")],
     [("member", "{", "a", {"b": "c"}), ("member", ", ", "d", "e")],

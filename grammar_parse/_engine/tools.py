@@ -883,5 +883,5 @@ def validate_call(call: Any, tools: Iterable[Any]) -> list[dict[str, str]]:
     return CallValidator(tools).problems(call)
 
 
-__all__ = ["CallValidator", "ToolTypes", "bounded_validator", "call_function", "callable_schema", "check_tools", "coerce",
-           "schema_types", "surely_valid", "tool_list", "tool_specs", "typed_element", "validate_call"]
+__all__ = ["CallValidator", "ToolTypes", "bounded_validator", "call_function", "callable_schema", "check_tools",
+           "coerce", "schema_types", "surely_valid", "tool_list", "tool_specs", "typed_element", "validate_call"]

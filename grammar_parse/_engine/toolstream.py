@@ -858,7 +858,8 @@ class ToolCallStreamer:
         # before the call is known whole. A strict parser (``lenient=False``) raises on a broken call instead.
         self.lenient = lenient
         self.max_json_depth = max_json_depth  # (the parser's: see ResponseParser)
-        self.types = tools if isinstance(tools, ToolTypes) else ToolTypes.from_tools(tools)  # (a parser's, read already)
+        # (a parser's own ToolTypes, read already, or the tools to read)
+        self.types = tools if isinstance(tools, ToolTypes) else ToolTypes.from_tools(tools)
         # Each region's shape, found by the rule an extended region_open names; without it, a grammar of several
         # call regions cannot tell which one opened: their calls go out when the region closes.
         self.regions = {r.rule: r for r in regions}

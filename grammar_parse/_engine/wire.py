@@ -653,7 +653,8 @@ def _said(error: ValidationError, walk: _SchemaWalk) -> list[dict[str, str]]:
     elif keyword == "not":
         why = "fits the schema's 'not'"
     elif keyword == "$ref":
-        why = "cannot be checked: the schema refers ($ref) to a schema it does not hold (other documents are never fetched)"
+        why = ("cannot be checked: the schema refers ($ref) to a schema it does not hold (other documents are "
+               "never fetched)")
     else:
         why = f"breaks the schema's {keyword} ({_shown(value)})"
     return [{"code": "call.schema", "path": path, "message": ClientText(why)}]
