@@ -12,12 +12,18 @@ tests do not time things; ``benchmarks/bench_hostile.py`` measures the cost per 
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
+from typing import Any
+
 import regex
 
 import pytest
 
 import grammar_parse as gp
 from grammar_parse._engine.delimiters import RegexMatcher
+from grammar_parse._engine.regex_safety import RegexSafetyError, analyse
 from grammar_parse._engine.regex_safety import sre as _sre
 from grammar_parse._engine.regex_safety import sre_parse as _sre_parse
 from grammar_parse._engine.regex_shape import unnamed as _unnamed
@@ -135,3 +141,39 @@ def test_delimiter_regex_searches_in_linear_time(name, terminal, matcher):
 ])
 def test_the_rule_tells_linear_patterns_from_quadratic_ones(pattern, bad):
     assert bool(problems(pattern, regex.DOTALL)) is bad
+
+
+# ---------------------------------------------------------------------------- the package's own regexes
+#: Modules whose regexes run over model output, requests or templates (the integrations need their engines).
+_OWN_MODULES = sorted(m.name for m in pkgutil.walk_packages(gp.__path__, "grammar_parse.")
+                      if ".integrations." not in m.name and not m.name.endswith("__main__"))
+#: Patterns the analysis finds polynomial, each with why that is bounded where it runs.
+_POLYNOMIAL_KNOWN = {
+    ("grammar_parse.templates._chat_template", "_PERCENT_SPEC"): "a template's own format string, size-limited",
+}
+
+
+def _own_patterns() -> list[tuple[str, str, Any]]:
+    found = []
+    for name in _OWN_MODULES:
+        module = importlib.import_module(name)
+        for attribute, value in vars(module).items():
+            if isinstance(value, (re.Pattern, regex.Pattern)) and isinstance(value.pattern, str):
+                found.append((name, attribute, value))
+    return found
+
+
+def test_the_packages_own_regexes_cannot_backtrack_away() -> None:
+    """Every regex the package compiles at import (the wire filter's, the readers', the templates') is one the
+    backtracking analysis accepts, and none is polynomial but the few listed with why. The wire filter's string
+    run once read a run inside a repeat (``(?:[^"\\\\]+|...)*``): a key of 40 ``[`` and a lone surrogate
+    never finished its fullmatch."""
+    patterns = _own_patterns()
+    assert len(patterns) >= 50  # (the walk finds them: a broken walk cannot pass)
+    for module, attribute, compiled in patterns:
+        flags = compiled.flags & (re.I | re.M | re.S | re.X)
+        try:
+            profile = analyse(compiled.pattern, flags)
+        except RegexSafetyError as e:
+            raise AssertionError(f"{module}.{attribute}: {e}") from None
+        assert profile.degree == 0 or (module, attribute) in _POLYNOMIAL_KNOWN, (module, attribute, profile)
