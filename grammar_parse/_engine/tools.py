@@ -476,6 +476,12 @@ def _call_schemas(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {tool: spec.get("parameters") or {"type": "object"} for tool, spec in specs.items()}
 
 
+def _schema_problem(message: str) -> dict[str, str]:
+    """A ``call.schema`` problem with the whole arguments: what a call gets where its tool's schema cannot be
+    used to check it."""
+    return {"code": "call.schema", "path": "$.function.arguments", "message": message}
+
+
 def _schema_validator(schema: Any) -> Any:
     """A JSON Schema validator for ``schema``, or the problem a call against an invalid one gets.
 
@@ -489,13 +495,11 @@ def _schema_validator(schema: Any) -> Any:
     try:
         validator_cls.check_schema(schema)
     except jsonschema.SchemaError as e:
-        return {"code": "call.schema", "path": "$.function.arguments",
-                "message": f"the tool's parameters schema is invalid: {e.message}"}
+        return _schema_problem(f"the tool's parameters schema is invalid: {e.message}")
     if _holds(schema, "unevaluatedProperties") and _holds(schema, "patternProperties"):
         # (jsonschema reads which names patternProperties took with an unbounded regex search of its own)
-        return {"code": "call.schema", "path": "$.function.arguments",
-                "message": "the tool's parameters schema joins unevaluatedProperties and patternProperties, "
-                           "which cannot be checked in bounded time: its calls are not checked"}
+        return _schema_problem("the tool's parameters schema joins unevaluatedProperties and patternProperties, "
+                               "which cannot be checked in bounded time: its calls are not checked")
     return bounded_validator(schema)
 
 
@@ -540,8 +544,7 @@ def _bounded_validator(validator_cls: Any) -> Any:
         if validator.is_type(instance, "string"):
             found = _schema_search(pattern, instance)
             if found is None:
-                yield jsonschema.ValidationError(f"the schema's pattern {pattern!r} cannot be run (not a regex "
-                                                 "this checker reads)")
+                yield _unrunnable("pattern", pattern)
             elif not found:
                 yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -551,8 +554,7 @@ def _bounded_validator(validator_cls: Any) -> Any:
                 for key, value in instance.items():
                     found = _schema_search(regex_, key)
                     if found is None:
-                        yield jsonschema.ValidationError(f"the schema's patternProperties regex {regex_!r} cannot "
-                                                         "be run (not a regex this checker reads)")
+                        yield _unrunnable("patternProperties regex", regex_)
                     elif found:
                         yield from validator.descend(value, subschema, path=key, schema_path=regex_)
 
@@ -575,6 +577,14 @@ def _bounded_validator(validator_cls: Any) -> Any:
     extend: Any = jsonschema.validators.extend  # (untyped in its stubs)
     return extend(validator_cls, {"pattern": pattern, "patternProperties": pattern_properties,
                                   "additionalProperties": additional_properties})
+
+
+def _unrunnable(what: str, pattern: Any) -> Any:
+    """The error of a schema regex that cannot be run (not a regex, or one neither matcher reads)."""
+    import jsonschema
+
+    return jsonschema.ValidationError(f"the schema's {what} {pattern!r} cannot be run (not a regex this checker "
+                                      "reads)")
 
 
 @lru_cache(maxsize=1024)
@@ -821,15 +831,12 @@ class CallValidator:
         found = self._validators.get(name)
         if found is None:
             try:
-                try:
-                    key = json.dumps(self._schemas[name], sort_keys=True)
-                except (TypeError, ValueError):  # (not JSON: checked here, uncached)
-                    found = _schema_validator(self._schemas[name])
-                else:
-                    found = _cached_validator(key)
+                key = json.dumps(self._schemas[name], sort_keys=True)
+                found = _cached_validator(key)
+            except (TypeError, ValueError):  # (not JSON: checked here, uncached)
+                found = _schema_validator(self._schemas[name])
             except RecursionError:  # (a schema nested past what Python's recursion reaches: only a caller's dict)
-                found = {"code": "call.schema", "path": "$.function.arguments",
-                         "message": "the tool's parameters schema nests too deeply to check"}
+                found = _schema_problem("the tool's parameters schema nests too deeply to check")
             self._validators[name] = found
         return found
 
@@ -863,8 +870,7 @@ class CallValidator:
             errors = sorted(self._errors(name, validator, fn.get("arguments", {})),
                             key=lambda e: list(e.absolute_path))
         except RecursionError:  # a recursive schema over deeply nested arguments
-            return [{"code": "call.schema", "path": "$.function.arguments",
-                     "message": "the arguments nest too deeply to validate"}]
+            return [_schema_problem("the arguments nest too deeply to validate")]
         problems = []
         for error in errors:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)

@@ -223,22 +223,19 @@ class WireArguments:
                 or self._state == _AFTER_VALUE and prefix == ", " and self._closers == ["}"]) \
                 or not _STRING_BODY.fullmatch(key):
             return ended + self.feed(text)
-        if _STRING_BODY.fullmatch(value):
-            if first:
-                self._closers, self._members, self._sent = ["}"], [key], True
-            else:
-                self._members[-1] = key
-            self._state, self._in_key, self._key_start, self._pending = _AFTER_VALUE, False, 0 if first else 2, []
-            return ended + text
-        if not _NUMBER.fullmatch(value):
+        string = _STRING_BODY.fullmatch(value) is not None
+        if not string and not _NUMBER.fullmatch(value):
             return ended + self.feed(text)
-        # A number: held with the member's text before it until what follows ends it, in the pieces reading
-        # leaves (the comma, the space, the key's quotes around its body, the colon, the space; the token's
-        # first character, then the rest).
-        if first:
+        if first:  # (the object opens, as its "{" opens it)
             self._closers, self._members, self._sent = ["}"], [key], True
         else:
             self._members[-1] = key
+        if string:
+            self._state, self._in_key, self._key_start, self._pending = _AFTER_VALUE, False, 0 if first else 2, []
+            return ended + text
+        # A number: held with the member's text before it until what follows ends it, in the pieces reading
+        # leaves (the comma, the space, the key's quotes around its body, the colon, the space; the token's
+        # first character, then the rest).
         body = [key[1:-1]] if len(key) > 2 else []
         self._pending = ([] if first else [",", " "]) + ['"', *body, '"', ":", " "]
         self._state, self._in_key, self._key_start = _NUMBER_TOKEN, True, 0 if first else 2  # (as the key left it)
