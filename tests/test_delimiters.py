@@ -298,6 +298,23 @@ def test_remembered_walks_stay_bounded():
     assert (automaton.initial, long) not in automaton._walks
 
 
+@given(st.sampled_from([r"<f>(?P<n>[^\n<]+)\n(?:`{3}(?:json)?\n)?", r"<t>\s*<f=(?P<n>\w+)>", r"(?:</f>\s*)?</t>",
+                        r"a[^b]*b?c?"]),
+       st.lists(st.text(alphabet="<>/=ftabcjson`\n x", min_size=1, max_size=14), min_size=1, max_size=12))
+def test_a_completion_is_alive_exactly_where_a_longer_path_is(pattern, tails):
+    """``Automaton.completion`` (one forward walk, remembered per tail): False exactly where no path reading
+    the tail stays alive (the reverse walk's answer), else a string that completes a match of the regex; the
+    same asked first or again."""
+    matcher = RegexMatcher(pattern)
+    automaton = matcher._automaton
+    assert automaton is not None
+    for tail in tails + tails:
+        got = automaton.completion(tail)
+        assert (got is False) == (automaton.first_alive(tail, 0, 1) == -1)
+        if isinstance(got, str):
+            assert got and matcher.compiled.fullmatch(tail + got) is not None
+
+
 def _live_partial_by_position(matcher: LiteralMatcher, buf: str, lo: int, hi: int) -> int:
     """The definition: the first position in [lo, hi) whose suffix is a proper prefix of a literal."""
     for i in range(lo, min(hi, len(buf))):

@@ -160,6 +160,8 @@ class LiteralMatcher:
 
 #: Automaton.walk remembers the answers for texts up to this long, at most this many per automaton.
 _WALKS_TEXT, _WALKS_KEPT = 48, 1024
+#: Automaton.completion remembers its answers for tails up to this long (an opener with a call's name in it).
+_COMPLETIONS_TEXT = 256
 _UNWALKED = object()
 
 
@@ -193,6 +195,8 @@ class Automaton:
             self.reps.setdefault(sym, ch)
         self._steps: dict[tuple[frozenset[Any], Any], frozenset[Any]] = {}
         self._walks: dict[tuple[Any, str], Any] = {}  # (state, text) -> walk's answer (see walk)
+        self._completions: dict[str, str | None | bool] = {}  # tail -> completion's answer
+        self._from_state: dict[Any, str | None] = {}  # state -> the shortest way on to acceptance
 
     def first_alive(self, buf: str, lo: int, hi: int) -> int:
         """First start in [lo, hi) such that ``buf[start:]`` is a prefix of some match, else -1.
@@ -267,14 +271,36 @@ class Automaton:
                 return None
         return state
 
-    def completion(self, tail: str) -> str | None:
-        """The shortest non-empty string taking the automaton from after ``tail`` to acceptance."""
+    def completion(self, tail: str) -> str | None | bool:
+        """For ``tail`` read from the start: False where no path reading it stays alive (it is no prefix of a
+        match), else the shortest non-empty string taking the automaton on to acceptance (None: none is
+        written with the alphabet's characters).
+
+        A stream asks this of a held opener at every piece until it commits (a call's name, then an optional
+        fence: deepseek's ``NAME\n```json\n``), and the same tails come back at every call: the answers are
+        remembered per tail, and the search from a state per state."""
+        if tail in self._completions:
+            return self._completions[tail]
         state = self.initial
+        symbols, other, trans = self.symbols, self.other, self.trans
         for ch in tail:
-            sym = self.symbols.get(ch, self.other)
-            state = self.trans.get(state, {}).get(sym) if sym is not None else None
+            sym = symbols.get(ch, other)
+            state = trans.get(state, {}).get(sym) if sym is not None else None
             if state is None:
-                return None
+                break
+        answer: str | None | bool = False
+        if state is not None and state in self.live:
+            if state not in self._from_state:
+                self._from_state[state] = self._shortest(state)
+            answer = self._from_state[state]
+        if len(tail) <= _COMPLETIONS_TEXT:
+            if len(self._completions) >= _WALKS_KEPT:
+                self._completions.clear()  # (bounded, whatever texts a process streams)
+            self._completions[tail] = answer
+        return answer
+
+    def _shortest(self, state: Any) -> str | None:
+        """The shortest non-empty string taking ``state`` to acceptance, written with representatives."""
         seen, frontier = {state}, [(state, "")]
         while frontier:
             nxt = []
@@ -747,12 +773,12 @@ class RegexMatcher(PlainState):
 
     def _stable(self, buf: str, hit: Hit) -> bool:
         """Whether a complete match before the edge stays the regex's choice once the live path completes."""
-        if self._first_alive(buf, hit[0], hit[0] + 1) == -1:
-            return True
         automaton = self._automaton
-        completion = automaton.completion(buf[hit[0]:]) if automaton is not None else None
-        if completion is None:
-            return False
+        if automaton is None:  # (the regex engine's partial match says whether a longer path is alive)
+            return self._first_alive(buf, hit[0], hit[0] + 1) == -1
+        completion = automaton.completion(buf[hit[0]:])  # (one forward walk: alive, and how it completes)
+        if not isinstance(completion, str):
+            return completion is False  # (no live path: stable; one the alphabet cannot write: held)
         m = self.match(buf + completion, hit[0])
         return m is not None and m.span() == (hit[0], hit[1])
 
