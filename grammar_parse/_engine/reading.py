@@ -216,6 +216,8 @@ _SCALAR_END = frozenset(',:[]{}" \t\n\r')
 _LAX_JSON = json.JSONDecoder(strict=False)  # (json.loads with an option builds a decoder per call)
 _DECODER = json.JSONDecoder()
 _STRUCTURE = regex.compile(r'[\[\]{}"]')
+#: The character a JSON value that starts with the key ends with.
+_LAST_CHAR = {"{": "}", "[": "]", '"': '"'}
 
 
 class JsonWalker:
@@ -393,11 +395,15 @@ class JsonEnd:
             if buf[i] not in '{["':
                 self.dead = True
                 return None
-            try:  # one-shot parsing has all of it: where valid JSON ends, the walk would end too
-                self.end = base + _DECODER.raw_decode(buf, i)[1]
-                return self.end
-            except (ValueError, RecursionError):
-                self.walker = JsonWalker(self, base + i)  # (tried once: text still arriving is walked)
+            # one-shot parsing has all of it: where valid JSON ends, the walk would end too (not tried where the
+            # value's last character is not there yet, a stream's first piece: its failure costs an exception)
+            if buf.find(_LAST_CHAR[buf[i]], i + 1) >= 0:
+                try:
+                    self.end = base + _DECODER.raw_decode(buf, i)[1]
+                    return self.end
+                except (ValueError, RecursionError):
+                    pass
+            self.walker = JsonWalker(self, base + i)  # (tried once: text still arriving is walked)
         walker = self.walker
         self.at = base + n
         if not walker.in_string and _STRUCTURE.search(buf, i) is None:

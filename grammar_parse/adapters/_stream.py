@@ -8,7 +8,7 @@ sends are ``grammar_parse._engine.wire``'s.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -81,8 +81,8 @@ class TextKinds:
 
 
 def default_ids() -> IdFactory:
-    """Random ids (``call_...``); inject your own factory for deterministic ids."""
-    return lambda kind: f"{kind}_{uuid.uuid4().hex[:24]}"
+    """Random ids (``call_`` and 24 hex digits, 96 random bits); inject your own factory for deterministic ids."""
+    return lambda kind: f"{kind}_{os.urandom(12).hex()}"  # (uuid4's object costs four times as much)
 
 
 class StrippedText:
