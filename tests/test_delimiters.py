@@ -296,6 +296,11 @@ def test_remembered_walks_stay_bounded():
     long = "<f=" + "x" * (2 * delimiters._WALKS_TEXT)
     assert automaton.walk(automaton.initial, long) == automaton._walk(automaton.initial, long)
     assert (automaton.initial, long) not in automaton._walks
+    for i in range(3 * delimiters._WALKS_KEPT):  # (Automaton.completion's answers too)
+        automaton.completion(f"<f={i}")
+    assert len(automaton._completions) <= delimiters._WALKS_KEPT
+    long = "<f=" + "x" * (2 * delimiters._COMPLETIONS_TEXT)
+    assert automaton.completion(long) == ">" and long not in automaton._completions
 
 
 @given(st.sampled_from([r"<f>(?P<n>[^\n<]+)\n(?:`{3}(?:json)?\n)?", r"<t>\s*<f=(?P<n>\w+)>", r"(?:</f>\s*)?</t>",

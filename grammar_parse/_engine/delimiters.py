@@ -161,7 +161,7 @@ class LiteralMatcher:
 #: Automaton.walk remembers the answers for texts up to this long, at most this many per automaton.
 _WALKS_TEXT, _WALKS_KEPT = 48, 1024
 #: Automaton.completion remembers its answers for tails up to this long (an opener with a call's name in it).
-_COMPLETIONS_TEXT = 256
+_COMPLETIONS_TEXT = 128
 _UNWALKED = object()
 
 
