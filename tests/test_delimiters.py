@@ -57,11 +57,17 @@ def test_literal_commit_is_final(literals, text, more):
 
 
 PATTERNS = [r"\s*<tool_call>", r"\)(?:\]<\|e\|>)?\s*", r"<\|u\|>\s*|$", r"(?:<t\|>|<e>)\s*|$", r"a.*?b",
-            r"<t>\s*<f=(?P<n>\w+)>", r"\n?</r>", r"[^<]*<c>", r"x$|y"]
+            r"<t>\s*<f=(?P<n>\w+)>", r"\n?</r>", r"[^<]*<c>", r"x$|y",
+            # (a closing tag or an opener's '>' that ends the buffer, a greedy or optional tail, alternatives)
+            r"(?:</f>\s*)?</t>", r"<f=(?P<k>[^<>\n]+)>", r"(?:\n?\]\])?<e>", r"ab|abc", r"a+", r"a(?=b)|ab"]
 
 
 @given(st.sampled_from(PATTERNS), st.text(alphabet=" \n<>|/abtxfcreu)]=_", max_size=24),
        st.text(alphabet=" \n<>|/abtxfcreu)]=_", max_size=8))
+@example(r"a+", "xa", "a")
+@example(r"ab|abc", "xab", "c")
+@example(r"(?:</f>\s*)?</t>", "x</f>", " </t>")
+@example(r"a(?=b)|ab", "xa", "b")
 def test_regex_commit_is_final(pattern, text, more):
     """The guards (hidden partials, `$` before a final newline, preferred longer matches): whatever is
     committed, and every byte released before ``hold``, stays so once more text arrives."""
