@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import grammar_parse  # noqa: F401 - the package as installed, before the benchmark puts the checkout on the path
+from grammar_parse._engine.toolstream import call_regions
+from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -44,3 +46,34 @@ def test_the_hand_written_floor_reads_what_we_read(name, size):
         for got in (floor.stream(work), floor.oneshot(work)):
             assert bench_peers.describe_mismatch(calls, got.calls) == ""
             assert (got.reasoning, got.content) == (expected.reasoning, expected.content)
+
+
+def _json_streamed(name: str) -> bool:
+    """Whether the family's calls stream as JSON, their arguments after a head that does not wait for an id the
+    model writes in the body (mistral's ``[{"name", "arguments", "id"}]``: a call's arguments never go before its
+    head; see the tool-call streamer, grammar_parse._engine.toolstream)."""
+    return all(r.shape.mode.startswith("json") and r.shape.id_key is None
+               for r in call_regions(grammar_parse.load_grammar(name)))
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(bench_peers.FAMILIES) if _json_streamed(n)])
+def test_a_string_argument_streams_as_it_arrives(name):
+    """With tools given, a JSON argument that typing cannot change (a string-only schema: write_file's
+    ``content``) goes out as the model writes it, not held to its end: typing leaves it as written. One that
+    typing may change (an integer written as a string) is still held and sent typed (test_tool_streaming)."""
+    family = bench_peers.FAMILIES[name]
+    text, calls = bench_peers.big_argument(family, 3_000)
+    chunks = bench_peers.Tokens(family.specials).chunks(text)
+    stream = ChatCompletionsStream(grammar_parse.load_grammar(name), family.prefix, tools=bench_peers.TOOLS)
+    sent, before_the_end = [], 0
+    for i, chunk in enumerate(chunks):
+        for delta in stream.feed(chunk):
+            pieces = [c["function"].get("arguments", "") for c in delta.get("tool_calls", [])]
+            sent += pieces
+            if i < len(chunks) - 10:  # (well before the argument's closing quote)
+                before_the_end += sum(map(len, pieces))
+    stream.finish()
+    content = calls[0][1]["content"]
+    assert before_the_end >= len(content) // 2, "the string argument was held back"
+    assert max(map(len, sent)) < 100  # (no piece carries the whole argument)
+    assert "".join(sent) == stream.message["tool_calls"][0]["function"]["arguments"]

@@ -217,6 +217,12 @@ class ToolTypes:
         types_ = self._types.get(name) if name is not None else None
         return types_.get(key, ()) if types_ is not None else ()
 
+    def castable_of(self, name: str | None, key: str) -> tuple[str, ...]:
+        """:meth:`types_of` for an argument whose value typing may change (a type other than string), else
+        empty: a string-only argument stays as the model wrote it, so a stream need not hold it back."""
+        castable = self._castable.get(name) if name is not None else None
+        return castable.get(key, ()) if castable is not None else ()
+
     def retype(self, name: str | None, key: str, value: Any, *, elements: bool = False) -> Any:
         """One argument value cast to its schema's types (strings, and lists of strings that
         merge_duplicates collected for a non-array parameter, element-wise); ``elements``: a value read from

@@ -8,9 +8,11 @@ How the arguments are read depends on the grammar region of the call:
 
 * **JSON** (Hermes, Llama, Mistral, ...): the model's own bytes of the arguments value are streamed as
   they arrive, through an incremental JSON scanner (strings, escapes and depth; exact when an escape or
-  a multi-byte character is split across chunks). A value that ``tools=`` would retype (the string
+  a multi-byte character is split across chunks). A value that ``tools=`` may retype (the string
   ``"3"`` for an integer parameter) is held until it is complete and sent typed, so the text stays the
-  JSON of the typed arguments. Cost per chunk is proportional to the chunk, not the arguments.
+  JSON of the typed arguments; one whose schema admits strings only streams as it arrives (typing leaves it
+  as written: a file's content goes out as the model writes it). Cost per chunk is proportional to the chunk,
+  not the arguments.
 * **XML-like parameters** (``xml-inline`` regions, parameter components): each argument is sent, typed,
   as soon as it is complete: ``{"city": "Paris"``, then ``, "days": 3``, then ``}``.
 * **Python call syntax** (``[f(a=1), g(b="x")]`` or one call a line): each call's name as soon as ``NAME(``
@@ -351,8 +353,10 @@ class _JsonCallReader:
             self.captured = False
             return
         if self.capturing and depth == self.args_depth and self.call is not None:
-            if self.streamer.types is not None and self.streamer.types.types_of(self.call.name, key):
-                self._send_until(pos)  # up to the key; its value is held until complete, then retyped
+            if self.streamer.types is not None and self.streamer.types.castable_of(self.call.name, key):
+                # up to the key; its value, which typing may change, is held until complete, then retyped (a
+                # string-only argument streams as it arrives: typing leaves it as written)
+                self._send_until(pos)
                 self.held = (-1, key)
 
     def on_value_start(self, depth: int, pos: int) -> None:
