@@ -277,7 +277,7 @@ class Automaton:
         written with the alphabet's characters).
 
         A stream asks this of a held opener at every piece until it commits (a call's name, then an optional
-        fence: deepseek's ``NAME\n```json\n``), and the same tails come back at every call: the answers are
+        fence: deepseek's name, a newline, then a json code fence), and the same tails come back at every call: the answers are
         remembered per tail, and the search from a state per state."""
         if tail in self._completions:
             return self._completions[tail]
