@@ -276,9 +276,9 @@ class Automaton:
         match), else the shortest non-empty string taking the automaton on to acceptance (None: none is
         written with the alphabet's characters).
 
-        A stream asks this of a held opener at every piece until it commits (a call's name, then an optional
-        fence: deepseek's name, a newline, then a json code fence), and the same tails come back at every call: the answers are
-        remembered per tail, and the search from a state per state."""
+        A stream asks this of a held opener at every piece until it commits (deepseek's: a call's name and a
+        newline, then an optional json code fence), and the same tails come back at every call: the answers
+        are remembered per tail, and the search from a state per state."""
         if tail in self._completions:
             return self._completions[tail]
         state = self.initial
