@@ -195,7 +195,7 @@ class Automaton:
             self.reps.setdefault(sym, ch)
         self._steps: dict[tuple[frozenset[Any], Any], frozenset[Any]] = {}
         self._walks: dict[tuple[Any, str], Any] = {}  # (state, text) -> walk's answer (see walk)
-        self._completions: dict[str, str | None | bool] = {}  # tail -> completion's answer
+        self._completions: dict[str, tuple[str | None | bool]] = {}  # tail -> (completion's answer,)
         self._from_state: dict[Any, str | None] = {}  # state -> the shortest way on to acceptance
 
     def first_alive(self, buf: str, lo: int, hi: int) -> int:
@@ -279,8 +279,9 @@ class Automaton:
         A stream asks this of a held opener at every piece until it commits (deepseek's: a call's name and a
         newline, then an optional json code fence), and the same tails come back at every call: the answers
         are remembered per tail, and the search from a state per state."""
-        if tail in self._completions:
-            return self._completions[tail]
+        known = self._completions.get(tail)  # (one lookup: another thread may clear the dict between two)
+        if known is not None:
+            return known[0]
         state = self.initial
         symbols, other, trans = self.symbols, self.other, self.trans
         for ch in tail:
@@ -296,7 +297,7 @@ class Automaton:
         if len(tail) <= _COMPLETIONS_TEXT:
             if len(self._completions) >= _WALKS_KEPT:
                 self._completions.clear()  # (bounded, whatever texts a process streams)
-            self._completions[tail] = answer
+            self._completions[tail] = (answer,)
         return answer
 
     def _shortest(self, state: Any) -> str | None:
