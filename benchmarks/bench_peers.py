@@ -489,7 +489,7 @@ class Floor:
         self.fam = fam
 
     def stream(self, w: Workload) -> Outcome:
-        parser = floors.Qwen3Stream() if self.fam.name == "qwen3" else floors.Qwen3CoderStream(TOOLS)
+        parser = _FLOOR_PARSERS[self.fam.name][0]()
         reasoning: list[str] = []
         content: list[str] = []
         calls = StreamedCalls()
@@ -503,13 +503,17 @@ class Floor:
         return Outcome("".join(reasoning).strip(), "".join(content).strip(), calls.folded())
 
     def oneshot(self, w: Workload) -> Outcome:
-        reasoning, content, calls = floors.qwen3_oneshot(w.text) if self.fam.name == "qwen3" else \
-            floors.qwen3_coder_oneshot(w.text, TOOLS)
+        reasoning, content, calls = _FLOOR_PARSERS[self.fam.name][1](w.text)
         return Outcome(reasoning, content, norm_calls(list(calls)))
 
 
-#: The families with a hand-written floor.
-FLOORS = ("qwen3", "qwen3_coder")
+#: The families with a hand-written floor: (its streaming parser, its one-shot parser), made for the benchmark's tools.
+_FLOOR_PARSERS: dict[str, tuple[Callable[[], Any], Callable[[str], tuple[str, str, list[Call]]]]] = {
+    "qwen3": (floors.Qwen3Stream, floors.qwen3_oneshot),
+    "qwen3_coder": (lambda: floors.Qwen3CoderStream(TOOLS), lambda text: floors.qwen3_coder_oneshot(text, TOOLS)),
+    "deepseek_v3": (floors.DeepseekV3Stream, floors.deepseek_v3_oneshot),
+}
+FLOORS = tuple(_FLOOR_PARSERS)
 
 
 # ---------------------------------------------------------------------------- vLLM

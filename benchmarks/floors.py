@@ -1,9 +1,10 @@
-"""Hand-written parsers for two formats: the floor that plain Python reaches for one format.
+"""Hand-written parsers for three formats: the floor that plain Python reaches for one format.
 
 Written the way a careful engine author writes one parser per model, with nothing general: qwen3's
-Hermes JSON calls and qwen3_coder's XML parameters, each after an optional ``<think>`` block. They do the
-work the benchmark checks (reasoning, content, each call's name and typed arguments, streamed as
-arguments arrive) and nothing more: no lenient mode, no limits, no error spans. ``bench_peers.py`` times
+Hermes JSON calls, qwen3_coder's XML parameters and deepseek_v3's fenced JSON in a calls section, each after
+an optional ``<think>`` block. They do the work the benchmark checks (reasoning, content, each call's name
+and typed arguments, streamed as arguments arrive) and nothing more: no lenient mode, no limits, no error
+spans. ``bench_peers.py`` times
 them beside grammar_parse and the engines' parsers as the bound that a generated parser can approach.
 (``bench.py``'s ``HandWritten`` is a floor too, for its own comparison with transformers: the Qwen3 template
 without tools, so nothing typed; these take the tools and type the arguments, as the peers' workload needs.)
@@ -48,8 +49,13 @@ def _split_think(text: str) -> tuple[str, str]:
 
 
 class _Stream:
-    """The reasoning and content part, shared by both formats: text until a call, held back only where a
-    delimiter may be starting. ``call_text`` takes the text of each call as it grows."""
+    """The reasoning and content part, shared by the formats: text until a call, held back only where a
+    delimiter may be starting. ``call_text`` takes the text of each call as it grows. ``call_mark`` and
+    ``end_call_mark`` bracket a call; with a ``section`` (its begin and end marks), calls sit in a section
+    whose other text is dropped, and content ends where the section begins."""
+
+    call_mark, end_call_mark = CALL, END_CALL
+    section: tuple[str, str] | None = None
 
     def __init__(self) -> None:
         self.buf = ""
@@ -72,7 +78,7 @@ class _Stream:
                     self.state = "content"
                 continue
             if self.state in ("think", "content"):
-                mark = END_THINK if self.state == "think" else CALL
+                mark = END_THINK if self.state == "think" else self.section[0] if self.section else self.call_mark
                 at = buf.find(mark)
                 upto = at if at != -1 else _partial_tail(buf, (mark,))
                 (reasoning if self.state == "think" else content).append(buf[:upto])
@@ -82,20 +88,36 @@ class _Stream:
                 self.buf = buf[at + len(mark):]
                 if self.state == "think":
                     self.state = "content"
+                elif self.section:
+                    self.state = "section"
                 else:
                     self.state, self.index = "call", self.index + 1
                     self.open_call()
                 continue
+            if self.state == "section":  # (between calls: dropped, up to the next call or the section's end)
+                assert self.section is not None
+                marks = (self.call_mark, self.section[1])
+                at, ended = buf.find(marks[0]), buf.find(marks[1])
+                if at == -1 and ended == -1:
+                    self.buf = buf[_partial_tail(buf, marks):]
+                    break
+                if at != -1 and (ended == -1 or at < ended):
+                    self.buf, self.state, self.index = buf[at + len(marks[0]):], "call", self.index + 1
+                    self.open_call()
+                else:
+                    self.buf, self.state = buf[ended + len(marks[1]):], "content"
+                continue
             # in a call: the body so far, less what the call's reader is done with (cost linear in it)
-            at = buf.find(END_CALL, self.seen)
+            end_mark = self.end_call_mark
+            at = buf.find(end_mark, self.seen)
             if at == -1:
-                self.seen = max(self.seen, len(buf) - len(END_CALL) + 1)
-                pieces, done = self.call_text(buf, _partial_tail(buf, (END_CALL,)), final=False)
+                self.seen = max(self.seen, len(buf) - len(end_mark) + 1)
+                pieces, done = self.call_text(buf, _partial_tail(buf, (end_mark,)), final=False)
                 calls.extend(pieces)
                 self.buf, self.seen = buf[done:], max(0, self.seen - done)
                 break
             calls.extend(self.call_text(buf, at, final=True)[0])
-            self.buf, self.state, self.seen = buf[at + len(END_CALL):], "content", 0
+            self.buf, self.state, self.seen = buf[at + len(end_mark):], "section" if self.section else "content", 0
         return "".join(reasoning), "".join(content), calls
 
     def finish(self) -> Pieces:
@@ -247,4 +269,67 @@ class Qwen3CoderStream(_Stream):
         return out, done
 
 
-__all__ = ["Qwen3CoderStream", "Qwen3Stream", "qwen3_coder_oneshot", "qwen3_oneshot"]
+# ---------------------------------------------------------------------------- deepseek_v3: JSON in a fence
+DS_SECTION = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+DS_CALL, DS_END_CALL, DS_SEP, FENCE, CLOSE_FENCE = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", \
+    "```json\n", "\n```"
+
+
+def _ds_arguments(args: str) -> str:
+    """A call's arguments text without the fences around it."""
+    args = args[len(FENCE):] if args.startswith(FENCE) else args
+    args = args.rstrip()
+    return args[:-3].rstrip() if args.endswith("```") else args
+
+
+def deepseek_v3_oneshot(text: str) -> tuple[str, str, list[Call]]:
+    reasoning, rest = _split_think(text)
+    begin = rest.find(DS_SECTION[0])
+    content = (rest if begin == -1 else rest[:begin]).strip()
+    calls: list[Call] = []
+    at = rest.find(DS_CALL, begin) if begin != -1 else -1
+    while at != -1:
+        end = rest.find(DS_END_CALL, at)
+        body = rest[at + len(DS_CALL):end if end != -1 else len(rest)]
+        sep = body.find(DS_SEP)
+        newline = body.find("\n", sep)
+        calls.append((body[sep + len(DS_SEP):newline], json.loads(_ds_arguments(body[newline + 1:]))))
+        at = rest.find(DS_CALL, end) if end != -1 else -1
+    return reasoning, content, calls
+
+
+class DeepseekV3Stream(_Stream):
+    """``function<｜tool▁sep｜>NAME\n```json\n{...}\n```: the name once its newline arrives, then the
+    arguments as written, less what may be the closing fence."""
+
+    call_mark, end_call_mark, section = DS_CALL, DS_END_CALL, DS_SECTION
+
+    def open_call(self) -> None:
+        self.named = self.fenced = False
+        self.sent = 0  # where the arguments start in the body, then how far they were sent
+
+    def call_text(self, body: str, upto: int, final: bool) -> tuple[list[tuple[int, str | None, str]], int]:
+        out: list[tuple[int, str | None, str]] = []
+        if not self.named:
+            sep = body.find(DS_SEP, 0, upto)
+            newline = body.find("\n", sep, upto) if sep != -1 else -1
+            if newline == -1:
+                return out, 0
+            self.named, self.sent = True, newline + 1
+            out.append((self.index, body[sep + len(DS_SEP):newline], ""))
+        if not self.fenced:
+            head = body[self.sent:upto]
+            if not final and len(head) < len(FENCE) and FENCE.startswith(head):
+                return out, 0
+            self.sent += len(FENCE) if head.startswith(FENCE) else 0
+            self.fenced = True
+        end = self.sent + len(_ds_arguments(body[self.sent:upto])) if final else upto - len(CLOSE_FENCE)
+        if end > self.sent:
+            out.append((self.index, None, body[self.sent:end]))
+            self.sent = end
+        done, self.sent = self.sent, 0
+        return out, done
+
+
+__all__ = ["DeepseekV3Stream", "Qwen3CoderStream", "Qwen3Stream", "deepseek_v3_oneshot", "qwen3_coder_oneshot",
+           "qwen3_oneshot"]
