@@ -31,8 +31,8 @@ from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import (Frame, component_path, component_storer, missing_fields, region_callbacks, region_value, store,
-                      without_empty)
+from .regions import (Frame, Storer, component_path, missing_fields, region_callbacks, region_storer, region_value,
+                      store, without_empty)
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce
@@ -133,7 +133,9 @@ class OneShot:
         found = self._closers.get((id(region), check))
         if found is None:
             leaf = region.rule not in self._parents and not region.scope
-            found = self._closers[(id(region), check)] = region_closer(region, check, leaf, region_value(self.grammar, region))
+            storer = region_storer(self.grammar, region) if region.parent is not None else None
+            found = self._closers[(id(region), check)] = region_closer(region, check, leaf,
+                                                                        region_value(self.grammar, region), storer)
         return found
 
     # ---------------------------------------------------------------- building
@@ -569,15 +571,16 @@ def close_rules(region: Region, shifting: Terminal | None) -> tuple[bool, bool]:
     return closing, region.entry_key is not None and shifting is not None and not closing
 
 
-def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., Any]) -> Closer:
+def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., Any], storer: Storer | None) -> Closer:
     """``Builder.close`` past its first test for ``region``, with its value spec read once: the content parser
     alone for a ``leaf`` (no components) without a transform (values.specialised_content), else the spec
-    specialised (``full``: regions.region_value); stored in its parent call's scope, or typed, checked and
-    stored in the message as the session's region builder does. ``check``: an argument without a value declines."""
+    specialised (``full``: regions.region_value); stored in its parent call's scope (``storer``, the session's
+    own: regions.region_storer), or typed, checked and stored in the message as the session's region builder
+    does. ``check``: an argument without a value declines."""
     direct = specialised_content(region.spec) if leaf else None
     parent_rule = region.parent
     if parent_rule is not None:
-        storer = component_storer(region)
+        assert storer is not None  # (a component's: see OneShot.closer)
 
         def close_component(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
             if check and not any(chunk.strip() for chunk in frame.chunks):

@@ -524,5 +524,6 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "component_path", "component_storer", "missing_fields", "region_callbacks",
-           "region_value", "store", "store_component", "trailing_space", "without_empty"]
+__all__ = ["Frame", "RegionBuilder", "Report", "Storer", "component_path", "component_storer", "missing_fields",
+           "region_callbacks", "region_storer", "region_value", "store", "store_component", "trailing_space",
+           "without_empty"]

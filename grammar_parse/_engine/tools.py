@@ -506,7 +506,7 @@ def _schema_validator(schema: Any) -> Any:
         # (jsonschema reads which names patternProperties took with an unbounded regex search of its own)
         return _schema_problem("the tool's parameters schema joins unevaluatedProperties and patternProperties, "
                                "which cannot be checked in bounded time: its calls are not checked")
-    return bounded_validator(schema)
+    return _bounded_instance(validator_cls, schema)
 
 
 def bounded_validator(schema: Any, draft_of: Any = None) -> Any:
@@ -515,10 +515,16 @@ def bounded_validator(schema: Any, draft_of: Any = None) -> Any:
     (another document raises ``referencing.exceptions.Unresolvable``, never fetched), and its regexes run
     bounded (:func:`_bounded_validator`). For every check of an untrusted schema."""
     import jsonschema
-    from referencing import Registry
 
     validator_cls = jsonschema.validators.validator_for(schema if draft_of is None else draft_of,
                                                         default=jsonschema.Draft202012Validator)
+    return _bounded_instance(validator_cls, schema)
+
+
+def _bounded_instance(validator_cls: Any, schema: Any) -> Any:
+    """A validator of ``validator_cls``'s draft for ``schema``, bounded (see bounded_validator)."""
+    from referencing import Registry
+
     return _bounded_validator(validator_cls)(schema, registry=Registry())
 
 
