@@ -393,8 +393,7 @@ class Open:
         self.region, self.captures, self.open_text = region, captures, open_text
         self.chunks: list[str] = []
         self.size = 0
-        scope = region.scope
-        self.children: dict[str, Any] = {k: copy_json(v) for k, v in scope.items()} if scope else {}
+        self.children: dict[str, Any] = region.new_scope() if region.scope else {}
         self.text_start = text_start  # where its text starts in the buffer
         self.walk: JsonEnd | None = None  # the walk to its JSON value's end (a region closed by it)
         self.path = path  # where a component's events point (None: a message field)

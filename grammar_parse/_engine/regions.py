@@ -55,7 +55,7 @@ class Frame:
         self.captures = captures
         self.start = start  # stream offset (the replayed prompt included) of its open delimiter
         self.open_text = open_text
-        self.children: dict[str, Any] = {k: copy_json(v) for k, v in region.scope.items()}
+        self.children: dict[str, Any] = region.new_scope() if region.scope else {}
         self.field = field
         self.path = path
         self.size = 0

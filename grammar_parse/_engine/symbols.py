@@ -15,6 +15,7 @@ from typing import Any
 
 from .content.base import WHOLE
 from .delimiters import Matcher
+from .reading import copy_json
 from .shapes import REASONING, TOOL_CALLS, CallShape, call_shape, infer_role
 from .values import RegionValue
 
@@ -64,6 +65,20 @@ class Region:
         """Whether a wire adapter frames nothing of this region's text as it streams: a call's component, or a
         call its components make (their text says nothing until a delimiter closes a part)."""
         return self.parent is not None or self.role == TOOL_CALLS and self.shape.kind == "components"
+
+    @cached_property
+    def _empty_scope(self) -> tuple[str, ...] | None:
+        """The scope's keys where each starts as an empty object (``{"arguments": {}}``, what every call with
+        components declares), else None: worked out once, since a frame copies the scope at each opening."""
+        scope = self.scope
+        return tuple(scope) if all(type(v) is dict and not v for v in scope.values()) else None
+
+    def new_scope(self) -> dict[str, Any]:
+        """A fresh copy of ``scope`` for a region opening, sharing nothing with the grammar's."""
+        keys = self._empty_scope
+        if keys is not None:
+            return {key: {} for key in keys}
+        return {key: copy_json(value) for key, value in self.scope.items()}
 
     @cached_property
     def dirty(self) -> bool:

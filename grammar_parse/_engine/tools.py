@@ -267,12 +267,14 @@ class ToolTypes:
                 value["errors"] = [*value.get("errors", []), problem]
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return value
+        castable = self._castable.get(name)
         if elements:
             for key, argument in arguments.items():
+                if isinstance(argument, str) and (castable is None or key not in castable):
+                    continue  # (a string-only or untyped argument: typing leaves its text as it is)
                 arguments[key] = self.retype(name, key, argument, elements=True)
             return value
         # (what retype changes without elements: a string, or a list's strings, of a castable argument)
-        castable = self._castable.get(name)
         if castable:
             for key, argument in arguments.items():
                 types_ = castable.get(key)
