@@ -66,7 +66,8 @@ def test_a_specialised_value_is_the_specs_value(content: str, args: dict[str, An
 
 
 FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{content}", "{id?}", "{a.b}", "function", 3,
-                                                 "{a.b|name}", "{x|a.c|id}", "{name|arguments}"])),
+                                                 "{a.b|name}", "{x|a.c|id}", "{name|arguments}", "{a.b?}",
+                                                 "{content.arguments|content.parameters?}", "{x|a.c?}"])),
                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=4)),
                       max_leaves=10)
 
@@ -81,6 +82,10 @@ FILLED = st.recursive(st.one_of(st.sampled_from(["{name}", "{arguments}", "{cont
                                            "arguments": "{content.parameters|content.arguments}"}},
          {"name": "f", "arguments": {"a": 1}}, {"a": 1})  # (llama3_json's)
 @example({"n": "{name|arguments}"}, 1, {"name": "f", "arguments": {}})  # (both there: the first)
+@example({"type": "function", "function": {"name": "{content.name}",
+                                           "arguments": "{content.parameters|content.arguments?}"}},
+         {"name": "f"}, {"a": 1})  # (a call written without arguments: the key left out)
+@example({"function": {"arguments": "{content.args?}"}}, [1], {"a": 1})  # (content that is no object)
 def test_a_written_transform_fills_as_the_template_does(transform: Any, content: Any, captures: dict[str, Any]) -> None:
     """Templates the written filler takes (no alternatives), over scopes that fill most of them: the same value,
     keys in the same order."""

@@ -281,7 +281,7 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
     """A template's filler as one Python expression (a dict display per dict, a lookup per placeholder):
     the same value as its general filler where every placeholder is filled, KeyError or TypeError where one
     is not (then the general filler runs, for its error). None for a template with an optional placeholder
-    other than a key's ``{name?}``, or nested past 32 levels (the general filler fills it). Template text is
+    other than a key's (``{name?}``, ``{a.b|c?}``), or nested past 32 levels (the general filler fills it). Template text is
     never written into the source: keys, literals and paths are constants read by number."""
     constants: list[Any] = []
 
@@ -296,10 +296,13 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
             items = []
             for key, item in node.items():
                 placeholder = _placeholder(item) if isinstance(item, str) else None
-                if placeholder is not None and placeholder[1] and len(placeholder[0]) == 1 \
-                        and "." not in placeholder[0][0]:  # an optional key: left out when nothing fills it
-                    name = const(placeholder[0][0])
-                    items.append(f"**({{{const(key)}: scope[{name}]}} if {name} in scope else {{}})")
+                if placeholder is not None and placeholder[1]:  # an optional key: left out when nothing fills it
+                    paths = placeholder[0]
+                    if len(paths) == 1 and "." not in paths[0]:
+                        name = const(paths[0])
+                        items.append(f"**({{{const(key)}: scope[{name}]}} if {name} in scope else {{}})")
+                    else:
+                        items.append(f"**entry({const(key)}, scope, {const(_paths(paths))})")
                     continue
                 value = write(item, depth + 1)
                 if value is None:
@@ -316,7 +319,7 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
         if optional:
             return None
         if len(paths) > 1:  # (the first path that names something)
-            return f"pick(scope, {const(tuple(tuple(path.split('.')) for path in paths))})"
+            return f"pick(scope, {const(_paths(paths))})"
         root, *keys = paths[0].split(".")
         return f"scope[{const(root)}]" if not keys else f"dig(scope[{const(root)}], {const(tuple(keys))})"
     body = write(template, 0)
@@ -324,8 +327,21 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
         return None
     found: Callable[[Mapping[str, Any]], Any] = eval(  # (the source is ours; see the docstring)
         compile(f"lambda scope: {body}", "<grammar_parse transform>", "eval"), {"c": constants, "dig": _dig,
-                                                                                 "pick": _pick})
+                                                                                 "pick": _pick, "entry": _entry})
     return found
+
+
+def _paths(paths: list[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(path.split(".")) for path in paths)
+
+
+def _entry(key: str, scope: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    """An optional key's entry (``{"arguments": "{content.arguments|content.parameters?}"}``): ``{key: the first
+    of paths that names a value}``, or nothing where none does."""
+    try:
+        return {key: _pick(scope, paths)}
+    except KeyError:
+        return {}
 
 
 def _pick(scope: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
