@@ -103,6 +103,11 @@ ERROR_CODES: dict[str, str] = {
     "parse.timeout": "a pattern ran past its time limit and the linear matcher cannot read it",
     "parse.missing_value": "an argument's key was written without a value (the next key or the call's close came "
                            "first): the call keeps it as \"\" with an error (reported in strict mode too)",
+    "parse.duplicate_argument": "a call's argument key was written twice: the call keeps the last value with an "
+                                "error (reported in strict mode too)",
+    "parse.stray_text": "a call made of its arguments holds text outside every argument (not the whitespace "
+                        "between them), which its value does not read: the call keeps its arguments with an error "
+                        "(reported in strict mode too)",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
     # a call that is wrong for the request's tools (grammar_parse._engine.wire; a call's errors, never raised)
     "call.unknown_tool": "a call names a tool the request does not offer",
@@ -167,7 +172,7 @@ ERROR_CODES: dict[str, str] = {
 #: Problems strict mode reports instead of raising: the message is the one lenient mode gives (the call kept,
 #: its ``errors`` entry and the ``parse_errors`` entry), since what is wrong is certain and raising would lose
 #: the calls after it. Every other code under ``parse_errors`` is one strict mode raises.
-REPORTED_IN_STRICT = frozenset({"parse.missing_value"})
+REPORTED_IN_STRICT = frozenset({"parse.missing_value", "parse.duplicate_argument", "parse.stray_text"})
 
 
 class GrammarParseError(Exception):

@@ -17,6 +17,7 @@ The samples are the grammars' golden samples rewritten as tests/test_drift.py's 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -26,11 +27,12 @@ from hypothesis import strategies as st
 
 import grammar_parse as gp
 from conformance import jsonable, strict_equal
+from grammar_parse._engine.delimiters import LiteralMatcher
 from grammar_parse.errors import REPORTED_IN_STRICT
 from strategies import chunkings, examples
 from test_broken_calls import account
 from test_drift import (EXTRA_KEY, Sample, calls, golden, key_without_value, keyed_arguments, problems,
-                        separated_calls, space_around_separator)
+                        separated_calls, space_around_separator, spans)
 
 GRAMMARS = sorted(gp.list_grammars())
 KEYED = [n for n in GRAMMARS if keyed_arguments(gp.load_grammar(n))]
@@ -143,3 +145,115 @@ def test_llama3_json_calls_around_a_spaced_semicolon(before: str, after: str) ->
     for chunks in (None, list(text)):
         message = parse("llama3_json", Sample("s", text, "", None, {}), True, chunks)[0]
         assert calls(message) == want and "content" not in message, (chunks is not None, message)
+
+
+# ---------------------------------------------------------------------------- text inside a call, around arguments
+def _made_of_arguments(name: str) -> bool:
+    return any(r.call is not None and r.call.mode == "components" for r in gp.load_grammar(name).regions.values())
+
+
+ARGUMENT_CALLS = [n for n in KEYED if _made_of_arguments(n)]
+# the XML-argument families whose calls vLLM's and SGLang's tests write literal markup and repeated keys into
+NAMED_ARGUMENT_CALLS = {"qwen3_coder", "qwen3_5", "mimo", "seed_oss", "glm45", "glm47", "minimax_m2", "poolside_v1",
+                        "deepseek_v32", "step3"}
+STRAY = "\nsome words of no argument\n"
+
+
+@cache
+def first_argument(name: str) -> tuple[Sample, int, int, tuple[int, int], int] | None:
+    """A golden sample without problems with a call made of its arguments, and its first keyed argument closed
+    by a close of its own (not zero-width): where its opener starts, where it ends (the next argument's opener,
+    or the call's close), its close's span, and the call's index."""
+    grammar = gp.load_grammar(name)
+    for sample in golden(name):
+        if "parse_errors" in sample.expected:
+            continue  # (a sample of another problem)
+        index, start, close = -1, None, None
+        for s in spans(grammar, sample):
+            term = grammar.terminals[s["terminal"]] if s["kind"] == "delimiter" else None
+            region = term.region if term is not None else None
+            if term is None or region is None:
+                continue
+            if term.role == "open" and region.parent is None and region.field == "tool_calls":
+                index, start, close = index + 1, None, None
+            elif term.role == "open" and region.entry_key is not None:
+                if start is not None and close is not None:
+                    return sample, start, s["start"], close, index
+                start, close = s["start"], None
+            elif term.role == "close" and region.entry_key is not None and start is not None and s["end"] > s["start"]:
+                close = (s["start"], s["end"])
+            elif term.role == "close" and region.parent is None and region.field == "tool_calls" \
+                    and start is not None and close is not None:
+                return sample, start, s["start"], close, index
+    return None
+
+
+def rewritten(name: str, kind: str) -> tuple[Sample, int]:
+    found = first_argument(name)
+    assert found is not None, f"{name}: no golden call with a keyed argument closed by a close of its own"
+    sample, start, end, close, index = found
+    text = sample.text
+    if kind == "close_again":
+        at, insert = close[1], "\n" + text[close[0]:close[1]]
+    else:
+        at, insert = end, text[start:end] if kind == "twice" else STRAY
+    return replace(sample, name=f"{sample.name}/{kind}", text=text[:at] + insert + text[at:]), index
+
+
+def test_the_argument_call_grammars_are_covered() -> None:
+    assert NAMED_ARGUMENT_CALLS <= set(ARGUMENT_CALLS)
+
+
+@pytest.mark.parametrize("name", ARGUMENT_CALLS)
+def test_an_argument_written_twice_keeps_the_last_and_says_so(name: str) -> None:
+    """vLLM's and SGLang's parsers, and transformers' templates, keep the last value of a key written twice;
+    so do we, and the call's errors and the message's parse_errors say the first was replaced, in both modes."""
+    case, index = rewritten(name, "twice")
+    message, parser = parse(name, case, strict=True)
+    account(parser, case.text)
+    call = message["tool_calls"][index]
+    assert call["function"] == case.expected["tool_calls"][index]["function"]
+    (error,) = [e for e in call["errors"] if e["code"] == "parse.duplicate_argument"]
+    assert error["path"].startswith("$.function.arguments.")
+    key = error["path"].removeprefix("$.function.arguments.")
+    assert key in call["function"]["arguments"] and repr(key) in error["message"]
+    assert [e["code"] for e in message["parse_errors"]] == ["parse.duplicate_argument"]
+    assert strict_equal(parse(name, case, strict=False)[0], message), "lenient mode gives the same message"
+
+
+@pytest.mark.parametrize("name", ARGUMENT_CALLS)
+def test_text_between_arguments_is_reported_not_lost(name: str) -> None:
+    """Text a call made of its arguments holds outside every argument (a literal close tag the model wrote
+    inside a value ends the value early, and the rest falls between arguments): the arguments stay, and the
+    call's errors and the message's parse_errors quote the text, in both modes."""
+    case, index = rewritten(name, "stray")
+    message, parser = parse(name, case, strict=True)
+    account(parser, case.text)
+    call = message["tool_calls"][index]
+    assert call["function"] == case.expected["tool_calls"][index]["function"]
+    assert [e["code"] for e in call["errors"]] == ["parse.stray_text"] and STRAY.strip() in call["errors"][0]["message"]
+    (entry,) = message["parse_errors"]
+    assert entry["code"] == "parse.stray_text" and STRAY in case.text[entry["span"][0]:entry["span"][1]]
+    assert strict_equal(parse(name, case, strict=False)[0], message), "lenient mode gives the same message"
+
+
+@pytest.mark.parametrize("name", ARGUMENT_CALLS)
+def test_an_argument_close_written_again_is_markup(name: str) -> None:
+    """Qwen3.6 writes </parameter> twice (llama.cpp #24807): an argument's close again is markup, the message
+    the golden's."""
+    case, _ = rewritten(name, "close_again")
+    for strict in (True, False):
+        message, parser = parse(name, case, strict=strict)
+        account(parser, case.text)
+        assert strict_equal(message, jsonable(case.expected)), message
+
+
+@pytest.mark.parametrize("name", ARGUMENT_CALLS)
+@settings(max_examples=examples(0.1))
+@given(data=st.data())
+def test_text_around_arguments_streams_as_one_shot(name: str, data: st.DataObject) -> None:
+    case, _ = rewritten(name, data.draw(st.sampled_from(["twice", "stray", "close_again"]), label="kind"))
+    strict = data.draw(st.booleans(), label="strict")
+    whole = parse(name, case, strict)[0]
+    chunks = data.draw(chunkings(case.text), label="chunks")
+    assert strict_equal(parse(name, case, strict, chunks)[0], whole)

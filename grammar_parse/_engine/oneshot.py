@@ -590,14 +590,18 @@ def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., A
                     full(body, frame.captures, frame.open_text, close_text, frame.children)
                 parent = frames[-1] if frames and frames[-1].region.rule == parent_rule else \
                     next(f for f in reversed(frames) if f.region.rule == parent_rule)  # (most often the open one)
-                storer(parent.children, frame.captures, frame.children, value)
+                if storer(parent.children, frame.captures, frame.children, value):
+                    raise Decline  # an argument written twice: the session reports it
             except GrammarParseError:  # (a value that does not parse; a placeholder with nothing to fill)
                 raise Decline from None
             return value
         return close_component
     elements, join, is_call = reads_elements(region.spec), region.spec.join is not None, region.is_call
+    components = region.call is not None and region.call.mode == "components"
 
     def close_field(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
+        if components and frame.chunks and not (between := "".join(frame.chunks)).isspace() and between:
+            raise Decline  # text outside every argument (or an argument's close again): the session reads it
         try:
             body = "".join(frame.chunks)
             value = direct(body) if direct is not None else \

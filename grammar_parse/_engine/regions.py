@@ -46,7 +46,7 @@ class Frame:
     values of its component regions, and where its events point (``path``, None for a message field)."""
 
     __slots__ = ("region", "chunks", "captures", "start", "open_text", "children", "path", "field", "size", "walk",
-                 "problems", "repair", "passthrough")
+                 "problems", "repair", "passthrough", "settled")
 
     def __init__(self, region: Region, captures: dict[str, str], start: int, open_text: str,
                  field: str, path: list[str | int] | None) -> None:
@@ -64,6 +64,7 @@ class Frame:
         self.repair: str | None = None  # lenient mode: the repair.* code of the glitch its opener read
         # strict mode: a repair opener's region (and all inside it) is text of the region around it
         self.passthrough = False
+        self.settled = 0  # its chunks before its last component closed (what a cut-off call is sure of)
 
     def copy(self) -> Frame:
         """A frame with the same state that shares nothing mutable with this one."""
@@ -74,7 +75,7 @@ class Frame:
         frame.size = self.size
         frame.walk = self.walk.copy() if self.walk is not None else None
         frame.problems = [dict(p) for p in self.problems]
-        frame.repair, frame.passthrough = self.repair, self.passthrough
+        frame.repair, frame.passthrough, frame.settled = self.repair, self.passthrough, self.settled
         return frame
 
 
@@ -253,6 +254,12 @@ class RegionBuilder:
             # value; at the end of the output it is cut off instead, with nothing to report.
             self._missing_value(frame)
             return
+        if region.call is not None and region.call.mode == "components":
+            # (a call the output's end cuts off is sure of its text up to its last argument only)
+            stray = stray_text(self._grammar, region, frame.chunks if shifting is not None else
+                               frame.chunks[:frame.settled])
+            if stray:
+                self._stray_text(frame, stray)
         try:
             value_of = self._values.get(region.rule) or region_value(self._grammar, region)
             value = value_of("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)
@@ -291,15 +298,28 @@ class RegionBuilder:
         """A key the model wrote without a value: the argument is ``""``, its call carries an error and the
         message a ``parse_errors`` entry, the same in both modes: the call is certain apart from one value,
         and a strict error would lose the calls after it (see errors.REPORTED_IN_STRICT)."""
-        region = frame.region
         entry = str(frame.path[-1]) if frame.path else ""
-        message = f"argument {entry!r} has no value: the next argument or the end of the call came first"
-        self._parent(region).problems.append({"key": region.key, "entry": entry, "message": message,
-                                              "code": "parse.missing_value"})
-        start = frame.start - self.prefix_len
-        self._report("parse.missing_value", message, frame.field,
-                     [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
+        self._component_problem(frame, "parse.missing_value",
+                                f"argument {entry!r} has no value: the next argument or the end of the call came first")
         self._store_component(frame, "")
+
+    def _component_problem(self, frame: Frame, code: str, message: str) -> None:
+        """A problem of one argument the call keeps (errors.REPORTED_IN_STRICT): an ``errors`` entry on its
+        call and a ``parse_errors`` entry over the argument's text, in both modes."""
+        region = frame.region
+        self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if frame.path else "",
+                                              "message": message, "code": code})
+        start = frame.start - self.prefix_len
+        self._report(code, message, frame.field, [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
+
+    def _stray_text(self, frame: Frame, stray: str) -> None:
+        """A call made of its arguments holds text outside every argument (:func:`stray_text`): its value does
+        not read it, so the call carries a ``parse.stray_text`` error and the message a ``parse_errors`` entry
+        over the call, in both modes (the arguments are certain; nothing is lost unsaid)."""
+        message = f"text inside the call outside every argument: {stray[:80]!r}"
+        frame.problems.append({"key": "", "entry": "", "message": message, "code": "parse.stray_text"})
+        self._report("parse.stray_text", message, frame.field,
+                     [frame.start - self.prefix_len, self._position() - self.prefix_len])
 
     def _close_broken_calls(self, frame: Frame, close_text: str, problem: dict[str, str]) -> None:
         """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
@@ -337,7 +357,12 @@ class RegionBuilder:
         """A component's value goes into its parent's scope: by key, appended, or as a keyed entry."""
         region = frame.region
         storer = self._storers.get(region.rule) or region_storer(self._grammar, region)
-        storer(self._parent(region).children, frame.captures, frame.children, value)
+        parent = self._parent(region)
+        parent.settled = len(parent.chunks)
+        if storer(parent.children, frame.captures, frame.children, value):
+            entry = str(frame.path[-1]) if frame.path else ""
+            self._component_problem(frame, "parse.duplicate_argument",
+                                    f"argument {entry!r} was written twice: the last value is kept")
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
@@ -374,13 +399,18 @@ def store(output: Message, region: Region, value: Any) -> None:
         output[key] = value
 
 
-def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, Any], value: Any) -> None:
+def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, Any], value: Any) -> bool:
     """A component's value goes into its parent's ``scope``: by key, appended, or as a keyed entry (its key
-    filled from ``names``, the component's captures and children)."""
+    filled from ``names``, the component's captures and children). True where it replaced an entry of the
+    same key (an argument written twice: the last one is kept, as transformers and the engines keep it)."""
     have = scope.get(region.key)
     if region.entry_key is not None:
         if isinstance(have, dict) or have is None:
-            scope.setdefault(region.key, {})[str(fill(region.entry_key, names))] = value
+            entries = scope.setdefault(region.key, {})
+            entry = str(fill(region.entry_key, names))
+            replaced = entry in entries
+            entries[entry] = value
+            return replaced
     elif region.spec.repeats:
         scope.setdefault(region.key, []).append(value)
     elif isinstance(value, dict) and isinstance(have, dict):
@@ -390,6 +420,36 @@ def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, A
     # Otherwise the call's value is already something else (arguments that did not parse, where an
     # object follows; an object, where text that does not parse follows): it stays, as a stream that
     # sent it must keep it; the component's text is in the call's span, and its error on the call.
+    return False
+
+
+#: Where a grammar keeps its call regions' component closes (see stray_text), per process.
+_COMPONENT_CLOSES = "component_closes"
+
+
+def stray_text(grammar: Grammar, region: Region, chunks: list[str]) -> str:
+    """The text of a call made of its arguments (``chunks``: its own, between them) that is neither the
+    whitespace between arguments nor an argument's close written again (Qwen3.6 writes ``</parameter>``
+    twice), stripped: "" where there is none."""
+    body = "".join(chunks)
+    if not body or body.isspace():
+        return ""
+    made: dict[str, tuple[Any, ...]] = grammar.tables.shared.setdefault(_COMPONENT_CLOSES, {})
+    closes = made.get(region.rule)
+    if closes is None:
+        closes = made[region.rule] = tuple(
+            t.matcher for t in grammar.terminals.values() if t.role == "close" and t.region is not None
+            and t.region.parent == region.rule and t.matcher is not None and not t.matcher.zero_width)
+    rest, pos = [], 0
+    while pos < len(body):
+        hits = [hit for hit in (m.search(body, pos) for m in closes) if hit is not None and hit[1] > hit[0]]
+        if not hits:
+            rest.append(body[pos:])
+            break
+        start, end, _ = min(hits)
+        rest.append(body[pos:start])
+        pos = end
+    return body.strip() if "".join(rest).strip() else ""
 
 
 #: Where a grammar keeps its regions' value functions (see region_value), per process.
@@ -406,8 +466,9 @@ def region_value(grammar: Grammar, region: Region) -> Callable[..., Any]:
     return found
 
 
-#: How a component's value is stored: (its parent's scope, its captures, its children, the value).
-Storer = Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], None]
+#: How a component's value is stored: (its parent's scope, its captures, its children, the value) -> whether it
+#: replaced an entry of the same key (store_component).
+Storer = Callable[[dict[str, Any], Mapping[str, Any], Mapping[str, Any], Any], bool]
 #: Where a grammar keeps its component regions' storers (see region_storer), per process.
 _REGION_STORERS = "region_storers"
 
@@ -432,18 +493,21 @@ def component_storer(region: Region) -> Storer:
         return lambda scope, captures, children, value: store_component(scope, region, {**captures, **children}, value)
     key = region.key
 
-    def keyed(scope: dict[str, Any], captures: Mapping[str, Any], children: Mapping[str, Any], value: Any) -> None:
+    def keyed(scope: dict[str, Any], captures: Mapping[str, Any], children: Mapping[str, Any], value: Any) -> bool:
         have = scope.get(key)
         if not (isinstance(have, dict) or have is None):
-            return  # (as store_component: the call's value is already something else)
+            return False  # (as store_component: the call's value is already something else)
         if name in children:
             entry = children[name]
         elif name in captures:
             entry = captures[name]
         else:  # (nothing names the entry: store_component's error)
-            store_component(scope, region, {**captures, **children}, value)
-            return
-        scope.setdefault(key, {})[str(entry)] = value
+            return store_component(scope, region, {**captures, **children}, value)
+        entries = scope.setdefault(key, {}) if have is None else have
+        entry = str(entry)
+        replaced = entry in entries
+        entries[entry] = value
+        return replaced
     return keyed
 
 

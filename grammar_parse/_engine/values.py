@@ -281,8 +281,8 @@ def _written_filler(template: Any) -> Callable[[Mapping[str, Any]], Any] | None:
     """A template's filler as one Python expression (a dict display per dict, a lookup per placeholder):
     the same value as its general filler where every placeholder is filled, KeyError or TypeError where one
     is not (then the general filler runs, for its error). None for a template with an optional placeholder
-    other than a key's (``{name?}``, ``{a.b|c?}``), or nested past 32 levels (the general filler fills it). Template text is
-    never written into the source: keys, literals and paths are constants read by number."""
+    other than a key's (``{name?}``, ``{a.b|c?}``), or nested past 32 levels (the general filler fills it).
+    Template text is never written into the source: keys, literals and paths are constants read by number."""
     constants: list[Any] = []
 
     def const(value: Any) -> str:
