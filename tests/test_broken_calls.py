@@ -479,3 +479,31 @@ def test_every_call_error_carries_a_stable_code(grammar, source, tools):
         assert errors or message is parsed  # (the parser names an unknown tool; the schema is the chat message's)
         assert all(set(e) == {"code", "path", "message"} and e["code"] in ERROR_CODES for e in errors), errors
     assert any(call.get("errors") for call in chat["tool_calls"])
+
+
+# Where each grammar of Python call syntax writes a list of calls (``{}``: the calls).
+PYTHONIC_LISTS = {"llama3_pythonic": "[{}]", "llama4_pythonic": "<|python_start|>[{}]<|python_end|>",
+                  "olmo3": "<function_calls>{}</function_calls>", "lfm2": "<|tool_call_start|>[{}]<|tool_call_end|>"}
+
+
+def test_every_pythonic_grammar_is_listed():
+    pythonic = {n for n in gp.list_grammars()
+                if any(getattr(r.spec, "content", None) == "pythonic" for r in gp.load_grammar(n).regions.values())}
+    assert pythonic == set(PYTHONIC_LISTS)
+
+
+@pytest.mark.parametrize("grammar", sorted(PYTHONIC_LISTS))
+@settings(max_examples=examples(0.2))
+@given(bracket=st.sampled_from("]}"), arguments=st.sampled_from(['x=1', 'city="Paris", n=[1, 2]', "q='a(b'"]),
+       after=st.sampled_from(["", ")", ", g(y=2)"]))
+def test_a_call_a_mismatched_bracket_ends_loses_no_text(grammar, bracket, arguments, after):
+    """``f(x=1])``: the call is broken where a ``]`` or ``}`` closes its ``(``; its raw arguments keep that
+    bracket, and what follows is content, so every character of the call's text is somewhere in the message."""
+    text = PYTHONIC_LISTS[grammar].format(f"f({arguments}{bracket}{after}")
+    message = gp.parse_response(text, grammar, prefix="", strict=False)
+    first, *others = message["tool_calls"]
+    assert first["function"]["name"] == "f" and first["function"]["arguments"] == arguments + bracket
+    if after.startswith(","):  # the next call is whole
+        assert [c["function"] for c in others] == [{"name": "g", "arguments": {"y": 2}}]
+    else:
+        assert not others and after in message.get("content", "")

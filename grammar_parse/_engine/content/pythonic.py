@@ -209,7 +209,8 @@ def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[Piece
                 pieces.append(Piece(pos, end, {**captures, **item}, True))
                 pos = end
                 continue
-        arguments = body[paren + 1:end - 1] if end is not None else body[paren + 1:]
+        # (a call its ")" ends leaves that out; one a mismatched "]" or "}" ends keeps it, so no text is lost)
+        arguments = body[paren + 1:(end if body[end - 1] != ")" else end - 1)] if end is not None else body[paren + 1:]
         pieces.append(Piece(pos, end, {**captures, "name": m.group(), "arguments": arguments}, False))
         if end is None:
             return pieces, len(body)
