@@ -507,3 +507,21 @@ def test_a_call_a_mismatched_bracket_ends_loses_no_text(grammar, bracket, argume
         assert [c["function"] for c in others] == [{"name": "g", "arguments": {"y": 2}}]
     else:
         assert not others and after in message.get("content", "")
+
+
+@pytest.mark.parametrize("grammar", sorted(PYTHONIC_LISTS))
+@pytest.mark.parametrize("value, written", [("a\nb", "'a\nb'"), ("a\r\nb", '"a\r\nb"'), ("a\nb", "'''a\nb'''"),
+                                            ("cat > f.py << EOF\nimport csv\nEOF", "'cat > f.py << EOF\nimport csv\nEOF'")])
+def test_a_line_break_written_raw_inside_a_string_is_that_line_break(grammar, value, written):
+    """LFM2 writes a multi-line shell command with real newlines inside a quoted string (vLLM's lfm2 tests): Python
+    refuses it (an unterminated string), but the text says what it means, so every pythonic grammar reads it,
+    in both modes, one-shot and streamed."""
+    text = PYTHONIC_LISTS[grammar].format(f"run(command={written}, n=1)")
+    want = [{"type": "function", "function": {"name": "run", "arguments": {"command": value, "n": 1}}}]
+    for strict in (True, False):
+        message = gp.parse_response(text, grammar, prefix="", strict=strict)
+        assert message["tool_calls"] == want and "parse_errors" not in message
+        parser = gp.ResponseParser(grammar, "", strict=strict)
+        for ch in text:
+            parser.feed(ch)
+        assert parser.finalize()[0] == message

@@ -14,7 +14,7 @@ from typing import Any
 import regex
 
 from ...errors import ParseError
-from ..reading import LINE_TOKEN, LONE_SURROGATE, python_tokens, skip_chars
+from ..reading import CALL_TOKEN, LINE_TOKEN, LONE_SURROGATE, python_tokens, skip_chars
 from .base import WHOLE, CallShape, CallTemplate, ContentParser, Piece, Pieces, parse_content
 
 _PY_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
@@ -65,6 +65,27 @@ def _unindented(text: str) -> str:
     for m, quote, depth in python_tokens(text, 0, LINE_TOKEN):
         if m.group()[0] == "\n" and not quote and depth <= 0:
             out.append(text[kept:m.start() + 1])
+            kept = m.end()
+    out.append(text[kept:])
+    return "".join(out)
+
+
+# A line break, and the tokens python_tokens walks (so that one inside a string is seen as such).
+_BREAK_TOKEN = regex.compile(CALL_TOKEN.pattern + r"|[\r\n]")
+
+
+def _escaped_line_breaks(text: str) -> str:
+    """Line breaks written raw inside a one-line string (``'cat > f.py << EOF\n...'`` with real newlines, as
+    LFM2 writes a multi-line shell command) as the escapes they stand for: Python's parser refuses them
+    (an unterminated string), so this only ever reads text that would not parse, and reads it as written."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    out: list[str] = []
+    kept = 0
+    for m, quote, _ in python_tokens(text, 0, _BREAK_TOKEN):
+        if quote in ("'", '"') and m.group() in ("\n", "\r"):
+            out.append(text[kept:m.start()])
+            out.append("\\n" if m.group() == "\n" else "\\r")
             kept = m.end()
     out.append(text[kept:])
     return "".join(out)
@@ -139,6 +160,7 @@ def _pythonic(text: str, args: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _python_calls(text: str) -> list[dict[str, Any]]:
+    text = _escaped_line_breaks(text)
     if not text.startswith("["):
         text = _unindented(text)
     body, renamed = _rename_keyword_arguments(text)
