@@ -325,3 +325,39 @@ def test_chat_completions_text_is_the_parsers_text(case):
     reasoning = next((parsed[f] for f in ("reasoning_content", "reasoning", "thinking") if parsed.get(f)), None)
     assert (message.get("content") or None, message.get("reasoning_content") or None) == \
         (parsed.get("content") or None, reasoning)
+
+
+_ARGUMENTS_MEMBER = __import__("re").compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def _encoded(text: str) -> tuple[str, Any] | None:
+    """The output with its first JSON call's arguments object written as a JSON string (Granite 4 and others
+    write ``"arguments": "{\\"city\\": \\"Paris\\"}"``), and that object; None where it has none."""
+    for found in _ARGUMENTS_MEMBER.finditer(text):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text, found.end())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value:
+            return text[:found.end()] + json.dumps(text[found.end():end]) + text[end:], value
+    return None
+
+
+ENCODED = [(g, p) for g, p in CASES if _encoded(p.read_text(encoding="utf-8")) is not None]
+
+
+@pytest.mark.parametrize("grammar, path", ENCODED, ids=[f"{g}/{p.stem}" for g, p in ENCODED])
+@settings(max_examples=examples(TOOL_CALL_SHARE))
+@given(data=st.data())
+def test_arguments_written_as_a_json_string_go_out_as_the_object_they_hold(grammar, path, data):
+    """The message keeps such arguments as the string the model wrote (as transformers does); the wire, whose
+    arguments are a string of JSON, sends the object text it holds, streamed under any chunking as one-shot."""
+    case = load_case(grammar, path)
+    text, inner = _encoded(case.text)  # type: ignore[misc]
+    one_shot, _ = chat_message(text, grammar, prefix=case.prefix, tools=case.tools, ids=counter())
+    chunks = data.draw(chunkings(text), label="chunks")
+    s, deltas = stream(grammar, chunks, case.prefix, case.tools)
+    assert s.message == one_shot
+    sent = [json.loads(c["function"]["arguments"]) for c in s.message["tool_calls"]]
+    assert inner in sent, (sent, inner)
+    assert all("errors" not in c for c in s.message["tool_calls"])

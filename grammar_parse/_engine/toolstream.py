@@ -212,6 +212,7 @@ class _JsonCallReader:
         self.name_start = -1
         self.id_start = -1
         self.held: tuple[int, str] | None = None  # (start, key) of a value held for retyping
+        self.encoded = -1  # where arguments the model wrote as a JSON string start (held whole; -1: none)
         self.pending: list[str] = []  # text not walked yet (walked at the end of the feed, or read whole)
         self.read_whole = False
         if self.kind not in ("json_array", "json_name_keys"):
@@ -236,7 +237,7 @@ class _JsonCallReader:
         self.text.append(text)
         walker = self.walker or self._walker()
         walker.feed(text)
-        if self.capturing and self.held is None:
+        if self.capturing and self.held is None and self.encoded < 0:
             self._send_until(walker.offset)
         if walker.offset > self.text_base + 4096:
             self._compact()
@@ -329,11 +330,28 @@ class _JsonCallReader:
         keep = min(self.sent_to if self.capturing else offset,
                    self.name_start if self.name_start >= 0 else offset,
                    self.id_start if self.id_start >= 0 else offset,
-                   self.held[0] if self.held else offset)
+                   self.held[0] if self.held else offset, self.encoded if self.encoded >= 0 else offset)
         if keep > self.text_base + 4096:
             whole = "".join(self.text)
             self.text = [whole[keep - self.text_base:]]
             self.text_base = keep
+
+    def _send_encoded(self, end: int) -> None:
+        """Arguments the model wrote as a JSON string whose text is a JSON object (Granite 4 writes them so): the
+        wire sends that object text, as a client reads the message's string arguments (one-shot, arguments_text
+        sends the string's text); other strings go as written, which the wire filter refuses."""
+        assert self.call is not None
+        raw, start = self._slice(self.encoded, end), self.encoded
+        self.encoded = -1
+        try:
+            inner = load_json(raw)
+            held = isinstance(inner, str) and isinstance(load_json(inner), dict)
+        except ValueError:  # (a ParseError for a limit too)
+            held = False
+        if held:
+            self._send_until(start)
+            self.streamer._send_arguments(self.call, inner)
+            self.sent_to = end
 
     def _send_until(self, end: int) -> None:
         if end > self.sent_to and self.call is not None:
@@ -390,6 +408,8 @@ class _JsonCallReader:
             self.streamer._start_arguments(self.call)
             self.capturing = self.captured = True
             self.sent_to = pos
+            if self._slice(pos, pos + 1) == '"':
+                self.encoded = pos  # arguments written as a JSON string ("{\"city\": ...}"): held to their end
         if self.held is not None and self.held[0] == -1 and depth == self.args_depth:
             self.held = (pos, self.held[1])
 
@@ -414,6 +434,8 @@ class _JsonCallReader:
             self.streamer._send_arguments(self.call, self.streamer._retyped(self.call, key, raw))
             self.sent_to = pos
         if self.capturing and depth == self.args_depth - 1:
+            if self.encoded >= 0:
+                self._send_encoded(pos)
             self._send_until(pos)
             self.capturing = False
         if self.call is not None and (self.kind == "json_array" and depth == 1
