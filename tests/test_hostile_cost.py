@@ -109,6 +109,13 @@ CASES = {
         "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n<parameter=a>\n" + "<=>" * (n // 3), chat=True),
     "glm45 a long argument value, Chat Completions": streamed(
         "glm45", lambda n: "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>" + "x<" * (n // 2), chat=True),
+    # an argument's close written again and again inside a call, then text (stray_text reads past each)
+    "glm45 a flood of argument closes in a call, one-shot": one_shot(
+        "glm45", lambda n: "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n" + "</arg_value>" * (n // 12)
+        + "x</tool_call>"),
+    "qwen3_coder a flood of parameter closes in a call, streamed": streamed(
+        "qwen3_coder", lambda n: "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n"
+        + "</parameter>" * (n // 12) + "x\n</function>\n</tool_call>"),
 }
 # (Work inside one regex search, such as a lazy run retried from every start of a flood, is not visible
 # here: tests/test_linear_patterns.py rules those patterns out of the built-in grammars.)

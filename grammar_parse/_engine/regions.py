@@ -440,9 +440,14 @@ def stray_text(grammar: Grammar, region: Region, chunks: list[str]) -> str:
         closes = made[region.rule] = tuple(
             t.matcher for t in grammar.terminals.values() if t.role == "close" and t.region is not None
             and t.region.parent == region.rule and t.matcher is not None and not t.matcher.zero_width)
-    rest, pos = [], 0
-    while pos < len(body):
-        hits = [hit for hit in (m.search(body, pos) for m in closes) if hit is not None and hit[1] > hit[0]]
+    # each close's next match, searched again only once passed (linear in the body, however many closes)
+    rest, pos, ahead = [], 0, [m.search(body, 0) for m in closes]
+    while True:
+        for i, hit in enumerate(ahead):
+            while hit is not None and (hit[0] < pos or hit[1] == hit[0]):
+                hit = closes[i].search(body, max(pos, hit[0] + 1))
+            ahead[i] = hit
+        hits = [hit for hit in ahead if hit is not None]
         if not hits:
             rest.append(body[pos:])
             break
