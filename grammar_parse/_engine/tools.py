@@ -55,6 +55,9 @@ def schema_types(schema: Any) -> tuple[str, ...]:
     for union in ("anyOf", "oneOf"):
         for choice in schema.get(union) or []:
             found.extend(schema_types(choice))
+    if not found and isinstance(schema.get("allOf"), list):  # (pydantic v1: {"allOf": [{"$ref": ...}]})
+        every = [t for t in (schema_types(part) for part in schema["allOf"]) if t]
+        found.extend(t for t in (every[0] if every else ()) if all(t in other for other in every[1:]))
     if schema.get("nullable") and "null" not in found:
         found.append("null")
     return tuple(found)
@@ -72,7 +75,12 @@ def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
         number = float(raw)
         if number != number or number in (float("inf"), float("-inf")):
             return False, None
-        return True, int(number) if number.is_integer() and "." not in raw else number
+        if number.is_integer() and "." not in raw:
+            try:
+                return True, int(raw)  # (exact: past 2**53 the float has lost digits of an id or a timestamp)
+            except ValueError:
+                return True, int(number)  # ("1e3")
+        return True, number
     if type_name == "boolean":
         word = raw.strip().lower()
         return (True, word in ("true", "1")) if word in ("true", "1", "false", "0") else (False, None)
@@ -85,7 +93,9 @@ def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
 
 
 def coerce(raw: str, types_: tuple[str, ...]) -> Any:
-    """Cast ``raw`` to the first of ``types_`` that accepts it; otherwise keep the text."""
+    """Cast ``raw`` to the first of ``types_`` that accepts it; otherwise keep the text, but for ``null`` where
+    no string is allowed (models write it for an argument they leave unset; vLLM's and Ollama's parsers read
+    it as null too), which is null."""
     for type_name in types_:
         try:
             ok, value = _cast(raw, type_name)
@@ -93,6 +103,8 @@ def coerce(raw: str, types_: tuple[str, ...]) -> Any:
             continue
         if ok:
             return value
+    if "string" not in types_ and raw.strip() in ("null", "None"):
+        return None
     return raw
 
 
@@ -103,11 +115,61 @@ def _declaring(schema: Any, type_name: str) -> dict[str, Any]:
     declared = schema.get("type")
     if declared == type_name or (isinstance(declared, list) and type_name in declared):
         return schema
-    for union in ("anyOf", "oneOf"):
+    for union in ("anyOf", "oneOf", "allOf"):
         for choice in schema.get(union) or []:
             if type_name in schema_types(choice):
                 return _declaring(choice, type_name)
     return schema
+
+
+#: Typing follows at most this many local ``$ref`` along one path of a schema, and writes at most this many
+#: of a tool's schema nodes out (a cycle or a diamond of references stays where the bound stops it: untyped).
+_REF_DEPTH = 16
+_REF_NODES = 4096
+_REF_NESTING = 64  # (and no deeper into a schema than this: deeper parts are read as written)
+#: Keys whose values are data, not schemas (a "$ref" key in a default is no reference).
+_DATA_KEYS = frozenset({"enum", "const", "default", "examples", "$defs", "definitions"})
+
+
+def _local_refs_inlined(properties: Mapping[str, Any], root: Any) -> dict[str, Any]:
+    """A tool's properties with each local reference (``{"$ref": "#/$defs/Location"}``, as pydantic writes a
+    nested model) replaced by the schema it names (keys beside the reference kept), so that typing reads
+    them; bounded (_REF_DEPTH, _REF_NODES, _REF_NESTING). A reference to another document is never followed."""
+    budget = [_REF_NODES]
+
+    def walk(node: Any, depth: int, nesting: int) -> Any:
+        if budget[0] <= 0 or nesting > _REF_NESTING:
+            return node
+        budget[0] -= 1
+        if isinstance(node, list):
+            return [walk(item, depth, nesting + 1) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and depth < _REF_DEPTH:
+            target = _pointed(root, ref)
+            if isinstance(target, dict):
+                return walk({**target, **{k: v for k, v in node.items() if k != "$ref"}}, depth + 1, nesting + 1)
+        return {k: v if k in _DATA_KEYS else walk(v, depth, nesting + 1) for k, v in node.items()}
+    return {key: walk(schema, 0, 0) for key, schema in properties.items()}
+
+
+def _pointed(root: Any, ref: str) -> Any:
+    """What a local JSON pointer (``#/$defs/Location``) names in ``root``, or None."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def typed_element(value: Any, schema: Any) -> Any:
@@ -209,7 +271,7 @@ class ToolTypes:
         for name, fn in specs.items():
             params = fn.get("parameters")
             properties = params.get("properties") if isinstance(params, dict) else None
-            parameters[name] = properties if isinstance(properties, dict) else {}
+            parameters[name] = _local_refs_inlined(properties, params) if isinstance(properties, dict) else {}
         return cls(parameters) if parameters else None
 
     def types_of(self, name: str | None, key: str) -> tuple[str, ...]:
