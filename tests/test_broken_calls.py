@@ -280,7 +280,8 @@ def test_a_corrupted_call_streams_the_one_shot_calls(grammar, data):
         return  # it still parses: what strict mode gives, not a broken call
     for call in message.get("tool_calls", []):
         fn = call["function"]
-        assert isinstance(fn["name"], str) and fn["name"] and "arguments" in fn, call
+        # (a call written without its arguments member is a call without arguments, not a broken one)
+        assert isinstance(fn["name"], str) and fn["name"] and ("arguments" in fn or not call.get("errors")), call
         assert not isinstance(fn["arguments"], str) or call.get("errors"), call
     check_adapters(sample, text, message, [text[i:i + 5] for i in range(0, len(text), 5)])
 

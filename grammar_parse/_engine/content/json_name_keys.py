@@ -29,8 +29,9 @@ class _NameKeys:
     """Walker listener for calls keyed by name (``[{"f": {...}}]`` or ``{"f": {...}}``): each key of a
     call object is a call, its value the arguments."""
 
-    def __init__(self, depth: int) -> None:
-        self.depth = depth
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.depth = -1  # (0: one object of calls; 1: a list of them; decided by the first value, as the streamer does)
         self.calls: list[dict[str, Any]] = []
         self.top_end: int | None = None
 
@@ -41,6 +42,8 @@ class _NameKeys:
     def on_value_start(self, depth: int, pos: int) -> None:
         if depth > json_depth():
             raise TooDeep
+        if self.depth < 0:
+            self.depth = 1 if self.body.startswith("[", pos) else 0
         if depth == self.depth + 1 and self.calls and self.calls[-1]["end"] is None:
             self.calls[-1]["args_start"] = pos
 
@@ -52,7 +55,7 @@ class _NameKeys:
 
 
 def _name_key_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[Piece], int]:
-    listener = _NameKeys(0 if body.lstrip().startswith("{") else 1)
+    listener = _NameKeys(body)
     walk(body, listener)
     pieces = []
     for call in listener.calls:
