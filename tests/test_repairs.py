@@ -40,6 +40,10 @@ KIMI_WEATHER = KIMI.format(name="get_weather", i=0, args='{"city": "Paris"}')
 KIMI_TIME = KIMI.format(name="get_time", i=1, args='{"tz": "UTC"}')
 SECTION_END = "<|tool_calls_section_end|>"
 PREFILLED = "<|im_start|>assistant\n<think>\n"
+DS = "<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
+DS_WEATHER = DS.format(name="get_weather", args='{"city": "Paris"}')
+DS_TIME = DS.format(name="get_time", args='{"tz": "UTC"}')
+DS_PROMPT = "<｜Assistant｜></think>"
 
 # (grammar, prompt, output, the lenient message without its role and parse_errors, the repairs as (code, the
 # text their span covers)); a row without repairs is a negative case: lenient mode reads it as strict mode does
@@ -108,6 +112,17 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str]]]] = [
     ("kimi_k2", "", "<think>Maybe " + KIMI_WEATHER + " later", {"reasoning_content": "Maybe " + KIMI_WEATHER + " later"}, []),
     ("kimi_k2", "", "<|tool_call_begin|>functions.get_weather:0 is how it starts.",
      {"content": "<|tool_call_begin|>functions.get_weather:0 is how it starts."}, []),
+    # ... and DeepSeek V3.1's (SGLang's tests: the section marker left out)
+    ("deepseek_v31", DS_PROMPT, "Let me check.\n" + DS_WEATHER, {"content": "Let me check.", "tool_calls": [WEATHER]},
+     [("repair.tool_call_section", DS_WEATHER)]),
+    ("deepseek_v31", "<｜Assistant｜><think>", "Weather.</think>" + DS_WEATHER + DS_TIME + "<｜tool▁calls▁end｜> ok",
+     {"reasoning_content": "Weather.", "content": "ok", "tool_calls": [WEATHER, call("get_time", {"tz": "UTC"})]},
+     [("repair.tool_call_section", DS_WEATHER), ("repair.tool_call_section", DS_TIME + "<｜tool▁calls▁end｜>")]),
+    ("deepseek_v31", DS_PROMPT, DS_WEATHER[:-len("<｜tool▁call▁end｜>")] + "<｜end▁of▁sentence｜>", {"tool_calls": [WEATHER]},
+     [("repair.tool_call_section", DS_WEATHER[:-len("<｜tool▁call▁end｜>")])]),
+    ("deepseek_v31", "<｜Assistant｜><think>", "Maybe " + DS_WEATHER, {"reasoning_content": "Maybe " + DS_WEATHER}, []),
+    ("deepseek_v31", DS_PROMPT, "Write <｜tool▁call▁begin｜>NAME to start.",
+     {"content": "Write <｜tool▁call▁begin｜>NAME to start."}, []),
     # (c) Mistral v11 calls without [ARGS]
     ("mistral_v11", "", '[TOOL_CALLS]add{"a": 1, "b": 2}', {"tool_calls": [call("add", {"a": 1, "b": 2})]},
      [("repair.args_token", '[TOOL_CALLS]add{"a": 1, "b": 2}')]),
