@@ -120,7 +120,8 @@ ERROR_CODES: dict[str, str] = {
                                "<tool_call>, or Seed-OSS's <seed:tool_call>, before it) was read as a call",
     "repair.tool_call_section": "a call written without the section marker around it (Kimi K2's "
                                 "<|tool_call_begin|> with no <|tool_calls_section_begin|>, DeepSeek V3.1's "
-                                "<｜tool▁call▁begin｜> with no <｜tool▁calls▁begin｜>) was read as a call",
+                                "<｜tool▁call▁begin｜> with no <｜tool▁calls▁begin｜>, DeepSeek V3.2's and V4's DSML "
+                                "invoke with no block) was read as a call",
     "repair.args_token": "a call written without the token between its name and arguments (Mistral's "
                          "[TOOL_CALLS]NAME{...} with no [ARGS], as vLLM's Mistral tokenizer mode decodes it) was read "
                          "as a call",

@@ -44,6 +44,13 @@ DS = "<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call�
 DS_WEATHER = DS.format(name="get_weather", args='{"city": "Paris"}')
 DS_TIME = DS.format(name="get_time", args='{"tz": "UTC"}')
 DS_PROMPT = "<｜Assistant｜></think>"
+DSML = [("deepseek_v32", "<｜DSML｜"), ("deepseek_v4", "<｜DSML｜"), ("deepseek_v41", "<｜DSML｜ ")]
+
+
+def dsml(prefix: str, name: str = "get_weather", key: str = "city", value: str = "Paris") -> str:
+    close = prefix.replace("<", "</")
+    return (f'{prefix}invoke name="{name}">\n{prefix}parameter name="{key}" string="true">{value}{close}parameter>\n'
+            f'{close}invoke>')
 
 # (grammar, prompt, output, the lenient message without its role and parse_errors, the repairs as (code, the
 # text their span covers)); a row without repairs is a negative case: lenient mode reads it as strict mode does
@@ -123,6 +130,15 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str]]]] = [
     ("deepseek_v31", "<｜Assistant｜><think>", "Maybe " + DS_WEATHER, {"reasoning_content": "Maybe " + DS_WEATHER}, []),
     ("deepseek_v31", DS_PROMPT, "Write <｜tool▁call▁begin｜>NAME to start.",
      {"content": "Write <｜tool▁call▁begin｜>NAME to start."}, []),
+    # ... and DeepSeek V3.2's and V4's DSML invokes without their block (SGLang's tests: V4 "frequently")
+    *[(g, DS_PROMPT, "Let me look.\n" + dsml(prefix), {"content": "Let me look.", "tool_calls": [WEATHER]},
+       [("repair.tool_call_section", dsml(prefix))]) for g, prefix in DSML],
+    *[(g, DS_PROMPT, dsml(prefix) + dsml(prefix, "get_time", "tz", "UTC") + " ok",
+       {"content": "ok", "tool_calls": [WEATHER, call("get_time", {"tz": "UTC"})]},
+       [("repair.tool_call_section", dsml(prefix)), ("repair.tool_call_section", dsml(prefix, "get_time", "tz", "UTC"))])
+      for g, prefix in DSML],
+    *[(g, "<｜Assistant｜><think>", "Maybe " + dsml(prefix), {"reasoning_content": "Maybe " + dsml(prefix)}, [])
+      for g, prefix in DSML],
     # (c) Mistral v11 calls without [ARGS]
     ("mistral_v11", "", '[TOOL_CALLS]add{"a": 1, "b": 2}', {"tool_calls": [call("add", {"a": 1, "b": 2})]},
      [("repair.args_token", '[TOOL_CALLS]add{"a": 1, "b": 2}')]),
