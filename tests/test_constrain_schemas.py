@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 import grammar_parse as gp
 from grammar_parse import constrain
+from grammar_parse._engine.reading import NOWHERE, json_pointer
 from grammar_parse.errors import ArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,20 +146,7 @@ def _refs(node: Any) -> Iterator[str]:
 
 def _resolves(document: Any, ref: str) -> bool:
     """Whether a JSON pointer reference leads somewhere in ``document`` (the root it is resolved against)."""
-    if ref == "#":
-        return True
-    if not ref.startswith("#/"):
-        return False
-    target = document
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            return False
-    return True
+    return json_pointer(document, ref) is not NOWHERE
 
 
 def _dangling(documents: list[Any]) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import regex
 
@@ -207,6 +208,29 @@ def skip_chars(text: str, pos: int, chars: str) -> int:
     while pos < len(text) and text[pos] in chars:
         pos += 1
     return pos
+
+
+#: What :func:`json_pointer` gives for a reference that names nothing (a value may be null).
+NOWHERE: Any = object()
+
+
+def json_pointer(root: Any, ref: str) -> Any:
+    """What a local JSON pointer reference (``#/$defs/Location``; a URI fragment, so percent-encoded as it may
+    be) names in ``root``: NOWHERE where it names nothing or points outside the document."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return NOWHERE
+    node = root
+    for raw in ref[2:].split("/"):
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return NOWHERE
+    return node
 
 
 # ---------------------------------------------------------------------------- the incremental JSON reader

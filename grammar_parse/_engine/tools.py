@@ -25,7 +25,7 @@ import regex
 from ..errors import ArgumentError
 from .delimiters import search_budget
 from .linear_regex import BoundedRegex
-from .reading import load_json
+from .reading import json_pointer, load_json
 
 
 #: Tool lists read, by their content (:func:`_content_key`): what reading a copy of it gave. A server
@@ -147,29 +147,11 @@ def _local_refs_inlined(properties: Mapping[str, Any], root: Any) -> dict[str, A
             return node
         ref = node.get("$ref")
         if isinstance(ref, str) and depth < _REF_DEPTH:
-            target = _pointed(root, ref)
+            target = json_pointer(root, ref)
             if isinstance(target, dict):
                 return walk({**target, **{k: v for k, v in node.items() if k != "$ref"}}, depth + 1, nesting + 1)
         return {k: v if k in _DATA_KEYS else walk(v, depth, nesting + 1) for k, v in node.items()}
     return {key: walk(schema, 0, 0) for key, schema in properties.items()}
-
-
-def _pointed(root: Any, ref: str) -> Any:
-    """What a local JSON pointer (``#/$defs/Location``) names in ``root``, or None."""
-    if ref == "#":
-        return root
-    if not ref.startswith("#/"):
-        return None
-    node = root
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def typed_element(value: Any, schema: Any) -> Any:

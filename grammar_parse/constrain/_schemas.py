@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
 
+from .._engine.reading import NOWHERE, json_pointer
 from ..errors import ArgumentError
 
 __all__ = ["self_contained", "rooted", "rooted_documents", "placed", "json_equal", "MAX_NODES", "MAX_DEPTH"]
@@ -73,15 +73,9 @@ class _Expander:
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
             raise _error(self.tool, f"the reference {ref!r} at {where} is not a pointer into the tool's own "
                                     "parameters (\"#/...\"), and no other is followed")
-        node = self.root
-        for raw in ref[2:].split("/") if ref != "#" else ():
-            part = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise _error(self.tool, f"the reference {ref!r} at {where} points at nothing in its parameters")
+        node = json_pointer(self.root, ref)
+        if node is NOWHERE:
+            raise _error(self.tool, f"the reference {ref!r} at {where} points at nothing in its parameters")
         return node
 
     def key(self, ref: str) -> str:
