@@ -502,7 +502,8 @@ class _Python(_Syntax):
 class _Dialect(_Syntax):
     """JSON with custom string quotes and no escapes inside them (``<escape>text<escape>``), and with
     ``unquoted_keys`` bare keys: ``"spaced"`` (after ``{``/``,`` and whitespace, and before ``:``) or true
-    (right after ``{``/``,`` and right before ``:``). The bare-key rewriting reads word keys only."""
+    (right after ``{``/``,`` and right before ``:``). The constraint offers word keys only (the parser also
+    reads bare keys with spaces and punctuation, which a model is then kept from writing)."""
 
     true, false, null = "true", "false", "null"
 

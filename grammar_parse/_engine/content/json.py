@@ -25,8 +25,20 @@ _SENTINEL_OPEN, _SENTINEL_CLOSE = "\x01", "\x02"
 _UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")  # transformers' dialect: the key right after { or ,
 
 
-# Grammar-only "unquoted_keys": "spaced": also after whitespace, and before the colon (`{ a: 1,\n  b :2}`).
-_SPACED_UNQUOTED_KEY = regex.compile(r"([{,]\s*)(\w+)(\s*):")
+# Grammar-only "unquoted_keys": "spaced": also after whitespace, and before the colon (`{ a: 1,\n  b :2}`), and
+# any text up to the colon that holds no JSON structure (Gemma 4 writes every key bare: `{Basic LLM Chain: ...}`,
+# `{Content-Type: ...}`). The run is possessive: each try reads to the next structural character, and tries
+# start only at one, so the rewrite is linear.
+_SPACED_UNQUOTED_KEY = regex.compile(r'([{,]\s*)([^\s"{}\[\],:][^"{}\[\],:]*+):')
+# A JSON string written with plain double quotes inside such a dialect (`{q: "a,b:c"}`): hidden from the key
+# rewrite like the dialect's own strings.
+_JSON_STRING = regex.compile(r'"(?:[^"\\]|\\.)*+"')
+
+
+def _quoted_key(match: regex.Match[str]) -> str:
+    key = match.group(2).rstrip()
+    return f'{match.group(1)}"{key}"{match.group(2)[len(key):]}:'
+
 
 
 _HIDDEN = regex.compile(f"{_SENTINEL_OPEN}(\\d+){_SENTINEL_CLOSE}")
@@ -50,6 +62,17 @@ def _hide_strings(text: str, open_quote: str, close_quote: str, captured: list[s
     return "".join(out)
 
 
+def _hidden_json_string(text: str, captured: list[str]) -> str:
+    """A plain JSON string, hidden as the dialect's strings are (its value, restored as JSON); left as written
+    where it does not decode (the parse then says why)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    captured.append(value)
+    return f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}"
+
+
 def _json(text: str, args: Mapping[str, Any]) -> Any:
     """JSON, optionally in a model's dialect: custom string quotes and bare keys."""
     string_delims = args.get("string_delims") or []
@@ -64,7 +87,9 @@ def _json(text: str, args: Mapping[str, Any]) -> Any:
     for open_quote, close_quote in string_delims:
         working = _hide_strings(working, open_quote, close_quote, captured)
     if args.get("unquoted_keys") == "spaced":
-        working = _SPACED_UNQUOTED_KEY.sub(r'\1"\2"\3:', working)
+        if '"' in working:  # (a plain JSON string stays as written: its text is no key)
+            working = _JSON_STRING.sub(lambda m: _hidden_json_string(m.group(), captured), working)
+        working = _SPACED_UNQUOTED_KEY.sub(_quoted_key, working)
     elif args.get("unquoted_keys", False):
         working = _UNQUOTED_KEY.sub(r'"\1":', working)
     if captured:  # one pass (a replace per string was quadratic in the number of strings)
