@@ -8,6 +8,8 @@ tests/golden/<grammar>/<case>.txt is a model output and <case>.json the message 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -98,3 +100,19 @@ def called_tools(sample: Golden, *, open_arguments: bool = False) -> list[dict[s
             parameters["additionalProperties"] = True
         tools.append({"type": "function", "function": {"name": name, "parameters": parameters}})
     return tools
+
+
+#: A JSON call's arguments member (the comma before it, where one is).
+_ARGUMENTS_MEMBER = re.compile(r'(,\s*)?"(?:arguments|parameters|args)"\s*:\s*')
+
+
+def arguments_members(text: str) -> Iterator[tuple[int | None, int, int, dict[str, Any]]]:
+    """Each JSON call's arguments member in ``text`` whose value is an object, in order: where the member starts
+    with the comma before it (None where no comma comes before it), where its value starts and ends, the value."""
+    for found in _ARGUMENTS_MEMBER.finditer(text):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text, found.end())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield (found.start() if found.group(1) is not None else None), found.end(), end, value

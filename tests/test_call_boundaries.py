@@ -148,11 +148,7 @@ def test_llama3_json_calls_around_a_spaced_semicolon(before: str, after: str) ->
 
 
 # ---------------------------------------------------------------------------- text inside a call, around arguments
-def _made_of_arguments(name: str) -> bool:
-    return any(r.call is not None and r.call.mode == "components" for r in gp.load_grammar(name).regions.values())
-
-
-ARGUMENT_CALLS = [n for n in KEYED if _made_of_arguments(n)]
+ARGUMENT_CALLS = [n for n in KEYED if any(r.made_of_components for r in gp.load_grammar(n).regions.values())]
 # the XML-argument families whose calls vLLM's and SGLang's tests write literal markup and repeated keys into
 NAMED_ARGUMENT_CALLS = {"qwen3_coder", "qwen3_5", "mimo", "seed_oss", "glm45", "glm47", "minimax_m2", "poolside_v1",
                         "deepseek_v32", "step3"}

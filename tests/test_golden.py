@@ -10,13 +10,12 @@ Each case is checked one-shot and streamed at several chunk sizes. `pytest --upd
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 import grammar_parse
 from conformance import strict_equal
-from goldens import GOLDEN, all_goldens, goldens, parsed
+from goldens import GOLDEN, all_goldens, arguments_members, goldens, parsed
 
 REQUIRED = {"plain", "one_call", "parallel_calls", "no_args", "text_around_calls"}
 TRUNCATION = {"truncated", "malformed"}
@@ -72,18 +71,11 @@ def test_golden_with_every_limited_search_handed_over(case, monkeypatch):
         assert strict_equal(parsed(case.grammar, case.text, case.prefix, case.tools, chunks), expected), size
 
 
-_ARGUMENTS_KEY = re.compile(r',\s*"(?:arguments|parameters|args)"\s*:\s*')
-
-
 def _arguments_cut(text: str) -> str | None:
     """The output with the first JSON call's arguments member (``, "arguments": {...}``) cut out, or None."""
-    for found in _ARGUMENTS_KEY.finditer(text):
-        try:
-            value, end = json.JSONDecoder().raw_decode(text, found.end())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return text[:found.start()] + text[end:]
+    for start, _, end, _ in arguments_members(text):
+        if start is not None:
+            return text[:start] + text[end:]
     return None
 
 

@@ -18,6 +18,7 @@ import grammar_parse
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream, chat_message
 from grammar_parse._engine.reading import JsonWalker
 from grammar_parse._engine.tools import validate_call
+from goldens import arguments_members
 from strategies import chunkings, examples
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -327,19 +328,12 @@ def test_chat_completions_text_is_the_parsers_text(case):
         (parsed.get("content") or None, reasoning)
 
 
-_ARGUMENTS_MEMBER = __import__("re").compile(r'"(?:arguments|parameters)"\s*:\s*')
-
-
 def _encoded(text: str) -> tuple[str, Any] | None:
     """The output with its first JSON call's arguments object written as a JSON string (Granite 4 and others
     write ``"arguments": "{\\"city\\": \\"Paris\\"}"``), and that object; None where it has none."""
-    for found in _ARGUMENTS_MEMBER.finditer(text):
-        try:
-            value, end = json.JSONDecoder().raw_decode(text, found.end())
-        except ValueError:
-            continue
-        if isinstance(value, dict) and value:
-            return text[:found.end()] + json.dumps(text[found.end():end]) + text[end:], value
+    for _, start, end, value in arguments_members(text):
+        if value:
+            return text[:start] + json.dumps(text[start:end]) + text[end:], value
     return None
 
 

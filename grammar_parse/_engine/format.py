@@ -29,8 +29,9 @@ class CallLayout:
     """Where a call region stands in the grammar, by terminal name: what opens and closes it, the delimiter
     rule around the calls (``_tool_section: BEGIN (tool_calls | UNCLAIMED)* END?``, ``_tagged: PYTHON_TAG
     _calls``: its first and, where it has one, last delimiter), and the delimiters written right before a
-    call (a separator such as ``CALL_SEP``), in the grammar's order; and whether the grammar lets the region
-    stand inside a reasoning region."""
+    call (a separator such as ``CALL_SEP``), in the grammar's order; whether the grammar lets the region
+    stand inside a reasoning region; and what closes its component regions (the arguments of a call made of
+    them), leaving out a close that matches empty text anywhere."""
 
     rule: str
     shape: CallShape
@@ -39,6 +40,7 @@ class CallLayout:
     wrapper: tuple[str, str | None] | None
     separators: tuple[str, ...]
     inside_reasoning: bool
+    argument_closers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,10 @@ def _layout(region: Region, regions: Mapping[str, Region], terminals: Mapping[st
     return CallLayout(region.rule, region.call, tuple(t.name for t in own if t.role == "open"),
                       tuple(t.name for t in own if t.role == "close"),
                       *_surroundings(region, regions, terminals, rules),
-                      inside_reasoning=any(reaches(rules, r, region.rule, ()) for r in reasoning))
+                      inside_reasoning=any(reaches(rules, r, region.rule, ()) for r in reasoning),
+                      argument_closers=tuple(t.name for t in terminals.values() if t.role == "close"
+                                             and t.region is not None and t.region.parent == region.rule
+                                             and t.matcher is not None and not t.matcher.zero_width))
 
 
 def _is_delimiter(terminals: Mapping[str, Terminal], name: str, space: bool = False) -> bool:

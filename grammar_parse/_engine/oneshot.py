@@ -597,13 +597,13 @@ def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., A
             return value
         return close_component
     elements, join, is_call = reads_elements(region.spec), region.spec.join is not None, region.is_call
-    components = region.call is not None and region.call.mode == "components"
+    components = region.made_of_components
 
     def close_field(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
-        if components and frame.chunks and not (between := "".join(frame.chunks)).isspace() and between:
+        body = "".join(frame.chunks)
+        if components and body and not body.isspace():
             raise Decline  # text outside every argument (or an argument's close again): the session reads it
         try:
-            body = "".join(frame.chunks)
             value = direct(body) if direct is not None else \
                 full(body, frame.captures, frame.open_text, close_text, frame.children)
             tools = build.tools

@@ -66,6 +66,11 @@ class Frame:
         self.passthrough = False
         self.settled = 0  # its chunks before its last component closed (what a cut-off call is sure of)
 
+    @property
+    def entry(self) -> str:
+        """The entry a keyed component's value goes under (its path's last part), "" for any other region."""
+        return str(self.path[-1]) if self.region.entry_key is not None and self.path else ""
+
     def copy(self) -> Frame:
         """A frame with the same state that shares nothing mutable with this one."""
         frame = Frame(self.region, dict(self.captures), self.start, self.open_text, self.field,
@@ -254,7 +259,7 @@ class RegionBuilder:
             # value; at the end of the output it is cut off instead, with nothing to report.
             self._missing_value(frame)
             return
-        if region.call is not None and region.call.mode == "components":
+        if region.made_of_components:
             # (a call the output's end cuts off is sure of its text up to its last argument only)
             stray = stray_text(self._grammar, region, frame.chunks if shifting is not None else
                                frame.chunks[:frame.settled])
@@ -284,9 +289,8 @@ class RegionBuilder:
                 return
             value = "".join(frame.chunks).strip()  # the raw text is kept
             if region.parent is not None:  # the call it belongs to says so
-                self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if
-                                                       region.entry_key is not None and frame.path else "",
-                                                       "message": reason, "code": e.code})
+                self._parent(region).problems.append({"key": region.key, "entry": frame.entry, "message": reason,
+                                                      "code": e.code})
         if frame.problems and isinstance(value, dict) and region.is_call:
             value = {**value, "errors": component_errors(region, frame.problems)}
         if region.parent is not None:
@@ -298,17 +302,16 @@ class RegionBuilder:
         """A key the model wrote without a value: the argument is ``""``, its call carries an error and the
         message a ``parse_errors`` entry, the same in both modes: the call is certain apart from one value,
         and a strict error would lose the calls after it (see errors.REPORTED_IN_STRICT)."""
-        entry = str(frame.path[-1]) if frame.path else ""
-        self._component_problem(frame, "parse.missing_value",
-                                f"argument {entry!r} has no value: the next argument or the end of the call came first")
+        self._component_problem(frame, "parse.missing_value", f"argument {frame.entry!r} has no value: the next "
+                                "argument or the end of the call came first")
         self._store_component(frame, "")
 
     def _component_problem(self, frame: Frame, code: str, message: str) -> None:
         """A problem of one argument the call keeps (errors.REPORTED_IN_STRICT): an ``errors`` entry on its
         call and a ``parse_errors`` entry over the argument's text, in both modes."""
         region = frame.region
-        self._parent(region).problems.append({"key": region.key, "entry": str(frame.path[-1]) if frame.path else "",
-                                              "message": message, "code": code})
+        self._parent(region).problems.append({"key": region.key, "entry": frame.entry, "message": message,
+                                              "code": code})
         start = frame.start - self.prefix_len
         self._report(code, message, frame.field, [start, start + len(frame.open_text) + sum(map(len, frame.chunks))])
 
@@ -360,9 +363,8 @@ class RegionBuilder:
         parent = self._parent(region)
         parent.settled = len(parent.chunks)
         if storer(parent.children, frame.captures, frame.children, value):
-            entry = str(frame.path[-1]) if frame.path else ""
             self._component_problem(frame, "parse.duplicate_argument",
-                                    f"argument {entry!r} was written twice: the last value is kept")
+                                    f"argument {frame.entry!r} was written twice: the last value is kept")
         path = frame.path
         assert path is not None  # a component's frame always has one (see _push)
         self.events.append({"type": "region_close", "field": frame.field, "path": path, "value": value})
@@ -374,11 +376,12 @@ def store(output: Message, region: Region, value: Any) -> None:
     spec, key = region.spec, region.field
     if spec.join is not None:
         previous = output.get(key)
-        if type(previous) is str and type(value) is str and not (previous and value):
-            # (an empty region adds no separator: two empty thought blocks are no "\n\n" of reasoning, as the
-            # adapters' deltas never sent one)
-            output[key] = previous or value
-        elif type(previous) is str and type(value) is str:
+        if type(previous) is str and type(value) is str:
+            if not (previous and value):
+                # (an empty region adds no separator: two empty thought blocks are no "\n\n" of reasoning, as
+                # the adapters' deltas never sent one)
+                output[key] = previous or value
+                return
             # The message lets go of the field first, so that CPython grows the string in place (as it does a
             # local's ``s += t``): with the reference kept, each join copied the whole field, quadratic over
             # a flood of small regions (inkling's ``<|message_model|>`` repeated: 0.13 s per MB at 250 KB,
@@ -426,10 +429,6 @@ def store_component(scope: dict[str, Any], region: Region, names: Mapping[str, A
     return False
 
 
-#: Where a grammar keeps its call regions' component closes (see stray_text), per process.
-_COMPONENT_CLOSES = "component_closes"
-
-
 def stray_text(grammar: Grammar, region: Region, chunks: list[str]) -> str:
     """The text of a call made of its arguments (``chunks``: its own, between them) that is neither the
     whitespace between arguments nor an argument's close written again (Qwen3.6 writes ``</parameter>``
@@ -437,12 +436,8 @@ def stray_text(grammar: Grammar, region: Region, chunks: list[str]) -> str:
     body = "".join(chunks)
     if not body or body.isspace():
         return ""
-    made: dict[str, tuple[Any, ...]] = grammar.tables.shared.setdefault(_COMPONENT_CLOSES, {})
-    closes = made.get(region.rule)
-    if closes is None:
-        closes = made[region.rule] = tuple(
-            t.matcher for t in grammar.terminals.values() if t.role == "close" and t.region is not None
-            and t.region.parent == region.rule and t.matcher is not None and not t.matcher.zero_width)
+    closes = [m for name in grammar.format.calls[region.rule].argument_closers
+              if (m := grammar.terminals[name].matcher) is not None]  # (a layout's closers all have one)
     # each close's next match, searched again only once passed (linear in the body, however many closes)
     rest, pos, ahead = [], 0, [m.search(body, 0) for m in closes]
     while True:

@@ -61,10 +61,16 @@ class Region:
         return self.role == TOOL_CALLS
 
     @property
+    def made_of_components(self) -> bool:
+        """Whether this is a call region whose value its component regions make (its own text between them is
+        read by nothing)."""
+        return self.call is not None and self.call.mode == "components"
+
+    @property
     def unframed_text(self) -> bool:
         """Whether a wire adapter frames nothing of this region's text as it streams: a call's component, or a
         call its components make (their text says nothing until a delimiter closes a part)."""
-        return self.parent is not None or self.role == TOOL_CALLS and self.shape.kind == "components"
+        return self.parent is not None or self.role == TOOL_CALLS and self.made_of_components
 
     @cached_property
     def _empty_scope(self) -> tuple[str, ...] | None:

@@ -63,6 +63,10 @@ def schema_types(schema: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
+#: How models write null as text (JSON's and Python's).
+_NULL_WORDS = ("null", "None")
+
+
 def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
     """Try one JSON type; (True, value) on success. Mirrors Python's own int()/float() leniency."""
     if type_name == "integer":
@@ -85,7 +89,7 @@ def _cast(raw: str, type_name: str) -> tuple[bool, Any]:
         word = raw.strip().lower()
         return (True, word in ("true", "1")) if word in ("true", "1", "false", "0") else (False, None)
     if type_name == "null":
-        return (True, None) if raw.strip() in ("null", "None") else (False, None)
+        return (True, None) if raw.strip() in _NULL_WORDS else (False, None)
     if type_name in ("object", "array"):
         decoded = load_json(raw)  # (past a limit: a ParseError, a ValueError too)
         return (True, decoded) if isinstance(decoded, dict if type_name == "object" else list) else (False, None)
@@ -103,7 +107,7 @@ def coerce(raw: str, types_: tuple[str, ...]) -> Any:
             continue
         if ok:
             return value
-    if "string" not in types_ and raw.strip() in ("null", "None"):
+    if "string" not in types_ and raw.strip() in _NULL_WORDS:
         return None
     return raw
 

@@ -345,10 +345,10 @@ class _JsonCallReader:
         self.encoded = -1
         try:
             inner = load_json(raw)
-            held = isinstance(inner, str) and isinstance(load_json(inner), dict)
+            object_text = isinstance(inner, str) and isinstance(load_json(inner), dict)
         except ValueError:  # (a ParseError for a limit too)
-            held = False
-        if held:
+            object_text = False
+        if object_text:
             self._send_until(start)
             self.streamer._send_arguments(self.call, inner)
             self.sent_to = end

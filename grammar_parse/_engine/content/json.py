@@ -40,7 +40,6 @@ def _quoted_key(match: regex.Match[str]) -> str:
     return f'{match.group(1)}"{key}"{match.group(2)[len(key):]}:'
 
 
-
 _HIDDEN = regex.compile(f"{_SENTINEL_OPEN}(\\d+){_SENTINEL_CLOSE}")
 
 
@@ -55,8 +54,7 @@ def _hide_strings(text: str, open_quote: str, close_quote: str, captured: list[s
         end = text.find(close_quote, start + len(open_quote))
         if end == -1:
             break
-        captured.append(text[start + len(open_quote):end])
-        out += (text[i:start], f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}")
+        out += (text[i:start], _hidden(text[start + len(open_quote):end], captured))
         i = end + len(close_quote)
     out.append(text[i:])
     return "".join(out)
@@ -69,6 +67,11 @@ def _hidden_json_string(text: str, captured: list[str]) -> str:
         value = json.loads(text)
     except ValueError:
         return text
+    return _hidden(value, captured)
+
+
+def _hidden(value: str, captured: list[str]) -> str:
+    """The sentinel a hidden string stands as while the dialect is rewritten (its value kept in ``captured``)."""
     captured.append(value)
     return f"{_SENTINEL_OPEN}{len(captured) - 1}{_SENTINEL_CLOSE}"
 

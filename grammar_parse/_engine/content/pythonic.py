@@ -72,6 +72,7 @@ def _unindented(text: str) -> str:
 
 # A line break, and the tokens python_tokens walks (so that one inside a string is seen as such).
 _BREAK_TOKEN = regex.compile(CALL_TOKEN.pattern + r"|[\r\n]")
+_ESCAPED = {"\n": "\\n", "\r": "\\r"}
 
 
 def _escaped_line_breaks(text: str) -> str:
@@ -83,9 +84,8 @@ def _escaped_line_breaks(text: str) -> str:
     out: list[str] = []
     kept = 0
     for m, quote, _ in python_tokens(text, 0, _BREAK_TOKEN):
-        if quote in ("'", '"') and m.group() in ("\n", "\r"):
-            out.append(text[kept:m.start()])
-            out.append("\\n" if m.group() == "\n" else "\\r")
+        if quote in ("'", '"') and m.group() in _ESCAPED:
+            out += (text[kept:m.start()], _ESCAPED[m.group()])
             kept = m.end()
     out.append(text[kept:])
     return "".join(out)
@@ -231,8 +231,10 @@ def _pythonic_pieces(body: str, captures: Mapping[str, Any]) -> tuple[list[Piece
                 pieces.append(Piece(pos, end, {**captures, **item}, True))
                 pos = end
                 continue
-        # (a call its ")" ends leaves that out; one a mismatched "]" or "}" ends keeps it, so no text is lost)
-        arguments = body[paren + 1:(end if body[end - 1] != ")" else end - 1)] if end is not None else body[paren + 1:]
+        if end is None:
+            arguments = body[paren + 1:]
+        else:  # (a call its ")" ends leaves that out; one a mismatched "]" or "}" ends keeps it: no text is lost)
+            arguments = body[paren + 1:end - 1 if body[end - 1] == ")" else end]
         pieces.append(Piece(pos, end, {**captures, "name": m.group(), "arguments": arguments}, False))
         if end is None:
             return pieces, len(body)
