@@ -106,7 +106,8 @@ ERROR_CODES: dict[str, str] = {
     "parse.duplicate_argument": "a call's argument key was written twice: the call keeps the last value with an "
                                 "error (reported in strict mode too)",
     "parse.stray_text": "a call made of its arguments holds text outside every argument (not the whitespace "
-                        "between them), which its value does not read: the call keeps its arguments with an error "
+                        "between them), which its value does not read: the call keeps its arguments with an error; "
+                        "or a call section holds text outside every call (a call written wrong), which is dropped "
                         "(reported in strict mode too)",
     "parse.unexpected": "text or a delimiter where the grammar allows none (lenient mode discards it)",
     # a call that is wrong for the request's tools (grammar_parse._engine.wire; a call's errors, never raised)

@@ -220,6 +220,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
                         f"a{slot} - e{slot} < w)): t = {i}; at = a{slot}; w = a{slot} - e{slot}")
     src.emit(d, "if t < 0:")
     src.emit(d + 1, "if pos >= n:")  # the end of the output: the reductions it makes (OneShot.parse)
+    _end_run(src, config, d + 2)
     _actions(src, config.end_actions, d + 2, None, "n")
     src.emit(d + 2, f"return {src.const(config)}, pos, True, le")
     _route(src, config, d + 1, "n", number, after=None)
@@ -230,6 +231,13 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
         src.emit(d + 1, "if at > pos:")
         _route(src, config, d + 2, "at", number, after=(term, slot))  # (where it falls through: the step below)
         _shift(src, config, term, slot, d + 1, number)
+
+
+def _end_run(src: _Source, config: Config, d: int) -> None:
+    """The run of text under way in ``config`` ends (Builder.new_run): only a run of text that goes into no field
+    can be in a call section, and one is under way only in a config whose run it is."""
+    if src.shot.sections and config.run is not None and config.run.role != "text":
+        src.emit(d, "if B.section is not None: B.new_run(None)")
 
 
 def _slot(memo: str, keys: dict[str, int]) -> str:
@@ -258,6 +266,12 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             src.emit(d, f"rc = {src.const(config)}; rp = pos; break")  # (the walk routes it)
             return False
         _actions(src, step.actions, d, None, "pos")
+        if src.shot.sections:  # (a run ends, another starts: Builder.new_run)
+            field = src.shot.sections.get(config.top) if text.role != "text" else None
+            if field is not None:
+                src.emit(d, f"B.new_run({src.const(field)})")
+            else:
+                _end_run(src, config, d)
     cut = info.text_sensitive and config.run is not text
     if cut:  # (the text terminal decides the state for the next character only: scan again after it)
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
@@ -269,6 +283,8 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
         src.emit(d, "fr = frames[-1]; fr.size += stop - pos")
         src.emit(d, "if fr.size > MAXR: raise Decline")
         src.emit(d, "fr.chunks.append(buf[pos:stop])")
+    elif src.shot.sections:  # (the run may be in a call section: Builder.new_run at its start)
+        src.emit(d, "discard(pos, stop, buf)")
     else:
         src.emit(d, "discard(pos, stop)")
     again = "" if target is config else f"s = {number[id(target)]}; "  # (the config the scan runs in again)
@@ -308,6 +324,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     if step is None:
         src.emit(d, "raise Decline")  # a delimiter the grammar does not take here
         return
+    _end_run(src, config, d)  # (the run of text before it ends)
     if any(kind == OPEN and term.repair is not None and term.region is what.region for kind, what in step.actions):
         src.emit(d, "raise Decline")  # (a repaired opener: the session reports it)
         return

@@ -31,7 +31,7 @@ from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import (Frame, Storer, component_path, missing_fields, region_callbacks, region_storer, region_value,
+from .regions import (Frame, SectionRun, Storer, call_section_states, component_path, missing_fields, region_callbacks, region_storer, region_value,
                       store, without_empty)
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
@@ -118,6 +118,7 @@ class OneShot:
         self.start = self._config((tables.parse_table.start_states["start"],), None)
         self._parents = {r.parent for r in grammar.regions.values()}  # the rules regions are components of
         self._closers: dict[tuple[int, bool], Closer] = {}
+        self.sections = call_section_states(grammar)  # (text there that is not whitespace is reported)
         #: The walk compiled from the configs worked out so far, where one is made (generated.specialised).
         self.compiled: CompiledWalk | None = None
 
@@ -210,6 +211,8 @@ class OneShot:
                     if not config.explored:
                         self._explore(config)
                     build.at = len(buf)
+                    if build.section is not None:
+                        build.new_run(None)
                     build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
                 while build.frames:  # the output stopped where the grammar wanted more: close what is open
@@ -281,6 +284,8 @@ class OneShot:
             step = config.steps.get(term.name)
             if step is None:
                 raise Decline  # a delimiter the grammar does not take here
+            if build.section is not None:  # (the run of text before it ends)
+                build.new_run(None)
             build.shifting, build.at = (term, buf[at:end], hit[2]), at
             build.act(step.actions)
             build.shifting = None
@@ -293,7 +298,7 @@ class OneShot:
     def _route(self, config: Config, buf: str, pos: int, end: int, build: Builder) -> tuple[Config, int, bool]:
         """Text ``buf[pos:end]`` into the open region (the session's ``_route``): the config it leaves, where
         the text routed ends, and whether the scan must run again (the live delimiters changed)."""
-        info, wanted = config.info, end
+        info, wanted, top = config.info, end, config.top
         text = info.text
         if text is None:
             raise Decline  # text where the grammar allows none (or several text terminals to try)
@@ -303,6 +308,8 @@ class OneShot:
             step = config.text_step
             if step is None:
                 raise Decline
+            if text.role != "text" or build.section is not None:  # (a run ends, another starts)
+                build.new_run(self.sections.get(top) if text.role != "text" else None)
             build.at = pos
             build.act(step.actions)
             config = step.config
@@ -311,7 +318,7 @@ class OneShot:
         if text.role == "text":
             build.text(buf[pos:end])
         else:
-            build.discard(pos, end)  # text the grammar reads and keeps nowhere
+            build.discard(pos, end, buf)  # text the grammar reads and keeps nowhere
         return config, end, end < wanted or config.info.scanner is not info.scanner
 
 
@@ -425,7 +432,7 @@ class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
     __slots__ = ("output", "frames", "tools", "max_region", "closer", "shifting", "at", "origin", "discarded",
-                 "spans", "events", "extended", "memo")
+                 "spans", "events", "extended", "memo", "section", "errors")
 
     def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
                  closer: Callable[[Region, bool], Closer], origin: int, events: list[Event] | None = None,
@@ -445,15 +452,18 @@ class Builder:
         self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
         #: The parse's memoised searches (scanner._search's), which the generic and the compiled walk hand each other.
         self.memo: dict[str, Any] | None = None
+        self.section: SectionRun | None = None  # the run of text in a call section under way (see new_run)
+        self.errors: list[dict[str, Any]] = []  # its problems, as the session reports them
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds, copied: where a draft rewinds to (the session's RegionBuilder.state)."""
         return (copy_json(self.output), [f.copy() for f in self.frames], self.discarded,
-                [list(span) for span in self.spans], None if self.events is None else len(self.events))
+                [list(span) for span in self.spans], None if self.events is None else len(self.events),
+                None if self.section is None else self.section.copy(), copy_json(self.errors))
 
     def restore(self, state: tuple[Any, ...]) -> None:
         """Take a :meth:`state` back (once: it is not copied again); the events made since are dropped."""
-        self.output, frames, self.discarded, self.spans, events = state
+        self.output, frames, self.discarded, self.spans, events, self.section, self.errors = state
         self.frames[:] = frames
         if self.events is not None:
             del self.events[events:]
@@ -511,8 +521,20 @@ class Builder:
         if frame is None or frame.region is not term.region or any(chunk.strip() for chunk in frame.chunks):
             raise Decline  # then it is text, which the session routes by trying the parser
 
-    def discard(self, start: int, end: int) -> None:
-        """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted)."""
+    def new_run(self, field: str | None) -> None:
+        """A run of text that goes into no field starts: in the call section of ``field`` (else None). The run
+        before it ends, and its problem is kept (the session's ParserCore.end_run)."""
+        if self.section is not None and (problem := self.section.problem()) is not None:
+            self.errors.append(problem)
+            if self.events is not None:
+                self.events.append({"type": "parse_error", **problem})  # type: ignore[arg-type]
+        self.section = None if field is None else SectionRun(field)
+
+    def discard(self, start: int, end: int, buf: str | None = None) -> None:
+        """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted); ``buf``:
+        the buffer, where the text may be part of a call section's run."""
+        if buf is not None and self.section is not None:
+            self.section.add(buf[start:end], start - self.origin)
         start, end = max(start - self.origin, 0), end - self.origin
         if end > start:
             self.discarded += end - start
@@ -555,7 +577,8 @@ class Builder:
     def message(self, grammar: Grammar) -> Message:
         if missing_fields(grammar, self.output):
             raise Decline  # a required field is missing: the session reports it
-        return without_empty(self.output, grammar.defaults, [])
+        self.new_run(None)
+        return without_empty(self.output, grammar.defaults, self.errors)
 
 
 #: How a frame closes: (builder, the frames left, the frame, the close delimiter's text) -> the region's value.

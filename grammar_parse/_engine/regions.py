@@ -455,6 +455,72 @@ def stray_text(grammar: Grammar, region: Region, chunks: list[str]) -> str:
     return body.strip() if "".join(rest).strip() else ""
 
 
+def call_section_states(grammar: Grammar) -> Mapping[int, str]:
+    """The parser states inside a call section (``BEGIN (tool_calls | UNCLAIMED)* END``: a call region with a
+    wrapper rule, grammar_parse._engine.format.CallLayout) where a call may open, to the call region's field.
+    Text read there as ``UNCLAIMED`` is in the section but in no call: a call written wrong (kimi_k2's call
+    without its arguments marker), which the session reports (``parse.stray_text``) where its whitespace is
+    dropped silently. Made once per grammar and process."""
+    found: dict[int, str] | None = grammar.tables.shared.get(_SECTION_STATES)
+    if found is None:
+        wrapped = {rule for rule, layout in grammar.format.calls.items() if layout.wrapper is not None}
+        found = {}
+        for state, info in grammar.tables.states.items():
+            opener = next((term for term, *_ in info.scanner.entries if term.role == "open"
+                           and term.region is not None and term.region.rule in wrapped), None)
+            if opener is not None and opener.region is not None:
+                found[state] = opener.region.field
+        found = grammar.tables.shared.setdefault(_SECTION_STATES, found)
+    return found
+
+
+_SECTION_STATES = "call_section_states"
+#: How much of a call section's stray text its error quotes.
+STRAY_QUOTE = 80
+
+
+class SectionRun:
+    """A run of text inside a call section, outside every call (see call_section_states), as it arrives: what of
+    it is not whitespace, from its first such character to its last, and the first STRAY_QUOTE characters from
+    there. Whatever the chunking, the run gives the same problem (:meth:`problem`), decided when it ends."""
+
+    __slots__ = ("field", "start", "end", "quote")
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self.start: int | None = None  # (None: nothing but whitespace so far)
+        self.end = 0
+        self.quote = ""
+
+    def add(self, text: str, start: int) -> None:
+        """Text of the run, at output offset ``start``."""
+        if self.start is None:
+            body = text.lstrip()
+            if not body:
+                return
+            start += len(text) - len(body)
+            self.start = self.end = start
+            text = body
+        if len(self.quote) < STRAY_QUOTE:
+            self.quote += text[:STRAY_QUOTE - len(self.quote)]
+        tail = len(text.rstrip())
+        if tail:
+            self.end = start + tail
+
+    def problem(self) -> dict[str, Any] | None:
+        """The run's ``parse.stray_text`` problem (a parse_errors entry), None where it held only whitespace or
+        began in the replayed prompt (negative offsets: not the output's)."""
+        if self.start is None or self.start < 0:
+            return None
+        quote = self.quote[:self.end - self.start]
+        return {"code": "parse.stray_text", "field": self.field, "span": [self.start, self.end],
+                "message": f"text inside the {self.field} section outside every call was dropped: {quote!r}"}
+
+    def copy(self) -> SectionRun:
+        run = SectionRun(self.field)
+        run.start, run.end, run.quote = self.start, self.end, self.quote
+        return run
+
 #: Where a grammar keeps its regions' value functions (see region_value), per process.
 _REGION_VALUES = "region_values"
 
@@ -591,6 +657,6 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["Frame", "RegionBuilder", "Report", "Storer", "component_path", "component_storer", "missing_fields",
-           "region_callbacks", "region_storer", "region_value", "store", "store_component", "trailing_space",
-           "without_empty"]
+__all__ = ["STRAY_QUOTE", "Frame", "RegionBuilder", "Report", "SectionRun", "Storer", "call_section_states", "component_path", "component_storer",
+           "missing_fields", "region_callbacks", "region_storer", "region_value", "store", "store_component",
+           "trailing_space", "without_empty"]

@@ -36,7 +36,7 @@ from .grammar import Grammar, Region, StateInfo, Terminal
 from . import generated, oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
-from .regions import Frame, RegionBuilder, missing_fields, without_empty
+from .regions import Frame, RegionBuilder, SectionRun, call_section_states, missing_fields, without_empty
 from .scanner import HeadsTest, Scanner, Search, SearchCache, any_of
 from .tables import feed, reduce
 from .tools import ToolTypes
@@ -120,10 +120,10 @@ _FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonE
 class _Ledger:
     """What a parser reports beside the message, kept in one place so that a draft or a replayed prompt
     takes and restores it whole: the lenient-mode problems (``errors``), the output text that went into no
-    field (``discarded``), every span with ``trace=True``, and the lines of the output that have left the
-    buffer (for an error's line and column)."""
+    field (``discarded``), every span with ``trace=True``, the lines of the output that have left the
+    buffer (for an error's line and column), and the run of text in a call section under way."""
 
-    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start")
+    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start", "section")
 
     def __init__(self, trace: bool) -> None:
         self.errors: list[dict[str, Any]] = []
@@ -132,6 +132,7 @@ class _Ledger:
         # How many newlines the output before the buffer held, and the output offset where its last line starts.
         self.lines_before = 0
         self.line_start = 0
+        self.section: SectionRun | None = None  # a run of text inside a call section, outside every call
 
     def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> Event | None:
         """Keep a problem with its stable code, field and output span: the ``parse_error`` event that tells
@@ -145,8 +146,11 @@ class _Ledger:
         # the span list is shared: a run that grows later grows in the event too
         return {"type": "parse_error", "code": code, "field": field, "span": span, "message": message}
 
-    def discard(self, start: int, end: int) -> None:
-        """Note output text ``[start, end)`` that went into no field (the prompt's part of it excluded)."""
+    def discard(self, start: int, end: int, text: str | None = None) -> None:
+        """Note output text ``[start, end)`` that went into no field (the prompt's part of it excluded); ``text``:
+        what it is, where it may be part of a call section's run (``section``)."""
+        if text is not None and self.section is not None:
+            self.section.add(text, start)
         if end <= start or end <= 0:
             return
         start = max(start, 0)
@@ -179,13 +183,15 @@ class _Ledger:
 
     def state(self) -> tuple[Any, ...]:
         """A copy of what is kept, but the trace (a draft cuts the trace back itself)."""
-        return [list(d) for d in self.discarded], copy_json(self.errors), self.lines_before, self.line_start
+        return [list(d) for d in self.discarded], copy_json(self.errors), self.lines_before, self.line_start, \
+            None if self.section is None else self.section.copy()
 
     def restore(self, state: tuple[Any, ...]) -> None:
         """Take a :meth:`state` (copied: a replay's is shared); the lists stay the same objects."""
-        discarded, errors, self.lines_before, self.line_start = state
+        discarded, errors, self.lines_before, self.line_start, section = state
         self.discarded[:] = [list(d) for d in discarded]
         self.errors[:] = copy_json(errors)
+        self.section = None if section is None else section.copy()
 
 
 # ---------------------------------------------------------------------------- drafts (grammar_parse._engine.drafts)
@@ -667,7 +673,7 @@ class _Syntax:
     holds no buffer: the scan hands it text with its output offset, and says where it is (``position``)."""
 
     __slots__ = ("states", "table", "end_state", "stack", "strict", "max_region", "ledger", "trace", "position",
-                 "run", "regions", "frames", "callbacks")
+                 "run", "regions", "frames", "callbacks", "sections")
 
     def __init__(self, grammar: Grammar, tools: ToolTypes | None, options: ParseOptions, extended: bool,
                  ledger: _Ledger, position: Callable[[], int]) -> None:
@@ -683,6 +689,7 @@ class _Syntax:
                                      position=position, report=self.record, unexpected=self.unexpected)
         self.frames = self.regions.frames
         self.callbacks = self.regions.callbacks()
+        self.sections = call_section_states(grammar)
 
     def text(self, term: Terminal | None, text: str, start: int) -> None:
         """Route ``text`` (at output offset ``start``) as the text terminal ``term`` (None: the one the parser
@@ -698,11 +705,13 @@ class _Syntax:
             self.ledger.discard(start, start + len(text))
             return
         if self.run is not term:
-            self.run = None
+            self.end_run()
+            if term.role == "unclaimed" and (field := self.sections.get(self.stack[-1])) is not None:
+                self.ledger.section = SectionRun(field)  # (reported where it is more than whitespace)
             self.shift(term.name)  # (the text itself never goes to the parser: no copy)
             self.run = term
         if term.role != "text":
-            self.ledger.discard(start, start + len(text))
+            self.ledger.discard(start, start + len(text), text)
             return
         frame = self.frames[-1]
         frame.size += len(text)
@@ -737,13 +746,24 @@ class _Syntax:
     def delimiter(self, term: Terminal, text: str, at: int, captures: Any, start: int) -> None:
         """Shift the delimiter ``term``, matched as ``text`` at stream offset ``at`` (output offset ``start``)
         with ``captures`` (its named groups)."""
-        self.run = None
+        self.end_run()
         if self.trace is not None and text:
             self.trace.append({"kind": "delimiter", "terminal": term.name, "start": start, "end": start + len(text)})
         regions = self.regions
         regions.shifting = (term, at, text, captures)
         self.shift(term.name)
         regions.shifting = None
+
+    def end_run(self) -> None:
+        """The run of text under way ends (a delimiter, other text, the end): text it held in a call section
+        outside every call (see regions.call_section_states) is reported, in both modes (errors.REPORTED_IN_STRICT:
+        the calls around it are certain)."""
+        self.run = None
+        section = self.ledger.section
+        if section is not None:
+            self.ledger.section = None
+            if (problem := section.problem()) is not None:
+                self.record(problem["code"], problem["message"], problem["field"], problem["span"])
 
     def accepted_text(self) -> Terminal | None:
         """Which of several text terminals the parser accepts here (tried on a copy of its state)."""
@@ -765,7 +785,7 @@ class _Syntax:
 
     def end(self) -> None:
         """The end of the output."""
-        self.run = None
+        self.end_run()
         if not feed(self.table, self.stack, "$END", self.callbacks, self.regions, self.end_state):
             # The output stopped where the grammar wanted more (a region's close delimiter, a required
             # part): close what is open, innermost first, as a truncated stream should be.
@@ -956,7 +976,7 @@ class ResponseParser:
                         ledger.line_start = start + kept.rfind("\n") + 1
                     self._base += len(kept)
                     if frame is None:
-                        self._ledger.discard(start, start + len(kept))
+                        self._ledger.discard(start, start + len(kept), kept)
                         return []
                     frame.size += len(kept)
                     frame.chunks.append(kept)  # (RegionBuilder.chunk, for a frame that is not passed through)
