@@ -2,7 +2,8 @@
 wrote (an XML parameter's text, or a JSON string where the schema wants another type), the same one-shot and
 streamed on the Chat Completions wire. Cases from what other parsers' tests ask of the same formats (vLLM,
 SGLang, Ollama): numbers past 2**53 kept exact, ``null`` for an unset argument, schemas whose types sit behind
-local ``$ref``\\ s (as pydantic writes nested models) or a one-element ``allOf``."""
+local ``$ref``\\ s (as pydantic writes nested models) or a one-element ``allOf``, an ``enum`` or ``const`` without a
+``type`` (as pydantic writes a Literal or an IntEnum: the types of its values, as SGLang reads them)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import grammar_parse as gp
 from grammar_parse.adapters.chat_completions import ChatCompletionsStream
 
 LOCATION = {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}}
-DEFS = {"$defs": {"Location": LOCATION, "Count": {"type": "integer"}}, "definitions": {"Days": {"type": "integer"}}}
+DEFS = {"$defs": {"Location": LOCATION, "Count": {"type": "integer"}, "Level": {"enum": [1, 2, 3]}},
+        "definitions": {"Days": {"type": "integer"}}}
 
 CASES: list[tuple[str, dict[str, Any], str, Any]] = [
     # (what, the argument's schema, as written, the value)
@@ -36,6 +38,12 @@ CASES: list[tuple[str, dict[str, Any], str, Any]] = [
     ("a one-element allOf", {"allOf": [{"$ref": "#/definitions/Days"}], "description": "d"}, "7", 7),
     ("a $ref to another document stays text", {"$ref": "https://example.com/s.json"}, "5", "5"),
     ("a $ref that names nothing stays text", {"$ref": "#/$defs/Missing"}, "5", "5"),
+    ("an enum of integers without a type", {"enum": [1, 2, 3]}, "2", 2),
+    ("an enum of strings stays text", {"enum": ["1", "2"]}, "2", "2"),
+    ("an enum of numbers and integers", {"enum": [0.5, 2]}, "0.5", 0.5),
+    ("a const boolean", {"const": True}, "true", True),
+    ("an enum of strings and null", {"enum": ["a", None]}, "null", None),
+    ("an enum behind $ref", {"$ref": "#/$defs/Level"}, "3", 3),
 ]
 
 

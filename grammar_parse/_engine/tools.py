@@ -58,9 +58,22 @@ def schema_types(schema: Any) -> tuple[str, ...]:
     if not found and isinstance(schema.get("allOf"), list):  # (pydantic v1: {"allOf": [{"$ref": ...}]})
         every = [t for t in (schema_types(part) for part in schema["allOf"]) if t]
         found.extend(t for t in (every[0] if every else ()) if all(t in other for other in every[1:]))
+    if not found:  # (an enum or a const without a type: the types of its values, as SGLang reads them)
+        values = [schema["const"]] if "const" in schema else schema.get("enum")
+        if isinstance(values, list):
+            found.extend(dict.fromkeys(t for t in map(_json_type, values) if t is not None))
     if schema.get("nullable") and "null" not in found:
         found.append("null")
     return tuple(found)
+
+
+def _json_type(value: Any) -> str | None:
+    """The JSON type of a schema's literal value (an enum's, a const's)."""
+    for type_, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                        (type(None), "null"), (dict, "object"), (list, "array")):
+        if isinstance(value, type_):
+            return name
+    return None
 
 
 #: How models write null as text (JSON's and Python's).
