@@ -332,3 +332,75 @@ def test_text_in_a_call_section_streams_as_one_shot(name: str, data: st.DataObje
     chunks = data.draw(chunkings(case.text), label="chunks")
     streamed, parser = parse(name, case, strict, chunks)
     assert strict_equal(streamed, whole)
+
+
+# ---------------------------------------------------------------------------- a call read from tags
+M = "]<]minimax[>["  # (MiniMax-M3's namespace marker, before every tag)
+M3_PROMPT = "]~b]ai\n"
+
+
+def m3_call(body: str) -> str:
+    return f"{M}<tool_call>\n{M}<invoke name=\"get_weather\">\n{body}\n{M}</invoke>\n{M}</tool_call>[e~["
+
+
+M3_CASES = [
+    # (what, the invoke's body, the arguments kept, the text reported (None: nothing))
+    ("a wrong close tag", f"{M}<city>Paris{M}</town>", {}, f"{M}<city>Paris{M}</town>"),
+    ("a missing close tag before the next argument", f"{M}<city>Paris\n{M}<unit>c{M}</unit>", {},
+     f"{M}<city>Paris\n{M}<unit>c{M}</unit>"),
+    ("words between arguments", f"{M}<city>Paris{M}</city>\nand then\n{M}<unit>c{M}</unit>",
+     {"city": "Paris", "unit": "c"}, "and then"),
+    ("a clean call", f"{M}<city>Paris{M}</city>\n{M}<unit>c{M}</unit>", {"city": "Paris", "unit": "c"}, None),
+]
+
+
+@pytest.mark.parametrize("what, body, arguments, stray", M3_CASES, ids=[c[0] for c in M3_CASES])
+def test_text_in_a_call_read_from_tags_is_reported_not_lost(what: str, body: str, arguments: dict[str, Any],
+                                                             stray: str | None) -> None:
+    """MiniMax-M3 reads a call's arguments from tags (xml-inline): a value whose close tag is wrong or missing
+    leaves its element open, and its text (and the arguments inside it) fell out of the call with no trace.
+    Now the call's errors and the message's parse_errors quote it (report_stray), in both modes, streamed
+    as one-shot; the arguments that did close are kept."""
+    text = m3_call(body)
+    case = Sample("minimax_m3", text, M3_PROMPT, None, {})
+    message, parser = parse("minimax_m3", case, strict=True)
+    account(parser, text)
+    (call,) = message["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": arguments}
+    if stray is None:
+        assert "errors" not in call and "parse_errors" not in message
+    else:
+        assert [e["code"] for e in call["errors"]] == ["parse.stray_text"] and repr(stray) in call["errors"][0]["message"]
+        (entry,) = message["parse_errors"]
+        start, end = entry["span"]
+        assert entry["code"] == "parse.stray_text" and stray in text[start:end]
+    assert strict_equal(parse("minimax_m3", case, strict=False)[0], message), "lenient mode gives the same message"
+    for size in (1, 3, 7):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert strict_equal(parse("minimax_m3", case, strict=True, chunks=chunks)[0], message)
+
+
+def test_a_call_read_from_tags_cut_off_is_not_reported() -> None:
+    """The output's end inside an argument: the call is unfinished, not wrong (its open element is left out)."""
+    text = m3_call(f"{M}<city>Paris{M}</city>\n{M}<unit>cel").split(f"\n{M}</invoke>")[0]
+    message, _ = parse("minimax_m3", Sample("minimax_m3", text, M3_PROMPT, None, {}), strict=True)
+    assert message["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"} and "parse_errors" not in message
+
+
+def test_a_template_reading_tags_ignores_text_outside_them_as_transformers_does() -> None:
+    template = {"start_anchor": "<|assistant|>", "fields": {"content": {}, "tool_calls": {
+        "open": "<call>", "close": "</call>", "content": "xml-inline", "repeats": True,
+        "content_args": {"tag_pattern": r"<(?P<key>\w+)>(?P<value>.*?)</(?P=key)>"}}}}
+    message = gp.parse_response("<call><a>1</a> words <b>2</b></call>", gp.compile_template(template),
+                                prefix="<|assistant|>")
+    assert message["tool_calls"] == [{"a": "1", "b": "2"}] and "parse_errors" not in message
+
+
+def reported_outputs(name: str) -> list[tuple[str, str, Any]]:
+    """(output, prompt, tools) of this module's rewrites whose text is reported (for the differential tests)."""
+    out = []
+    if (sectioned := in_section(name)) is not None:
+        out.append((sectioned[0].text, sectioned[0].prefix, sectioned[0].tools))
+    if name == "minimax_m3":
+        out += [(m3_call(body), M3_PROMPT, None) for _what, body, _arguments, _stray in M3_CASES]
+    return out

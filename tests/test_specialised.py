@@ -4,7 +4,7 @@ Wherever the specialised parser gives a message, it is the session's message for
 strictly, keys in the same order), in lenient and in strict mode; wherever it declines, ``parse_response``
 is the session's. The outputs: each grammar's golden samples, transcripts and format-drift rewrites, and
 mutants of the goldens (a piece cut out, repeated, or the output cut off), more of them under
-``HYPOTHESIS_PROFILE=deep``, and text written into a call section outside every call. The share it takes is held
+``HYPOTHESIS_PROFILE=deep``, and text written into a call (section) outside every call (argument). The share it takes is held
 too, so that a change which makes it decline everything cannot pass for exact.
 """
 
@@ -30,7 +30,7 @@ from grammar_parse._engine import generated, oneshot, session
 from grammar_parse._engine.tools import ToolTypes
 from grammar_parse._engine.drafts import draft_states
 from strategies import examples
-from test_call_boundaries import in_section
+from test_call_boundaries import reported_outputs
 from test_drift import TRANSFORMS, opt_outs, variants
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
@@ -64,8 +64,7 @@ def outputs(name: str, drift: bool = True) -> Iterator[tuple[str, str, Any]]:
         if transform.applies(grammar) and tname not in opt_outs(grammar):
             for v in variants(name, tname):
                 yield v.text, v.prefix, v.tools
-    if (sectioned := in_section(name)) is not None:  # (text in a call section: reported over the whole run)
-        yield sectioned[0].text, sectioned[0].prefix, sectioned[0].tools
+    yield from reported_outputs(name)  # (text in a call section, or in a call read from tags: reported)
 
 
 def session_result(name: str, text: str, prefix: str, tools: Any, strict: bool) -> tuple[str, Any]:

@@ -58,6 +58,10 @@ REJECT = [
     ("unquoted-keys-spaced-in-a-template", with_field(content="json", content_args={"unquoted_keys": "spaced"}),
      "template.type", "fields.x.content_args.unquoted_keys"),
     ("xml-without-tag-pattern", with_field(content="xml-inline"), "template.content", "fields.x.content_args"),
+    # reporting text outside every tag is a grammar-only argument: a transformers template ignores that text.
+    ("xml-report-stray-in-a-template", with_field(content="xml-inline", content_args={
+        "tag_pattern": "<(?P<key>a)>(?P<value>.*?)</a>", "report_stray": True}), "template.content",
+     "fields.x.content_args"),
     ("xml-tag-pattern-without-key", with_field(content="xml-inline", content_args={"tag_pattern": "<a>"}),
      "template.content", "fields.x.content_args.tag_pattern"),
     ("xml-tag-pattern-invalid", with_field(content="xml-inline", content_args={"tag_pattern": "(?P<key>"}),

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import GrammarParseError
-from .content.xml import reads_elements
+from .content.xml import reads_elements, reports_stray, text_outside
 from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
@@ -621,10 +621,11 @@ def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., A
         return close_component
     elements, join, is_call = reads_elements(region.spec), region.spec.join is not None, region.is_call
     components = region.made_of_components
+    tagged = reports_stray(region.spec)
 
     def close_field(build: Builder, frames: list[Open], frame: Open, close_text: str) -> Any:
         body = "".join(frame.chunks)
-        if components and body and not body.isspace():
+        if components and body and not body.isspace() or tagged and text_outside(region.spec, body, False):
             raise Decline  # text outside every argument (or an argument's close again): the session reads it
         try:
             value = direct(body) if direct is not None else \

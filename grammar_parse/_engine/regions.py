@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import ERROR_CODES, ParseError
-from .content.xml import reads_elements
+from .content.xml import reads_elements, text_outside
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
 from .shapes import CONTENT
@@ -265,6 +265,8 @@ class RegionBuilder:
                                frame.chunks[:frame.settled])
             if stray:
                 self._stray_text(frame, stray)
+        elif stray := text_outside(spec, "".join(frame.chunks), cut_off=shifting is None):
+            self._stray_text(frame, stray)  # (the same for a call read from tags: xml-inline's report_stray)
         try:
             value_of = self._values.get(region.rule) or region_value(self._grammar, region)
             value = value_of("".join(frame.chunks), frame.captures, frame.open_text, close_text, frame.children)

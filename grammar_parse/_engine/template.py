@@ -44,8 +44,10 @@ _CONTENT_ARGS: dict[str, frozenset[str]] = {
     "json-name-keys": frozenset({"strip", "unquoted_keys", "string_delims", "allow_non_json"}),
 }
 # Arguments only a .lark grammar's regions may use (transformers' templates keep its exact parsers): the
-# template's own separators around a text value, and nested elements for xml-inline (MiniMax-M3).
-_AUTHORED_ARGS: dict[str, frozenset[str]] = {"text": frozenset({"separators"}), "xml-inline": frozenset({"elements"})}
+# template's own separators around a text value, and nested elements for xml-inline (MiniMax-M3) and its
+# report of text in no argument (content.xml.text_outside).
+_AUTHORED_ARGS: dict[str, frozenset[str]] = {"text": frozenset({"separators"}),
+                                             "xml-inline": frozenset({"elements", "report_stray"})}
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ def _check_content_args(path: str, content: str, args: Any, *, authored: bool = 
         if args.get("strip", True):
             raise _fail(f"{path}.separators", "separators are removed from a value that is not stripped",
                         "template.content", hint='Add "strip": false (a stripped value has lost them anyway).')
-    for key in ("strip", "unquoted_keys", "allow_non_json", "merge_duplicates"):
+    for key in ("strip", "unquoted_keys", "allow_non_json", "merge_duplicates", "report_stray"):
         if key in args and not (authored and key == "unquoted_keys" and args[key] == "spaced"):
             _check_bool(f"{path}.{key}", args[key])
     for key in ("line_sep", "kv_sep"):

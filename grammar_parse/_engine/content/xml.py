@@ -34,10 +34,42 @@ def sub_parse(raw: str | None, value_parser: Mapping[str, Any] | None) -> Any:
 def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """Shallow ``<key>value</key>``-style tags (any ``tag_pattern`` with groups key and value) into a dict;
     with ``elements``, nested elements (see :func:`_xml_elements`)."""
+    return _read(text, args)[0]
+
+
+def text_outside(spec: Any, text: str, cut_off: bool) -> str:
+    """For a region read as xml-inline with ``report_stray`` (a built-in grammar's: transformers ignores such
+    text, and a template's grammar must read as it does): its text in no argument (outside every tag, or every
+    top-level element), stripped; "" where there is none, or the region is not such. A value with a wrong or
+    missing close tag (``<city>Beijing</wrong>``) leaves its element open, and its text lands here instead of
+    vanishing. ``cut_off``: the output's end cut the region off, so its text after the last argument is
+    unfinished, not stray."""
+    if not reports_stray(spec):
+        return ""
+    spans = _read(text, spec.content_args)[1]
+    pieces, at = [], 0
+    for start, end in spans:
+        pieces.append(text[at:start])
+        at = end
+    if not cut_off:
+        pieces.append(text[at:])
+    return "".join(pieces).strip()
+
+
+def reports_stray(spec: Any) -> bool:
+    """Whether a region's spec reads xml-inline with ``report_stray`` (see text_outside)."""
+    args = getattr(spec, "content_args", None)
+    return getattr(spec, "content", None) == "xml-inline" and isinstance(args, Mapping) and \
+        bool(args.get("report_stray"))
+
+
+def _read(text: str, args: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """The arguments, and the spans of the tags (or top-level elements) they were read from, in order."""
     if "elements" in args:
         return _xml_elements(text, args)
     merge = args.get("merge_duplicates", False)
     out: dict[str, Any] = {}
+    spans = []
     for m in _tags(args["tag_pattern"], text):
         groups = m.groupdict()
         key = groups.get("key")
@@ -48,7 +80,8 @@ def _xml_inline(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
                 hint="Make the key group of tag_pattern mandatory.",
             )
         _put(out, key, sub_parse(groups.get("value", ""), _value_parser(args, groups)), merge)
-    return out
+        spans.append(m.span())
+    return out, spans
 
 
 def _value_parser(args: Mapping[str, Any], groups: Mapping[str, Any]) -> Any:
@@ -92,7 +125,7 @@ class _Element:
     children: list[tuple[str, Any, int, int]] = field(default_factory=list)
 
 
-def _xml_elements(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def _xml_elements(text: str, args: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[int, int]]]:
     """Nested elements into a dict, as MiniMax-M3's template writes an object or list argument
     (``<shipping><city>Singapore</city>...</shipping>``, a list as ``<item>`` elements).
 
@@ -103,7 +136,8 @@ def _xml_elements(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     its inner markup). Typing by the tool's schema comes after (tools.ToolTypes, element by element). A
     close tag ends the innermost open element of its name (those opened inside it end there too); a stray
     close is text, and elements still open at the end (cut-off output) are left out. Arguments repeated at
-    the top collect into a list with ``merge_duplicates`` (else the last one wins)."""
+    the top collect into a list with ``merge_duplicates`` (else the last one wins). The spans of the top-level
+    elements come with the arguments (see text_outside)."""
     spec = args["elements"]
     item = spec.get("item")
     tags = sorted([(m.start(), False, m) for m in _tags(spec["open"], text)]
@@ -140,7 +174,7 @@ def _xml_elements(text: str, args: Mapping[str, Any]) -> dict[str, Any]:
     merge = args.get("merge_duplicates", False)
     for key, value, _start, _end in root.children:
         _put(out, key, value, merge)
-    return out
+    return out, [(start, end) for _key, _value, start, end in root.children]
 
 
 def _element_value(text: str, element: _Element, end: int, item: str | None, args: Mapping[str, Any]) -> Any:
@@ -185,4 +219,5 @@ def _call_shape(spec: Any, call: CallTemplate) -> CallShape:
 XML_INLINE = ContentParser("xml-inline", _xml_inline, call_shape=_call_shape)
 PARSERS = (XML_INLINE,)
 
-__all__ = ["PARSERS", "XML_INLINE", "reads_elements", "sub_parse"]
+__all__ = ["PARSERS", "XML_INLINE", "reads_elements", "reports_stray", "sub_parse",
+           "text_outside"]
