@@ -330,17 +330,51 @@ class RegionBuilder:
         """Lenient mode, a tool-call region that did not parse: the calls it still holds are its value;
         its text that names no function (all of it, delimiters included, if it names none) is text."""
         body = "".join(frame.chunks)
-        found = salvage_calls(frame.region, body, frame.captures, frame.children, problem)
-        if found.calls:
-            value: Any = found.calls if getattr(frame.region.spec, "transform_each", False) else found.calls[0]
-            typed = self._tools.apply(value, elements=reads_elements(frame.region.spec)) if self._tools is not None else value
-            self._store(frame, typed)
+        region = frame.region
+        found = salvage_calls(region, body, frame.captures, frame.children, problem)
+        calls, rest = found.calls, found.rest
+        each = getattr(region.spec, "transform_each", False)
+        if calls and not each:
+            # One call per region, yet the region may hold more: a second call object in the block, or the
+            # next call written without closing this one (<tool_call>{a}<tool_call>{b}</tool_call>). Each is
+            # a call of its own, on the wire too (the streamer sends whole a call a region close brings).
+            calls, rest = self._more_calls(region, calls, rest, problem)
+        if calls:
+            for value in [calls] if each else calls:
+                self._store(frame, self._tools.apply(value, elements=reads_elements(region.spec))
+                            if self._tools is not None else value)
         else:
             # the stream learns that the region gave no call (its text follows as content)
             self.events.append({"type": "region_close", "field": frame.field, "value": None})
-        loose = found.rest if found.calls else frame.open_text + body + close_text
+        loose = rest if calls else frame.open_text + body + close_text
         if loose.strip():
             self._loose_text(loose)
+
+    def _more_calls(self, region: Region, calls: list[Any], rest: str,
+                     problem: dict[str, str]) -> tuple[list[Any], str]:
+        """The calls a broken region's text after its first call holds (``rest``), each salvaged from where
+        the region's opener is written again (its captures naming the call) or from the text itself; at most
+        MAX_SALVAGED more (each search reads the rest again), and the text left."""
+        calls = list(calls)
+        openers = [t.matcher for t in self._grammar.terminals.values()
+                   if t.role == "open" and t.region is region and t.matcher is not None]
+        for _ in range(MAX_SALVAGED):
+            if not rest:
+                break
+            text, captures = rest, {}
+            for matcher in openers:
+                hit = matcher.search(rest, 0)
+                if hit is not None and hit[1] > hit[0] and not rest[:hit[0]].strip():
+                    text = rest[hit[1]:]
+                    match = hit[2]
+                    captures = {} if match is None else {k: v for k, v in match.groupdict().items() if v is not None}
+                    break
+            more = salvage_calls(region, text, captures, {}, problem)
+            if not more.calls or len(more.rest) >= len(rest):
+                break
+            calls += more.calls
+            rest = more.rest
+        return calls, rest
 
     def _store(self, frame: Frame, value: Any) -> None:
         """A message field's value goes into the message (joined, appended or set) and the stream."""
@@ -477,6 +511,8 @@ def call_section_states(grammar: Grammar) -> Mapping[int, str]:
 
 
 _SECTION_STATES = "call_section_states"
+#: A broken region that holds one call yields at most this many more (see RegionBuilder._more_calls).
+MAX_SALVAGED = 64
 #: How much of a call section's stray text its error quotes.
 STRAY_QUOTE = 80
 
