@@ -266,12 +266,11 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             src.emit(d, f"rc = {src.const(config)}; rp = pos; break")  # (the walk routes it)
             return False
         _actions(src, step.actions, d, None, "pos")
-        if src.shot.sections:  # (a run ends, another starts: Builder.new_run)
-            field = src.shot.sections.get(config.top) if text.role != "text" else None
-            if field is not None:
-                src.emit(d, f"B.new_run({src.const(field)})")
-            else:
-                _end_run(src, config, d)
+        if src.shot.sections:  # (a run ends, another starts: Builder.new_run, written out)
+            _end_run(src, config, d)
+            if text.role != "text":
+                field = src.shot.sections.get(config.top)
+                src.emit(d, f"B.field = {'None' if field is None else src.const(field)}")
     cut = info.text_sensitive and config.run is not text
     if cut:  # (the text terminal decides the state for the next character only: scan again after it)
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
@@ -283,10 +282,11 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
         src.emit(d, "fr = frames[-1]; fr.size += stop - pos")
         src.emit(d, "if fr.size > MAXR: raise Decline")
         src.emit(d, "fr.chunks.append(buf[pos:stop])")
-    elif src.shot.sections:  # (the run may be in a call section: Builder.new_run at its start)
-        src.emit(d, "discard(pos, stop, buf)")
     else:
         src.emit(d, "discard(pos, stop)")
+        if src.shot.sections:  # (the run may be in a call section: Builder.stray, from its first piece of words)
+            src.emit(d, "if B.field is not None and (B.section is not None or not buf[pos:stop].isspace()): "
+                        "B.stray(pos, stop, buf)")
     again = "" if target is config else f"s = {number[id(target)]}; "  # (the config the scan runs in again)
     same = target.info.scanner is info.scanner
     if after is None or not same:

@@ -318,7 +318,9 @@ class OneShot:
         if text.role == "text":
             build.text(buf[pos:end])
         else:
-            build.discard(pos, end, buf)  # text the grammar reads and keeps nowhere
+            build.discard(pos, end)  # text the grammar reads and keeps nowhere
+            if build.field is not None and (build.section is not None or not buf[pos:end].isspace()):
+                build.stray(pos, end, buf)  # (in a call section: reported)
         return config, end, end < wanted or config.info.scanner is not info.scanner
 
 
@@ -432,7 +434,7 @@ class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
     __slots__ = ("output", "frames", "tools", "max_region", "closer", "shifting", "at", "origin", "discarded",
-                 "spans", "events", "extended", "memo", "section", "errors")
+                 "spans", "events", "extended", "memo", "field", "section", "errors")
 
     def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
                  closer: Callable[[Region, bool], Closer], origin: int, events: list[Event] | None = None,
@@ -452,18 +454,19 @@ class Builder:
         self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
         #: The parse's memoised searches (scanner._search's), which the generic and the compiled walk hand each other.
         self.memo: dict[str, Any] | None = None
-        self.section: SectionRun | None = None  # the run of text in a call section under way (see new_run)
+        self.field: str | None = None  # the call section the run of text under way is in (see new_run)
+        self.section: SectionRun | None = None  # ... and what of it is not whitespace, from its first such piece
         self.errors: list[dict[str, Any]] = []  # its problems, as the session reports them
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds, copied: where a draft rewinds to (the session's RegionBuilder.state)."""
         return (copy_json(self.output), [f.copy() for f in self.frames], self.discarded,
                 [list(span) for span in self.spans], None if self.events is None else len(self.events),
-                None if self.section is None else self.section.copy(), copy_json(self.errors))
+                self.field, None if self.section is None else self.section.copy(), copy_json(self.errors))
 
     def restore(self, state: tuple[Any, ...]) -> None:
         """Take a :meth:`state` back (once: it is not copied again); the events made since are dropped."""
-        self.output, frames, self.discarded, self.spans, events, self.section, self.errors = state
+        self.output, frames, self.discarded, self.spans, events, self.field, self.section, self.errors = state
         self.frames[:] = frames
         if self.events is not None:
             del self.events[events:]
@@ -524,17 +527,24 @@ class Builder:
     def new_run(self, field: str | None) -> None:
         """A run of text that goes into no field starts: in the call section of ``field`` (else None). The run
         before it ends, and its problem is kept (the session's ParserCore.end_run)."""
-        if self.section is not None and (problem := self.section.problem()) is not None:
-            self.errors.append(problem)
-            if self.events is not None:
-                self.events.append({"type": "parse_error", **problem})  # type: ignore[arg-type]
-        self.section = None if field is None else SectionRun(field)
+        if self.section is not None:
+            if (problem := self.section.problem()) is not None:
+                self.errors.append(problem)
+                if self.events is not None:
+                    self.events.append({"type": "parse_error", **problem})  # type: ignore[arg-type]
+            self.section = None
+        self.field = field
 
-    def discard(self, start: int, end: int, buf: str | None = None) -> None:
-        """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted); ``buf``:
-        the buffer, where the text may be part of a call section's run."""
-        if buf is not None and self.section is not None:
-            self.section.add(buf[start:end], start - self.origin)
+    def stray(self, start: int, end: int, buf: str) -> None:
+        """Buffer text ``[start, end)`` of the run in a call section (called from its first piece that is not
+        whitespace on)."""
+        if self.section is None:
+            assert self.field is not None
+            self.section = SectionRun(self.field)
+        self.section.add(buf[start:end], start - self.origin)
+
+    def discard(self, start: int, end: int) -> None:
+        """Buffer text ``[start, end)`` goes into no field (what of it is the prompt's is not counted)."""
         start, end = max(start - self.origin, 0), end - self.origin
         if end > start:
             self.discarded += end - start
