@@ -371,7 +371,8 @@ def test_text_in_a_call_read_from_tags_is_reported_not_lost(what: str, body: str
     if stray is None:
         assert "errors" not in call and "parse_errors" not in message
     else:
-        assert [e["code"] for e in call["errors"]] == ["parse.stray_text"] and repr(stray) in call["errors"][0]["message"]
+        assert [e["code"] for e in call["errors"]] == ["parse.stray_text"]
+        assert repr(stray) in call["errors"][0]["message"]
         (entry,) = message["parse_errors"]
         start, end = entry["span"]
         assert entry["code"] == "parse.stray_text" and stray in text[start:end]

@@ -4,8 +4,8 @@ Wherever the specialised parser gives a message, it is the session's message for
 strictly, keys in the same order), in lenient and in strict mode; wherever it declines, ``parse_response``
 is the session's. The outputs: each grammar's golden samples, transcripts and format-drift rewrites, and
 mutants of the goldens (a piece cut out, repeated, or the output cut off), more of them under
-``HYPOTHESIS_PROFILE=deep``, and text written into a call (section) outside every call (argument). The share it takes is held
-too, so that a change which makes it decline everything cannot pass for exact.
+``HYPOTHESIS_PROFILE=deep``, and text written into a call (section) outside every call (argument). The share it
+takes is held too, so that a change which makes it decline everything cannot pass for exact.
 """
 
 from __future__ import annotations

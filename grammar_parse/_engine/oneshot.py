@@ -31,8 +31,8 @@ from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import (Frame, SectionRun, Storer, call_section_states, component_path, missing_fields, region_callbacks, region_storer, region_value,
-                      store, without_empty)
+from .regions import (Frame, SectionRun, Storer, call_section_states, component_path, missing_fields,
+                      region_callbacks, region_storer, region_value, store, without_empty)
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce

@@ -559,6 +559,7 @@ class SectionRun:
         run.start, run.end, run.quote = self.start, self.end, self.quote
         return run
 
+
 #: Where a grammar keeps its regions' value functions (see region_value), per process.
 _REGION_VALUES = "region_values"
 
@@ -695,6 +696,6 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
     return on_close
 
 
-__all__ = ["STRAY_QUOTE", "Frame", "RegionBuilder", "Report", "SectionRun", "Storer", "call_section_states", "component_path", "component_storer",
-           "missing_fields", "region_callbacks", "region_storer", "region_value", "store", "store_component",
-           "trailing_space", "without_empty"]
+__all__ = ["MAX_SALVAGED", "STRAY_QUOTE", "Frame", "RegionBuilder", "Report", "SectionRun", "Storer",
+           "call_section_states", "component_path", "component_storer", "missing_fields", "region_callbacks",
+           "region_storer", "region_value", "store", "store_component", "trailing_space", "without_empty"]
