@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements, text_outside
+from .delimiters import LiteralMatcher, RegexMatcher
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
 from .shapes import CONTENT
@@ -362,12 +363,16 @@ class RegionBuilder:
             if not rest:
                 break
             text, captures = rest, {}
-            for matcher in openers:
-                hit = matcher.search(rest, 0)
-                if hit is not None and hit[1] > hit[0] and not rest[:hit[0]].strip():
-                    text = rest[hit[1]:]
-                    match = hit[2]
-                    captures = {} if match is None else {k: v for k, v in match.groupdict().items() if v is not None}
+            for matcher in openers:  # (the rest is stripped: an opener written again starts it)
+                if isinstance(matcher, LiteralMatcher):
+                    literal = next((lit for lit in matcher.literals if rest.startswith(lit)), None)
+                    if literal:
+                        text = rest[len(literal):]
+                        break
+                elif isinstance(matcher, RegexMatcher) and (match := matcher.match(rest, 0)) is not None \
+                        and match.end() > 0:
+                    text = rest[match.end():]
+                    captures = {k: v for k, v in match.groupdict().items() if v is not None}
                     break
             more = salvage_calls(region, text, captures, {}, problem)
             if not more.calls or len(more.rest) >= len(rest):
