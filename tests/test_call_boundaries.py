@@ -469,3 +469,24 @@ def test_a_call_left_unclosed_before_the_next_is_still_two_calls(name: str, rewr
         == [(f["name"], f["arguments"]) for f in want]
     with pytest.raises(gp.GrammarParseError):
         parse(name, case, strict=True)
+
+
+def test_a_flood_of_calls_in_one_broken_region_is_read_a_bounded_number_of_times(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call after the first is salvaged from the text left, which is read again: MAX_SALVAGED more at
+    most, so a block holding a flood of call objects costs linear work; the calls past the bound are text."""
+    from grammar_parse._engine import regions
+
+    read = [0]
+    salvage = regions.salvage_calls
+
+    def counted(region: Any, body: str, *args: Any) -> Any:
+        read[0] += len(body)
+        return salvage(region, body, *args)
+    monkeypatch.setattr(regions, "salvage_calls", counted)
+    calls = 3 * regions.MAX_SALVAGED
+    body = "\n".join('{"name": "f%d", "arguments": {}}' % i for i in range(calls))
+    message = gp.parse_response(f"<tool_call>\n{body}\n</tool_call>", "qwen3", prefix="", strict=False)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == [f"f{i}" for i in range(regions.MAX_SALVAGED + 1)]
+    assert message["content"].startswith('{"name": "f%d"' % (regions.MAX_SALVAGED + 1))  # (not lost: text)
+    assert read[0] <= (regions.MAX_SALVAGED + 1) * len(body)
