@@ -44,6 +44,9 @@ DS = "<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call�
 DS_WEATHER = DS.format(name="get_weather", args='{"city": "Paris"}')
 DS_TIME = DS.format(name="get_time", args='{"tz": "UTC"}')
 DS_PROMPT = "<｜Assistant｜></think>"
+DS3 = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
+DS3_WEATHER = DS3.format(name="get_weather", args='{"city": "Paris"}')
+DS3_TIME = DS3.format(name="get_time", args='{"tz": "UTC"}')
 DSML = [("deepseek_v32", "<｜DSML｜"), ("deepseek_v4", "<｜DSML｜"), ("deepseek_v41", "<｜DSML｜ ")]
 
 
@@ -130,6 +133,17 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str]]]] = [
     ("deepseek_v31", "<｜Assistant｜><think>", "Maybe " + DS_WEATHER, {"reasoning_content": "Maybe " + DS_WEATHER}, []),
     ("deepseek_v31", DS_PROMPT, "Write <｜tool▁call▁begin｜>NAME to start.",
      {"content": "Write <｜tool▁call▁begin｜>NAME to start."}, []),
+    # ... and DeepSeek V3's (0324, R1-0528: the fenced form, the same slip)
+    ("deepseek_v3", "<｜Assistant｜>", "Let me check.\n" + DS3_WEATHER, {"content": "Let me check.", "tool_calls": [WEATHER]},
+     [("repair.tool_call_section", DS3_WEATHER)]),
+    ("deepseek_v3", "<｜Assistant｜>", "<think>Weather.</think>" + DS3_WEATHER + DS3_TIME + "<｜tool▁calls▁end｜> ok",
+     {"reasoning_content": "Weather.", "content": "ok", "tool_calls": [WEATHER, call("get_time", {"tz": "UTC"})]},
+     [("repair.tool_call_section", DS3_WEATHER), ("repair.tool_call_section", DS3_TIME + "<｜tool▁calls▁end｜>")]),
+    ("deepseek_v3", "<｜Assistant｜>", DS3_WEATHER[:-len("<｜tool▁call▁end｜>")] + "<｜end▁of▁sentence｜>",
+     {"tool_calls": [WEATHER]}, [("repair.tool_call_section", DS3_WEATHER[:-len("<｜tool▁call▁end｜>")])]),
+    ("deepseek_v3", "<｜Assistant｜>", "<think>Maybe " + DS3_WEATHER, {"reasoning_content": "Maybe " + DS3_WEATHER}, []),
+    ("deepseek_v3", "<｜Assistant｜>", "Write <｜tool▁call▁begin｜>function to start.",
+     {"content": "Write <｜tool▁call▁begin｜>function to start."}, []),
     # ... and DeepSeek V3.2's and V4's DSML invokes without their block (SGLang's tests: V4 "frequently")
     *[(g, DS_PROMPT, "Let me look.\n" + dsml(prefix), {"content": "Let me look.", "tool_calls": [WEATHER]},
        [("repair.tool_call_section", dsml(prefix))]) for g, prefix in DSML],
