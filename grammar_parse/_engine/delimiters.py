@@ -902,5 +902,11 @@ class Repeat:
 Matcher = LiteralMatcher | RegexMatcher | ValueEnd | Repeat
 
 
+def captured(match: Any) -> dict[str, str]:
+    """A delimiter match's named groups that took part in it (a region's captures); {} for no match (a literal's,
+    a lowered search's)."""
+    return {} if match is None else {k: v for k, v in match.groupdict().items() if v is not None}
+
+
 __all__ = ["PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress",
-           "RegexMatcher", "Repeat", "ValueEnd", "edge_undecided", "search_budget", "tail_repeat"]
+           "RegexMatcher", "Repeat", "ValueEnd", "captured", "edge_undecided", "search_budget", "tail_repeat"]

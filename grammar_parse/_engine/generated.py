@@ -237,7 +237,7 @@ def _end_run(src: _Source, config: Config, d: int) -> None:
     """The run of text under way in ``config`` ends (Builder.new_run): only a run of text that goes into no field
     can be in a call section, and one is under way only in a config whose run it is."""
     if src.shot.sections and config.run is not None and config.run.role != "text":
-        src.emit(d, "if B.section is not None: B.new_run(None)")
+        src.emit(d, "if B.section.start is not None: B.new_run(None)")
 
 
 def _slot(memo: str, keys: dict[str, int]) -> str:
@@ -270,7 +270,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             _end_run(src, config, d)
             if text.role != "text":
                 field = src.shot.sections.get(config.top)
-                src.emit(d, f"B.field = {'None' if field is None else src.const(field)}")
+                src.emit(d, f"B.section.field = {'None' if field is None else src.const(field)}")
     cut = info.text_sensitive and config.run is not text
     if cut:  # (the text terminal decides the state for the next character only: scan again after it)
         src.emit(d, f"stop = pos + 1 if {end} - pos > 1 else {end}")
@@ -285,7 +285,8 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
     else:
         src.emit(d, "discard(pos, stop)")
         if src.shot.sections:  # (the run may be in a call section: Builder.stray, from its first piece of words)
-            src.emit(d, "if B.field is not None and (B.section is not None or not buf[pos:stop].isspace()): "
+            src.emit(d, "sr = B.section")
+            src.emit(d, "if sr.field is not None and (sr.start is not None or not buf[pos:stop].isspace()): "
                         "B.stray(pos, stop, buf)")
     again = "" if target is config else f"s = {number[id(target)]}; "  # (the config the scan runs in again)
     same = target.info.scanner is info.scanner

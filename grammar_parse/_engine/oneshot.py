@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import GrammarParseError
 from .content.xml import reads_elements, reports_stray, text_outside
+from .delimiters import captured
 from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
@@ -211,7 +212,7 @@ class OneShot:
                     if not config.explored:
                         self._explore(config)
                     build.at = len(buf)
-                    if build.section is not None:
+                    if build.section.start is not None:
                         build.new_run(None)
                     build.act(config.end_actions)  # (at a cut-off end, the reductions it still makes)
             if not config.ended:
@@ -284,7 +285,7 @@ class OneShot:
             step = config.steps.get(term.name)
             if step is None:
                 raise Decline  # a delimiter the grammar does not take here
-            if build.section is not None:  # (the run of text before it ends)
+            if build.section.start is not None:  # (the run of text before it ends)
                 build.new_run(None)
             build.shifting, build.at = (term, buf[at:end], hit[2]), at
             build.act(step.actions)
@@ -308,7 +309,7 @@ class OneShot:
             step = config.text_step
             if step is None:
                 raise Decline
-            if text.role != "text" or build.section is not None:  # (a run ends, another starts)
+            if text.role != "text" or build.section.start is not None:  # (a run ends, another starts)
                 build.new_run(self.sections.get(top) if text.role != "text" else None)
             build.at = pos
             build.act(step.actions)
@@ -319,8 +320,9 @@ class OneShot:
             build.text(buf[pos:end])
         else:
             build.discard(pos, end)  # text the grammar reads and keeps nowhere
-            if build.field is not None and (build.section is not None or not buf[pos:end].isspace()):
-                build.stray(pos, end, buf)  # (in a call section: reported)
+            run = build.section
+            if run.field is not None and (run.start is not None or not buf[pos:end].isspace()):
+                build.stray(pos, end, buf)  # (in a call section: reported; a piece of whitespace first adds nothing)
         return config, end, end < wanted or config.info.scanner is not info.scanner
 
 
@@ -434,7 +436,7 @@ class Builder:
     """The regions and the message, as the session's RegionBuilder makes them for top-level regions."""
 
     __slots__ = ("output", "frames", "tools", "max_region", "closer", "shifting", "at", "origin", "discarded",
-                 "spans", "events", "extended", "memo", "field", "section", "errors")
+                 "spans", "events", "extended", "memo", "section", "errors")
 
     def __init__(self, output: Message, frames: list[Open], tools: ToolTypes | None, max_region: int,
                  closer: Callable[[Region, bool], Closer], origin: int, events: list[Event] | None = None,
@@ -454,19 +456,18 @@ class Builder:
         self.at = 0  # where in the buffer the step under way is (the delimiter's start, or the text's)
         #: The parse's memoised searches (scanner._search's), which the generic and the compiled walk hand each other.
         self.memo: dict[str, Any] | None = None
-        self.field: str | None = None  # the call section the run of text under way is in (see new_run)
-        self.section: SectionRun | None = None  # ... and what of it is not whitespace, from its first such piece
+        self.section = SectionRun()  # the run of text under way that goes into no field (see new_run)
         self.errors: list[dict[str, Any]] = []  # its problems, as the session reports them
 
     def state(self) -> tuple[Any, ...]:
         """What the builder holds, copied: where a draft rewinds to (the session's RegionBuilder.state)."""
         return (copy_json(self.output), [f.copy() for f in self.frames], self.discarded,
                 [list(span) for span in self.spans], None if self.events is None else len(self.events),
-                self.field, None if self.section is None else self.section.copy(), copy_json(self.errors))
+                self.section.copy(), copy_json(self.errors))
 
     def restore(self, state: tuple[Any, ...]) -> None:
         """Take a :meth:`state` back (once: it is not copied again); the events made since are dropped."""
-        self.output, frames, self.discarded, self.spans, events, self.field, self.section, self.errors = state
+        self.output, frames, self.discarded, self.spans, events, self.section, self.errors = state
         self.frames[:] = frames
         if self.events is not None:
             del self.events[events:]
@@ -490,9 +491,7 @@ class Builder:
                 if shifting is None:
                     self.push(what.region, {}, "")
                 else:
-                    match = shifting[2]
-                    captures = {k: v for k, v in match.groupdict().items() if v is not None} \
-                        if match is not None else {}
+                    captures = captured(shifting[2])
                     if shifting[0].repair is not None and shifting[0].region is what.region:
                         raise Decline  # (a repaired opener: reported, or passed through in strict mode)
                     self.push(what.region, captures, shifting[1])
@@ -527,20 +526,14 @@ class Builder:
     def new_run(self, field: str | None) -> None:
         """A run of text that goes into no field starts: in the call section of ``field`` (else None). The run
         before it ends, and its problem is kept (the session's ParserCore.end_run)."""
-        if self.section is not None:
-            if (problem := self.section.problem()) is not None:
-                self.errors.append(problem)
-                if self.events is not None:
-                    self.events.append({"type": "parse_error", **problem})  # type: ignore[arg-type]
-            self.section = None
-        self.field = field
+        if (problem := self.section.close()) is not None:
+            self.errors.append(problem)
+            if self.events is not None:
+                self.events.append({"type": "parse_error", **problem})  # type: ignore[arg-type]
+        self.section.field = field
 
     def stray(self, start: int, end: int, buf: str) -> None:
-        """Buffer text ``[start, end)`` of the run in a call section (called from its first piece that is not
-        whitespace on)."""
-        if self.section is None:
-            assert self.field is not None
-            self.section = SectionRun(self.field)
+        """Buffer text ``[start, end)`` of the run in a call section."""
         self.section.add(buf[start:end], start - self.origin)
 
     def discard(self, start: int, end: int) -> None:

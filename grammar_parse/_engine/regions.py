@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from ..errors import ERROR_CODES, ParseError
 from .content.xml import reads_elements, text_outside
-from .delimiters import LiteralMatcher, RegexMatcher
+from .delimiters import LiteralMatcher, RegexMatcher, captured
 from .events import Event, Message, RegionChunk, RegionOpen
 from .grammar import Grammar, Region, Terminal
 from .shapes import CONTENT
@@ -322,7 +322,7 @@ class RegionBuilder:
         """A call made of its arguments holds text outside every argument (:func:`stray_text`): its value does
         not read it, so the call carries a ``parse.stray_text`` error and the message a ``parse_errors`` entry
         over the call, in both modes (the arguments are certain; nothing is lost unsaid)."""
-        message = f"text inside the call outside every argument: {stray[:80]!r}"
+        message = f"text inside the call outside every argument: {stray[:STRAY_QUOTE]!r}"
         frame.problems.append({"key": "", "entry": "", "message": message, "code": "parse.stray_text"})
         self._report("parse.stray_text", message, frame.field,
                      [frame.start - self.prefix_len, self._position() - self.prefix_len])
@@ -357,8 +357,8 @@ class RegionBuilder:
         the region's opener is written again (its captures naming the call) or from the text itself; at most
         MAX_SALVAGED more (each search reads the rest again), and the text left."""
         calls = list(calls)
-        openers = [t.matcher for t in self._grammar.terminals.values()
-                   if t.role == "open" and t.region is region and t.matcher is not None]
+        terminals = self._grammar.terminals
+        openers = [terminals[name].matcher for name in self._grammar.format.calls[region.rule].openers]
         for _ in range(MAX_SALVAGED):
             if not rest:
                 break
@@ -372,7 +372,7 @@ class RegionBuilder:
                 elif isinstance(matcher, RegexMatcher) and (match := matcher.match(rest, 0)) is not None \
                         and match.end() > 0:
                     text = rest[match.end():]
-                    captures = {k: v for k, v in match.groupdict().items() if v is not None}
+                    captures = captured(match)
                     break
             more = salvage_calls(region, text, captures, {}, problem)
             if not more.calls or len(more.rest) >= len(rest):
@@ -504,13 +504,13 @@ def call_section_states(grammar: Grammar) -> Mapping[int, str]:
     dropped silently. Made once per grammar and process."""
     found: dict[int, str] | None = grammar.tables.shared.get(_SECTION_STATES)
     if found is None:
-        wrapped = {rule for rule, layout in grammar.format.calls.items() if layout.wrapper is not None}
+        fields = {name: grammar.regions[rule].field for rule, layout in grammar.format.calls.items()
+                  if layout.wrapper is not None for name in layout.openers}
         found = {}
         for state, info in grammar.tables.states.items():
-            opener = next((term for term, *_ in info.scanner.entries if term.role == "open"
-                           and term.region is not None and term.region.rule in wrapped), None)
-            if opener is not None and opener.region is not None:
-                found[state] = opener.region.field
+            field = next((fields[t.name] for t in info.watch if t.name in fields), None)
+            if field is not None:
+                found[state] = field
         found = grammar.tables.shared.setdefault(_SECTION_STATES, found)
     return found
 
@@ -523,20 +523,24 @@ STRAY_QUOTE = 80
 
 
 class SectionRun:
-    """A run of text inside a call section, outside every call (see call_section_states), as it arrives: what of
-    it is not whitespace, from its first such character to its last, and the first STRAY_QUOTE characters from
-    there. Whatever the chunking, the run gives the same problem (:meth:`problem`), decided when it ends."""
+    """The run of text under way that goes into no field, where it stands in a call section (``field``: the call
+    region's, set where the run starts; None elsewhere, see call_section_states): what of it is not whitespace,
+    from its first such character to its last, and the first STRAY_QUOTE characters from there. Ended at the next
+    delimiter, run or the end of the output (:meth:`close`), it gives the same problem whatever the chunking. The
+    session's ledger and the specialised one-shot parser's builder each keep one."""
 
     __slots__ = ("field", "start", "end", "quote")
 
-    def __init__(self, field: str) -> None:
-        self.field = field
+    def __init__(self) -> None:
+        self.field: str | None = None
         self.start: int | None = None  # (None: nothing but whitespace so far)
         self.end = 0
         self.quote = ""
 
     def add(self, text: str, start: int) -> None:
-        """Text of the run, at output offset ``start``."""
+        """Text of the run, at output offset ``start`` (none of it kept outside a call section)."""
+        if self.field is None:
+            return
         if self.start is None:
             body = text.lstrip()
             if not body:
@@ -550,18 +554,21 @@ class SectionRun:
         if tail:
             self.end = start + tail
 
-    def problem(self) -> dict[str, Any] | None:
-        """The run's ``parse.stray_text`` problem (a parse_errors entry), None where it held only whitespace or
-        began in the replayed prompt (negative offsets: not the output's)."""
-        if self.start is None or self.start < 0:
+    def close(self) -> dict[str, Any] | None:
+        """The run ends: its ``parse.stray_text`` problem (a parse_errors entry), None where it held only
+        whitespace, was in no call section, or began in the replayed prompt (negative offsets: not the
+        output's). Ready for the next run."""
+        field, start, end, quote = self.field, self.start, self.end, self.quote
+        self.field, self.start, self.end, self.quote = None, None, 0, ""
+        if field is None or start is None or start < 0:
             return None
-        quote = self.quote[:self.end - self.start]
-        return {"code": "parse.stray_text", "field": self.field, "span": [self.start, self.end],
-                "message": f"text inside the {self.field} section outside every call was dropped: {quote!r}"}
+        return {"code": "parse.stray_text", "field": field, "span": [start, end],
+                "message": f"text inside the {field} section outside every call was dropped: "
+                           f"{quote[:end - start]!r}"}
 
     def copy(self) -> SectionRun:
-        run = SectionRun(self.field)
-        run.start, run.end, run.quote = self.start, self.end, self.quote
+        run = SectionRun()
+        run.field, run.start, run.end, run.quote = self.field, self.start, self.end, self.quote
         return run
 
 
@@ -683,8 +690,7 @@ def _opener(term: Terminal) -> Callable[[RegionBuilder], None]:
                 builder._push(region, {}, builder._position(), "")
                 return
             _, start, opened, match = shifting
-            captures = {k: v for k, v in match.groupdict().items() if v is not None} if match is not None else {}
-            builder._push(region, captures, start, opened)
+            builder._push(region, captured(match), start, opened)
         return on_open
 
     def on_text(builder: RegionBuilder) -> None:

@@ -123,7 +123,7 @@ class _Ledger:
     field (``discarded``), every span with ``trace=True``, the lines of the output that have left the
     buffer (for an error's line and column), and the run of text in a call section under way."""
 
-    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start", "field", "section")
+    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start", "section")
 
     def __init__(self, trace: bool) -> None:
         self.errors: list[dict[str, Any]] = []
@@ -132,8 +132,7 @@ class _Ledger:
         # How many newlines the output before the buffer held, and the output offset where its last line starts.
         self.lines_before = 0
         self.line_start = 0
-        self.field: str | None = None  # the call section the run of text under way is in (see ParserCore.text)
-        self.section: SectionRun | None = None  # ... and what of it is not whitespace, from its first such piece
+        self.section = SectionRun()  # the run of text under way that goes into no field (see _Syntax.text)
 
     def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> Event | None:
         """Keep a problem with its stable code, field and output span: the ``parse_error`` event that tells
@@ -150,9 +149,7 @@ class _Ledger:
     def discard(self, start: int, end: int, text: str | None = None) -> None:
         """Note output text ``[start, end)`` that went into no field (the prompt's part of it excluded); ``text``:
         what it is, where it may be part of a call section's run (``section``)."""
-        if text is not None and self.field is not None and (self.section is not None or not text.isspace()):
-            if self.section is None:
-                self.section = SectionRun(self.field)
+        if text is not None and self.section.field is not None:
             self.section.add(text, start)
         if end <= start or end <= 0:
             return
@@ -187,14 +184,14 @@ class _Ledger:
     def state(self) -> tuple[Any, ...]:
         """A copy of what is kept, but the trace (a draft cuts the trace back itself)."""
         return [list(d) for d in self.discarded], copy_json(self.errors), self.lines_before, self.line_start, \
-            self.field, None if self.section is None else self.section.copy()
+            self.section.copy()
 
     def restore(self, state: tuple[Any, ...]) -> None:
         """Take a :meth:`state` (copied: a replay's is shared); the lists stay the same objects."""
-        discarded, errors, self.lines_before, self.line_start, self.field, section = state
+        discarded, errors, self.lines_before, self.line_start, section = state
         self.discarded[:] = [list(d) for d in discarded]
         self.errors[:] = copy_json(errors)
-        self.section = None if section is None else section.copy()
+        self.section = section.copy()
 
 
 # ---------------------------------------------------------------------------- drafts (grammar_parse._engine.drafts)
@@ -708,11 +705,11 @@ class _Syntax:
             self.ledger.discard(start, start + len(text))
             return
         if self.run is not term:
-            if self.ledger.section is not None:
+            if self.ledger.section.start is not None:
                 self.end_run()
             self.run = None
             if term.role == "unclaimed":  # (in a call section: reported where it is more than whitespace)
-                self.ledger.field = self.sections.get(self.stack[-1])
+                self.ledger.section.field = self.sections.get(self.stack[-1])
             self.shift(term.name)  # (the text itself never goes to the parser: no copy)
             self.run = term
         if term.role != "text":
@@ -751,7 +748,7 @@ class _Syntax:
     def delimiter(self, term: Terminal, text: str, at: int, captures: Any, start: int) -> None:
         """Shift the delimiter ``term``, matched as ``text`` at stream offset ``at`` (output offset ``start``)
         with ``captures`` (its named groups)."""
-        if self.ledger.section is not None:
+        if self.ledger.section.start is not None:
             self.end_run()
         self.run = None
         if self.trace is not None and text:
@@ -765,8 +762,7 @@ class _Syntax:
         """The run of text under way ends (a delimiter, other text, the end) holding text in a call section
         outside every call (see regions.call_section_states): it is reported, in both modes
         (errors.REPORTED_IN_STRICT: the calls around it are certain)."""
-        section, self.ledger.section, self.ledger.field = self.ledger.section, None, None
-        if section is not None and (problem := section.problem()) is not None:
+        if (problem := self.ledger.section.close()) is not None:
             self.record(problem["code"], problem["message"], problem["field"], problem["span"])
 
     def accepted_text(self) -> Terminal | None:
@@ -789,7 +785,7 @@ class _Syntax:
 
     def end(self) -> None:
         """The end of the output."""
-        if self.ledger.section is not None:
+        if self.ledger.section.start is not None:
             self.end_run()
         self.run = None
         if not feed(self.table, self.stack, "$END", self.callbacks, self.regions, self.end_state):
