@@ -275,7 +275,8 @@ class OneShot:
                 if term.role == "open" and top and end < n:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
-                if term.role == "close" and not top or (at, term.name) == last_empty:
+                if term.role == "close" and not any(f.region is term.region for f in build.frames) \
+                        or (at, term.name) == last_empty:
                     if draft.region is not None:  # (the session goes back to the draft first)
                         config, pos, last_empty, drafts, draft = draft.rewind(build)
                         continue

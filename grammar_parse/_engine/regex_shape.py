@@ -260,6 +260,8 @@ def _firsts(items: list[Any]) -> set[str] | None:
             return inner
         rest = _firsts(items[1:])  # (an optional item: a match may start with what follows it)
         return None if rest is None else inner | rest
+    if op is sre.ASSERT and av[0] == 1:  # a lookahead: the character at the match is one its text starts with
+        return _firsts(list(av[1]))
     return None
 
 

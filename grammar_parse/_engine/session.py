@@ -1112,7 +1112,7 @@ class ResponseParser:
                     # (transformers); any zero-width delimiter firing twice in one place would loop.
                     marker = (self._base + start, term.name)
                     frames = self._syntax.frames
-                    idle = term.role == "close" and not (frames and frames[-1].region is term.region)
+                    idle = term.role == "close" and not any(f.region is term.region for f in frames)
                     if term.role == "open" and frames and frames[-1].region is term.region \
                             and end < len(buf):
                         # A lookahead opener inside its own open region (a `{` in the JSON it opened) is
