@@ -579,3 +579,61 @@ def test_a_call_of_arguments_left_unclosed_streams_as_one_shot(name: str, data: 
     chunks = data.draw(chunkings(case.text))
     for strict in (False, True):
         assert parse(name, case, strict, chunks)[0] == parse(name, case, strict)[0]
+
+
+# ---------------------------------------------------------------------------- a call the turn's end closes
+@cache
+def ended_by_turn(name: str) -> Sample | None:
+    """A golden sample without problems whose last call is followed by the end of turn (after its close and any
+    section end, whitespace between), rewritten with the call's close and what follows it up to the end of turn
+    left out (``<tool_call>{...}<|im_end|>``), else None."""
+    grammar = gp.load_grammar(name)
+    for sample in golden(name):
+        if "parse_errors" in sample.expected or not sample.expected.get("tool_calls"):
+            continue
+        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+        for i, (close, term) in enumerate(found):
+            region = term.region
+            if term.role != "close" or region is None or region.field != "tool_calls" or region.parent is not None \
+                    or close["end"] == close["start"]:
+                continue
+            j = i + 1  # (past the section's end and the like: no opener, nothing but whitespace between them)
+            while j < len(found) and found[j][1].name != "END_OF_TURN" and found[j][1].role != "open" \
+                    and not sample.text[found[j - 1][0]["end"]:found[j][0]["start"]].strip():
+                j += 1
+            if j < len(found) and found[j][1].name == "END_OF_TURN" \
+                    and not sample.text[found[j - 1][0]["end"]:found[j][0]["start"]].strip():
+                return replace(sample, text=sample.text[:close["start"]] + sample.text[found[j][0]["start"]:])
+    return None
+
+
+ENDED_BY_TURN = [n for n in GRAMMARS if ended_by_turn(n) is not None]
+
+
+def test_the_grammars_with_calls_the_turn_may_end_are_covered() -> None:
+    assert {"qwen3", "kimi_k2", "deepseek_v3", "deepseek_v31", "qwen3_coder", "minimax_m2", "glm47", "smollm3",
+            "granite4", "lfm2", "olmo3", "cohere2", "minimax_m1", "plamo3"} <= set(ENDED_BY_TURN)
+
+
+@pytest.mark.parametrize("name", ENDED_BY_TURN)
+def test_a_call_the_turn_ends_before_its_close_is_the_call(name: str) -> None:
+    """Both modes: the end-of-turn token ends the call whose close the model left out, as the output's end would
+    (it was the call's text: lenient mode salvaged the call and put the token in the content, strict mode raised);
+    the message is the sample's, every character accounted for."""
+    case = ended_by_turn(name)
+    assert case is not None
+    for strict in (False, True):
+        message, parser = parse(name, case, strict=strict)
+        account(parser, case.text)
+        assert message == jsonable(case.expected)
+
+
+@pytest.mark.parametrize("name", ENDED_BY_TURN)
+@settings(max_examples=examples(10), deadline=None)
+@given(data=st.data())
+def test_a_call_the_turn_ends_streams_as_one_shot(name: str, data: st.DataObject) -> None:
+    case = ended_by_turn(name)
+    assert case is not None
+    chunks = data.draw(chunkings(case.text))
+    for strict in (False, True):
+        assert parse(name, case, strict, chunks)[0] == parse(name, case, strict)[0]

@@ -176,6 +176,8 @@ def _delimiters(grammar: Grammar, region: Region) -> set[str]:
                 lead = ""
             if lead:
                 out.add(lead)
+            elif terminal.matcher.heads and terminal.matcher.pattern.startswith("(?="):
+                out.update(terminal.matcher.heads)  # (a zero-width close: the text its lookahead reads ends the call)
             elif name in closers:
                 # (llama3_pythonic's (?<=\)\]): a string holding ")]" would end the call)
                 raise Unsupported(f"the call region's closer {name} starts with no literal text, so a string "
