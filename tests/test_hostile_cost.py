@@ -359,3 +359,60 @@ BIG_FEEDS = [
 @pytest.mark.parametrize("grammar, head, unit", BIG_FEEDS)
 def test_the_sweeps_worst_big_feeds_cost_linear_time(grammar, head, unit):
     assert big_feed_cost(grammar, head, unit) is None
+
+
+# ---------------------------------------------------------------------------- a delimiter's automaton
+#: Counted repeats that read the same characters one after another make a delimiter's automaton count both:
+#: its states grow with the product of their bounds (8,500 states and 14 s to build for two of 128, a minute for
+#: two of 256), and a stream that needs the automaton for a pending match would stall while it is built.
+COSTS = [
+    (r'<f name=[^"<>\s]{1,128}"?[^<>\n]{0,128}>', 128 * 128),  # (an optional quote between them: still adjacent)
+    (r'(?=<f\s{0,8}name=[^<>\n]{1,256}>)', 0),  # (space, then a literal: nothing counted twice)
+    (r'<t>\s{0,16}[^\s<]{1,256}\s{0,16}<', 0),  # (the classes do not overlap; the name must read one)
+    (r'a[^<]{0,256}?\s{0,16}<', 256 * 16),  # (whitespace is in both)
+    (r'(?:x{1,64}|y)z?x{0,64}', 64 * 64),  # (in a group, then after it)
+    (r'\w{1,100}-\w{1,100}', 0),  # (a character between them that both must pass)
+]
+
+
+@pytest.mark.parametrize("pattern, cost", COSTS, ids=[c[0] for c in COSTS])
+def test_the_automaton_cost_counts_adjacent_overlapping_repeats(pattern: str, cost: int) -> None:
+    from grammar_parse._engine.regex_shape import automaton_cost
+
+    assert automaton_cost(pattern) == cost
+
+
+EXPLODING = r"""//@ grammar_parse 1
+//@ region content {"content": "text"}
+//@ region tool_calls {"repeats": true, "scope": {"arguments": {}}, "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}}
+//@ region parameter {"parent": "tool_calls", "key": "arguments", "entry_key": "{key}", "content": "text"}
+start: content?
+content: (CONTENT_TEXT | tool_calls)+
+tool_calls: TOOL_CALLS_OPEN (TOOL_CALLS_TEXT | parameter)* TOOL_CALLS_CLOSE
+parameter: PARAMETER_OPEN PARAMETER_TEXT* PARAMETER_CLOSE
+TOOL_CALLS_OPEN: /<call name=(?P<name>[^"<>\s]{1,200})"?[^<>\n]{0,200}>/
+TOOL_CALLS_CLOSE: "</call>"
+PARAMETER_OPEN: /<p (?P<key>\w+)>/
+PARAMETER_CLOSE: "</p>"
+%declare CONTENT_TEXT TOOL_CALLS_TEXT PARAMETER_TEXT
+"""
+
+
+def test_a_delimiter_whose_automaton_would_explode_streams_without_it() -> None:
+    """Such an authored delimiter (or a template's) gets no automaton: its pending match is matched again as
+    the stream grows (bounded by the pattern's width), where building the automaton took minutes; the stream
+    gives the one-shot message character by character."""
+    from grammar_parse._engine.grammar import build_grammar
+    from grammar_parse._engine.regex_shape import AUTOMATON_BUDGET, automaton_cost
+
+    grammar = build_grammar(EXPLODING, source_name="exploding.lark")
+    opener = grammar.terminals["TOOL_CALLS_OPEN"].matcher
+    assert isinstance(opener, RegexMatcher) and automaton_cost(opener.pattern) > AUTOMATON_BUDGET
+    text = 'Hi <call name=get_weather" extra="1"><p city>Paris</p></call> bye'
+    parser = gp.ResponseParser(grammar, "")
+    for character in text:
+        parser.feed(character)
+    assert parser.finalize()[0] == gp.parse_response(text, grammar, prefix="") == {
+        "content": "Hi  bye", "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                                              "arguments": {"city": "Paris"}}}]}
+    assert opener.forwards == (None, None) and opener._automaton is None

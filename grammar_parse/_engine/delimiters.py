@@ -31,7 +31,9 @@ import regex
 from .linear_regex import LinearRegex
 from .regex_safety import sre, sre_parse
 from .regex_shape import (
+    AUTOMATON_BUDGET,
     UNBOUNDED,
+    automaton_cost,
     backtracking_risk,
     first_chars,
     first_chars_after_space,
@@ -491,6 +493,21 @@ class PlainState:
             return value
 
 
+def _automaton_of(source: str) -> Automaton | None:
+    """The automaton of regex ``source``, or None where interegular cannot build a faithful one (lookbehinds,
+    backreferences, syntax it lacks) or where building it would stall the stream that asked for it: counted
+    repeats reading the same characters one after another, past AUTOMATON_BUDGET (regex_shape.automaton_cost;
+    an authored pattern or a template's may hold them). Without it a pending match is matched again instead."""
+    if automaton_cost(source) > AUTOMATON_BUDGET:
+        return None
+    try:
+        import interegular
+
+        return Automaton(interegular.parse_pattern(source).to_fsm())
+    except Exception:  # noqa: BLE001 - syntax interegular lacks
+        return None
+
+
 class RegexMatcher(PlainState):
     """A regular expression delimiter, searched with the ``regex`` module (DOTALL unless authored otherwise).
     It pickles as plain data (:class:`PlainState`)."""
@@ -541,14 +558,8 @@ class RegexMatcher(PlainState):
         """The pattern's automaton (anchors dropped), or None where interegular cannot build a faithful one."""
         if self.lookaround:
             return None
-        try:
-            import interegular
-
-            stripped = strip_anchors(unnamed(self.pattern))
-            source = stripped if not self.flags & regex.DOTALL else f"(?s:{stripped})"
-            return Automaton(interegular.parse_pattern(source).to_fsm())
-        except Exception:  # noqa: BLE001 - lookbehinds, backreferences, regex-only syntax
-            return None
+        stripped = strip_anchors(unnamed(self.pattern))
+        return _automaton_of(stripped if not self.flags & regex.DOTALL else f"(?s:{stripped})")
 
     @cached_property
     def _forward(self) -> Automaton | None:
@@ -563,12 +574,7 @@ class RegexMatcher(PlainState):
         body = trailing_lookahead_as_text(source)
         if body is None:
             return None
-        try:
-            import interegular
-
-            return Automaton(interegular.parse_pattern(body if not self.flags & regex.DOTALL else f"(?s:{body})").to_fsm())
-        except Exception:  # noqa: BLE001 - syntax interegular lacks
-            return None
+        return _automaton_of(body if not self.flags & regex.DOTALL else f"(?s:{body})")
 
     @cached_property
     def _forward_at_start(self) -> Automaton | None:
@@ -595,13 +601,7 @@ class RegexMatcher(PlainState):
             return None
         source = "".join(("" if at_start else r"[^\s\S]") if tok == ("char", "^") else tok[1]
                          for tok in regex_atoms(pattern))
-        try:
-            import interegular
-
-            source = source if not self.flags & regex.DOTALL else f"(?s:{source})"
-            return Automaton(interegular.parse_pattern(source).to_fsm())
-        except Exception:  # noqa: BLE001 - syntax interegular lacks
-            return None
+        return _automaton_of(source if not self.flags & regex.DOTALL else f"(?s:{source})")
 
     @property
     def exact_pending(self) -> bool:
