@@ -654,3 +654,40 @@ def test_a_value_that_mentions_the_call_opener_stays_the_value(name: str) -> Non
         assert len(message["tool_calls"]) == len(sample.expected["tool_calls"])
         assert "parse_errors" not in message
         assert any(mention.strip() in str(v) for v in message["tool_calls"][index]["function"]["arguments"].values())
+
+
+# ---------------------------------------------------------------------------- any call whose close is left out
+@cache
+def first_close_cut(name: str) -> Sample | None:
+    """A golden sample without problems with two calls or more, rewritten with the first call's close left out
+    (whatever follows it: the next call, a message header, the section's end), else None."""
+    grammar = gp.load_grammar(name)
+    for sample in golden(name):
+        if "parse_errors" in sample.expected or len(sample.expected.get("tool_calls") or []) < 2:
+            continue
+        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+        close = next((s for s, term in found if term.role == "close" and term.region is not None
+                      and term.region.field == "tool_calls" and term.region.parent is None and s["end"] > s["start"]),
+                     None)
+        if close is not None:
+            return replace(sample, text=sample.text[:close["start"]] + sample.text[close["end"]:])
+    return None
+
+
+FIRST_CLOSE_CUT = [n for n in GRAMMARS if first_close_cut(n) is not None]
+#: Whose calls are not all kept yet: lfm2's list of calls left open runs on over the text after it to the next list
+#: (its JSON does not parse then); minimax_m3's calls read from tags keep the next call's tags as the first's.
+KEEPS_NOT_ALL = {"lfm2", "minimax_m3"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not yet"))
+                                  if n in KEEPS_NOT_ALL else n for n in FIRST_CLOSE_CUT])
+def test_a_call_whose_close_is_left_out_keeps_the_calls_after_it(name: str) -> None:
+    """Lenient mode, every grammar: the first call's close left out, the message still has every call, named as
+    the sample names them (the arguments of a call read as text may keep what follows it)."""
+    case = first_close_cut(name)
+    assert case is not None
+    message, parser = parse(name, case, strict=False)
+    account(parser, case.text)
+    assert [c["function"]["name"] for c in message.get("tool_calls") or []] == \
+        [c["function"]["name"] for c in case.expected["tool_calls"]]
