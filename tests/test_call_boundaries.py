@@ -17,6 +17,7 @@ The samples are the grammars' golden samples rewritten as tests/test_drift.py's 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -408,6 +409,16 @@ def reported_outputs(name: str) -> list[tuple[str, str, Any]]:
     return out
 
 
+def with_delimiters(name: str, calls: int) -> Iterator[tuple[Sample, list[tuple[dict[str, Any], Any]]]]:
+    """Each golden sample without problems that has ``calls`` calls or more, with its delimiters' spans and
+    terminals, in the output's order."""
+    grammar = gp.load_grammar(name)
+    for sample in golden(name):
+        if "parse_errors" in sample.expected or len(sample.expected.get("tool_calls") or []) < calls:
+            continue
+        yield sample, [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+
+
 # ---------------------------------------------------------------------------- a call left unclosed before the next
 #: The call shapes whose region holds one call read as JSON (a region's broken body is salvaged call by call).
 JSON_CALL_MODES = ("json_key", "json_body")
@@ -419,11 +430,7 @@ def unclosed_pairs(name: str) -> tuple[Sample, Sample | None] | None:
     rewritten with the first call's close left out (``<tool_call>{a}<tool_call>{b}</tool_call>``, as Qwen2.5
     writes it at times) and, where the call object names its function (not the opener), with both calls in one
     block (``<tool_call>{a}{b}</tool_call>``; else None)."""
-    grammar = gp.load_grammar(name)
-    for sample in golden(name):
-        if "parse_errors" in sample.expected or len(sample.expected.get("tool_calls") or []) < 2:
-            continue
-        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+    for sample, found in with_delimiters(name, 2):
         for (close, term), (opener, next_term) in zip(found, found[1:]):
             region = term.region
             if term.role == "close" and next_term.role == "open" and region is not None and next_term.region is region \
@@ -498,11 +505,7 @@ def unclosed_component_call(name: str) -> Sample | None:
     """A golden sample without problems with two calls made of their arguments, one right after the other,
     rewritten with the first call's close left out (``<tool_call><function=a>...<tool_call><function=b>...``): the
     next call's opener ends the call, else None."""
-    grammar = gp.load_grammar(name)
-    for sample in golden(name):
-        if "parse_errors" in sample.expected or len(sample.expected.get("tool_calls") or []) < 2:
-            continue
-        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+    for sample, found in with_delimiters(name, 2):
         for (close, term), (_opener, next_term) in zip(found, found[1:]):
             region = term.region
             if term.role == "close" and next_term.role == "open" and region is not None and next_term.region is region \
@@ -582,11 +585,7 @@ def ended_by_turn(name: str) -> Sample | None:
     """A golden sample without problems whose last call is followed by the end of turn (after its close and any
     section end, whitespace between), rewritten with the call's close and what follows it up to the end of turn
     left out (``<tool_call>{...}<|im_end|>``), else None."""
-    grammar = gp.load_grammar(name)
-    for sample in golden(name):
-        if "parse_errors" in sample.expected or not sample.expected.get("tool_calls"):
-            continue
-        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+    for sample, found in with_delimiters(name, 1):
         for i, (close, term) in enumerate(found):
             region = term.region
             if term.role != "close" or region is None or region.field != "tool_calls" or region.parent is not None \
@@ -661,11 +660,7 @@ def test_a_value_that_mentions_the_call_opener_stays_the_value(name: str) -> Non
 def first_close_cut(name: str) -> Sample | None:
     """A golden sample without problems with two calls or more, rewritten with the first call's close left out
     (whatever follows it: the next call, a message header, the section's end), else None."""
-    grammar = gp.load_grammar(name)
-    for sample in golden(name):
-        if "parse_errors" in sample.expected or len(sample.expected.get("tool_calls") or []) < 2:
-            continue
-        found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
+    for sample, found in with_delimiters(name, 2):
         close = next((s for s, term in found if term.role == "close" and term.region is not None
                       and term.region.field == "tool_calls" and term.region.parent is None and s["end"] > s["start"]),
                      None)
