@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
 
 import pytest
@@ -630,14 +631,22 @@ def test_a_hostile_output_with_thousands_of_problems_costs_about_its_parse():
     from grammar_parse.view import MAX_SUMMARY
 
     text = "<tool_call>{bad</tool_call>x" * 2500 + "<|im_end|>junk"
-    started = time.perf_counter()
-    parser = gp.ResponseParser("qwen3", "", strict=False, trace=True)
-    parser.feed(text)
-    parser.finalize()
-    parse = time.perf_counter() - started
-    started = time.perf_counter()
+
+    def cost(run: Callable[[], object]) -> float:  # (CPU time, best of 3: another process's load or a collection moves one run)
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            run()
+            best = min(best, time.process_time() - started)
+        return best
+
+    def parse_it() -> None:
+        parser = gp.ResponseParser("qwen3", "", strict=False, trace=True)
+        parser.feed(text)
+        parser.finalize()
+    parse = cost(parse_it)
+    view = cost(lambda: to_html(text, "qwen3"))
     page_html = to_html(text, "qwen3")
-    view = time.perf_counter() - started
     assert view < 4 * parse + 0.2
     page = Page()
     page.feed(page_html)
