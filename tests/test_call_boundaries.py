@@ -570,7 +570,7 @@ def stripped_values(message: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", UNCLOSED_COMPONENT)
-@settings(max_examples=examples(10), deadline=None)
+@settings(max_examples=examples(0.1), deadline=None)
 @given(data=st.data())
 def test_a_call_of_arguments_left_unclosed_streams_as_one_shot(name: str, data: st.DataObject) -> None:
     case = data.draw(st.sampled_from([c for c in (unclosed_component_call(name), unclosed_argument_and_call(name)) if c]))
@@ -623,7 +623,7 @@ def test_a_call_the_turn_ends_before_its_close_is_the_call(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ENDED_BY_TURN)
-@settings(max_examples=examples(10), deadline=None)
+@settings(max_examples=examples(0.1), deadline=None)
 @given(data=st.data())
 def test_a_call_the_turn_ends_streams_as_one_shot(name: str, data: st.DataObject) -> None:
     case = ended_by_turn(name)
