@@ -670,16 +670,13 @@ def first_close_cut(name: str) -> Sample | None:
 
 
 FIRST_CLOSE_CUT = [n for n in GRAMMARS if first_close_cut(n) is not None]
-#: Whose calls are not all kept yet: lfm2's list of calls left open runs on over the text after it to the next list
-#: (its JSON does not parse then); minimax_m3's calls read from tags keep the next call's tags as the first's.
-KEEPS_NOT_ALL = {"lfm2", "minimax_m3"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not yet"))
-                                  if n in KEEPS_NOT_ALL else n for n in FIRST_CLOSE_CUT])
+@pytest.mark.parametrize("name", FIRST_CLOSE_CUT)
 def test_a_call_whose_close_is_left_out_keeps_the_calls_after_it(name: str) -> None:
     """Lenient mode, every grammar: the first call's close left out, the message still has every call, named as
-    the sample names them (the arguments of a call read as text may keep what follows it)."""
+    the sample names them (the arguments of a call read as text may keep what follows it; lfm2's list left open
+    before text and the next list is reported as parse.json, its calls kept and the text after them content)."""
     case = first_close_cut(name)
     assert case is not None
     message, parser = parse(name, case, strict=False)
