@@ -377,7 +377,7 @@ COSTS = [
 
 @pytest.mark.parametrize("pattern, cost", COSTS, ids=[c[0] for c in COSTS])
 def test_the_automaton_cost_counts_adjacent_overlapping_repeats(pattern: str, cost: int) -> None:
-    from grammar_parse._engine.regex_shape import automaton_cost
+    from grammar_parse._engine.regex_safety import automaton_cost
 
     assert automaton_cost(pattern) == cost
 
@@ -403,7 +403,7 @@ def test_a_delimiter_whose_automaton_would_explode_streams_without_it() -> None:
     the stream grows (bounded by the pattern's width), where building the automaton took minutes; the stream
     gives the one-shot message character by character."""
     from grammar_parse._engine.grammar import build_grammar
-    from grammar_parse._engine.regex_shape import AUTOMATON_BUDGET, automaton_cost
+    from grammar_parse._engine.regex_safety import AUTOMATON_BUDGET, automaton_cost
 
     grammar = build_grammar(EXPLODING, source_name="exploding.lark")
     opener = grammar.terminals["TOOL_CALLS_OPEN"].matcher

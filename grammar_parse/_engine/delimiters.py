@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from .linear_regex import LinearRegex
-from .regex_safety import sre, sre_parse
+from .regex_safety import AUTOMATON_BUDGET, automaton_cost, sre, sre_parse
 from .regex_shape import (
-    AUTOMATON_BUDGET,
     UNBOUNDED,
-    automaton_cost,
     backtracking_risk,
     first_chars,
     first_chars_after_space,
@@ -496,7 +494,7 @@ class PlainState:
 def _automaton_of(source: str) -> Automaton | None:
     """The automaton of regex ``source``, or None where interegular cannot build a faithful one (lookbehinds,
     backreferences, syntax it lacks) or where building it would stall the stream that asked for it: counted
-    repeats reading the same characters one after another, past AUTOMATON_BUDGET (regex_shape.automaton_cost;
+    repeats reading the same characters one after another, past AUTOMATON_BUDGET (regex_safety.automaton_cost;
     an authored pattern or a template's may hold them). Without it a pending match is matched again instead."""
     if automaton_cost(source) > AUTOMATON_BUDGET:
         return None

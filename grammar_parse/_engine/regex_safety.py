@@ -874,5 +874,73 @@ def refusal(pattern: str, flags: int = regex.DOTALL) -> RegexSafetyError | None:
     return None
 
 
-__all__ = ["CATEGORY_SOURCE", "EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_EDGES", "MAX_POSITIONS", "MAX_REPEAT",
-           "BacktrackingProfile", "RegexSafetyError", "analyse", "parse_pattern", "refusal", "sre", "sre_parse"]
+# ---------------------------------------------------------------------------- the cost of an automaton
+#: States past which a delimiter's automaton is not built (see automaton_cost): 64 x 64 took 1 s.
+AUTOMATON_BUDGET = 2048
+
+
+def automaton_cost(pattern: str, flags: int = regex.DOTALL) -> int:
+    """A bound on how many states the pattern's finite automaton needs because of counted repeats that read the
+    same characters one after the other (``[^"<]{1,128}"?[^<]{0,128}``: the automaton must count both, 8,500
+    states and 14 s to build at 128, a minute at 256): the sum over such pairs of their bounds' product. A
+    pattern beyond AUTOMATON_BUDGET gets no automaton (its construction would stall the stream that needs it).
+    0 where the parser cannot read the pattern (nor, then, can the automaton's builder)."""
+    try:
+        parsed, stand_ins = parse_pattern(pattern, flags)
+    except RegexSafetyError:
+        return 0
+    return _sequence_cost(list(parsed), flags, _Alphabet(parsed, stand_ins))
+
+
+def _sequence_cost(items: list[Any], flags: int, alphabet: _Alphabet) -> int:
+    cost = 0
+    counted: list[tuple[int, int | None]] = []  # (bound, character mask) of the counted repeats still adjacent
+    for op, av in _groups_inlined(items):
+        if op in _REPEATS and 1 < av[1] < _UNBOUNDED:
+            body = list(av[2])
+            mask = alphabet.mask(body[0][0], body[0][1], flags) if len(body) == 1 and body[0][0] in _CLASS_OPS else None
+            cost += sum(bound * av[1] for bound, other in counted if mask is None or other is None or mask & other)
+            # (one that must read a character ends the adjacency of those before it)
+            counted = [*counted, (av[1], mask)] if av[0] == 0 else [(av[1], mask)]
+        elif op in (sre.SUBPATTERN, sre.BRANCH):
+            # (a group that may start with a counted repeat follows those before it, one that may end with one
+            # comes before what follows: taken as reading anything)
+            first = _edge_bound(op, av, flags, 0)
+            cost += sum(bound * first for bound, _ in counted) if first > 1 else 0
+            last = _edge_bound(op, av, flags, -1)
+            counted = [(last, None)] if last > 1 else []
+        elif not (op in _REPEATS and av[0] == 0):  # (an optional item keeps the repeats before it adjacent)
+            counted = []
+        if op in _NESTING:
+            cost += sum(_sequence_cost(list(body), inner_flags, alphabet) for body, inner_flags in _inside(op, av, flags))
+    return cost
+
+
+def _groups_inlined(items: list[Any]) -> Iterable[tuple[Any, Any]]:
+    """The items of a sequence with the items of its groups in their place (a group without flags of its own, a
+    capture's too: what is adjacent stays adjacent across its edges)."""
+    for op, av in items:
+        if op is sre.SUBPATTERN and not av[1] and not av[2]:
+            yield from _groups_inlined(list(av[-1]))
+        else:
+            yield op, av
+
+
+def _edge_bound(op: Any, av: Any, flags: int, edge: int) -> int:
+    """The bound of a counted repeat one parsed group may start (``edge`` 0) or end (-1) with, the largest over
+    its alternatives; 1 where each starts (ends) with something else."""
+    bound = 1
+    for body, inner_flags in _inside(op, av, flags):
+        items = list(_groups_inlined(list(body)))
+        if not items:
+            continue
+        op2, av2 = items[edge]
+        if op2 in _REPEATS and av2[1] < _UNBOUNDED:
+            bound = max(bound, av2[1])
+        elif op2 in (sre.SUBPATTERN, sre.BRANCH):
+            bound = max(bound, _edge_bound(op2, av2, inner_flags, edge))
+    return bound
+
+
+__all__ = ["AUTOMATON_BUDGET", "CATEGORY_SOURCE", "EXPAND_LIMIT", "MAX_AMBIGUITY", "MAX_DEGREE", "MAX_EDGES", "MAX_POSITIONS", "MAX_REPEAT",
+           "BacktrackingProfile", "RegexSafetyError", "analyse", "automaton_cost", "parse_pattern", "refusal", "sre", "sre_parse"]

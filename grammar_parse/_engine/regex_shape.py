@@ -134,99 +134,6 @@ def _literal_items(pattern: str, flags: int) -> list[Any] | None:
         return None
 
 
-#: Characters a class is sampled on to tell whether two repeated classes overlap (ASCII and a few others).
-_SAMPLE = [chr(c) for c in range(128)] + ["\u00a0", "\u00e9", "\u3000", "\u4e2d", "\uff5c"]
-#: Automaton states past which its construction is not attempted (see automaton_cost): 64 x 64 took 1 s.
-AUTOMATON_BUDGET = 2048
-
-
-def automaton_cost(pattern: str, flags: int = regex.DOTALL) -> int:
-    """A bound on how many states the pattern's finite automaton needs because of counted repeats that read the
-    same characters one after the other (``[^"<]{1,128}"?[^<]{0,128}``: the automaton must count both, 8,500
-    states and 14 s to build at 128, a minute at 256): the sum over such pairs of their bounds' product. A
-    pattern beyond AUTOMATON_BUDGET gets no automaton (its construction would stall the stream that needs it).
-    0 where the stdlib parser cannot read the pattern (nor, then, can the automaton's builder)."""
-    try:
-        items = list(sre_parse.parse(unnamed(pattern), _std_flags(flags)))
-    except Exception:  # noqa: BLE001 - syntax only `regex` knows
-        return 0
-    return _sequence_cost(items)
-
-
-def _sequence_cost(items: list[Any]) -> int:
-    cost = 0
-    counted: list[tuple[int, frozenset[str] | None]] = []  # (bound, sample chars) of the repeats still adjacent
-    for op, av in items:
-        if op in _ANY_REPEAT and av[1] > 1 and av[1] < sre.MAXREPEAT:
-            chars = _class_sample(list(av[2]))
-            for bound, other in counted:
-                if chars is None or other is None or chars & other:
-                    cost += bound * av[1]
-            # (one that must read a character ends the adjacency of those before it)
-            counted = [*counted, (av[1], chars)] if av[0] == 0 else [(av[1], chars)]
-        elif op in (sre.SUBPATTERN, sre.BRANCH) and (inner := _largest_bound(op, av)) > 1:
-            # (a group holding a counted repeat may end with it: taken as one that reads anything)
-            cost += sum(bound * inner for bound, _ in counted)
-            counted = [(inner, None)]
-        elif not (op in _ANY_REPEAT and av[0] == 0):  # (an optional item keeps the repeats before it adjacent)
-            counted = []
-        for body in _bodies(op, av):
-            cost += _sequence_cost(body)
-    return cost
-
-
-def _largest_bound(op: Any, av: Any) -> int:
-    """The largest finite bound of a counted repeat inside one parsed item (1 where there is none)."""
-    return max((av2[1] if op2 in _ANY_REPEAT and av2[1] < sre.MAXREPEAT else _largest_bound(op2, av2)
-                for body in _bodies(op, av) for op2, av2 in body), default=1)
-
-
-def _bodies(op: Any, av: Any) -> list[list[Any]]:
-    """The sequences nested in one parsed item (a group's, each alternative's, a repeat's, an assertion's)."""
-    if op is sre.SUBPATTERN:
-        return [list(av[-1])]
-    if op is sre.BRANCH:
-        return [list(alternative) for alternative in av[1]]
-    if op in _ANY_REPEAT:
-        return [list(av[2])]
-    if op in (sre.ASSERT, sre.ASSERT_NOT):
-        return [list(av[1])]
-    if op is getattr(sre, "ATOMIC_GROUP", None):
-        return [list(av)]
-    return []
-
-
-def _class_sample(body: list[Any]) -> frozenset[str] | None:
-    """The sample characters a one-character repeat body reads, None where the body is more than one."""
-    if len(body) != 1:
-        return None
-    op, av = body[0]
-    if op is sre.LITERAL:
-        return frozenset({chr(av)})
-    if op is sre.NOT_LITERAL:
-        return frozenset(c for c in _SAMPLE if c != chr(av))
-    if op is sre.ANY:
-        return frozenset(_SAMPLE)
-    if op is sre.IN and all(item_op is sre.NEGATE or item_op in _IN_TESTS for item_op, _ in av):
-        negate = any(item_op is sre.NEGATE for item_op, _ in av)
-        return frozenset(c for c in _SAMPLE if negate != any(
-            item_op is not sre.NEGATE and _IN_TESTS[item_op](c, item_av) for item_op, item_av in av))
-    return None  # (a category or class the sample cannot be taken of: counted as overlapping)
-
-
-_CATEGORIES: dict[Any, Any] = {
-    sre.CATEGORY_SPACE: str.isspace, sre.CATEGORY_NOT_SPACE: lambda c: not c.isspace(),
-    sre.CATEGORY_DIGIT: str.isdigit, sre.CATEGORY_NOT_DIGIT: lambda c: not c.isdigit(),
-    sre.CATEGORY_WORD: lambda c: c.isalnum() or c == "_", sre.CATEGORY_NOT_WORD: lambda c: not (c.isalnum() or c == "_"),
-}
-#: Whether a sample character is in one item of a class.
-_IN_TESTS: dict[Any, Any] = {
-    sre.LITERAL: lambda c, av: c == chr(av),
-    sre.RANGE: lambda c, av: av[0] <= ord(c) <= av[1],
-    sre.CATEGORY: lambda c, av: _CATEGORIES.get(av, lambda _c: True)(c),
-}
-
-
 def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
     """The characters every match of ``pattern`` starts with, or None when that is not a small known set
     (the pattern can match empty, starts with an assertion or a broad class, ignores case, ...).
@@ -565,6 +472,6 @@ def spellings(items: object, limit: int = 256) -> list[str]:
     return out
 
 
-__all__ = ["AUTOMATON_BUDGET", "REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "automaton_cost", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
            "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]
