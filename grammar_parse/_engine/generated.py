@@ -317,7 +317,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         top = f"frames and frames[-1].region is {src.const(term.region)}"
         if term.role == "open":  # (it looks at a character the walk routes first)
             src.emit(d + 1, f"if end < n and {top}: rc = {here}; rp = pos; break")
-        elif term.role == "close":  # (the rest of the output is left unparsed: the walk discards it)
+        elif term.role == "close":  # (regions.idle_close, written out: the walk discards the rest of the output)
             src.emit(d + 1, f"if all(f.region is not {src.const(term.region)} for f in frames): rc = {here}; rp = pos; break")
         name = src.const(term.name)
         src.emit(d + 1, f"if le == (at, {name}): rc = {here}; rp = pos; break")

@@ -32,8 +32,8 @@ from .drafts import closes_at, interrupts
 from .events import Event, Message
 from .grammar import Grammar, Region, Terminal
 from .reading import JsonEnd, copy_json
-from .regions import (Frame, SectionRun, Storer, call_section_states, component_path, missing_fields,
-                      region_callbacks, region_storer, region_value, store, without_empty)
+from .regions import (Frame, SectionRun, Storer, call_section_states, component_path, idle_close,
+                      missing_fields, region_callbacks, region_storer, region_value, store, without_empty)
 from .salvage import check_calls
 from .scanner import SearchCache, scan_searches
 from .tables import RuleHandle, feed, reduce
@@ -275,8 +275,7 @@ class OneShot:
                 if term.role == "open" and top and end < n:
                     config, pos, _ = self._route(config, buf, end, end + 1, build)  # the character it looked at
                     continue
-                if term.role == "close" and not any(f.region is term.region for f in build.frames) \
-                        or (at, term.name) == last_empty:
+                if idle_close(term, build.frames) or (at, term.name) == last_empty:
                     if draft.region is not None:  # (the session goes back to the draft first)
                         config, pos, last_empty, drafts, draft = draft.rewind(build)
                         continue
@@ -639,9 +638,8 @@ def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., A
                 value = tools.apply(value, elements=elements)
             if join and not isinstance(value, str):
                 raise Decline
-            if is_call and not (type(value) is dict and type(fn := value.get("function")) is dict
-                                and fn.get("name") not in (None, "")):
-                check_calls(value)  # (a call whose name is there passes it: the one test written out first)
+            if is_call:
+                check_calls(value)
         except GrammarParseError:
             raise Decline from None
         store(build.output, region, value)

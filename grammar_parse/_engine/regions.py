@@ -9,7 +9,7 @@ session through the ``report`` callback, so the session keeps one account of err
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ERROR_CODES, ParseError
@@ -661,6 +661,14 @@ def region_callbacks(grammar: Grammar, closer: Callable[[Region], _C], opener: C
     return built
 
 
+def idle_close(term: Terminal, frames: Sequence[Any]) -> bool:
+    """Whether a zero-width ``term`` does nothing where it matched: a close of a region not open at all (which
+    ends the pass, and leaves the rest of the output unparsed, as transformers does). A close of a region open
+    below the top (an argument whose own close is optional) is not idle: the regions above it close first. The
+    session's walk, the specialised parser's and its compiled walk (generated._shift) share the rule."""
+    return term.role == "close" and all(f.region is not term.region for f in frames)
+
+
 def missing_fields(grammar: Grammar, output: Message) -> list[str]:
     """The required fields ``output`` does not give."""
     return [r.field for r in grammar.regions.values() if not r.spec.optional and r.field not in output]
@@ -708,5 +716,5 @@ def _closer(region: Region) -> Callable[[RegionBuilder], None]:
 
 
 __all__ = ["MAX_SALVAGED", "STRAY_QUOTE", "Frame", "RegionBuilder", "Report", "SectionRun", "Storer",
-           "call_section_states", "component_path", "component_storer", "missing_fields", "region_callbacks",
+           "call_section_states", "component_path", "component_storer", "idle_close", "missing_fields", "region_callbacks",
            "region_storer", "region_value", "store", "store_component", "trailing_space", "without_empty"]

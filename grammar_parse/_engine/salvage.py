@@ -116,6 +116,8 @@ def check_calls(value: Any) -> None:
     """Raise ``parse.tool_call`` if a call in a tool-call region's value has no name: its function is not
     an object, or its name is missing or empty. (A name of another type, such as a list, is transformers'
     own result and is left as it is; the adapters do not send such a call.)"""
+    if type(value) is dict and type(fn := value.get("function")) is dict and fn.get("name") not in (None, ""):
+        return  # (one call with its name: the usual case, on every region close)
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, dict) and "function" in item:
             fn = call_function(item)

@@ -36,7 +36,8 @@ from .grammar import Grammar, Region, StateInfo, Terminal
 from . import generated, oneshot
 from .library import grammar_from_dict, load_grammar
 from .reading import JsonEnd, copy_json, with_json_depth
-from .regions import Frame, RegionBuilder, SectionRun, call_section_states, missing_fields, without_empty
+from .regions import (Frame, RegionBuilder, SectionRun, call_section_states, idle_close, missing_fields,
+                      without_empty)
 from .scanner import HeadsTest, Scanner, Search, SearchCache, any_of
 from .tables import feed, reduce
 from .tools import ToolTypes
@@ -1112,7 +1113,7 @@ class ResponseParser:
                     # (transformers); any zero-width delimiter firing twice in one place would loop.
                     marker = (self._base + start, term.name)
                     frames = self._syntax.frames
-                    idle = term.role == "close" and not any(f.region is term.region for f in frames)
+                    idle = idle_close(term, frames)
                     if term.role == "open" and frames and frames[-1].region is term.region \
                             and end < len(buf):
                         # A lookahead opener inside its own open region (a `{` in the JSON it opened) is
