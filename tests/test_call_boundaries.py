@@ -419,6 +419,16 @@ def with_delimiters(name: str, calls: int) -> Iterator[tuple[Sample, list[tuple[
         yield sample, [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, sample) if s["kind"] == "delimiter"]
 
 
+def closes_before_the_next_call(found: list[tuple[dict[str, Any], Any]]) -> Iterator[int]:
+    """Where in a sample's delimiters (:func:`with_delimiters`) a call's own close comes right before the opener of
+    the same call region (the next call)."""
+    for i, ((close, term), (_opener, next_term)) in enumerate(zip(found, found[1:])):
+        region = term.region
+        if term.role == "close" and next_term.role == "open" and region is not None and next_term.region is region \
+                and region.field == "tool_calls" and region.parent is None and close["end"] > close["start"]:
+            yield i
+
+
 # ---------------------------------------------------------------------------- a call left unclosed before the next
 #: The call shapes whose region holds one call read as JSON (a region's broken body is salvaged call by call).
 JSON_CALL_MODES = ("json_key", "json_body")
@@ -431,16 +441,14 @@ def unclosed_pairs(name: str) -> tuple[Sample, Sample | None] | None:
     writes it at times) and, where the call object names its function (not the opener), with both calls in one
     block (``<tool_call>{a}{b}</tool_call>``; else None)."""
     for sample, found in with_delimiters(name, 2):
-        for (close, term), (opener, next_term) in zip(found, found[1:]):
-            region = term.region
-            if term.role == "close" and next_term.role == "open" and region is not None and next_term.region is region \
-                    and region.field == "tool_calls" and region.parent is None and close["end"] > close["start"] \
-                    and region.shape is not None and region.shape.mode in JSON_CALL_MODES:
+        for i in closes_before_the_next_call(found):
+            (close, term), (opener, _) = found[i], found[i + 1]
+            if term.region.shape is not None and term.region.shape.mode in JSON_CALL_MODES:
                 text = sample.text
                 unclosed = text[:close["start"]] + text[close["end"]:]
                 one_block = text[:close["start"]] + "\n" + text[opener["end"]:]
                 return replace(sample, text=unclosed), \
-                    replace(sample, text=one_block) if region.shape.mode == "json_key" else None
+                    replace(sample, text=one_block) if term.region.shape.mode == "json_key" else None
     return None
 
 
@@ -501,41 +509,28 @@ def test_a_flood_of_calls_in_one_broken_region_is_read_a_bounded_number_of_times
 
 # ------------------------------------------------------------------ a call of arguments left unclosed before the next
 @cache
-def unclosed_component_call(name: str) -> Sample | None:
+def unclosed_component_calls(name: str) -> tuple[Sample, Sample | None] | None:
     """A golden sample without problems with two calls made of their arguments, one right after the other,
-    rewritten with the first call's close left out (``<tool_call><function=a>...<tool_call><function=b>...``): the
-    next call's opener ends the call, else None."""
+    rewritten with the first call's close left out (``<tool_call><function=a>...<tool_call><function=b>...``: the
+    next call's opener ends the call) and, where its last argument's close comes right before it (whitespace
+    between), with that close left out too (the argument keeps its value, as the next key's opener would end
+    it; else None); None where the grammar has no such sample."""
     for sample, found in with_delimiters(name, 2):
-        for (close, term), (_opener, next_term) in zip(found, found[1:]):
-            region = term.region
-            if term.role == "close" and next_term.role == "open" and region is not None and next_term.region is region \
-                    and region.made_of_components and region.parent is None and close["end"] > close["start"]:
-                return replace(sample, text=sample.text[:close["start"]] + sample.text[close["end"]:])
+        for i in closes_before_the_next_call(found):
+            (close, term), text = found[i], sample.text
+            if not term.region.made_of_components:
+                continue
+            unclosed = replace(sample, text=text[:close["start"]] + text[close["end"]:])
+            argument, before = found[i - 1] if i else ({}, None)
+            if before is None or before.role != "close" or before.region is None or before.region.parent is None \
+                    or text[argument["end"]:close["start"]].strip():
+                return unclosed, None
+            return unclosed, replace(sample, text=text[:argument["start"]] + text[argument["end"]:close["start"]] +
+                                     text[close["end"]:])
     return None
 
 
-@cache
-def unclosed_argument_and_call(name: str) -> Sample | None:
-    """:func:`unclosed_component_call` with the first call's last argument left unclosed too, where its close
-    comes right before the call's (whitespace between): the argument keeps its value, as the next key's opener
-    would end it."""
-    case = unclosed_component_call(name)
-    if case is None:
-        return None
-    grammar = gp.load_grammar(name)
-    original = next(s for s in golden(name) if s.name == case.name)
-    found = [(s, grammar.terminals[s["terminal"]]) for s in spans(grammar, original) if s["kind"] == "delimiter"]
-    for (argument, term), (close, next_term) in zip(found, found[1:]):
-        if term.role == "close" and term.region is not None and term.region.parent is not None \
-                and next_term.role == "close" and next_term.region is not None and next_term.region.made_of_components \
-                and not original.text[argument["end"]:close["start"]].strip():
-            text = original.text
-            return replace(original, text=text[:argument["start"]] + text[argument["end"]:close["start"]] +
-                           text[close["end"]:])
-    return None
-
-
-UNCLOSED_COMPONENT = [n for n in GRAMMARS if unclosed_component_call(n) is not None]
+UNCLOSED_COMPONENT = [n for n in GRAMMARS if unclosed_component_calls(n) is not None]
 
 
 def test_the_unclosed_component_call_grammars_are_covered() -> None:
@@ -549,7 +544,9 @@ def test_a_call_of_arguments_left_unclosed_ends_at_the_next_call(name: str) -> N
     """Both modes: the next call's opener ends the call whose close the model left out, wherever it stands (after
     an argument's close, or inside an argument it did not close either); the calls, the content and the problems
     are the sample's, every character accounted for."""
-    for case, unclosed_argument in ((unclosed_component_call(name), False), (unclosed_argument_and_call(name), True)):
+    cases = unclosed_component_calls(name)
+    assert cases is not None
+    for case, unclosed_argument in zip(cases, (False, True)):
         if case is None:
             continue
         want = jsonable(case.expected)
@@ -573,7 +570,7 @@ def stripped_values(message: dict[str, Any]) -> dict[str, Any]:
 @settings(max_examples=examples(0.1), deadline=None)
 @given(data=st.data())
 def test_a_call_of_arguments_left_unclosed_streams_as_one_shot(name: str, data: st.DataObject) -> None:
-    case = data.draw(st.sampled_from([c for c in (unclosed_component_call(name), unclosed_argument_and_call(name)) if c]))
+    case = data.draw(st.sampled_from([c for c in unclosed_component_calls(name) or () if c is not None]))
     chunks = data.draw(chunkings(case.text))
     for strict in (False, True):
         assert parse(name, case, strict, chunks)[0] == parse(name, case, strict)[0]
