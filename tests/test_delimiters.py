@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import always_captured, first_chars, first_chars_after_space, pattern_shape
+from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, first_chars, pattern_shape, space_then_chars
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -134,24 +134,49 @@ def test_named_groups_that_take_part_in_every_match(pattern, expected):
                 assert None not in m.groupdict().values()
 
 
-@pytest.mark.parametrize("pattern, expected", [
-    (r'\s{0,64};\s*(?=\{\s*"name")', ";"),     # llama3_json's separator between calls
-    (r"\s{0,8}to=(?P<name>[^\s<]+)", "t"),     # beam's call opener
-    (r"\s+(?:<a>|\[b)", "<["),
-    (r"\s*", None),                           # nothing after the run
-    (r"<x>\s*", None),                        # no leading run
-    (r"[ \t]*;", None),                       # a run of other than \s
-])
+#: Patterns whose matches are a whitespace run then one of a few characters, with those characters and the
+#: run's longest length (space_then_chars); None: not such a pattern.
+SPACED = [
+    (r'\s{0,64};\s*(?=\{\s*"name")', (";", 64)),     # llama3_json's separator between calls, once
+    (r'(?:\s{0,64};\s*|[ \t\r]{0,64}\n\s{0,64})(?=\{\s*"name")', ("\n;", 64)),   # ... and now
+    (r"\s{0,8}to=(?P<name>[^\s<]+)", ("t", 8)),     # beam's call opener
+    (r"\s+(?:<a>|\[b)", ("<[", UNBOUNDED)),
+    (r"[ \t]*;", (";", UNBOUNDED)),                   # a run of some whitespace characters
+    (r"x|\s{0,3}y", ("xy", 3)),                       # an alternative without a run
+    (r"\s*", None),                                   # nothing after the run
+    (r"<x>\s*", None),                                # no leading run
+    (r"x|y", None),                                   # no run at all (first_chars' case)
+    (r"[ \tx]*;", None),                              # a run of more than whitespace
+    (r"(?i:\s*a)", None),                             # inline flags
+]
+
+
+@pytest.mark.parametrize("pattern, expected", SPACED)
 def test_first_chars_after_a_leading_whitespace_run(pattern, expected):
     """Where a match may start with whitespace, the characters right after it: a chunk without them can
     only start a match in its trailing whitespace, which the fast path holds back."""
-    assert first_chars_after_space(pattern) == expected
+    assert space_then_chars(pattern) == expected
     if expected:
         compiled = regex.compile(pattern, regex.DOTALL)
-        for text in [';  ;{ "name"', ' \n;\t{"name"', "  to=f<x> to=g", " <a> [b\n<a>"]:
+        for text in [';  ;{ "name"', ' \n;\t{"name"', "  to=f<x> to=g", " <a> [b\n<a>", " x  y\t;"]:
             for m in compiled.finditer(text, partial=True):
                 rest = m.group().lstrip(REGEX_SPACE)
-                assert not rest or rest[0] in expected
+                assert not rest or rest[0] in expected[0]
+                assert len(m.group()) - len(rest) <= expected[1]
+
+
+@given(st.sampled_from([p for p, expected in SPACED if expected]),
+       st.lists(st.sampled_from([" ", "\t", "\n", "\u3000", ";", "{", '"name"', "to=", "f", "<a>", "[b", "x", "y"]),
+                max_size=24).map("".join),
+       st.integers(min_value=0, max_value=24))
+@example(r'(?:\s{0,64};\s*|[ \t\r]{0,64}\n\s{0,64})(?=\{\s*"name")', " \n \n;{" + '"name"', 0)
+def test_a_search_by_the_characters_after_the_run_finds_the_regex_match(pattern, buf, pos):
+    """Such a pattern is searched by those characters, then the run before them (RegexMatcher._search_spaced):
+    the same leftmost match as the regex module's own search, which tries every whitespace character."""
+    matcher = RegexMatcher(pattern)
+    expected = matcher.compiled.search(buf, pos)
+    hit = matcher.search(buf, pos)
+    assert (None if hit is None else hit[:2]) == (None if expected is None else expected.span())
 
 
 @given(st.sampled_from([r"\s*<tool_call>", r"\s*(?:<a>|<ab>|\[X)", r"(?:<x>|</x>)\s*", r"\s*<\|im_end\|>\s*"]),

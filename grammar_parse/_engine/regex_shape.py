@@ -209,20 +209,54 @@ def _heads(items: list[Any]) -> set[str] | None:
     return {""}  # (a class, a repeat, an anchor, ...: what follows is not one known text)
 
 
-def first_chars_after_space(pattern: str, flags: int = regex.DOTALL) -> str | None:
-    """For a pattern that starts with a run of ``\\s`` (``\\s*``, ``\\s{0,64}``, ...): the characters every
-    match has right after that run, or None (no such run, or not a small known set).
+def space_then_chars(pattern: str, flags: int = regex.DOTALL) -> tuple[str, int] | None:
+    """For a pattern every match of which is a run of whitespace then one of a few known characters
+    (``\\s{0,64};``, ``(?:\\s{0,64};|[ \\t]{0,64}\\n)``, ``\\s*(?:<a>|\\[b)``): those characters and the
+    run's longest length (``UNBOUNDED``), or None (not such a pattern, or not a small known set).
 
-    A chunk without any of them cannot hold the rest of a match: only a whitespace run at its end can
-    start one, which the session's fast path holds back (as for a leading ``\\s*`` before literals)."""
+    A chunk without any of the characters cannot hold the rest of a match: only a whitespace run at its
+    end can start one, which the session's fast path holds back (as for a leading ``\\s*`` before
+    literals); and a search finds a match by those characters first (RegexMatcher.search), where the
+    regex engine would try a match at every whitespace character."""
     items = _literal_items(pattern, flags)
-    if not items or items[0][0] not in _ANY_REPEAT:
+    found = None if items is None else _space_then(items)
+    return None if found is None or not found[1] else ("".join(sorted(found[0])), found[1])
+
+
+def _space_then(items: list[Any]) -> tuple[set[str], int] | None:
+    """(first characters after a leading whitespace run, the run's longest length) of a parsed sequence."""
+    if not items:
         return None
-    body = list(items[0][1][2])
-    if body != [(sre.IN, [(sre.CATEGORY, sre.CATEGORY_SPACE)])]:
-        return None
-    found = _firsts(items[1:])
-    return "".join(sorted(found)) if found else None
+    op, av = items[0]
+    rest = items[1:]
+    if op in _ANY_REPEAT and _spaces_only(list(av[2])):
+        after = _firsts(rest)
+        return None if after is None else (after, UNBOUNDED if av[1] >= sre.MAXREPEAT else int(av[1]))
+    if op is sre.SUBPATTERN:
+        return None if av[1] else _space_then(list(av[-1]) + rest)  # (inline flags: give up)
+    if op is sre.BRANCH:
+        union: set[str] = set()
+        lead = 0
+        for alternative in av[1]:
+            found = _space_then(list(alternative) + rest)
+            if found is None:
+                return None
+            union |= found[0]
+            lead = max(lead, found[1])
+        return union, lead
+    firsts = _firsts(items)
+    return None if firsts is None else (firsts, 0)
+
+
+def _spaces_only(body: list[Any]) -> bool:
+    """Whether a repeated item reads whitespace only: ``\\s``, or a set or one of whitespace characters."""
+    if len(body) != 1:
+        return False
+    op, av = body[0]
+    if op is sre.LITERAL:
+        return is_regex_space(chr(av))
+    return op is sre.IN and all(item == (sre.CATEGORY, sre.CATEGORY_SPACE)
+                                or item[0] is sre.LITERAL and is_regex_space(chr(item[1])) for item in av)
 
 
 def _firsts(items: list[Any]) -> set[str] | None:
@@ -472,6 +506,6 @@ def spellings(items: object, limit: int = 256) -> list[str]:
     return out
 
 
-__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "first_chars", "first_chars_after_space", "is_regex_space", "last_char",
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "first_chars", "space_then_chars", "is_regex_space", "last_char",
            "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]
