@@ -356,7 +356,7 @@ def _search_steps(pattern: str, unit: str, n: int, limit: float = 1e9, flags: in
 def test_a_search_whose_repeats_cannot_read_over_a_start_reads_each_character_boundedly_often(pattern, unit):
     from grammar_parse._engine.regex_shape import backtracking_risk
 
-    assert not analyse(pattern).rescans and backtracking_risk(pattern) == (None, False)
+    assert not analyse(pattern).rescans and backtracking_risk(pattern) == (None, False, False)
     small = _search_steps(pattern, unit, 5_000)
     assert _search_steps(pattern, unit, 20_000, limit=4.4 * small) <= 4.4 * small  # (4x the text: 4x the steps)
 
@@ -365,9 +365,14 @@ def test_a_search_whose_repeats_cannot_read_over_a_start_reads_each_character_bo
 def test_a_search_whose_repeat_reads_over_a_start_rescans_and_keeps_its_limit(pattern, unit):
     from grammar_parse._engine.regex_shape import backtracking_risk
 
-    assert analyse(pattern).rescans and backtracking_risk(pattern)[1]
+    profile = analyse(pattern)
+    assert profile.rescans and backtracking_risk(pattern)[1:] == (True, not profile.linear)
     small = _search_steps(pattern, unit, 400)
     assert _search_steps(pattern, unit, 1_600) > 10 * small  # (4x the text: about 16x the steps)
+    if profile.linear:  # ... while one match attempt reads the text once: it needs no limit (search_spaced's tries)
+        matcher = _linear(pattern, regex.DOTALL)
+        one = [linear_steps(lambda n=n: matcher.match(unit * (n // len(unit))), memo=False)[0] for n in (400, 1_600)]
+        assert one[1] <= 4.4 * one[0]
 
 
 def test_every_built_in_delimiter_searched_without_a_limit_reads_cut_matches_in_linear_steps():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -90,21 +91,28 @@ def find_literals(buf: str, pos: int, literals: tuple[str, ...], firsts: str) ->
     return best
 
 
-def search_spaced(buf: str, pos: int, spaced: tuple[str, int], match: Callable[[str, int], Any]) -> Any:
-    """The leftmost match of a pattern whose matches are a whitespace run of at most ``run`` characters then
-    one of ``heads`` (regex_shape.space_then_chars), given its ``match`` at a place: the first of those
-    characters at ``c``, then a match tried from each start the run before it allows (none before the
-    whitespace that ends at ``c``, nor more than ``run`` back, nor before the last try), in order; then the
-    next such character. (A match starting before ``c`` reads its head at ``c`` or later, ``run`` at most
-    after its start.)"""
+def search_spaced(buf: str, pos: int, spaced: tuple[tuple[str, ...], int], matcher: RegexMatcher) -> Any:
+    """The leftmost match of a pattern whose matches are a whitespace run of at most ``run`` characters then one
+    of ``heads`` (regex_shape.space_then_chars): the first of those texts at ``c``, then a match tried from
+    each start the run before it allows (none before the whitespace that ends at ``c``, nor more than ``run``
+    back, nor before the last try), in order; then the next. (A match starting before ``c`` reads its head at
+    ``c`` or later, ``run`` at most after its start.)
+
+    Where heads come every few characters and start no match, the pattern's own search from there, which is
+    then as quick. A try runs without a time limit where one attempt is linear (the limit costs 1 µs a try);
+    tries that could still read the same text again from each head are limited as a whole, as the pattern's
+    search would be: past its budget the linear matcher searches on."""
     heads, run = spaced
-    nexts = dict.fromkeys(heads, -2)  # each character's next place (-2: not looked for yet)
+    attempt = matcher.compiled.match if not matcher._attempt_limit else matcher.match
+    deadline = perf_counter() + search_budget(len(buf) - pos) if matcher.limit else None
+    nexts = dict.fromkeys(heads, -2)  # each text's next place (-2: not looked for yet)
     floor = pos
+    tries = 0
     while True:
         c = -1
-        for ch, at in nexts.items():
+        for head, at in nexts.items():
             if at == -2 or -1 < at < floor:
-                at = nexts[ch] = buf.find(ch, floor)
+                at = nexts[head] = buf.find(head, floor)
             if at >= 0 and (c < 0 or at < c):
                 c = at
         if c < 0:
@@ -113,10 +121,15 @@ def search_spaced(buf: str, pos: int, spaced: tuple[str, int], match: Callable[[
         while start > lo and is_regex_space(buf[start - 1]):
             start -= 1
         for s in range(start, c + 1):
-            m = match(buf, s)
+            m = attempt(buf, s)
             if m is not None:
                 return m
         floor = c + 1
+        tries += 1
+        if tries > _DENSE_TRIES and tries * 32 > floor - pos:
+            return matcher.searched(buf, floor)
+        if deadline is not None and not tries % _DENSE_TRIES and perf_counter() > deadline:
+            return matcher.after_timeout(buf, floor)
 
 
 class Progress:
@@ -366,6 +379,9 @@ _TIMED_OUT = object()
 #: The longest leading whitespace run a search by the characters after it (RegexMatcher._search_spaced)
 #: walks back over: past it (``\s*;``) the compiled search, whose tries are the same (search_spaced).
 _SPACED_RUN = 256
+#: After this many heads in a row that start no match, a few characters apart, search_spaced hands over to
+#: the pattern's own search (a text dense with them: beam's ``to=`` heads in prose about "to").
+_DENSE_TRIES = 16
 
 #: What an end-sensitive assertion becomes for partial matching (see edge_undecided): it also needs text
 #: after it, so at the end of the buffer it is undecided (a partial match) instead of decided.
@@ -560,9 +576,10 @@ class RegexMatcher(PlainState):
         self.zero_width = self.compiled.match("") is not None
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
         #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.
-        self.risk, timed = backtracking_risk(pattern, flags)
+        self.risk, timed, attempt_timed = backtracking_risk(pattern, flags)
         # (a limit only where needed: passing ``timeout=None`` costs about 1 µs a search)
         self.limit = timed
+        self._attempt_limit = attempt_timed  # (one match attempt's, see search_spaced)
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         # (DOTALL or not: the lowered form has no dot)
@@ -577,7 +594,7 @@ class RegexMatcher(PlainState):
         #: For ``\s{0,64};...`` (a leading whitespace run, then known characters): those characters (see
         #: space_then_chars); the fast path then holds a trailing whitespace run, as for ``\s*<lit>``.
         spaced = None if self.zero_width or self.first_chars or self.lowered else space_then_chars(pattern, flags)
-        self.spaced_first_chars = None if spaced is None else spaced[0]
+        self.spaced_first_chars = None if spaced is None else "".join(sorted({head[0] for head in spaced[0]}))
         # ... and a search finds them first, then tries the run before each (at most this long): the regex
         # engine's own search tries a match at every whitespace character (llama3_json's separator: 45 ns a
         # character of a long argument; ~1 ns this way)
@@ -730,17 +747,18 @@ class RegexMatcher(PlainState):
         lowered = self.lowered
         if lowered is not None:
             return self._search_lowered(buf, pos, lowered)
-        m: Any
-        if self._spaced is not None:
-            m = search_spaced(buf, pos, self._spaced, self.match)
-        elif not self.limit:
-            m = self.compiled.search(buf, pos)
-        else:
-            try:
-                m = self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos))
-            except TimeoutError:
-                m = self.after_timeout(buf, pos)
+        spaced = self._spaced
+        m = self.searched(buf, pos) if spaced is None else search_spaced(buf, pos, spaced, self)
         return None if m is None else (m.start(), m.end(), m)
+
+    def searched(self, buf: str, pos: int) -> Any:
+        """The compiled pattern's own search: a match or None (past its time limit, the linear matcher's)."""
+        if not self.limit:
+            return self.compiled.search(buf, pos)
+        try:
+            return self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos))
+        except TimeoutError:
+            return self.after_timeout(buf, pos)
 
     def match(self, buf: str, pos: int) -> Any:
         """The match at ``pos`` (a ``regex`` match or, after a hand-over, a linear one), or None."""

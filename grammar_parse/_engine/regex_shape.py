@@ -209,28 +209,30 @@ def _heads(items: list[Any]) -> set[str] | None:
     return {""}  # (a class, a repeat, an anchor, ...: what follows is not one known text)
 
 
-def space_then_chars(pattern: str, flags: int = regex.DOTALL) -> tuple[str, int] | None:
-    """For a pattern every match of which is a run of whitespace then one of a few known characters
-    (``\\s{0,64};``, ``(?:\\s{0,64};|[ \\t]{0,64}\\n)``, ``\\s*(?:<a>|\\[b)``): those characters and the
+def space_then_chars(pattern: str, flags: int = regex.DOTALL) -> tuple[tuple[str, ...], int] | None:
+    """For a pattern every match of which is a run of whitespace then one of a few known texts (``\\s{0,64};``,
+    ``(?:\\s{0,64};|[ \\t]{0,64}\\n)``, ``\\s{0,8}to=``; at least one character each): those texts and the
     run's longest length (``UNBOUNDED``), or None (not such a pattern, or not a small known set).
 
-    A chunk without any of the characters cannot hold the rest of a match: only a whitespace run at its
-    end can start one, which the session's fast path holds back (as for a leading ``\\s*`` before
-    literals); and a search finds a match by those characters first (RegexMatcher.search), where the
-    regex engine would try a match at every whitespace character."""
+    A chunk without any of their first characters cannot hold the rest of a match: only a whitespace run at
+    its end can start one, which the session's fast path holds back (as for a leading ``\\s*`` before
+    literals); and a search finds a match by those texts first (delimiters.search_spaced), where the regex
+    engine would try a match at every whitespace character."""
     items = _literal_items(pattern, flags)
     found = None if items is None else _space_then(items)
-    return None if found is None or not found[1] else ("".join(sorted(found[0])), found[1])
+    return None if found is None or not found[1] else (tuple(sorted(found[0])), found[1])
 
 
 def _space_then(items: list[Any]) -> tuple[set[str], int] | None:
-    """(first characters after a leading whitespace run, the run's longest length) of a parsed sequence."""
+    """(the texts after a leading whitespace run, the run's longest length) of a parsed sequence."""
     if not items:
         return None
     op, av = items[0]
     rest = items[1:]
+    if op in (sre.ASSERT, sre.ASSERT_NOT) and av[0] == -1:  # a lookbehind reads no character of the match
+        return _space_then(rest)
     if op in _ANY_REPEAT and _spaces_only(list(av[2])):
-        after = _firsts(rest)
+        after = _texts(rest)
         return None if after is None else (after, UNBOUNDED if av[1] >= sre.MAXREPEAT else int(av[1]))
     if op is sre.SUBPATTERN:
         return None if av[1] else _space_then(list(av[-1]) + rest)  # (inline flags: give up)
@@ -239,13 +241,20 @@ def _space_then(items: list[Any]) -> tuple[set[str], int] | None:
         lead = 0
         for alternative in av[1]:
             found = _space_then(list(alternative) + rest)
-            if found is None:
+            if found is None or len(union | found[0]) > _MAX_HEADS:
                 return None
             union |= found[0]
             lead = max(lead, found[1])
         return union, lead
-    firsts = _firsts(items)
-    return None if firsts is None else (firsts, 0)
+    texts = _texts(items)
+    return None if texts is None else (texts, 0)
+
+
+def _texts(items: list[Any]) -> set[str] | None:
+    """Texts one of which every match of a parsed sequence starts with: its literal heads (``_heads``) where
+    each is known, else its first characters."""
+    heads = _heads(items)
+    return heads if heads and "" not in heads and len(heads) <= _MAX_HEADS else _firsts(items)
 
 
 def _spaces_only(body: list[Any]) -> bool:
@@ -470,15 +479,16 @@ def literal_alternatives(pattern: str) -> tuple[bool, tuple[str, ...], bool] | N
 
 
 # ---------------------------------------------------------------------------- backtracking
-def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool]:
-    """(why the pattern is refused, or None; whether its searches need a limit): see
-    :mod:`grammar_parse._engine.regex_safety`. Patterns whose ambiguity is polynomial (``.*?\\S.*?``) are accepted
-    with a limit; exponential, high-degree, redundant and oversized ones are refused."""
+def backtracking_risk(pattern: str, flags: int = regex.DOTALL) -> tuple[str | None, bool, bool]:
+    """(why the pattern is refused, or None; whether its searches need a limit; whether one match attempt
+    does, where a search may only read text again from each start): see
+    :mod:`grammar_parse._engine.regex_safety`. Patterns whose ambiguity is polynomial (``.*?\\S.*?``) are
+    accepted with a limit; exponential, high-degree, redundant and oversized ones are refused."""
     found = refusal(pattern, flags)
     if found is not None:
-        return found.reason, True
+        return found.reason, True, True
     profile = analyse(pattern, flags)
-    return None, not profile.linear or profile.rescans
+    return None, not profile.linear or profile.rescans, not profile.linear
 
 
 def spellings(items: object, limit: int = 256) -> list[str]:
