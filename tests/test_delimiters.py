@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, first_chars, pattern_shape, space_then_chars
+from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, behind_texts, first_chars, pattern_shape, space_then_chars
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -373,3 +373,33 @@ def test_a_literal_partial_at_the_edge_is_the_first_by_definition(tails, one_fir
     literals = ["<" + t for t in tails] if one_first else [t or "b" for t in tails]
     matcher = LiteralMatcher(tuple(literals))
     assert matcher.live_partial(buf, lo, hi) == _live_partial_by_position(matcher, buf, lo, hi)
+
+
+#: Patterns that are a lookbehind of texts alone, with the texts (regex_shape.behind_texts); None: other patterns.
+BEHIND = [
+    (r"(?<=\)\])", (")]",)),                   # llama3_pythonic's call close
+    (r"(?<=a|bc)", ("a", "bc")),
+    (r"(?<=(?:ab|c)d)", ("abd", "cd")),
+    (r"(?<=a)x", None),                         # more than the lookbehind
+    (r"(?<=a\w)", None),                        # a class inside
+    (r"(?<!a)", None),                          # a negative lookbehind
+    (r"(?=a)", None),                           # a lookahead
+]
+
+
+@pytest.mark.parametrize("pattern, expected", BEHIND)
+def test_a_lookbehind_of_texts_alone_is_read_as_those_texts(pattern, expected):
+    assert behind_texts(pattern) == expected
+
+
+@given(st.sampled_from([p for p, expected in BEHIND if expected]),
+       st.lists(st.sampled_from(["a", "b", "c", "d", ")", "]", ")]", "x", " "]), max_size=20).map("".join),
+       st.integers(min_value=0, max_value=20))
+def test_a_lookbehind_of_texts_is_searched_as_the_regex_module_does(pattern, buf, pos):
+    """Such a pattern is searched with str.find (the regex module tries it at every position): the same
+    first place, also where the text it looks behind at starts before the search's start."""
+    pos = min(pos, len(buf))  # (the engine searches from within the buffer)
+    matcher = RegexMatcher(pattern)
+    expected = matcher.compiled.search(buf, pos)
+    hit = matcher.search(buf, pos)
+    assert (None if hit is None else hit[:2]) == (None if expected is None else expected.span())

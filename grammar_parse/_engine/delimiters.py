@@ -35,6 +35,7 @@ from .regex_safety import AUTOMATON_BUDGET, automaton_cost, sre, sre_parse
 from .regex_shape import (
     UNBOUNDED,
     backtracking_risk,
+    behind_texts,
     first_chars,
     is_regex_space,
     literal_alternatives,
@@ -591,6 +592,8 @@ class RegexMatcher(PlainState):
         self.heads: tuple[str, ...] | None = (None if self.lowered[0] else self.lowered[1]) if self.lowered \
             else literal_heads(pattern, flags)
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
+        #: For a lookbehind of texts alone (``(?<=\)\])``): the texts, found with str.find (see search)
+        self._behind = behind_texts(pattern, flags)
         #: For ``\s{0,64};...`` (a leading whitespace run, then known characters): those characters (see
         #: space_then_chars); the fast path then holds a trailing whitespace run, as for ``\s*<lit>``.
         spaced = None if self.zero_width or self.first_chars or self.lowered else space_then_chars(pattern, flags)
@@ -730,14 +733,14 @@ class RegexMatcher(PlainState):
     def plain(self) -> bool:
         """Whether :meth:`search` is the compiled pattern's own search (no lowered or spaced form, no time
         limit), which a caller may then call directly (the compiled walk does)."""
-        return self.lowered is None and self._spaced is None and not self.limit
+        return self.lowered is None and self._spaced is None and self._behind is None and not self.limit
 
     @property
     def timed(self) -> bool:
         """Whether :meth:`search` is the compiled pattern's search under a time limit (``search_budget``), handed to
         :meth:`after_timeout` past it, and nothing else (no lowered or spaced form), which a caller may then
         write out (the compiled walk does)."""
-        return self.lowered is None and self._spaced is None and bool(self.limit)
+        return self.lowered is None and self._spaced is None and self._behind is None and bool(self.limit)
 
     def after_timeout(self, buf: str, pos: int) -> Any:
         """The match :meth:`search` gives where the regex module ran past its time limit: the linear matcher's."""
@@ -747,6 +750,9 @@ class RegexMatcher(PlainState):
         lowered = self.lowered
         if lowered is not None:
             return self._search_lowered(buf, pos, lowered)
+        if self._behind is not None:  # the first place right after one of the texts
+            at = min((i + len(t) for t in self._behind if (i := buf.find(t, max(0, pos - len(t)))) >= 0), default=-1)
+            return None if at < 0 else (at, at, None)
         spaced = self._spaced
         m = self.searched(buf, pos) if spaced is None else search_spaced(buf, pos, spaced, self)
         return None if m is None else (m.start(), m.end(), m)

@@ -257,6 +257,41 @@ def _texts(items: list[Any]) -> set[str] | None:
     return heads if heads and "" not in heads and len(heads) <= _MAX_HEADS else _firsts(items)
 
 
+def behind_texts(pattern: str, flags: int = regex.DOTALL) -> tuple[str, ...] | None:
+    """For a pattern that is only a lookbehind of literal texts (``(?<=\\)\\])``, a zero-width match right after
+    one of them): those texts, or None. str.find finds them; the regex module tries every position."""
+    items = _literal_items(pattern, flags)
+    if not items or len(items) != 1 or items[0][0] is not sre.ASSERT or items[0][1][0] != -1:
+        return None
+    texts = _exact_texts(list(items[0][1][1]))
+    return None if not texts or "" in texts or len(texts) > _MAX_HEADS else tuple(sorted(texts))
+
+
+def _exact_texts(items: list[Any]) -> set[str] | None:
+    """The texts a parsed sequence of literals, groups and alternatives of them matches, or None."""
+    out = {""}
+    for op, av in items:
+        if op is sre.LITERAL:
+            out = {text + chr(av) for text in out}
+            continue
+        if op is sre.SUBPATTERN and not av[1]:
+            alternatives = [list(av[-1])]
+        elif op is sre.BRANCH:
+            alternatives = [list(alternative) for alternative in av[1]]
+        else:
+            return None
+        found: set[str] = set()
+        for alternative in alternatives:
+            texts = _exact_texts(alternative)
+            if texts is None:
+                return None
+            found |= texts
+        out = {text + tail for text in out for tail in found}
+        if len(out) > _MAX_HEADS:
+            return None
+    return out
+
+
 def _spaces_only(body: list[Any]) -> bool:
     """Whether a repeated item reads whitespace only: ``\\s``, or a set or one of whitespace characters."""
     if len(body) != 1:
@@ -516,6 +551,6 @@ def spellings(items: object, limit: int = 256) -> list[str]:
     return out
 
 
-__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "first_chars", "space_then_chars", "is_regex_space", "last_char",
+__all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "behind_texts", "first_chars", "space_then_chars", "is_regex_space", "last_char",
            "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]
