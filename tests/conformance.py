@@ -20,14 +20,15 @@ _BUILTIN_ERRORS = {"ValueError": ValueError, "KeyError": KeyError, "TypeError": 
 
 
 def strict_equal(a: Any, b: Any) -> bool:
-    """Deep equality where True is not 1 and 7 is not 7.0 (the corpus compares values this way)."""
+    """Deep equality where True is not 1 and 7 is not 7.0 (the corpus compares values this way), and NaN is
+    NaN (Python's JSON reads ``NaN``: two parses that both give it agree)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b))
-    return a == b
+    return a == b or isinstance(a, float) and a != a and b != b
 
 
 def jsonable(x: Any) -> Any:

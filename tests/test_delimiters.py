@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, behind_texts, first_chars, pattern_shape, space_then_chars
+from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, behind_texts, required_text, first_chars, pattern_shape, space_then_chars
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -138,7 +138,8 @@ def test_named_groups_that_take_part_in_every_match(pattern, expected):
 #: run's longest length (space_then_chars); None: not such a pattern.
 SPACED = [
     (r'\s{0,64};\s*(?=\{\s*"name")', ((";",), 64)),     # llama3_json's separator between calls, once
-    (r'(?:\s{0,64};\s*|[ \t\r]{0,64}\n\s{0,64})(?=\{\s*"name")', (("\n", ";"), 64)),   # ... and now
+    (r'(?:\s{0,64};\s*|[ \t\r]{0,64}\n\s{0,64})(?=\{\s*"name")', (("\n", ";"), 64)),   # ... and with newlines
+    (r'(?:\s{0,64};\s{0,64}|[ \t\r]{0,64}\n\s{0,64})(?=\{\s{0,64}"name")', (("\n", ";"), 64)),   # ... bounded
     (r"\s{0,8}to=(?P<name>[^\s<]+)", (("to=",), 8)),     # beam's call opener
     (r"\s+(?:<a>|\[b)", (("<a>", "[b"), UNBOUNDED)),
     (r"[ \t]*;", ((";",), UNBOUNDED)),                   # a run of some whitespace characters
@@ -403,3 +404,26 @@ def test_a_lookbehind_of_texts_is_searched_as_the_regex_module_does(pattern, buf
     expected = matcher.compiled.search(buf, pos)
     hit = matcher.search(buf, pos)
     assert (None if hit is None else hit[:2]) == (None if expected is None else expected.span())
+
+
+#: The longest literal text every match reads, with the furthest place after the match's start it may begin at
+#: (regex_shape.required_text): a search by a pattern's heads skips to where it is.
+REQUIRED = [
+    (r'(?:\s{0,64};\s{0,64}|[ \t\r]{0,64}\n\s{0,64})(?=\{\s{0,64}"name")', ('"name"', 194)),  # in the lookahead
+    (r"\s{0,8}to=(?P<name>[^\s<]+)(?=<x>)", ("to=", 8)),      # (the text after an unbounded run is not placed)
+    (r"ab(?:cde)+f", ("cde", 2)),                              # a repeat's first pass
+    (r"(?<=x)\s{0,3}yz", ("yz", 3)),                            # a lookbehind reads before the match
+    (r"(?:ab|cd)e", ("e", 2)),                                 # (an alternative's text is not in every match)
+    (r"a*b", None),
+    (r"(?:a|b)", None),
+]
+
+
+@pytest.mark.parametrize("pattern, expected", REQUIRED)
+def test_the_text_every_match_reads(pattern, expected):
+    assert required_text(pattern) == expected
+    if expected:
+        text, reach = expected
+        for probe in ['; {"name"', '\n  {  "name"', "  to=f<x>", "abcdecdef", "x  yz", "cde", "bb"]:
+            for m in regex.finditer(pattern, probe, regex.DOTALL):
+                assert text in probe[m.start():m.start() + reach + len(text)]

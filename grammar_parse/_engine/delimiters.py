@@ -42,6 +42,7 @@ from .regex_shape import (
     literal_heads,
     pattern_shape,
     regex_atoms,
+    required_text,
     space_then_chars,
     strip_anchors,
     trailing_lookahead_as_text,
@@ -97,7 +98,9 @@ def search_spaced(buf: str, pos: int, spaced: tuple[tuple[str, ...], int], match
     of ``heads`` (regex_shape.space_then_chars): the first of those texts at ``c``, then a match tried from
     each start the run before it allows (none before the whitespace that ends at ``c``, nor more than ``run``
     back, nor before the last try), in order; then the next. (A match starting before ``c`` reads its head at
-    ``c`` or later, ``run`` at most after its start.)
+    ``c`` or later, ``run`` at most after its start.) A text every match reads (regex_shape.required_text) is
+    found first: no match starts more than its reach before it, and none where it is not (a flood of heads
+    without it is skipped at once).
 
     Where heads come every few characters and start no match, the pattern's own search from there, which is
     then as quick. A try runs without a time limit where one attempt is linear (the limit costs 1 µs a try);
@@ -107,9 +110,16 @@ def search_spaced(buf: str, pos: int, spaced: tuple[tuple[str, ...], int], match
     attempt = matcher.compiled.match if not matcher._attempt_limit else matcher.match
     deadline = perf_counter() + search_budget(len(buf) - pos) if matcher.limit else None
     nexts = dict.fromkeys(heads, -2)  # each text's next place (-2: not looked for yet)
+    needed, reach = matcher._required or ("", 0)
+    need_at = -2  # where that text is next (a match starts at most ``reach`` before it)
     floor = pos
     tries = 0
     while True:
+        if needed and need_at < floor:
+            need_at = buf.find(needed, floor)
+            if need_at < 0:
+                return None
+            floor = max(floor, need_at - reach)
         c = -1
         for head, at in nexts.items():
             if at == -2 or -1 < at < floor:
@@ -574,6 +584,7 @@ class RegexMatcher(PlainState):
         self.context = shape.context
         self.lookaround = shape.lookaround
         self.min_width = shape.min_width  # (0: it may match empty somewhere, or that is not known)
+        self.reads = shape.reads
         self.zero_width = self.compiled.match("") is not None
         # Patterns that could backtrack badly search under a time limit; the rest run free (it costs ~1 µs).
         #: Why the pattern can backtrack catastrophically (None if it cannot); grammars refuse such patterns.
@@ -602,6 +613,8 @@ class RegexMatcher(PlainState):
         # engine's own search tries a match at every whitespace character (llama3_json's separator: 45 ns a
         # character of a long argument; ~1 ns this way)
         self._spaced = spaced if spaced is not None and spaced[1] <= _SPACED_RUN else None
+        required = required_text(pattern, flags) if self._spaced is not None else None
+        self._required = None if required is None or spaced is None or required[0] in spaced[0] else required
         #: ``(?:C)*`` when the pattern ends in a greedy ``C+`` (see tail_repeat) and nothing at its end looks
         #: past the match; lets a held match growing over C resume (note / resume).
         tail = None if undecided is not None or self.end_reach or self.lookaround else tail_repeat(pattern, flags)
@@ -885,7 +898,9 @@ class RegexMatcher(PlainState):
         if hit is None:
             if self._prefixes is not None:
                 return None, self._lowered_partial(buf, pos, self._prefixes)
-            return None, self._partial_search(buf, pos)
+            # (a start further from the end than a match attempt reads is no partial match: a bounded pattern
+            # is asked of the buffer's end only, which a flood it is pending over grows)
+            return None, self._partial_search(buf, pos if self.reads >= UNBOUNDED else max(pos, n - self.reads))
         lo = pos if self.max_width >= UNBOUNDED else max(pos, n - self.max_width)
         partial = self._first_alive(buf, lo, hit[0])
         if partial != -1:

@@ -42,9 +42,10 @@ class _Program:
         self.registers = 0  # progress registers of repeats whose body can match empty
         self.backrefs: set[int] = set()
 
-    @property
+    @cached_property
     def captures(self) -> bool:
-        """Whether the program sets captures (a lookaround's result then depends on its caller's)."""
+        """Whether the program sets captures (a lookaround's result then depends on its caller's; cached: read
+        only once the program is compiled, at every lookaround a run meets)."""
         return any(ins[0] == _SAVE for ins in self.code)
 
     @cached_property

@@ -53,6 +53,9 @@ class PatternShape:
     context: int
     lookaround: bool = False
     min_width: int = 0
+    #: How far past its start a match attempt may read, lookaheads' text included (UNBOUNDED if unbounded):
+    #: text further from the end of the buffer than this holds no partial match.
+    reads: int = UNBOUNDED
 
 
 _UNKNOWN_SHAPE = PatternShape(max_width=UNBOUNDED, end_reach=1, context=UNBOUNDED, lookaround=True)
@@ -119,7 +122,27 @@ def pattern_shape(pattern: str, flags: int = regex.DOTALL) -> PatternShape:
     reach, context = [0], [0]
     _walk(parsed, reach, context)
     return PatternShape(max_width=_width(parsed), end_reach=reach[0], context=context[0],
-                        lookaround=-1 in context[1:], min_width=int(parsed.getwidth()[0]))
+                        lookaround=-1 in context[1:], min_width=int(parsed.getwidth()[0]),
+                        reads=min(UNBOUNDED, max(_reads(list(parsed)), _width(parsed) + reach[0])))
+
+
+def _reads(items: list[Any]) -> int:
+    """How far a parsed sequence may read from where it starts, a lookahead's text read as if consumed."""
+    total = 0
+    for op, av in items:
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
+            total += 0 if av[0] < 0 else _reads(list(av[1]))  # (an upper bound: what follows starts before it)
+        elif op is sre.SUBPATTERN:
+            total += _reads(list(av[-1]))
+        elif op is sre.BRANCH:
+            total += max(_reads(list(alternative)) for alternative in av[1])
+        elif op in _ANY_REPEAT:
+            total += UNBOUNDED if av[1] >= sre.MAXREPEAT else int(av[1]) * _reads(list(av[2]))
+        else:
+            total += _width(sre_parse.SubPattern(sre_parse.State(), [(op, av)]))
+        if total >= UNBOUNDED:
+            return UNBOUNDED
+    return total
 
 
 # ---------------------------------------------------------------------------- first and last characters
@@ -255,6 +278,45 @@ def _texts(items: list[Any]) -> set[str] | None:
     each is known, else its first characters."""
     heads = _heads(items)
     return heads if heads and "" not in heads and len(heads) <= _MAX_HEADS else _firsts(items)
+
+
+def required_text(pattern: str, flags: int = regex.DOTALL) -> tuple[str, int] | None:
+    """The longest literal text every match of ``pattern`` reads (a lookahead's text too), with the furthest
+    place after the match's start it may begin at; None where there is none at a bounded place. A search
+    skips to where that text is (delimiters.search_spaced: a flood without it holds no match)."""
+    items = _literal_items(pattern, flags)
+    found = [] if items is None else [(text, at) for text, at in _required(items, 0) if at < UNBOUNDED]
+    return max(found, key=lambda f: len(f[0]), default=None)
+
+
+def _required(items: list[Any], offset: int) -> list[tuple[str, int]]:
+    """The literal texts a parsed sequence that starts at most ``offset`` characters after the match's start
+    always reads, each with the furthest place it may begin at."""
+    out: list[tuple[str, int]] = []
+    text, at = "", offset
+    for op, av in items:
+        if op is sre.LITERAL:
+            if not text:
+                at = offset
+            text += chr(av)
+            offset += 1
+            continue
+        if text:
+            out.append((text, at))
+            text = ""
+        if op is sre.ASSERT and av[0] == 1:  # a lookahead reads its text from here, and consumes none
+            out += _required(list(av[1]), offset)
+            continue
+        if op is sre.SUBPATTERN and not av[1]:
+            out += _required(list(av[-1]), offset)
+        elif op in _ANY_REPEAT and av[0] >= 1:  # (its first pass)
+            out += _required(list(av[2]), offset)
+        offset += _width(sre_parse.SubPattern(sre_parse.State(), [(op, av)]))
+        if offset >= UNBOUNDED:
+            return out
+    if text:
+        out.append((text, at))
+    return out
 
 
 def behind_texts(pattern: str, flags: int = regex.DOTALL) -> tuple[str, ...] | None:
@@ -552,5 +614,5 @@ def spellings(items: object, limit: int = 256) -> list[str]:
 
 
 __all__ = ["REPEAT_OPS", "UNBOUNDED", "PatternShape", "always_captured", "backtracking_risk", "behind_texts", "first_chars", "space_then_chars", "is_regex_space", "last_char",
-           "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "spellings", "strip_anchors", "trailing_lookahead_as_text",
+           "literal_alternatives", "literal_heads", "pattern_shape", "regex_atoms", "required_tail", "required_text", "spellings", "strip_anchors", "trailing_lookahead_as_text",
            "unnamed"]
