@@ -427,3 +427,20 @@ def test_the_text_every_match_reads(pattern, expected):
         for probe in ['; {"name"', '\n  {  "name"', "  to=f<x>", "abcdecdef", "x  yz", "cde", "bb"]:
             for m in regex.finditer(pattern, probe, regex.DOTALL):
                 assert text in probe[m.start():m.start() + reach + len(text)]
+
+
+@given(st.sampled_from([r'(?:\s{0,4};\s{0,4}|[ \t]{0,4}\n\s{0,4})(?=\{\s{0,4}"name")', r"<a>[^<]{0,5}(?=</a>)",
+                        r"x(?!yz)", r"\s{0,3}to=(?P<n>\w{1,4})(?=<c>)"]),
+       st.lists(st.sampled_from([" ", "\n", ";", "{", '"name"', "<a>", "</a>", "x", "yz", "to=", "ab", "<c>"]),
+                max_size=24).map("".join),
+       st.integers(min_value=0, max_value=24))
+@example(r"<a>[^<]{0,5}(?=</a>)", "<a>ab ab", 0)
+@example(r'(?:\s{0,4};\s{0,4}|[ \t]{0,4}\n\s{0,4})(?=\{\s{0,4}"name")', 'x ;\n {  "na', 0)
+def test_a_bounded_pattern_is_pending_where_the_whole_buffer_says(pattern, buf, pos):
+    """A streaming probe of a pattern whose attempts read a bounded length (PatternShape.reads, lookaheads'
+    text counted) asks for a partial match only that far from the end: the same pending start as asking
+    the whole buffer from the scan position."""
+    pos = min(pos, len(buf))
+    matcher = RegexMatcher(pattern)
+    if matcher.search(buf, pos) is None:
+        assert matcher.probe(buf, pos, None)[1] == matcher._partial_search(buf, pos)

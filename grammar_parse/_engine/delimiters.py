@@ -23,7 +23,6 @@ time, by :mod:`grammar_parse._engine.regex_shape`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cached_property
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -387,8 +386,8 @@ def _space_end(buf: str, j: int, stop: int) -> int:
 #: regex module's quadratic partial search at ~40 us a window.
 PARTIAL_WINDOW = 512
 _TIMED_OUT = object()
-#: The longest leading whitespace run a search by the characters after it (RegexMatcher._search_spaced)
-#: walks back over: past it (``\s*;``) the compiled search, whose tries are the same (search_spaced).
+#: The longest leading whitespace run a search by the texts after it (search_spaced)
+#: walks back over: past it (``\s*;``) the compiled search, whose tries are the same.
 _SPACED_RUN = 256
 #: After this many heads in a row that start no match, a few characters apart, search_spaced hands over to
 #: the pattern's own search (a text dense with them: beam's ``to=`` heads in prose about "to").
