@@ -88,6 +88,11 @@ def test_pattern_shape():
     assert pattern_shape(r"^x").context == 1
     assert pattern_shape(r"(?<=ab)x").context == 2
     assert pattern_shape(r"\p{L}+x").max_width > 1000
+    # how far a match attempt reads: its width and its lookaheads' text (the streaming probe's partial window)
+    assert pattern_shape(r"<a>[^<]{0,5}(?=</a>)").reads == 12
+    assert pattern_shape(r"x(?!yz)").reads == 3
+    assert pattern_shape(r"(?=\{\s*x)").reads == UNBOUNDED
+    assert pattern_shape(r"(a)\1").reads == UNBOUNDED  # (a backreference's width is its group's)
 
 
 @pytest.mark.parametrize("pattern, expected", [
@@ -414,6 +419,7 @@ REQUIRED = [
     (r"ab(?:cde)+f", ("cde", 2)),                              # a repeat's first pass
     (r"(?<=x)\s{0,3}yz", ("yz", 3)),                            # a lookbehind reads before the match
     (r"(?:ab|cd)e", ("e", 2)),                                 # (an alternative's text is not in every match)
+    (r"(a)\1x", ("a", 0)),                                     # (nothing placed after a backreference)
     (r"a*b", None),
     (r"(?:a|b)", None),
 ]

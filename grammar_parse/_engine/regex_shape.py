@@ -66,6 +66,14 @@ def _width(sub: Any) -> int:
     return UNBOUNDED if hi >= sre.MAXREPEAT or hi >= getattr(sre_parse, "MAXWIDTH", UNBOUNDED) else int(hi)
 
 
+def _item_width(op: Any, av: Any) -> int:
+    """The longest text one parsed item matches (UNBOUNDED where that depends on a group's: a backreference)."""
+    try:
+        return _width(sre_parse.SubPattern(sre_parse.State(), [(op, av)]))
+    except (IndexError, TypeError):  # (a group reference: the widths of groups live on the whole pattern)
+        return UNBOUNDED
+
+
 def _walk(sub: Any, reach: list[int], context: list[int]) -> bool:
     """Collect end reach and context of a parsed pattern; return whether it has end-sensitive parts."""
     sensitive = False
@@ -139,7 +147,7 @@ def _reads(items: list[Any]) -> int:
         elif op in _ANY_REPEAT:
             total += UNBOUNDED if av[1] >= sre.MAXREPEAT else int(av[1]) * _reads(list(av[2]))
         else:
-            total += _width(sre_parse.SubPattern(sre_parse.State(), [(op, av)]))
+            total += _item_width(op, av)
         if total >= UNBOUNDED:
             return UNBOUNDED
     return total
@@ -311,7 +319,7 @@ def _required(items: list[Any], offset: int) -> list[tuple[str, int]]:
             out += _required(list(av[-1]), offset)
         elif op in _ANY_REPEAT and av[0] >= 1:  # (its first pass)
             out += _required(list(av[2]), offset)
-        offset += _width(sre_parse.SubPattern(sre_parse.State(), [(op, av)]))
+        offset += _item_width(op, av)
         if offset >= UNBOUNDED:
             return out
     if text:
