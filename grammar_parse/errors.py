@@ -39,7 +39,8 @@ ERROR_CODES: dict[str, str] = {
     "template.regex": "a delimiter or content-parser pattern is not a valid regular expression",
     "template.regex_backtracking": "a pattern's repeats can match one text in so many ways that a backtracking "
                                    "engine would run for ever on a near miss (grammar_parse._engine.regex_safety)",
-    "template.regex_size": "a pattern's counted repeat is above MAX_REPEAT (1000), or it is too large to analyse",
+    "template.regex_size": "a pattern's counted repeat is above MAX_REPEAT (1000), it is too large to analyse, or its "
+                           "linear fallback has more than MAX_CHOICE_POINTS (256) choice points",
     "template.content": "a field names an unknown content parser or gives it bad arguments",
     "template.join": "'join' is not a string or is used without 'repeats'",
     "template.transform": "a transform mixes a placeholder with text, or transform_each is misused",
@@ -63,7 +64,8 @@ ERROR_CODES: dict[str, str] = {
     "detect.by_name": "a warning (DetectionWarning): the chat template renders none of the probes (it needs a "
                       "variable it was not given), so the grammar was chosen by the model's name alone",
     "grammar.regex_backtracking": "a terminal's regex can backtrack catastrophically (as template.regex_backtracking)",
-    "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, or is too large to analyse",
+    "grammar.regex_size": "a terminal's regex has a counted repeat above MAX_REPEAT, is too large to analyse, or its "
+                          "linear fallback has more than MAX_CHOICE_POINTS (256) choice points",
     # chat templates (grammar_parse.templates._chat_template)
     "chat_template.missing": "a tokenizer config, chat_template.json or model directory holds no chat template",
     "chat_template.name": "a named chat template is not among the model's templates (or none is the default)",

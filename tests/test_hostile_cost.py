@@ -385,7 +385,7 @@ def test_the_automaton_cost_counts_adjacent_overlapping_repeats(pattern: str, co
 
 #: test_coalesce's grammar of calls made of arguments, its opener written with two counted repeats side by side.
 EXPLODING = AFTER_TEXT.replace(r"TOOL_CALLS_OPEN: /<call (?P<name>\w+)>/",
-                               r'TOOL_CALLS_OPEN: /<call name=(?P<name>[^"<>\s]{1,200})"?[^<>\n]{0,200}>/')
+                               r'TOOL_CALLS_OPEN: /<call name=(?P<name>[^"<>\s]{1,60})"?[^<>\n]{0,60}>/')
 
 
 def test_a_delimiter_whose_automaton_would_explode_streams_without_it() -> None:

@@ -17,7 +17,7 @@ from grammar_parse._engine import regex_safety
 from grammar_parse._engine.grammar import build_grammar
 from grammar_parse._engine.linear_regex import LinearRegex
 from grammar_parse._engine.regex_safety import (MAX_AMBIGUITY, MAX_DEGREE, MAX_EDGES, MAX_POSITIONS, MAX_REPEAT,
-                                        RegexSafetyError, analyse, refusal)
+                                        RegexSafetyError, analyse, choice_points, parse_pattern, refusal)
 from test_linear_regex import linear_steps
 
 # (pattern, code suffix): each backtracks practically for ever on a short near miss in the regex module
@@ -53,6 +53,10 @@ REFUSED = [
     (r"a{1000000}", "size"),                     # above MAX_REPEAT
     (r"a{1001}", "size"),
     (r"x{2,5000}", "size"),
+    # searched under a time limit, with more than MAX_CHOICE_POINTS places for the linear matcher to read at
+    # every character past it (three runs of 900 on a newline flood: 1.3 s per KB)
+    (r"(.*?)[ \t]{0,300}\n", "size"),
+    (r'(?:\s{0,900};\s*|[ \t]{0,900}\n\s{0,900})(?=\{\s*"name")', "size"),
 ]
 
 # (pattern, degree): accepted. Degree 0 runs free; above 0 the pattern runs bounded. The degrees are the
@@ -72,6 +76,8 @@ ACCEPTED = [
     (r"\s*(?P<value>.*?)\s*</parameter>", 2),   # transformers' Qwen3 tag pattern: three whitespace loops
     (r"(.*?,){4}P", 3),
     (r"(.*?,){5}P", MAX_DEGREE),
+    (r"(?:\s{0,64};\s*|[ \t\r]{0,64}\n\s{0,64})(?=\{\s*\"name\")", 0),  # 201 choice points, under the bound
+    (r"(?:\s{0,900};\s{0,900}|[ \t]{0,900}\n\s{0,900})(?=\{)", 0),  # 4,502, but bounded runs need no time limit
 ]
 
 
@@ -402,3 +408,17 @@ def test_every_built_in_delimiter_searched_without_a_limit_reads_cut_matches_in_
                 assert large <= 4.4 * small + 100, (pattern, unit, small, large)
                 checked += 1
     assert checked >= 100
+
+
+@pytest.mark.parametrize("pattern, points", [
+    (r"a{3,5}", 2), (r"a*", 1), (r"(?:ab|c|d)x", 2), (r"(?:ab|c){2}", 2), (r"(?:a|b){2}", 0), (r"\s{0,4}(?=x?y)", 5), (r"abc", 0),
+])
+def test_choice_points_are_the_linear_matchers(pattern, points):
+    """choice_points counts the places the linear matcher may choose a path, as it compiles the pattern."""
+    from grammar_parse._engine.linear_regex import LinearRegex, _LOOK
+
+    def splits(program):  # type: ignore[no-untyped-def]
+        return program.splits + sum(splits(ins[1]) for ins in program.code if ins[0] == _LOOK)
+
+    parsed = list(parse_pattern(pattern, regex.DOTALL, keep_alternatives=False)[0])  # (as the linear matcher parses)
+    assert choice_points(parsed) == points == splits(LinearRegex(pattern).program)

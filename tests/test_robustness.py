@@ -103,6 +103,27 @@ def test_catastrophic_patterns_are_rejected_at_load(pattern):
     assert info.value.path == "fields.x.content_args.tag_pattern"
 
 
+def test_a_pattern_whose_linear_fallback_is_too_large_is_refused_at_load(tmp_path):
+    """A pattern searched under a time limit whose counted runs give the linear matcher more than
+    MAX_CHOICE_POINTS places to read at every character (1.3 s per KB of newlines here) fails at load, naming
+    the field or the terminal; bounded runs (no time limit needed) load."""
+    flood_prone = r'(?:\s{0,900};\s*|[ \t]{0,900}\n\s{0,900})(?=\{)'
+    with pytest.raises(gp.TemplateError) as info:
+        gp.compile_template({"start_anchor": "A", "fields": {"x": {"open_pattern": flood_prone, "close": "</x>"}}})
+    assert info.value.code == "template.regex_size" and info.value.path == "fields.x.open_pattern"
+    assert "choice points" in str(info.value)
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('//@ grammar_parse 1\n//@ region content {"content": "text"}\n//@ region tool_calls {"content": "json"}\n'
+                       "start: content? (tool_calls content?)*\ncontent: CONTENT_TEXT+\n"
+                       "tool_calls: TOOL_CALLS_OPEN TOOL_CALLS_TEXT* TOOL_CALLS_CLOSE\n"
+                       f"TOOL_CALLS_OPEN: /{flood_prone}/\nTOOL_CALLS_CLOSE: \"</x>\"\n%declare CONTENT_TEXT TOOL_CALLS_TEXT\n")
+    with pytest.raises(gp.GrammarError) as caught:
+        gp.load_grammar(str(grammar))
+    assert caught.value.code == "grammar.regex_size" and "TOOL_CALLS_OPEN" in str(caught.value)
+    grammar.write_text(grammar.read_text().replace(r"\s*", r"\s{0,900}"))
+    gp.load_grammar(str(grammar))
+
+
 def test_a_slow_pattern_hands_over_at_run_time(monkeypatch):
     """A cubic delimiter pattern past its limit is finished by the linear matcher: the same message
     one-shot and streamed, whenever the limit fires."""

@@ -58,6 +58,10 @@ MAX_EDGES = 200_000
 MAX_DEGREE = 4
 #: Most ways a pattern without ambiguous loops may match one text (its finite ambiguity).
 MAX_AMBIGUITY = 64
+#: Most choice points a pattern searched under a time limit may have (see choice_points): past the limit the
+#: linear matcher reads each at every character, about 0.5 us each (llama3_json's old call separator, 201 of them,
+#: read a flood of newlines at 110 s per MB; three runs of {0,900}: 1.3 s per KB).
+MAX_CHOICE_POINTS = 256
 
 _REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT) + tuple(
     op for op in (getattr(sre, "POSSESSIVE_REPEAT", None),) if op is not None)
@@ -862,7 +866,32 @@ def analyse(pattern: str, flags: int = regex.DOTALL) -> BacktrackingProfile:
     """The backtracking profile of ``pattern`` (cached); RegexSafetyError says why it is refused."""
     parsed, stand_ins = parse_pattern(pattern, flags)
     flags = parsed.state.flags if hasattr(parsed, "state") else flags
-    return _analyse_parsed(parsed, flags, _Alphabet(parsed, stand_ins))
+    profile = _analyse_parsed(parsed, flags, _Alphabet(parsed, stand_ins))
+    if (not profile.linear or profile.rescans) and (points := choice_points(
+            list(parse_pattern(pattern, flags, keep_alternatives=False)[0]))) > MAX_CHOICE_POINTS:  # (as it compiles)
+        raise RegexSafetyError(f"{points} choice points (its counted repeats written out) in a pattern searched under "
+                               "a time limit, past which the linear matcher reads each of them at every character "
+                               f"(at most {MAX_CHOICE_POINTS}): bound every run of it (it then needs no time limit) "
+                               "or count fewer", kind="size")
+    return profile
+
+
+def choice_points(items: list[Any]) -> int:
+    """The places where the linear matcher (linear_regex) may choose a path, as it compiles a parsed sequence:
+    a counted repeat's optional copies written out, a loop's one, an alternative's. Past its time limit a search
+    reads each of them at every character, whatever the pattern's shape."""
+    total = 0
+    for op, av in items:
+        if op in _REPEATS:
+            lo, hi, body = av[0], av[1], choice_points(list(av[2]))
+            total += lo * body + (1 + body if hi == _UNBOUNDED else (hi - lo) * (1 + body))
+        elif op is sre.BRANCH:
+            total += len(av[1]) - 1 + sum(choice_points(list(alternative)) for alternative in av[1])
+        elif op is sre.GROUPREF_EXISTS:
+            total += sum(choice_points(list(branch)) for branch in av[1:] if branch is not None)
+        elif op in _NESTING:
+            total += sum(choice_points(list(sub)) for sub, _ in _inside(op, av, 0))
+    return total
 
 
 def refusal(pattern: str, flags: int = regex.DOTALL) -> RegexSafetyError | None:
