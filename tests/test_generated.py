@@ -184,7 +184,7 @@ def test_a_search_past_its_time_limit_in_the_compiled_walk_is_the_walks(name: st
     cases = _timed_cases(name)
     expected = results(name, cases, None)
     shot = generated.specialised(grammar_parse.load_grammar(name))
-    monkeypatch.setattr(generated, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(generated, "search_budget", lambda chars, rate=0.0: 0.0)
     made = [generated.walk_source(shot, events) for events in (False, True)]
     got = results(name, cases, Fixed(*(generated.compile_source(*m) for m in made if m is not None)))
     for i, (want, have) in enumerate(zip(expected, got)):

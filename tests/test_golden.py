@@ -63,7 +63,7 @@ def test_golden_with_every_limited_search_handed_over(case, monkeypatch):
     every such search does, and each sample still gives its message, one-shot and streamed."""
     from grammar_parse._engine import delimiters
 
-    monkeypatch.setattr(delimiters, "search_budget", lambda chars: 0.0)
+    monkeypatch.setattr(delimiters, "search_budget", lambda chars, rate=0.0: 0.0)
     expected = json.loads(case.expected_path.read_text(encoding="utf-8"))
     assert strict_equal(parsed(case.grammar, case.text, case.prefix, case.tools), expected)
     for size in (1, 4):

@@ -315,7 +315,7 @@ def test_a_cubic_tag_pattern_on_a_hostile_call_gives_the_same_message_in_any_chu
     # limit): the steps counted are the tag pattern's
     monkeypatch.setattr(xml, "search_budget", lambda chars: 0.0)
     monkeypatch.setattr(toolstream, "search_budget", lambda chars: 0.0)
-    monkeypatch.setattr(delimiters, "search_budget", lambda chars: None)
+    monkeypatch.setattr(delimiters, "search_budget", lambda chars, rate=0.0: None)
     for run in (lambda text: gp.parse_response(text, template, prefix=""), streamed):
         assert run(call(20)) == expected
         small, message = linear_steps(lambda: run(call(1_000)))

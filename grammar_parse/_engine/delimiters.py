@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from .linear_regex import LinearRegex
-from .regex_safety import AUTOMATON_BUDGET, automaton_cost, sre, sre_parse
+from .regex_safety import (
+    AUTOMATON_BUDGET,
+    RegexSafetyError,
+    automaton_cost,
+    choice_points,
+    parse_pattern,
+    sre,
+    sre_parse,
+)
 from .regex_shape import (
     UNBOUNDED,
     backtracking_risk,
@@ -53,11 +61,16 @@ from .regex_shape import (
 REGEX_TIMEOUT = 1.0
 
 
-def search_budget(chars: int) -> float:
+#: Seconds a character of search may take (see search_budget): what the linear matcher needs for a pattern of a
+#: few choice points; a delimiter's own rate grows with its (RegexMatcher.rate).
+BUDGET_RATE = 2e-6
+
+
+def search_budget(chars: int, rate: float = BUDGET_RATE) -> float:
     """Seconds the regex module may take on a search over ``chars`` characters before the linear matcher
-    takes over: about what the linear matcher would need, so no search costs much more than linear time
-    and limits cannot add up over the searches of one region (at most REGEX_TIMEOUT)."""
-    return min(REGEX_TIMEOUT, 0.002 + 2e-6 * chars)
+    takes over: about what the linear matcher would need (``rate`` a character), so no search costs much more
+    than linear time and limits cannot add up over the searches of one region (at most REGEX_TIMEOUT)."""
+    return min(REGEX_TIMEOUT, 0.002 + rate * chars)
 
 #: (start, end, match object or None for literals)
 Hit = tuple[int, int, Any]
@@ -107,7 +120,7 @@ def search_spaced(buf: str, pos: int, spaced: tuple[tuple[str, ...], int], match
     search would be: past its budget the linear matcher searches on."""
     heads, run = spaced
     attempt = matcher.compiled.match if not matcher._attempt_limit else matcher.match
-    deadline = perf_counter() + search_budget(len(buf) - pos) if matcher.limit else None
+    deadline = perf_counter() + search_budget(len(buf) - pos, matcher.rate) if matcher.limit else None
     nexts = dict.fromkeys(heads, -2)  # each text's next place (-2: not looked for yet)
     needed, reach = matcher._required or ("", 0)
     need_at = -2  # where that text is next (a match starts at most ``reach`` before it)
@@ -550,6 +563,14 @@ class PlainState:
             return value
 
 
+def _choice_points(pattern: str, flags: int) -> int:
+    """The linear matcher's choice points for ``pattern`` (0 where the analysis cannot read it)."""
+    try:
+        return choice_points(list(parse_pattern(pattern, flags, keep_alternatives=False)[0]))
+    except RegexSafetyError:
+        return 0
+
+
 def _automaton_of(source: str) -> Automaton | None:
     """The automaton of regex ``source``, or None where interegular cannot build a faithful one (lookbehinds,
     backreferences, syntax it lacks) or where building it would stall the stream that asked for it: counted
@@ -591,6 +612,10 @@ class RegexMatcher(PlainState):
         # (a limit only where needed: passing ``timeout=None`` costs about 1 µs a search)
         self.limit = timed
         self._attempt_limit = attempt_timed  # (one match attempt's, see search_spaced)
+        #: Seconds a character of a limited search may take before the linear matcher takes over: about what that
+        #: matcher needs, ~0.5 us a choice point (regex_safety.choice_points), so that a search the regex module
+        #: does in linear time with a large constant is not handed to a slower matcher.
+        self.rate = BUDGET_RATE if not timed else BUDGET_RATE * max(1.0, _choice_points(pattern, flags) / 4)
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         # (DOTALL or not: the lowered form has no dot)
@@ -774,7 +799,7 @@ class RegexMatcher(PlainState):
         if not self.limit:
             return self.compiled.search(buf, pos)
         try:
-            return self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos))
+            return self.compiled.search(buf, pos, timeout=search_budget(len(buf) - pos, self.rate))
         except TimeoutError:
             return self.after_timeout(buf, pos)
 
@@ -783,7 +808,7 @@ class RegexMatcher(PlainState):
         if not self.limit:
             return self.compiled.match(buf, pos)
         try:
-            return self.compiled.match(buf, pos, timeout=search_budget(len(buf) - pos))
+            return self.compiled.match(buf, pos, timeout=search_budget(len(buf) - pos, self.rate))
         except TimeoutError:
             return self.linear.match(buf, pos)
 
@@ -791,7 +816,8 @@ class RegexMatcher(PlainState):
         """Whether the text from ``pos`` is a proper prefix of a match (given no match at ``pos``)."""
         if self.limit:
             try:
-                m = self.partial_compiled.match(buf, pos, partial=True, timeout=search_budget(len(buf) - pos))
+                m = self.partial_compiled.match(buf, pos, partial=True,
+                                                timeout=search_budget(len(buf) - pos, self.rate))
             except TimeoutError:
                 return self.linear.wants_more(buf, pos)
         else:
@@ -834,7 +860,7 @@ class RegexMatcher(PlainState):
         if self.limit:
             try:
                 for s in range(lo, hi):
-                    budget = search_budget(len(buf) - s)
+                    budget = search_budget(len(buf) - s, self.rate)
                     if self.partial_compiled.fullmatch(buf, s, partial=True, timeout=budget) is not None:
                         return s
                 return -1
@@ -887,7 +913,8 @@ class RegexMatcher(PlainState):
         if not self.limit:
             return self.partial_compiled.search(buf, start, end, partial=True)
         try:
-            return self.partial_compiled.search(buf, start, end, partial=True, timeout=search_budget(end - start))
+            return self.partial_compiled.search(buf, start, end, partial=True,
+                                                timeout=search_budget(end - start, self.rate))
         except TimeoutError:
             return _TIMED_OUT
 
@@ -983,5 +1010,5 @@ def captured(match: Any) -> dict[str, str]:
     return {} if match is None else {k: v for k, v in match.groupdict().items() if v is not None}
 
 
-__all__ = ["PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher", "Progress",
-           "RegexMatcher", "Repeat", "ValueEnd", "captured", "edge_undecided", "search_budget", "tail_repeat"]
+__all__ = ["BUDGET_RATE", "PARTIAL_WINDOW", "REGEX_SPACE", "REGEX_TIMEOUT", "Hit", "LiteralMatcher", "Matcher",
+           "Progress", "RegexMatcher", "Repeat", "ValueEnd", "captured", "edge_undecided", "search_budget", "tail_repeat"]

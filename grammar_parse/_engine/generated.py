@@ -201,7 +201,7 @@ def _block(src: _Source, config: Config, d: int, number: dict[int, int], keys: d
             else:  # (its search too, written out: a call through the matcher cost as much as the time limit)
                 src.emit(d + 1, f"f{k} = pos")
                 src.emit(d + 1, f"try: h = {src.const(matcher.compiled)}.search(buf, pos, "
-                                f"timeout={src.const(search_budget)}(n - pos))")
+                                f"timeout={src.const(search_budget)}(n - pos, {matcher.rate!r}))")
                 src.emit(d + 1, f"except TimeoutError: h = {src.const(matcher.after_timeout)}(buf, pos)")
             src.emit(d + 1, f"if h is None: a{k} = -1")
             src.emit(d + 1, f"else: a{k}, e{k} = h.span(); m{k} = h")
