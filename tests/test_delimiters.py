@@ -139,6 +139,13 @@ def test_named_groups_that_take_part_in_every_match(pattern, expected):
                 assert None not in m.groupdict().values()
 
 
+def searched_as_the_regex_module(matcher: RegexMatcher, buf: str, pos: int) -> bool:
+    """Whether the matcher's search (its own form of it) finds the span the compiled pattern's search finds."""
+    expected = matcher.compiled.search(buf, pos)
+    hit = matcher.search(buf, pos)
+    return (None if hit is None else hit[:2]) == (None if expected is None else expected.span())
+
+
 #: Patterns whose matches are a whitespace run then one of a few characters, with those characters and the
 #: run's longest length (space_then_chars); None: not such a pattern.
 SPACED = [
@@ -183,10 +190,7 @@ def test_first_chars_after_a_leading_whitespace_run(pattern, expected):
 def test_a_search_by_the_characters_after_the_run_finds_the_regex_match(pattern, buf, pos):
     """Such a pattern is searched by those texts, then the run before them (delimiters.search_spaced): the
     same leftmost match as the regex module's own search, which tries every whitespace character."""
-    matcher = RegexMatcher(pattern)
-    expected = matcher.compiled.search(buf, pos)
-    hit = matcher.search(buf, pos)
-    assert (None if hit is None else hit[:2]) == (None if expected is None else expected.span())
+    assert searched_as_the_regex_module(RegexMatcher(pattern), buf, pos)
 
 
 @given(st.sampled_from([r"\s*<tool_call>", r"\s*(?:<a>|<ab>|\[X)", r"(?:<x>|</x>)\s*", r"\s*<\|im_end\|>\s*"]),
@@ -405,10 +409,7 @@ def test_a_lookbehind_of_texts_is_searched_as_the_regex_module_does(pattern, buf
     """Such a pattern is searched with str.find (the regex module tries it at every position): the same
     first place, also where the text it looks behind at starts before the search's start."""
     pos = min(pos, len(buf))  # (the engine searches from within the buffer)
-    matcher = RegexMatcher(pattern)
-    expected = matcher.compiled.search(buf, pos)
-    hit = matcher.search(buf, pos)
-    assert (None if hit is None else hit[:2]) == (None if expected is None else expected.span())
+    assert searched_as_the_regex_module(RegexMatcher(pattern), buf, pos)
 
 
 #: The longest literal text every match reads, with the furthest place after the match's start it may begin at

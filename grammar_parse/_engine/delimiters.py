@@ -30,15 +30,7 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from .linear_regex import LinearRegex
-from .regex_safety import (
-    AUTOMATON_BUDGET,
-    RegexSafetyError,
-    automaton_cost,
-    choice_points,
-    parse_pattern,
-    sre,
-    sre_parse,
-)
+from .regex_safety import AUTOMATON_BUDGET, analyse, automaton_cost, sre, sre_parse
 from .regex_shape import (
     UNBOUNDED,
     backtracking_risk,
@@ -563,14 +555,6 @@ class PlainState:
             return value
 
 
-def _choice_points(pattern: str, flags: int) -> int:
-    """The linear matcher's choice points for ``pattern`` (0 where the analysis cannot read it)."""
-    try:
-        return choice_points(list(parse_pattern(pattern, flags, keep_alternatives=False)[0]))
-    except RegexSafetyError:
-        return 0
-
-
 def _automaton_of(source: str) -> Automaton | None:
     """The automaton of regex ``source``, or None where interegular cannot build a faithful one (lookbehinds,
     backreferences, syntax it lacks) or where building it would stall the stream that asked for it: counted
@@ -612,10 +596,10 @@ class RegexMatcher(PlainState):
         # (a limit only where needed: passing ``timeout=None`` costs about 1 µs a search)
         self.limit = timed
         self._attempt_limit = attempt_timed  # (one match attempt's, see search_spaced)
-        #: Seconds a character of a limited search may take before the linear matcher takes over: about what that
-        #: matcher needs, ~0.5 us a choice point (regex_safety.choice_points), so that a search the regex module
-        #: does in linear time with a large constant is not handed to a slower matcher.
-        self.rate = BUDGET_RATE if not timed else BUDGET_RATE * max(1.0, _choice_points(pattern, flags) / 4)
+        #: Seconds a character of a limited search may take before the linear matcher takes over: what that matcher
+        #: needs, ~0.5 us a choice point, so a search the regex module does in linear time is not handed over.
+        points = analyse(pattern, flags).choice_points if timed and self.risk is None else 0  # (cached)
+        self.rate = BUDGET_RATE * max(1.0, points / 4)
         # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
         # whitespace walk finds the same leftmost match at memory speed.
         # (DOTALL or not: the lowered form has no dot)
@@ -639,6 +623,8 @@ class RegexMatcher(PlainState):
         self._spaced = spaced if spaced is not None and spaced[1] <= _SPACED_RUN else None
         required = required_text(pattern, flags) if self._spaced is not None else None
         self._required = None if required is None or spaced is None or required[0] in spaced[0] else required
+        # (whether search is the compiled pattern's own: no lowered, behind or spaced form; see plain and timed)
+        self._compiled_search = self.lowered is None and self._behind is None and self._spaced is None
         #: ``(?:C)*`` when the pattern ends in a greedy ``C+`` (see tail_repeat) and nothing at its end looks
         #: past the match; lets a held match growing over C resume (note / resume).
         tail = None if undecided is not None or self.end_reach or self.lookaround else tail_repeat(pattern, flags)
@@ -770,14 +756,14 @@ class RegexMatcher(PlainState):
     def plain(self) -> bool:
         """Whether :meth:`search` is the compiled pattern's own search (no lowered or spaced form, no time
         limit), which a caller may then call directly (the compiled walk does)."""
-        return self.lowered is None and self._spaced is None and self._behind is None and not self.limit
+        return self._compiled_search and not self.limit
 
     @property
     def timed(self) -> bool:
         """Whether :meth:`search` is the compiled pattern's search under a time limit (``search_budget``), handed to
         :meth:`after_timeout` past it, and nothing else (no lowered or spaced form), which a caller may then
         write out (the compiled walk does)."""
-        return self.lowered is None and self._spaced is None and self._behind is None and bool(self.limit)
+        return self._compiled_search and bool(self.limit)
 
     def after_timeout(self, buf: str, pos: int) -> Any:
         """The match :meth:`search` gives where the regex module ran past its time limit: the linear matcher's."""

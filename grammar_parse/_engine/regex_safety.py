@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -108,6 +108,9 @@ class BacktrackingProfile:
     prefix: str = ""
     loops: bool = False
     rescans: bool = False  # two unbounded repeats, or one holding a choice: a search may rescan a lot
+    #: The linear matcher's choice points (see choice_points), counted where a search needs a time limit (past
+    #: it that matcher reads each at every character); 0 elsewhere.
+    choice_points: int = 0
 
     @property
     def linear(self) -> bool:
@@ -867,13 +870,15 @@ def analyse(pattern: str, flags: int = regex.DOTALL) -> BacktrackingProfile:
     parsed, stand_ins = parse_pattern(pattern, flags)
     flags = parsed.state.flags if hasattr(parsed, "state") else flags
     profile = _analyse_parsed(parsed, flags, _Alphabet(parsed, stand_ins))
-    if (not profile.linear or profile.rescans) and (points := choice_points(
-            list(parse_pattern(pattern, flags, keep_alternatives=False)[0]))) > MAX_CHOICE_POINTS:  # (as it compiles)
+    if profile.linear and not profile.rescans:
+        return profile
+    points = choice_points(list(parse_pattern(pattern, flags, keep_alternatives=False)[0]))  # (as it compiles)
+    if points > MAX_CHOICE_POINTS:
         raise RegexSafetyError(f"{points} choice points (its counted repeats written out) in a pattern searched under "
                                "a time limit, past which the linear matcher reads each of them at every character "
                                f"(at most {MAX_CHOICE_POINTS}): bound every run of it (it then needs no time limit) "
                                "or count fewer", kind="size")
-    return profile
+    return replace(profile, choice_points=points)
 
 
 def choice_points(items: list[Any]) -> int:

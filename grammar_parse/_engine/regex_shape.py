@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import regex
@@ -157,10 +158,18 @@ def _reads(items: list[Any]) -> int:
 def _literal_items(pattern: str, flags: int) -> list[Any] | None:
     """The parsed top-level items of ``pattern``, or None where its literals may match other characters
     (case ignored, ``regex``-only escapes) or the stdlib parser cannot read it."""
+    parsed = _literal_parse(pattern, flags)
+    return None if parsed is None else list(parsed)
+
+
+@lru_cache(maxsize=1024)
+def _literal_parse(pattern: str, flags: int) -> Any:
+    """:func:`_literal_items`' parse, once per pattern: a delimiter's analyses (first characters, heads, the
+    forms its search takes) each read it (the walks read the tree and never change it)."""
     if flags & (regex.IGNORECASE | regex.VERSION1) or regex.search(r"\\[pPNX]|\(\?[a-zA-Z]*i", pattern):
         return None
     try:
-        return list(sre_parse.parse(unnamed(pattern), _std_flags(flags)))
+        return sre_parse.parse(unnamed(pattern), _std_flags(flags))
     except Exception:  # noqa: BLE001 - syntax only `regex` knows
         return None
 
