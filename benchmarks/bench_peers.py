@@ -50,6 +50,11 @@ batch job or a server (a single call also times caches warming up). A run past `
 CPU seconds is stopped and reported as a lower bound (the peers that re-parse the whole output at every
 delta are quadratic: a 64 KB argument can take minutes).
 
+A second table says what the performance targets ask of a row: twice the faster peer's speed, streamed and
+one-shot, and how grammar_parse, the hand-written floor (``floors.py``, three families) and, where the output
+writes the arguments as JSON, their decoding alone (``json.loads`` of each call's arguments, the least any parser
+that returns typed arguments pays) compare with it.
+
 Not run: vLLM on gpt_oss (its harmony parser loads openai_harmony's o200k vocabulary, downloaded on first
 use), SGLang on llama3_pythonic (see ``Family.skip``).
 """
@@ -516,6 +521,34 @@ _FLOOR_PARSERS: dict[str, tuple[Callable[[], Any], Callable[[str], tuple[str, st
 FLOORS = tuple(_FLOOR_PARSERS)
 
 
+class Decode:
+    """``json.loads`` of each call's arguments as the output writes them, and nothing else: the least that any
+    parser returning typed arguments pays (one-shot only; families whose arguments are JSON text)."""
+
+    label = "decode"
+    stream = None  # (not a streaming parser: run_interleaved leaves it out of the streamed runs)
+
+    def __init__(self) -> None:
+        self.texts: dict[int, list[str]] = {}
+
+    @staticmethod
+    def written(w: Workload) -> list[str] | None:
+        """Each call's arguments as the output writes them (JSON, spaced or compact), or None where one is not."""
+        found = [next((t for t in (_json(args), json.dumps(args, ensure_ascii=False, separators=(",", ":")))
+                       if t in w.text), None) for _, args in w.calls]
+        return None if None in found else found  # type: ignore[return-value]
+
+    @classmethod
+    def applies(cls, w: Workload) -> bool:
+        return cls.written(w) is not None
+
+    def oneshot(self, w: Workload) -> Outcome:
+        texts = self.texts.get(id(w))
+        if texts is None:
+            texts = self.texts[id(w)] = self.written(w) or []
+        return Outcome("", "", norm_calls([(name, json.loads(t)) for (name, _), t in zip(w.calls, texts)]))
+
+
 # ---------------------------------------------------------------------------- vLLM
 class VLLM:
     label = "vLLM"
@@ -722,7 +755,7 @@ def run_interleaved(engines: list[Any], mode: str, w: Workload, repeat: int, bud
     """Runs (engine 0, engine 1, ..., engine 0, ...) ``repeat`` times: each engine's fastest CPU time and the
     outcome of its first run. An engine whose run took more than ``budget`` seconds is not run again; a
     streamed run past ``limit`` seconds is cut off, and the engine is not run again."""
-    cells: list[Cell | None] = [None if e is None else Cell() for e in engines]
+    cells: list[Cell | None] = [None if e is None or getattr(e, mode) is None else Cell() for e in engines]
     for r in range(repeat):
         for eng, cell in zip(engines, cells):
             if cell is None or cell.error or cell.cut or (r > 0 and cell.best > budget):
@@ -836,26 +869,30 @@ def main() -> None:
 
         gc.collect()
         gc.freeze()
+        decode = Decode()
         for w in loads:
             row: dict[str, Any] = {"family": fam.name, "workload": w.label, "bytes": len(w.text.encode()),
                                    "deltas": len(w.chunks), "calls": len(w.calls)}
+            timed = [*engines, decode if Decode.applies(w) else None]
             for mode in ("stream", "oneshot"):
-                cells = run_interleaved(engines, mode, w, repeats[w.label], budget, limit)
+                cells = run_interleaved(timed, mode, w, repeats[w.label], budget, limit)
                 ours = cells[0].outcome if cells[0] else None
-                for eng, cell in zip(engines, cells):
+                for eng, cell in zip(timed, cells):
                     if eng is None or cell is None:
                         continue
                     where = f"{fam.name} {w.label}: {eng.label} {'streamed' if mode == 'stream' else 'one-shot'}"
                     row[f"{eng.label}_{mode}"], problem = judge(cell, mode, w)
                     if problem:
                         problems.append(where + problem)
-                    elif ours is not None and eng.label != "ours" and cell.outcome is not None and not cell.cut:
+                    elif ours is not None and eng.label not in ("ours", "decode") and cell.outcome is not None \
+                            and not cell.cut:
                         notes.extend(f"{where}: {n}" for n in text_notes(ours, cell.outcome))
             rows.append(row)
             print(f"  {fam.name} {w.label} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
     elapsed = time.perf_counter() - started
     print_table(rows, limit)
+    print_targets(rows)
     if problems:
         print("\nMismatches and failures (their cells are marked ✗ or -):")
         for p in problems:
@@ -929,6 +966,35 @@ def print_table(rows: list[dict[str, Any]], limit: float) -> None:
           f"cost per delta so far, a lower bound when the cost per delta grows with the output. ✗: the calls disagree "
           f"with the expected ones (listed below); -: not run. The last column is our cost per delta at 128 KB over "
           f"that at 1 KB (1.0 = flat).")
+
+
+def print_targets(rows: list[dict[str, Any]]) -> None:
+    """What the targets ask (twice as fast as the faster peer, streamed and one-shot), and who meets them:
+    grammar_parse, the hand-written floor, and for JSON arguments their decoding alone. Each ratio is a speed
+    over the target's: 1.0 or more meets it."""
+    def figure(r: dict[str, Any], label: str, key: str) -> float | None:
+        cell = r.get(f"{label}_{'stream' if key == 'us_per_delta' else 'oneshot'}")
+        return cell.get(key) if isinstance(cell, dict) else None
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+    print("\nWhat the targets ask (twice the faster peer's speed) and who meets them: each ratio is a speed over the "
+          "target's (1.00 or more meets it); decode: json.loads of the calls' arguments alone, where they are JSON.")
+    print()
+    print("| family | workload | target µs/delta | ours ÷ target | floor ÷ target | target MB/s | ours ÷ target "
+          "| floor ÷ target | decode ÷ target |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        peers_delta = [v for label in ("vLLM", "SGLang") if (v := figure(r, label, "us_per_delta")) is not None]
+        peers_mb = [v for label in ("vLLM", "SGLang") if (v := figure(r, label, "mb_s")) is not None]
+        delta = min(peers_delta) / 2 if peers_delta else None
+        mb = max(peers_mb) * 2 if peers_mb else None
+        ours_d, floor_d = figure(r, "ours", "us_per_delta"), figure(r, "floor", "us_per_delta")
+        ours_mb, floor_mb, decode_mb = (figure(r, label, "mb_s") for label in ("ours", "floor", "decode"))
+        print(f"| {r['family']} | {r['workload']} | {'-' if delta is None else f'{delta:.2f}'} | {ratio(delta, ours_d)} "
+              f"| {ratio(delta, floor_d)} | {'-' if mb is None else f'{mb:.1f}'} | {ratio(ours_mb, mb)} "
+              f"| {ratio(floor_mb, mb)} | {ratio(decode_mb, mb)} |")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,24 @@ def test_the_hand_written_floor_reads_what_we_read(name, size):
             assert (got.reasoning, got.content) == (expected.reasoning, expected.content)
 
 
+@pytest.mark.parametrize("name", sorted(bench_peers.FAMILIES))
+def test_the_decode_floor_decodes_the_arguments_as_written(name):
+    """The decode figure (json.loads of the arguments alone) is timed only where the output writes each call's
+    arguments as that JSON text, and gives the calls."""
+    family = bench_peers.FAMILIES[name]
+    text, calls = bench_peers.big_argument(family, 3_000)
+    work = bench_peers.Workload("test", text, calls)
+    applies = bench_peers.Decode.applies(work)
+    assert applies == (name not in XML_ARGUMENTS)
+    if applies:
+        assert bench_peers.describe_mismatch(calls, bench_peers.Decode().oneshot(work).calls) == ""
+
+
+#: The families whose outputs write arguments as text per parameter (XML), or as Python, not as JSON.
+XML_ARGUMENTS = {"qwen3_coder", "glm45", "glm47", "poolside_v1", "minimax_m2", "deepseek_v32", "mimo", "step3",
+                 "llama3_pythonic"}
+
+
 def _json_streamed(name: str) -> bool:
     """Whether the family's calls stream as JSON, their arguments after a head that does not wait for an id the
     model writes in the body (mistral's ``[{"name", "arguments", "id"}]``: a call's arguments never go before its
