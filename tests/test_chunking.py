@@ -62,6 +62,25 @@ def test_whitespace_held_aside_is_given_back(case):
     assert strict_equal(parser_outcome, outcome_with(grammar, case.prefix, case.tools, None, case.text))
 
 
+#: The samples of the grammars whose delimiters look back at text before them (tables.context).
+LOOKING_BACK = [c for c in SAMPLES if grammar_parse.load_grammar(c.grammar).tables.context]
+
+
+@pytest.mark.parametrize("case", LOOKING_BACK, ids=[f"{c.grammar}/{c.name}" for c in LOOKING_BACK])
+def test_a_chunk_after_text_a_delimiter_looks_back_at_streams_as_one_shot(case):
+    """Each sample of a grammar whose delimiters look back (llama3_pythonic's ``(?<=\\)\\])``) fed in two
+    pieces, cut after every character that is not a letter or a digit (where the texts they look back at end),
+    gives the one-shot outcome: the fast path keeps the characters they look back at, and does not start where
+    the scan holds a match right after such a text (``[f(a=1)]`` + ``\\nhello`` streamed ``\\nhello`` into
+    the call)."""
+    grammar = grammar_parse.load_grammar(case.grammar)
+    expected = outcome_with(grammar, case.prefix, case.tools, None, case.text)
+    for cut in range(1, len(case.text)):
+        if not case.text[cut - 1].isalnum():
+            pieces = [case.text[:cut], case.text[cut:]]
+            assert strict_equal(outcome_with(grammar, case.prefix, case.tools, pieces), expected), cut
+
+
 def outcome_with(grammar: grammar_parse.Grammar, prefix: str, tools: Any, chunks: list[str] | None,
                  text: str = "") -> tuple[Any, ...]:
     """:func:`outcome` with a prompt and tools."""

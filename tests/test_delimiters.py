@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from grammar_parse._engine.delimiters import REGEX_SPACE, LiteralMatcher, RegexMatcher, Repeat
 from grammar_parse._engine.reading import JsonEnd
-from grammar_parse._engine.regex_shape import UNBOUNDED, always_captured, behind_texts, required_text, first_chars, pattern_shape, space_then_chars
+from grammar_parse._engine.regex_shape import (UNBOUNDED, always_captured, behind_texts, first_chars,
+                                                first_chars_past_start, pattern_shape, required_text,
+                                                space_then_chars)
 
 ALPHABET = " \n\t\x1c<>|/abtx_"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -117,6 +119,28 @@ def test_first_chars_of_a_pattern(pattern, expected):
                                                  "a y xy </f> </tool_call> </f"]
                   for m in compiled.finditer(text, partial=True) if m.end() > m.start()]
         assert starts and set(starts) <= set(expected)
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"(?:>>>|^)all\n", ">"),                              # functionary v3.2's openers
+    (r"(?:>>>|^)(?P<name>\w+)\n", ">"),
+    (r"(?:^|<think>\s*)", "<"),                             # zero-width at the start only (ERNIE 4.5)
+    (r"^[^<]{1,128}<\|x\|>", ""),                            # at the start only: no other match
+    (r"\Aa|b", "b"),
+    (r"x|y", "xy"),                                       # no start anchor: the first characters
+    (r"(?m)^x|y", None),                                  # a line's start: anywhere
+    (r"(?:^|\n)x", "\n"),                                 # the start of the text or of a line
+    (r"(?:^|a*)b", None),                                 # an alternative that may match empty
+])
+def test_first_chars_of_the_matches_past_the_text_start(pattern, expected):
+    """regex_shape.first_chars_past_start: the characters every match not at the text's start begins with."""
+    assert first_chars_past_start(pattern) == expected
+    if expected is not None:  # every match, complete or partial, not at 0 really starts with one of them
+        compiled = regex.compile(pattern, regex.DOTALL)
+        starts = [text[m.start()] for text in ["all\n>>>all\nx>>>f\n <think> b", "bb a<|x|>", "q>>>al", " <thi"]
+                  for m in compiled.finditer(text, partial=True) if m.start() > 0 and m.end() > m.start()]
+        assert set(starts) <= set(expected)
+        assert not expected or starts
 
 
 @pytest.mark.parametrize("pattern, expected", [

@@ -36,6 +36,7 @@ from .regex_shape import (
     backtracking_risk,
     behind_texts,
     first_chars,
+    first_chars_past_start,
     is_regex_space,
     literal_alternatives,
     literal_heads,
@@ -600,9 +601,8 @@ class RegexMatcher(PlainState):
         #: needs, ~0.5 us a choice point, so a search the regex module does in linear time is not handed over.
         points = analyse(pattern, flags).choice_points if timed and self.risk is None else 0  # (cached)
         self.rate = BUDGET_RATE * max(1.0, points / 4)
-        # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a
-        # whitespace walk finds the same leftmost match at memory speed.
-        # (DOTALL or not: the lowered form has no dot)
+        # `\s*<lit>` patterns defeat the regex engine's literal scan (~25 MB/s); str.find plus a whitespace walk
+        # finds the same leftmost match at memory speed. (DOTALL or not: the lowered form has no dot)
         self.lowered = literal_alternatives(pattern) if not flags & ~regex.DOTALL and not self.compiled.groupindex else None
         self._firsts = "".join(sorted({lit[0] for lit in self.lowered[1]})) if self.lowered else ""
         self._prefixes = LiteralMatcher(self.lowered[1]) if self.lowered else None  # partial literals at the edge
@@ -611,20 +611,21 @@ class RegexMatcher(PlainState):
         self.heads: tuple[str, ...] | None = (None if self.lowered[0] else self.lowered[1]) if self.lowered \
             else literal_heads(pattern, flags)
         self.first_chars = None if self.zero_width else first_chars(pattern, flags)
+        #: What every match not at the text's start starts with, where one may start there (``(?:>>>|^)a``)
+        self.past_start_chars = None if self.first_chars else first_chars_past_start(pattern, flags)
         #: For a lookbehind of texts alone (``(?<=\)\])``): the texts, found with str.find (see search)
-        self._behind = behind_texts(pattern, flags)
+        self.behind = behind_texts(pattern, flags)
         #: For ``\s{0,64};...`` (a leading whitespace run, then known characters): those characters (see
         #: space_then_chars); the fast path then holds a trailing whitespace run, as for ``\s*<lit>``.
         spaced = None if self.zero_width or self.first_chars or self.lowered else space_then_chars(pattern, flags)
         self.spaced_first_chars = None if spaced is None else "".join(sorted({head[0] for head in spaced[0]}))
-        # ... and a search finds them first, then tries the run before each (at most this long): the regex
-        # engine's own search tries a match at every whitespace character (llama3_json's separator: 45 ns a
-        # character of a long argument; ~1 ns this way)
+        # ... and a search finds them first, then tries the run before each (at most this long): the regex engine's
+        # own search tries one at every whitespace character (llama3_json's separator: 45 ns a character, ~1 this way)
         self._spaced = spaced if spaced is not None and spaced[1] <= _SPACED_RUN else None
         required = required_text(pattern, flags) if self._spaced is not None else None
         self._required = None if required is None or spaced is None or required[0] in spaced[0] else required
         # (whether search is the compiled pattern's own: no lowered, behind or spaced form; see plain and timed)
-        self._compiled_search = self.lowered is None and self._behind is None and self._spaced is None
+        self._compiled_search = self.lowered is None and self.behind is None and self._spaced is None
         #: ``(?:C)*`` when the pattern ends in a greedy ``C+`` (see tail_repeat) and nothing at its end looks
         #: past the match; lets a held match growing over C resume (note / resume).
         tail = None if undecided is not None or self.end_reach or self.lookaround else tail_repeat(pattern, flags)
@@ -773,8 +774,8 @@ class RegexMatcher(PlainState):
         lowered = self.lowered
         if lowered is not None:
             return self._search_lowered(buf, pos, lowered)
-        if self._behind is not None:  # the first place right after one of the texts
-            at = min((i + len(t) for t in self._behind if (i := buf.find(t, max(0, pos - len(t)))) >= 0), default=-1)
+        if self.behind is not None:  # the first place right after one of the texts
+            at = min((i + len(t) for t in self.behind if (i := buf.find(t, max(0, pos - len(t)))) >= 0), default=-1)
             return None if at < 0 else (at, at, None)
         spaced = self._spaced
         m = self.searched(buf, pos) if spaced is None else search_spaced(buf, pos, spaced, self)

@@ -184,6 +184,17 @@ def first_chars(pattern: str, flags: int = regex.DOTALL) -> str | None:
     return "".join(sorted(found)) if found else None
 
 
+def first_chars_past_start(pattern: str, flags: int = regex.DOTALL) -> str | None:
+    """For a pattern whose matches may start at the text's start (``(?:>>>|^)all\\n``): the characters every
+    match anywhere else starts with ("" where none can), or None when that is not a small known set. A chunk
+    that lands after buffered text and holds none of them cannot begin a match."""
+    parsed = _literal_parse(pattern, flags)
+    if parsed is None or (flags | parsed.state.flags) & regex.MULTILINE:
+        return None  # (``^`` is a line's start there)
+    found = _firsts(list(parsed), past_start=True)
+    return None if found is None else "".join(sorted(found))
+
+
 def always_captured(pattern: str, flags: int = regex.DOTALL) -> bool:
     """Whether every named group of ``pattern`` takes part in every match (none stands in an alternative, a
     repeat or an assertion), so that no value of a match's ``groupdict()`` is None. False where the stdlib
@@ -382,11 +393,15 @@ def _spaces_only(body: list[Any]) -> bool:
                                 or item[0] is sre.LITERAL and is_regex_space(chr(item[1])) for item in av)
 
 
-def _firsts(items: list[Any]) -> set[str] | None:
-    """First characters of a parsed sequence whose first item always consumes one, else None."""
+def _firsts(items: list[Any], past_start: bool = False) -> set[str] | None:
+    """First characters of a parsed sequence whose first item always consumes one, else None. ``past_start``:
+    of its matches that do not start at the text's start (an alternative that begins with ``^`` or ``\\A``
+    has none)."""
     if not items:
         return None
     op, av = items[0]
+    if op is sre.AT:
+        return set() if past_start and av in (sre.AT_BEGINNING, sre.AT_BEGINNING_STRING) else None
     if op is sre.LITERAL:
         return {chr(av)}
     if op is sre.IN:
@@ -400,25 +415,25 @@ def _firsts(items: list[Any]) -> set[str] | None:
                 return None  # negated sets, categories, wide ranges
         return out
     if op is sre.SUBPATTERN:
-        return None if av[1] else _firsts(list(av[-1]))  # inline flags: give up
+        return None if av[1] else _firsts(list(av[-1]), past_start)  # inline flags: give up
     if op is getattr(sre, "ATOMIC_GROUP", None):
-        return _firsts(list(av))
+        return _firsts(list(av), past_start)
     if op is sre.BRANCH:
         union: set[str] = set()
         for alternative in av[1]:
-            found = _firsts(list(alternative))
+            found = _firsts(list(alternative), past_start)
             if found is None:
                 return None
             union |= found
         return union
     if op in _ANY_REPEAT:
-        inner = _firsts(list(av[2]))
+        inner = _firsts(list(av[2]), past_start)
         if inner is None or av[0] >= 1:
             return inner
-        rest = _firsts(items[1:])  # (an optional item: a match may start with what follows it)
+        rest = _firsts(items[1:], past_start)  # (an optional item: a match may start with what follows it)
         return None if rest is None else inner | rest
     if op is sre.ASSERT and av[0] == 1:  # a lookahead: the character at the match is one its text starts with
-        return _firsts(list(av[1]))
+        return _firsts(list(av[1]), past_start)
     return None
 
 

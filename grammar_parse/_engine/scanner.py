@@ -64,9 +64,12 @@ class QuietTest:
     buffer, except that a leading ``\\s*`` keeps a trailing whitespace run pending (``hold_space``).
     """
 
-    def __init__(self, triggers: str, hold_space: bool) -> None:
+    def __init__(self, triggers: str, hold_space: bool, anchored: bool = False) -> None:
         self.triggers = triggers
         self.hold_space = hold_space
+        #: Whether a watched delimiter may also match at the text's start, with other characters: the test
+        #: holds for a chunk that lands after buffered text only (see the session's _quiet)
+        self.anchored = anchored
         # One trigger is found with str.find; several with a character-class search (``trigger`` is then
         # empty and unused).
         self.trigger = triggers if len(triggers) == 1 else ""
@@ -75,7 +78,7 @@ class QuietTest:
 
 def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
     triggers: set[str] = set()
-    hold_space = False
+    hold_space = anchored = False
     for term in watch:
         m = term.matcher
         if isinstance(m, ValueEnd):
@@ -91,13 +94,20 @@ def _quiet_test(watch: tuple[Terminal, ...]) -> QuietTest | None:
         elif isinstance(m, RegexMatcher) and m.spaced_first_chars:
             triggers.update(m.spaced_first_chars)  # (the whitespace before them: a trailing run is held)
             hold_space = True
+        elif isinstance(m, RegexMatcher) and m.behind:
+            # (a zero-width match right after one of a few texts: a chunk without their last characters has
+            # none of its places but the one before its first character, which the session tests: behind_ends)
+            triggers.update(text[-1] for text in m.behind)
+        elif isinstance(m, RegexMatcher) and m.past_start_chars is not None:
+            triggers.update(m.past_start_chars)  # (its matches at the text's start: see QuietTest.anchored)
+            anchored = True
         else:
             return None
     # (a delimiter may start with a whitespace character, as ``\n?```<end>`` does: chunks holding one
     # take the general route; only a match starting with ``\s``, which has no short list, rules it out)
     if not triggers:
         return None
-    return QuietTest("".join(sorted(triggers)), hold_space)
+    return QuietTest("".join(sorted(triggers)), hold_space, anchored)
 
 
 class HeadsTest:
@@ -159,6 +169,11 @@ class Scanner:
         #: Per terminal, the key its searches are memoised under (search_key).
         self.keys = {t.name: search_key(t) for t, *_ in self.entries}
         self.quiet = _quiet_test(watch)
+        #: The texts a live zero-width delimiter's match comes right after (a lookbehind of texts alone), or None:
+        #: a scan holds such a match at the buffer's end, so the fast path does not start where one ends it.
+        self.behind_ends: tuple[str, ...] | None = tuple(sorted(
+            {text for t in watch if isinstance(t.matcher, RegexMatcher) and t.matcher.behind
+             for text in t.matcher.behind})) or None
         # A repeated opener is watched only across the first few whitespace characters of its region: past
         # them the other delimiters decide, and a whitespace run held for a leading \s* can grow unscanned.
         self.repeat_space = max((m.space for _, m, kind, *_ in self.entries if kind == _REPEAT), default=-1)
@@ -187,8 +202,10 @@ class Scanner:
         #: Text with no trigger character from the scan's position holds no delimiter and no start of one:
         #: where that is all a scan must know (every delimiter is searched, none has a leading whitespace run),
         #: the trigger (one character) or the search for any of them.
+        #: (not where a zero-width match comes right after a text: one may be at the position itself)
         self.none_from: tuple[str, Any] | None = None if self.quiet is None or self.quiet.hold_space \
-            or self.searches is None else (self.quiet.trigger, self.quiet.hits)
+            or self.searches is None or self.behind_ends is not None or self.quiet.anchored \
+            else (self.quiet.trigger, self.quiet.hits)
 
     @cached_property
     def fast_scan(self) -> Callable[..., tuple[Terminal | None, Hit | None, int]]:

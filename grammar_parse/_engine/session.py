@@ -114,7 +114,7 @@ def _same(a: Any, b: Any) -> bool:
 #: What feed() needs to route a quiet chunk without scanning (see _fast_path): the one
 #: trigger character or the search for several, whether a trailing whitespace run is held back, and
 #: the open region (None: the text belongs to no field).
-_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonEnd | None, HeadsTest | None]
+_FastPath = tuple[str, Callable[[str], object] | None, bool, Frame | None, JsonEnd | None, HeadsTest | None, int]
 
 
 # ---------------------------------------------------------------------------- reported beside the message
@@ -440,18 +440,19 @@ def _settled_message(syntax: _Syntax, grammar: Grammar, text: str, tools: ToolTy
 
 
 # ---------------------------------------------------------------------------- for the scan
-def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame]) -> _FastPath | None:
+def _fast_path(info: StateInfo, run: Terminal | None, frames: list[Frame], context: int) -> _FastPath | None:
     """What feed() needs to route a quiet chunk without scanning, if the parser state ``info`` allows it:
-    a run of its text is under way (``run``), and the live delimiters are all literal."""
+    a run of its text is under way (``run``), and the live delimiters are all literal. ``context``: the
+    characters of routed text the grammar's delimiters look back at (tables.context), which stay buffered."""
     quiet, text = info.scanner.quiet, info.text
     if quiet is None or text is None or run is not text:
         return None
     if text.role != "text":
-        return (quiet.trigger, quiet.hits, quiet.hold_space, None, None, info.scanner.quiet_heads)
+        return (quiet.trigger, quiet.hits, quiet.hold_space, None, None, info.scanner.quiet_heads, context)
     frame = frames[-1]  # (a component's too: its chunks carry its path, as on the general route)
     if info.scanner.value_end is not None and frame.walk is None or frame.passthrough:
         return None  # the walk to the value's end has not started; text that goes to the region around
-    return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk, info.scanner.quiet_heads)
+    return (quiet.trigger, quiet.hits, quiet.hold_space, frame, frame.walk, info.scanner.quiet_heads, context)
 
 
 #: A run the scan holds past this many characters makes feed() hold whitespace chunks aside (see _quiet).
@@ -473,9 +474,13 @@ def _quiet(parser: ResponseParser) -> None:
         return
     info = parser._syntax.states[parser._stack[-1]]
     buf, pos = parser._buf, parser._pos
-    parser._fast = None if pos != len(buf) or parser._trace is not None or parser._grammar.tables.context \
-        else _fast_path(info, parser._syntax.run, parser._syntax.frames)
     scanner = info.scanner
+    # (no fast path where the scan holds a match right after a text it looks back at at the buffer's end, or
+    # where a chunk would land at the text's start, which a delimiter may match at: QuietTest.anchored)
+    parser._fast = None if pos != len(buf) or parser._trace is not None or \
+        scanner.behind_ends is not None and buf.endswith(scanner.behind_ends) or \
+        not pos and scanner.quiet is not None and scanner.quiet.anchored \
+        else _fast_path(info, parser._syntax.run, parser._syntax.frames, parser._grammar.tables.context)
     run = len(buf) - pos
     quiet = scanner.quiet if run <= scanner.repeat_space else scanner.quiet_past_repeats
     # (neither test reads the run past what decides it: after every feed, a run the scan holds at a long
@@ -948,7 +953,7 @@ class ResponseParser:
         """Add the next piece of model output; return the events it completes."""
         fast = self._fast  # (None once finalized, while a draft is open or whitespace is held: see _quiet)
         if fast is not None and type(text) is str and text:
-            trigger, search, hold_space, frame, walk, heads = fast
+            trigger, search, hold_space, frame, walk, heads, context = fast
             if not (text.find(trigger) >= 0 if search is None else search(text)) or \
                     heads is not None and heads.quiet(text):
                 # Fast path (most chunks): no delimiter can start in this chunk, so all of it is text,
@@ -967,8 +972,10 @@ class ResponseParser:
                 else:
                     kept = combined = self._buf + text  # (nothing is held where no whitespace run is)
                 # (a region that ends with its JSON value takes the general route once the value ends)
-                if frame is None or frame.size + len(kept) <= self._max_region and \
+                if frame is None or frame.size + len(kept) - self._pos <= self._max_region and \
                         (walk is None or walk.advance(combined, self._base) is None):
+                    if self._pos or context:
+                        return _route_quiet(self, combined, kept, frame, context)
                     self._buf = combined[len(kept):]
                     if not kept:
                         return []
@@ -1144,7 +1151,7 @@ class ResponseParser:
                 continue
             break
         if not eos:  # (at the end nothing more is fed: no text to keep track of)
-            self._trim()
+            _trim(self)
             _quiet(self)
 
     def _route(self, info: StateInfo, end: int) -> bool:
@@ -1158,16 +1165,47 @@ class ResponseParser:
         self._pos = end
         return end < wanted or self._syntax.states[self._stack[-1]].scanner is not info.scanner
 
-    def _trim(self) -> None:
-        """Drop consumed text, keeping what delimiters may look back at."""
-        cut = self._pos - self._grammar.tables.context
-        if cut > 0:
-            lo = max(self._prefix_len - self._base, 0)  # (the replayed prompt has no lines of the output)
-            self._ledger.count_lines(self._buf, lo, cut, self._offset(0))
-            self._buf = self._buf[cut:]
-            self._pos -= cut
-            self._base += cut
-            self._cache.clear()
+
+# ---------------------------------------------------------------------------- what stays in the buffer
+def _trim(parser: ResponseParser) -> None:
+    """Drop consumed text, keeping what delimiters may look back at."""
+    cut = parser._pos - parser._grammar.tables.context
+    if cut > 0:
+        lo = max(parser._prefix_len - parser._base, 0)  # (the replayed prompt has no lines of the output)
+        parser._ledger.count_lines(parser._buf, lo, cut, parser._offset(0))
+        parser._buf = parser._buf[cut:]
+        parser._pos -= cut
+        parser._base += cut
+        parser._cache.clear()
+
+
+def _route_quiet(parser: ResponseParser, combined: str, kept: str, frame: Frame | None,
+                 context: int) -> list[Event]:
+    """The fast path's routing (see feed) where delimiters look back at text before them: the buffer's
+    routed text (``combined[:parser._pos]``) and the chunk's, less a trailing whitespace run held, are
+    ``kept``; what is new of it is routed, and the last ``context`` characters of it stay in the buffer
+    before the scan position, as _trim leaves them."""
+    at = parser._pos
+    routed = kept[at:]
+    cut = max(len(kept) - context, 0)
+    start = parser._base + at - parser._prefix_len  # (the output offset of the routed text)
+    if cut:  # (what leaves the buffer: its lines are counted, as _trim counts them)
+        parser._ledger.count_lines(combined, max(parser._prefix_len - parser._base, 0), cut, parser._offset(0))
+        parser._cache.clear()
+    parser._buf, parser._pos = combined[cut:], len(kept) - cut
+    parser._base += cut
+    if not routed:
+        return []
+    if frame is None:
+        parser._ledger.discard(start, start + len(routed), routed)
+        return []
+    frame.size += len(routed)
+    frame.chunks.append(routed)  # (RegionBuilder.chunk, for a frame that is not passed through)
+    event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": routed,
+                          "dirty": frame.region.dirty}
+    if frame.path is not None:
+        event["path"] = frame.path
+    return [event]
 
 
 def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, list[Event]] | None:
