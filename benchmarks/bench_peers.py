@@ -51,7 +51,7 @@ CPU seconds is stopped and reported as a lower bound (the peers that re-parse th
 delta are quadratic: a 64 KB argument can take minutes).
 
 A second table says what the performance targets ask of a row: twice the faster peer's speed, streamed and
-one-shot, and how grammar_parse, the hand-written floor (``floors.py``, three families) and, where the output
+one-shot, and how grammar_parse, the hand-written floor (``floors.py``, four families) and, where the output
 writes the arguments as JSON, their decoding alone (``json.loads`` of each call's arguments, the least any parser
 that returns typed arguments pays) compare with it.
 
@@ -517,6 +517,7 @@ _FLOOR_PARSERS: dict[str, tuple[Callable[[], Any], Callable[[str], tuple[str, st
     "qwen3": (floors.Qwen3Stream, floors.qwen3_oneshot),
     "qwen3_coder": (lambda: floors.Qwen3CoderStream(TOOLS), lambda text: floors.qwen3_coder_oneshot(text, TOOLS)),
     "deepseek_v3": (floors.DeepseekV3Stream, floors.deepseek_v3_oneshot),
+    "kimi_k2": (floors.KimiK2Stream, floors.kimi_k2_oneshot),
 }
 FLOORS = tuple(_FLOOR_PARSERS)
 

@@ -1,8 +1,8 @@
-"""Hand-written parsers for three formats: the floor that plain Python reaches for one format.
+"""Hand-written parsers for four formats: the floor that plain Python reaches for one format.
 
 Written the way a careful engine author writes one parser per model, with nothing general: qwen3's
-Hermes JSON calls, qwen3_coder's XML parameters and deepseek_v3's fenced JSON in a calls section, each after
-an optional ``<think>`` block. They do the work the benchmark checks (reasoning, content, each call's name
+Hermes JSON calls, qwen3_coder's XML parameters, deepseek_v3's fenced JSON in a calls section and kimi_k2's JSON
+after a call id in one, each after an optional ``<think>`` block. They do the work the benchmark checks (reasoning, content, each call's name
 and typed arguments, streamed as arguments arrive) and nothing more: no lenient mode, no limits, no error
 spans. ``bench_peers.py`` times
 them beside grammar_parse and the engines' parsers as the bound that a generated parser can approach.
@@ -331,5 +331,54 @@ class DeepseekV3Stream(_Stream):
         return out, done
 
 
-__all__ = ["DeepseekV3Stream", "Qwen3CoderStream", "Qwen3Stream", "deepseek_v3_oneshot", "qwen3_coder_oneshot",
-           "qwen3_oneshot"]
+# ---------------------------------------------------------------------------- kimi_k2: JSON after a call id, in a section
+KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+KIMI_CALL, KIMI_ARGS, KIMI_END_CALL = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+
+
+def _kimi_name(call_id: str) -> str:
+    """``functions.NAME:IDX`` -> NAME."""
+    call_id = call_id.strip()
+    name = call_id[len("functions."):] if call_id.startswith("functions.") else call_id
+    return name.rpartition(":")[0] or name
+
+
+def kimi_k2_oneshot(text: str) -> tuple[str, str, list[Call]]:
+    reasoning, rest = _split_think(text)
+    begin = rest.find(KIMI_SECTION[0])
+    content = (rest if begin == -1 else rest[:begin]).strip()
+    calls: list[Call] = []
+    at = rest.find(KIMI_CALL, begin) if begin != -1 else -1
+    while at != -1:
+        args = rest.find(KIMI_ARGS, at)
+        end = rest.find(KIMI_END_CALL, args)
+        calls.append((_kimi_name(rest[at + len(KIMI_CALL):args]), json.loads(rest[args + len(KIMI_ARGS):end])))
+        at = rest.find(KIMI_CALL, end)
+    return reasoning, content, calls
+
+
+class KimiK2Stream(_Stream):
+    """``functions.NAME:IDX<|tool_call_argument_begin|>{...}``: the name once the argument mark arrives, then the
+    arguments as written."""
+
+    call_mark, end_call_mark, section = KIMI_CALL, KIMI_END_CALL, KIMI_SECTION
+
+    def open_call(self) -> None:
+        self.named = False
+
+    def call_text(self, body: str, upto: int, final: bool) -> tuple[list[tuple[int, str | None, str]], int]:
+        out: list[tuple[int, str | None, str]] = []
+        start = 0
+        if not self.named:
+            args = body.find(KIMI_ARGS, 0, upto)
+            if args == -1:
+                return out, 0
+            self.named, start = True, args + len(KIMI_ARGS)
+            out.append((self.index, _kimi_name(body[:args]), ""))
+        if upto > start:
+            out.append((self.index, None, body[start:upto]))
+        return out, max(upto, start)
+
+
+__all__ = ["DeepseekV3Stream", "KimiK2Stream", "Qwen3CoderStream", "Qwen3Stream", "deepseek_v3_oneshot",
+           "kimi_k2_oneshot", "qwen3_coder_oneshot", "qwen3_oneshot"]
