@@ -974,17 +974,18 @@ class ResponseParser:
                 # (a region that ends with its JSON value takes the general route once the value ends)
                 if frame is None or frame.size + len(kept) - self._pos <= self._max_region and \
                         (walk is None or walk.advance(combined, self._base) is None):
-                    if self._pos or context:
-                        return _route_quiet(self, combined, kept, frame, context)
-                    self._buf = combined[len(kept):]
+                    if self._pos or context:  # (delimiters look back: the text they read stays buffered)
+                        kept, start = _keep_context(self, combined, kept, context)
+                    else:
+                        self._buf = combined[len(kept):]
+                        start = self._base - self._prefix_len
+                        if "\n" in kept:  # (_Ledger.count_lines, for the few chunks that hold a line break)
+                            ledger = self._ledger
+                            ledger.lines_before += kept.count("\n")
+                            ledger.line_start = start + kept.rfind("\n") + 1
+                        self._base += len(kept)
                     if not kept:
                         return []
-                    start = self._base - self._prefix_len
-                    if "\n" in kept:  # (_Ledger.count_lines, for the few chunks that hold a line break)
-                        ledger = self._ledger
-                        ledger.lines_before += kept.count("\n")
-                        ledger.line_start = start + kept.rfind("\n") + 1
-                    self._base += len(kept)
                     if frame is None:
                         self._ledger.discard(start, start + len(kept), kept)
                         return []
@@ -1179,33 +1180,20 @@ def _trim(parser: ResponseParser) -> None:
         parser._cache.clear()
 
 
-def _route_quiet(parser: ResponseParser, combined: str, kept: str, frame: Frame | None,
-                 context: int) -> list[Event]:
-    """The fast path's routing (see feed) where delimiters look back at text before them: the buffer's
-    routed text (``combined[:parser._pos]``) and the chunk's, less a trailing whitespace run held, are
-    ``kept``; what is new of it is routed, and the last ``context`` characters of it stay in the buffer
-    before the scan position, as _trim leaves them."""
+def _keep_context(parser: ResponseParser, combined: str, kept: str, context: int) -> tuple[str, int]:
+    """The fast path's buffer (see feed) where delimiters look back at text before them: of ``kept`` (the buffer's
+    routed text, ``combined[:parser._pos]``, and the chunk's, less a trailing whitespace run held), the last
+    ``context`` characters stay in the buffer before the scan position, as _trim leaves them. The text routed
+    now, and its output offset."""
     at = parser._pos
-    routed = kept[at:]
     cut = max(len(kept) - context, 0)
-    start = parser._base + at - parser._prefix_len  # (the output offset of the routed text)
+    start = parser._base + at - parser._prefix_len
     if cut:  # (what leaves the buffer: its lines are counted, as _trim counts them)
         parser._ledger.count_lines(combined, max(parser._prefix_len - parser._base, 0), cut, parser._offset(0))
         parser._cache.clear()
     parser._buf, parser._pos = combined[cut:], len(kept) - cut
     parser._base += cut
-    if not routed:
-        return []
-    if frame is None:
-        parser._ledger.discard(start, start + len(routed), routed)
-        return []
-    frame.size += len(routed)
-    frame.chunks.append(routed)  # (RegionBuilder.chunk, for a frame that is not passed through)
-    event: RegionChunk = {"type": "region_chunk", "field": frame.field, "text": routed,
-                          "dirty": frame.region.dirty}
-    if frame.path is not None:
-        event["path"] = frame.path
-    return [event]
+    return kept[at:], start
 
 
 def _specialised_finalize(parser: ResponseParser, text: str) -> tuple[Message, list[Event]] | None:
