@@ -237,4 +237,5 @@ def test_broken_call_json_fails_saying_the_code_and_region_not_the_text(url, pat
     assert SECRET not in reply.text
     # (before: "the model's output could not be parsed", whatever was wrong)
     assert "parse.json" in detail and "tool_calls" in detail and "get_weather" in detail, detail
-    assert "starting at character 12 of the output" in detail, detail  # (where the call's region opens)
+    # (where the call's region opens: character 12, streamed too, though that had left the parser's buffer)
+    assert "starting at line 2, column 1 of the output" in detail, detail

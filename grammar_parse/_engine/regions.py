@@ -108,6 +108,8 @@ class RegionBuilder:
         self.events: list[Event] = []
         self.shifting: tuple[Terminal, int, str, Any] | None = None
         self.prefix_len = 0
+        #: A region opened since the session last noted where open regions start (see its _mark_open_regions)
+        self.opened = False
         self._loose: list[str] = []  # text of broken tool calls that names no function, for content
         self._content_chunks: list[str] = []  # the last content region's text (where loose text joins it)
         # The message's content field, by its role in the format (a grammar may call it otherwise: ``answer``).
@@ -195,6 +197,7 @@ class RegionBuilder:
 
     def _push(self, region: Region, captures: dict[str, str], start: int, open_text: str) -> None:
         """Open a region: a message field, or a component of the nearest open region it belongs to."""
+        self.opened = True
         opener = self.shifting[0] if self.shifting is not None else None
         repair = opener.repair if opener is not None and opener.region is region else None
         if (repair is not None and self._strict) or (self.frames and self.frames[-1].passthrough):

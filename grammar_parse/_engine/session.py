@@ -124,7 +124,7 @@ class _Ledger:
     field (``discarded``), every span with ``trace=True``, the lines of the output that have left the
     buffer (for an error's line and column), and the run of text in a call section under way."""
 
-    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start", "section")
+    __slots__ = ("errors", "discarded", "trace", "lines_before", "line_start", "section", "marks")
 
     def __init__(self, trace: bool) -> None:
         self.errors: list[dict[str, Any]] = []
@@ -133,6 +133,8 @@ class _Ledger:
         # How many newlines the output before the buffer held, and the output offset where its last line starts.
         self.lines_before = 0
         self.line_start = 0
+        #: The line and column of each open region's start that has left the buffer (see _mark_open_regions)
+        self.marks: dict[int, tuple[int, int]] = {}
         self.section = SectionRun()  # the run of text under way that goes into no field (see _Syntax.text)
 
     def record(self, code: str, message: str, field: str | None, span: list[int] | None) -> Event | None:
@@ -1172,12 +1174,35 @@ def _trim(parser: ResponseParser) -> None:
     """Drop consumed text, keeping what delimiters may look back at."""
     cut = parser._pos - parser._grammar.tables.context
     if cut > 0:
+        if parser._regions.opened:
+            _mark_open_regions(parser, parser._buf, cut)
         lo = max(parser._prefix_len - parser._base, 0)  # (the replayed prompt has no lines of the output)
         parser._ledger.count_lines(parser._buf, lo, cut, parser._offset(0))
         parser._buf = parser._buf[cut:]
         parser._pos -= cut
         parser._base += cut
         parser._cache.clear()
+
+
+def _mark_open_regions(parser: ResponseParser, buf: str, cut: int) -> None:
+    """Where a region opened since the last time (``RegionBuilder.opened``) and ``buf[:cut]`` leaves the buffer:
+    in strict mode, the line and column of each open region's start in it, which an error the region raises names
+    (its value is parsed at its close, when the start may be long gone); kept for the regions open then."""
+    regions, ledger = parser._regions, parser._ledger
+    origin = parser._offset(0)
+    end = origin + cut
+    regions.opened = False
+    if not parser._syntax.strict:
+        return  # (lenient mode raises nothing: its errors are reported with their spans)
+    marks = {}
+    for frame in regions.frames:
+        at = frame.start - parser._prefix_len
+        found = ledger.marks.get(at) if at < origin else ledger.line_column(at, buf, origin) if at < end else None
+        if found is not None:
+            marks[at] = found
+        elif at >= end:
+            regions.opened = True  # (its start is still buffered: noted when it leaves)
+    ledger.marks = marks
 
 
 def _keep_context(parser: ResponseParser, combined: str, kept: str, context: int) -> tuple[str, int]:
@@ -1189,6 +1214,8 @@ def _keep_context(parser: ResponseParser, combined: str, kept: str, context: int
     cut = max(len(kept) - context, 0)
     start = parser._base + at - parser._prefix_len
     if cut:  # (what leaves the buffer: its lines are counted, as _trim counts them)
+        if parser._regions.opened:
+            _mark_open_regions(parser, combined, cut)
         parser._ledger.count_lines(combined, max(parser._prefix_len - parser._base, 0), cut, parser._offset(0))
         parser._cache.clear()
     parser._buf, parser._pos = combined[cut:], len(kept) - cut
@@ -1240,7 +1267,7 @@ def _guarded(parser: ResponseParser, events: list[Event], eos: bool) -> None:
             if parser._options.strict:
                 if isinstance(e, ParseError) and e.line is None and e.position is not None:
                     e.line, e.column = parser._ledger.line_column(e.position, parser._buf, parser._offset(0)) \
-                        or (None, None)
+                        or parser._ledger.marks.get(e.position) or (None, None)  # (a region's start gone by)
                 raise
             parser._regions.events = events
             parser._syntax.record(e.code, str(e), getattr(e, "field", None), None)

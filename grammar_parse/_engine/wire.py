@@ -676,7 +676,7 @@ def parse_failure(error: GrammarParseError, call: str | None = None) -> ClientTe
     position = getattr(error, "position", None)
     if isinstance(line, int) and isinstance(column, int):
         parts.append(f"starting at line {line}, column {column} of the output")
-    elif isinstance(position, int) and position >= 0:  # (a streamed parse keeps offsets, not lines)
+    elif isinstance(position, int) and position >= 0:  # (an error whose place has no line: its offset)
         parts.append(f"starting at character {position} of the output")
     return ClientText(", ".join(parts))
 
