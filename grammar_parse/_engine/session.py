@@ -977,7 +977,7 @@ class ResponseParser:
                 if frame is None or frame.size + len(kept) - self._pos <= self._max_region and \
                         (walk is None or walk.advance(combined, self._base) is None):
                     if self._pos or context:  # (delimiters look back: the text they read stays buffered)
-                        kept, start = _keep_context(self, combined, kept, context)
+                        kept, start = _keep_context(self, combined, kept)
                     else:
                         self._buf = combined[len(kept):]
                         start = self._base - self._prefix_len
@@ -1205,21 +1205,15 @@ def _mark_open_regions(parser: ResponseParser, buf: str, cut: int) -> None:
     ledger.marks = marks
 
 
-def _keep_context(parser: ResponseParser, combined: str, kept: str, context: int) -> tuple[str, int]:
-    """The fast path's buffer (see feed) where delimiters look back at text before them: of ``kept`` (the buffer's
-    routed text, ``combined[:parser._pos]``, and the chunk's, less a trailing whitespace run held), the last
-    ``context`` characters stay in the buffer before the scan position, as _trim leaves them. The text routed
-    now, and its output offset."""
+def _keep_context(parser: ResponseParser, combined: str, kept: str) -> tuple[str, int]:
+    """The fast path's buffer (see feed) where delimiters look back at text before them: ``kept`` (the buffer's
+    routed text, ``combined[:parser._pos]``, and the chunk's, less a trailing whitespace run held) is routed, and
+    the buffer trimmed as after a scan (_trim keeps what the delimiters look back at). The text routed now, and
+    its output offset."""
     at = parser._pos
-    cut = max(len(kept) - context, 0)
     start = parser._base + at - parser._prefix_len
-    if cut:  # (what leaves the buffer: its lines are counted, as _trim counts them)
-        if parser._regions.opened:
-            _mark_open_regions(parser, combined, cut)
-        parser._ledger.count_lines(combined, max(parser._prefix_len - parser._base, 0), cut, parser._offset(0))
-        parser._cache.clear()
-    parser._buf, parser._pos = combined[cut:], len(kept) - cut
-    parser._base += cut
+    parser._buf, parser._pos = combined, len(kept)
+    _trim(parser)
     return kept[at:], start
 
 
