@@ -32,7 +32,7 @@ PIPELINE = [
     "_engine.scanner", "_engine.tables", "_engine.grammar",                 # shape; the format; the compiled
     "_engine.compiler", "_engine.library",                                  # grammar; templates; built-ins
     "_engine.toolstream", "_engine.salvage", "_engine.regions", "_engine.drafts",  # the parser; its one-shot
-    "_engine.oneshot", "_engine.generated",                                 # automaton, worked out ahead;
+    "_engine.oneshot", "_engine.callreader", "_engine.generated",          # automaton, worked out ahead;
                                                                             # its walk as generated code
     "options", "_engine.session", "_engine",                                # its options; the session
     "constrain._schemas", "constrain._cache", "constrain._regexes",         # a grammar as a decoding constraint

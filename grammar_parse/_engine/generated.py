@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .callreader import CallReaders
 from .delimiters import LiteralMatcher, RegexMatcher, Repeat, ValueEnd, search_budget
 from .grammar import Grammar, Region, Terminal
 from .oneshot import CLOSE, OPEN, Action, Builder, Config, Decline, OneShot, Open, close_rules
@@ -109,7 +110,16 @@ def compile_source(source: str, constants: list[Any], number: dict[int, int]) ->
 def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], dict[int, int]] | None:
     """The source of the compiled walk (``events``: for parses that ask for events), its constants, and the
     block number of each config (by id)."""
+    if shot.readers is not None and not events:  # (made first: making one works out the configs its call reaches)
+        for c in [c for c in list(shot.configs.values()) if c.explored]:
+            for step in c.steps.values():
+                if step.config.explored and any(kind == OPEN and what.region is not None and what.region.is_call
+                                                for kind, what in step.actions):
+                    shot.readers.get(step.config)
+    # (the configs walks reached: one only a call reader worked out is the generic walk's until one does)
     configs = [c for c in list(shot.configs.values()) if c.explored]
+    if len(configs) > MAX_CONFIGS:  # (then not those only a call reader worked out: the generic walk's till reached)
+        configs = [c for c in configs if c.visits or not c.aside]
     if not configs or len(configs) > MAX_CONFIGS:
         return None
     configs.sort(key=lambda c: -c.visits)  # (the busiest first: the dispatch tests them first)
@@ -262,7 +272,7 @@ def _route(src: _Source, config: Config, d: int, end: str, number: dict[int, int
             src.emit(d, "raise Decline")
             return False
         target = step.config
-        if not target.explored:
+        if id(target) not in number:
             src.emit(d, f"rc = {src.const(config)}; rp = pos; break")  # (the walk routes it)
             return False
         _actions(src, step.actions, d, None, "pos")
@@ -333,7 +343,16 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         src.emit(d, "sh = buf[at:end]")
     _actions(src, step.actions, d, (term, k), "at")
     target = step.config
-    if target.explored:
+    if id(target) in number:
+        readers = src.shot.readers
+        reader = readers.known(target) if readers is not None and not src.events and term.role == "open" and \
+            term.region is not None and term.region.is_call else None
+        if reader is not None:  # (the call read whole where the reader takes it: callreader)
+            src.emit(d, f"r = {src.const(reader)}.read(buf, end, B, {src.const(target)}, drafts)")
+            src.emit(d, "if r is not None:")
+            src.emit(d + 1, "c, pos = r; s = NUMBER.get(id(c), -1)")
+            src.emit(d + 1, "if s < 0: rc = c; rp = pos; break")
+            src.emit(d + 1, "continue")
         src.emit(d, f"pos = end; s = {number[id(target)]}; continue")
     else:
         src.emit(d, f"rc = {src.const(target)}; rp = end; break")
@@ -442,6 +461,7 @@ def specialised(grammar: Grammar) -> OneShot:
     if found is None:
         shot = OneShot(grammar)
         shot.compiled = Compiled(shot)
+        shot.readers = CallReaders(shot)
         found = grammar.tables.shared.setdefault("oneshot", shot)
     return found  # type: ignore[no-any-return]
 

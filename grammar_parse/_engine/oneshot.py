@@ -68,6 +68,25 @@ class CompiledWalk(Protocol):
         ...
 
 
+class CallReading(Protocol):
+    """A OneShot's readers of whole calls (grammar_parse._engine.callreader.CallReaders)."""
+
+    def get(self, config: Config) -> Any:
+        """The reader of the call just opened in ``config`` (its ``read``: this ``read`` past the lookup), or
+        None; made the first time (which may work out more configs)."""
+        ...
+
+    def known(self, config: Config) -> Any:
+        """:meth:`get` where made already, else None (makes nothing)."""
+        ...
+
+    def read(self, config: Config, buf: str, pos: int, build: Builder,
+             drafts: Mapping[int, Region]) -> tuple[Config, int] | None:
+        """The call just opened in ``config`` at ``pos`` read whole, where a reader takes it: the config and
+        position after its close; else None (nothing done)."""
+        ...
+
+
 class Step:
     """A terminal's effect on one stack: the stack it leads to and the region actions on the way; whether
     it would interrupt an open reasoning block (a draft, which the session reads)."""
@@ -84,7 +103,7 @@ class Config:
     """One reachable parser stack, with the text terminal of the run under way (the session's ``run``)."""
 
     __slots__ = ("stack", "run", "top", "info", "steps", "text_step", "end_actions", "ended",
-                 "explored", "visits")
+                 "explored", "visits", "aside")
 
     def __init__(self, stack: tuple[int, ...], run: Terminal | None, info: Any) -> None:
         self.stack, self.run, self.top, self.info = stack, run, stack[-1], info
@@ -94,6 +113,7 @@ class Config:
         self.ended = False  # the end of the output is a step of the grammar (else open regions are closed)
         self.explored = False  # its steps are worked out (see OneShot._explore)
         self.visits = 0  # scans the walk made in it (the compiled walk tests the busiest first)
+        self.aside = False  # worked out by a call reader (callreader), not reached by a walk yet
 
 
 class _Recorder:
@@ -122,6 +142,8 @@ class OneShot:
         self.sections = call_section_states(grammar)  # (text there that is not whitespace is reported)
         #: The walk compiled from the configs worked out so far, where one is made (generated.specialised).
         self.compiled: CompiledWalk | None = None
+        #: Its readers of whole calls (callreader), where made (generated.specialised).
+        self.readers: CallReading | None = None
 
     def find(self, stack: tuple[int, ...], run: Terminal | None) -> Config | None:
         """The config of a parser stack (a replayed prompt's), None past the limits."""
@@ -134,11 +156,27 @@ class OneShot:
         """How a frame of ``region`` closes (:func:`region_closer`), made once per grammar."""
         found = self._closers.get((id(region), check))
         if found is None:
-            leaf = region.rule not in self._parents and not region.scope
-            storer = region_storer(self.grammar, region) if region.parent is not None else None
-            found = self._closers[(id(region), check)] = region_closer(region, check, leaf,
-                                                                        region_value(self.grammar, region), storer)
+            found = self._closers[(id(region), check)] = region_closer(region, check, *self.parts(region))
         return found
+
+    def parts(self, region: Region) -> tuple[Callable[[str], Any] | None, Callable[..., Any], Storer | None]:
+        """What closing ``region`` takes: its content parser alone where it is a leaf (no components, no scope)
+        without a transform (None: its full value), its full value (regions.region_value), and its storer in its
+        parent call's scope (a component's)."""
+        leaf = region.rule not in self._parents and not region.scope
+        return (specialised_content(region.spec) if leaf else None, region_value(self.grammar, region),
+                region_storer(self.grammar, region) if region.parent is not None else None)
+
+    def explore(self, config: Config, aside: bool = True) -> bool:
+        """Work out ``config``'s steps where not done yet, for a call reader (``aside``: inside the call, which
+        no walk may reach); False past the limits."""
+        try:
+            if not config.explored:
+                self._explore(config)
+                config.aside = aside
+        except _TooMany:
+            return False
+        return True
 
     # ---------------------------------------------------------------- building
     def _config(self, stack: tuple[int, ...], run: Terminal | None) -> Config:
@@ -234,6 +272,7 @@ class OneShot:
         n = len(buf)
         hits = SearchCache().hits if hits is None else hits
         draft = _DraftWatch(fallback)
+        readers = self.readers if build.events is None else None
         while True:
             if not config.explored:
                 self._explore(config)
@@ -291,6 +330,9 @@ class OneShot:
             build.act(step.actions)
             build.shifting = None
             config = step.config
+            if term.role == "open" and readers is not None and term.region is not None and term.region.is_call \
+                    and draft.region is None and (read := readers.read(config, buf, pos, build, drafts)) is not None:
+                config, pos = read  # (the call read whole: callreader)
             if draft.region is not None:
                 draft.after_shift(term)
                 if draft.region is None and give_back and at < end:
@@ -596,13 +638,13 @@ def close_rules(region: Region, shifting: Terminal | None) -> tuple[bool, bool]:
     return closing, region.entry_key is not None and shifting is not None and not closing
 
 
-def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., Any], storer: Storer | None) -> Closer:
-    """``Builder.close`` past its first test for ``region``, with its value spec read once: the content parser
-    alone for a ``leaf`` (no components) without a transform (values.specialised_content), else the spec
-    specialised (``full``: regions.region_value); stored in its parent call's scope (``storer``, the session's
-    own: regions.region_storer), or typed, checked and stored in the message as the session's region builder
-    does. ``check``: an argument without a value declines."""
-    direct = specialised_content(region.spec) if leaf else None
+def region_closer(region: Region, check: bool, direct: Callable[[str], Any] | None, full: Callable[..., Any],
+                  storer: Storer | None) -> Closer:
+    """``Builder.close`` past its first test for ``region``, with its value spec read once (OneShot.parts):
+    ``direct``, the content parser alone for a leaf (no components) without a transform
+    (values.specialised_content), else ``full``, the spec specialised (regions.region_value); stored in its
+    parent call's scope (``storer``, the session's own: regions.region_storer), or typed, checked and stored in
+    the message as the session's region builder does. ``check``: an argument without a value declines."""
     parent_rule = region.parent
     if parent_rule is not None:
         assert storer is not None  # (a component's: see OneShot.closer)
@@ -647,5 +689,5 @@ def region_closer(region: Region, check: bool, leaf: bool, full: Callable[..., A
     return close_field
 
 
-__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Closer", "CompiledWalk", "Config",
+__all__ = ["CLOSE", "OPEN", "CallReading", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Closer", "CompiledWalk", "Config",
            "Decline", "OneShot", "Open", "Parsed", "Step", "close_rules", "open_regions", "region_closer"]
