@@ -40,34 +40,46 @@ def specialised_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Reads:
-    """The calls readers read (where in the output: gaps, values, the call's end) and how many they left to
-    the walk, while installed."""
+    """The calls readers read (where in the buffer: the call's opener, gaps, values, the call's end), how many
+    they left to the walk, and how many calls right after one were opened without it (the chain), while
+    installed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.read: list[tuple[str, list[tuple[int, int]], list[tuple[int, int]], int]] = []
-        self.taken = self.left = 0
-        real = callreader.CallReader.read
+        self.read: list[tuple[str, int, list[tuple[int, int]], list[tuple[int, int]], int]] = []
+        self.taken = self.left = self.chained = 0
+        real, real_next = callreader.CallReader.read, callreader._open_next
 
-        def read(reader: Any, buf: str, pos: int, *args: Any) -> Any:
-            found = real(reader, buf, pos, *args)
+        def read(reader: Any, buf: str, pos: int, build: Any, config: Any, drafts: Any) -> Any:
+            opener = build.frames[-1].text_start - len(build.frames[-1].open_text) if build.frames else pos
+            found = real(reader, buf, pos, build, config, drafts)
             if found is None:
                 self.left += 1
                 return found
             self.taken += 1
             m = reader.pattern.match(buf, pos)
             values = sorted(span for kind in reader.kinds for span in m.spans(kind.value))
-            self.read.append((buf, m.spans(reader.gaps), values, m.end()))
+            self.read.append((buf, opener, m.spans(reader.gaps), values, m.end()))
             return found
+
+        def open_next(*args: Any) -> Any:
+            opened = real_next(*args)
+            self.chained += opened is not None
+            return opened
         monkeypatch.setattr(callreader.CallReader, "read", read)
+        monkeypatch.setattr(callreader, "_open_next", open_next)
 
 
-def mutants(text: str, offset: int, gaps: list[tuple[int, int]], values: list[tuple[int, int]],
+def mutants(text: str, offset: int, opener: int, gaps: list[tuple[int, int]], values: list[tuple[int, int]],
             end: int) -> Iterator[str]:
     """``text`` changed at the places a call reader's pattern decides (positions in a buffer whose output starts
-    at ``offset``)."""
+    at ``offset``), and the call written twice in a row, with each of INSERTS between."""
     gaps = [(a - offset, b - offset) for a, b in gaps]
     values = [(a - offset, b - offset) for a, b in values]
-    end -= offset
+    end, opener = end - offset, opener - offset
+    if opener >= 0:
+        yield text[:end] + text[opener:end] + text[end:]
+        for ch in INSERTS:
+            yield text[:end] + ch + text[opener:end] + text[end:]
     for v0, v1 in values:
         for at in sorted({v0, (v0 + v1) // 2, v1}):
             for ch in INSERTS:
@@ -103,29 +115,39 @@ def test_a_call_the_reader_reads_is_the_sessions_and_so_are_its_mutants(
         for g in goldens(name):
             del reads.read[:]
             _compare(name, g.text, g.prefix, g.tools)
-            for buf, gaps, values, end in reads.read:
-                cases += [(text, g.prefix, g.tools) for text in mutants(g.text, len(buf) - len(g.text), gaps,
-                                                                         values, end)]
+            for buf, opener, gaps, values, end in reads.read:
+                cases += [(text, g.prefix, g.tools) for text in mutants(g.text, len(buf) - len(g.text), opener,
+                                                                         gaps, values, end)]
         if not cases:
             pytest.skip(f"{name}: no call of its goldens is read whole (no reader, or its pattern declines them)")
         read = reads.taken
         reads.taken = reads.left = 0
-        for text, prefix, tools in random.Random(name).sample(cases, min(SAMPLE, len(cases))):
+        twice = cases[:len(INSERTS) + 1]  # (the first call read, written twice in a row: the chain, always)
+        for text, prefix, tools in twice + random.Random(name).sample(cases, min(SAMPLE, len(cases))):
             _compare(name, text, prefix, tools)
     assert read > 0
     assert reads.taken > 0 and reads.left > 0, f"{name}: of the mutants, readers read {reads.taken} calls and " \
                                                f"left {reads.left} to the walk"
 
 
-def test_the_xml_argument_formats_are_read_a_call_at_a_time() -> None:
-    """The formats whose arguments are XML-like elements with delimiters no other one live beside them starts
-    like (Qwen3-Coder, MiniMax-M2, Step-3, Laguna) get a reader for the calls their goldens write."""
-    for name in ("qwen3_coder", "minimax_m2", "step3", "poolside_v1"):
-        grammar = grammar_parse.load_grammar(name)
-        for g in goldens(name):
-            grammar_parse.parse_response(g.text, grammar, prefix=g.prefix, tools=g.tools, strict=False)
-        shot = generated.specialised(grammar)
-        assert shot.readers is not None and any(shot.readers.known(c) for c in list(shot.configs.values())), name
+@pytest.mark.parametrize("name", ["qwen3_coder", "minimax_m2", "step3", "poolside_v1"])
+def test_the_xml_argument_formats_are_read_a_call_at_a_time(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The formats whose arguments are XML-like elements, with delimiters no other one live beside them starts
+    like (Qwen3-Coder, MiniMax-M2, Step-3, Laguna), get a reader for the calls their goldens write; where the
+    text between calls allows it too (not Step-3's call opener, which may backtrack, nor Laguna's, which starts
+    like its JSON call's), a call written right after another is read without the walk."""
+    reads = Reads(monkeypatch)
+    grammar = grammar_parse.load_grammar(name)
+    for g in goldens(name):
+        grammar_parse.parse_response(g.text, grammar, prefix=g.prefix, tools=g.tools, strict=False)
+    assert reads.taken > 0
+    buf, opener, _, _, end = reads.read[0]
+    golden = next(g for g in goldens(name) if buf.endswith(g.text))
+    offset = len(buf) - len(golden.text)
+    twice = golden.text[:end - offset] + "\n" + golden.text[opener - offset:end - offset] + golden.text[end - offset:]
+    reads.chained = 0
+    _compare(name, twice, golden.prefix, golden.tools)
+    assert (reads.chained > 0) == (name in ("qwen3_coder", "minimax_m2")), reads.chained
 
 
 def test_a_grammar_whose_delimiters_start_alike_gets_no_reader() -> None:

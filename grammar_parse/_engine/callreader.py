@@ -34,7 +34,7 @@ from ..errors import GrammarParseError
 from .content.text import without_separators
 from .delimiters import LiteralMatcher, RegexMatcher
 from .grammar import Region, Terminal
-from .oneshot import CLOSE, OPEN, TEXT_OPEN, Builder, Closer, Config, Decline, OneShot
+from .oneshot import CLOSE, OPEN, TEXT_OPEN, Builder, Closer, Config, Decline, OneShot, Open
 from .regex_shape import always_captured
 from .regions import Storer
 
@@ -142,39 +142,38 @@ class CallReader:
         if at == end:
             return None  # (a zero-width close: the walk's rules for it)
         call = frames[-1]
-        maxr, chunks, size, children = build.max_region, call.chunks, call.size, call.children
-        gaps = m.spans(self.gaps)
+        maxr, chunks, children = build.max_region, call.chunks, call.children
+        gaps = m.captures(self.gaps)
+        chunks.extend(gaps)  # (the walk routes each gap into the call's text; an empty one adds nothing to it)
+        call.size += sum(map(len, gaps))
+        if call.size > maxr:
+            raise Decline
         kinds = self.kinds
         if len(kinds) == 1:
             kind = kinds[0]
-            values = m.spans(kind.value)
+            values = m.captures(kind.value)
             args: Any = zip(repeat(kind), values, repeat([m.captures(g) for g in kind.captures]), range(len(values)))
         else:  # (several kinds: in the order they were written)
-            args = sorted(((k, span, captured, i) for k in kinds
+            args = sorted(((k, value, captured, i) for k in kinds
                            for captured in ([m.captures(g) for g in k.captures],)
-                           for i, span in enumerate(m.spans(k.value))), key=lambda a: a[1][0])
+                           for i, value in enumerate(m.captures(k.value))),
+                          key=lambda a: m.starts(a[0].value)[a[3]])
         try:
-            for (g0, g1), (kind, (v0, v1), captured, i) in zip(gaps, args):
-                config = kind.after.get((config, g1 > g0, v1 > v0)) or kind.follow(config, g1 > g0, v1 > v0)
-                if g1 > g0:
-                    chunks.append(buf[g0:g1])
-                    size += g1 - g0
-                if v1 - v0 > maxr:
+            for gap, (kind, value, captured, i) in zip(gaps, args):
+                config = kind.after.get((config, gap != "", value != "")) or kind.follow(config, gap != "", value != "")
+                if len(value) > maxr:
                     raise Decline
                 mode = kind.mode
                 if mode == _SEPARATORS:
                     lead, trail = kind.separators
-                    if lead and buf.startswith(lead, v0, v1):
-                        v0 += len(lead)
-                    if trail and v1 - v0 >= len(trail) and buf.startswith(trail, v1 - len(trail), v1):
-                        v1 -= len(trail)
-                    value: Any = buf[v0:v1]
-                elif mode == _AS_IS:
-                    value = buf[v0:v1]
+                    if lead and value.startswith(lead):
+                        value = value[len(lead):]
+                    if trail and value.endswith(trail):
+                        value = value[:len(value) - len(trail)]
                 elif mode == _STRIP:
-                    value = buf[v0:v1].strip()
-                else:
-                    value = _value(kind, m, i, buf[v0:v1], captured)
+                    value = value.strip()
+                elif mode != _AS_IS:
+                    value = _value(kind, m, i, value, captured)
                 entries = children.get(kind.scope) if kind.entry >= 0 else None
                 if type(entries) is dict:
                     entry = captured[kind.entry][i]
@@ -183,16 +182,11 @@ class CallReader:
                     entries[entry] = value
                 elif kind.storer(children, {old: c[i] for old, c in zip(kind.olds, captured)}, {}, value):
                     raise Decline
-            g0, g1 = gaps[-1]
-            if g1 > g0:
+            if gaps[-1]:
                 after = self.gap_after.get(config)
                 if after is None:
                     after = self.gap_after[config] = _text_step(config)
                 config = after
-                chunks.append(buf[g0:g1])
-                size += g1 - g0
-            if size > maxr:
-                raise Decline
             closes = self.closes
             name = closes[0][0] if len(closes) == 1 else next(c for c, g in closes if m.spans(g))
             step = config.steps.get(name)
@@ -200,7 +194,6 @@ class CallReader:
                 raise Decline
         except GrammarParseError:  # (a value that does not parse: the session reports it)
             raise Decline from None
-        call.size = size
         frames.pop()
         build.at = at
         self.closer(build, frames, call, buf[at:end])
@@ -217,13 +210,32 @@ def _value(kind: _Kind, m: Any, i: int, body: str, captured: list[list[str]]) ->
                      m.string[c0:c1], {})
 
 
+class _Next:
+    """What may follow a call in a config (its readers' chain): whitespace into the region on top, then a call's
+    opener, one match. ``openers``: (terminal, its group number, its named groups as (pattern's, grammar's));
+    ``tops``: the parser states it spans (none may be a draft's)."""
+
+    __slots__ = ("pattern", "gap", "openers", "tops", "kept", "section")
+
+    def __init__(self, pattern: Any, openers: tuple[tuple[Terminal, int, tuple[tuple[str, str], ...]], ...],
+                 tops: frozenset[int], kept: bool, section: str | None) -> None:
+        self.pattern, self.openers, self.tops = pattern, openers, tops
+        self.gap = pattern.groupindex["_gpw"]
+        #: Whether the whitespace goes into the region on top (else into no field: discarded, a run of text in
+        #: the call section ``section`` of the grammar's, if any: call_section_states)
+        self.kept, self.section = kept, section
+
+
 class CallReaders:
-    """A OneShot's call readers, by the config a call opens in, each made the first time a parse reaches it
-    (oneshot.CallReading)."""
+    """A OneShot's call readers, by the config a call opens in, each made the first time a parse reaches it,
+    and what may follow a call, by the config after it (oneshot.CallReading). Calls written one after another
+    are read one after another: after each, a match for whitespace and the next call's opener (as the walk
+    routes and shifts them), then that call's reader."""
 
     def __init__(self, shot: OneShot) -> None:
         self.shot = shot
         self._made: dict[int, CallReader | None] = {}
+        self._next: dict[int, _Next | None] = {}
 
     def get(self, config: Config) -> CallReader | None:
         made = self._made
@@ -240,7 +252,72 @@ class CallReaders:
     def read(self, config: Config, buf: str, pos: int, build: Builder,
              drafts: Mapping[int, Any]) -> tuple[Config, int] | None:
         reader = self.get(config)
-        return None if reader is None else reader.read(buf, pos, build, config, drafts)
+        return None if reader is None else self.run(reader, config, buf, pos, build, drafts)
+
+    def run(self, reader: CallReader, config: Config, buf: str, pos: int, build: Builder,
+            drafts: Mapping[int, Any]) -> tuple[Config, int] | None:
+        """``reader``'s call from ``config`` at ``pos``, and the calls right after it: the config and position
+        where the walk goes on (a call opened whose reader declines it: right after its opener); None where
+        the first is the walk's (nothing done)."""
+        got = reader.read(buf, pos, build, config, drafts)
+        while got is not None:
+            config, pos = got
+            nxt = self._next.get(id(config), _UNSEEN)
+            if nxt is _UNSEEN:
+                nxt = self._next[id(config)] = next_call(config, self.shot.explore, self.shot.sections)
+            if nxt is None or drafts and not nxt.tops.isdisjoint(drafts):
+                break
+            opened = _open_next(nxt, config, buf, pos, build)
+            if opened is None:
+                break
+            config, pos = opened
+            following = self.get(config)
+            got = None if following is None else following.read(buf, pos, build, config, drafts)
+            if got is None:
+                return opened
+        return got
+
+
+#: Not worked out yet (CallReaders._next).
+_UNSEEN: Any = object()
+
+
+def _open_next(nxt: _Next, config: Config, buf: str, pos: int, build: Builder) -> tuple[Config, int] | None:
+    """The whitespace and call opener ``nxt`` matches at ``pos`` routed and shifted as the walk does: the config
+    and position after the opener; None where it does not match or the walk would do more (nothing done)."""
+    m = nxt.pattern.match(buf, pos)
+    if m is None:
+        return None
+    g0, g1 = m.span(nxt.gap)
+    term, group, names = nxt.openers[0]
+    if len(nxt.openers) > 1:
+        term, group, names = next(o for o in nxt.openers if m.start(o[1]) >= 0)
+    frames = build.frames
+    after = config
+    if g1 > g0:
+        step = config.text_step
+        if step is None or nxt.kept and (not frames or step.actions and frames[-1].region is not
+                                         step.actions[0][1].region):
+            return None  # (its text would open a region: the walk's)
+        after = step.config
+    step = after.steps.get(term.name)
+    if step is None:
+        return None
+    if g1 > g0 and nxt.kept:  # (Builder.text)
+        frame = frames[-1]
+        frame.size += g1 - g0
+        if frame.size > build.max_region:
+            raise Decline
+        frame.chunks.append(buf[g0:g1])
+    elif g1 > g0:  # (OneShot._route: a run of text into no field starts, whitespace alone: nothing stray)
+        build.new_run(nxt.section)
+        build.discard(g0, g1)
+    o0, o1 = m.span(group)
+    build.at = o0
+    assert term.region is not None  # (a call's opener: next_call)
+    frames.append(Open(term.region, {old: v for new, old in names if (v := m.group(new)) is not None},
+                       buf[o0:o1], o1))
+    return step.config, o1
 
 
 # ---------------------------------------------------------------------------- making one
@@ -299,7 +376,8 @@ def _closure(config: Config, call: Region, explore: Callable[[Config], bool]) ->
                     step.actions and text.region is not (call if region is None else region):
                 return None
             todo.append((step.config, region))
-        for term, *_ in c.info.scanner.entries:
+        taken: set[int] = set()  # (the delimiters the pattern takes here: checked at once, so that a call the
+        for term, *_ in c.info.scanner.entries:  # reader cannot take costs one config, not its whole inside)
             step = c.steps.get(term.name)
             if step is None:
                 continue
@@ -316,6 +394,13 @@ def _closure(config: Config, call: Region, explore: Callable[[Config], bool]) ->
                 if step.actions != ((CLOSE, region),) or closes.setdefault(region.rule, term) is not term:
                     return None
                 todo.append((step.config, None))
+            else:
+                continue
+            if _embedded(term, term.role == "open", "") is None:
+                return None  # (one the pattern cannot hold)
+            taken.add(id(term))
+        if _triggers([(c, region)], taken) is None:
+            return None
     if not openers or not call_closes or set(closes) != set(openers):
         return None
     return list(seen.values()), openers, closes, call_closes
@@ -382,6 +467,52 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
     return CallReader(pattern, call, tuple(kinds), numbered, frozenset(c.top for c, _ in configs), closer(call, False))
 
 
+def next_call(config: Config, explore: Callable[[Config, bool], bool],
+              sections: Mapping[int, str]) -> _Next | None:
+    """What may follow a call in ``config`` (the config after its close): None where no call opener is live, or
+    where the match would not be the walk's reading (as for a reader: no delimiter live there starts with a
+    whitespace character, the openers' heads are exclusive, the text step only routes text and the opener's
+    step only opens the call)."""
+    if not explore(config, False):
+        return None
+    configs = [config]
+    text, step = config.info.text, config.text_step
+    if step is not None and config.run is None:
+        if text is None or step.actions not in ((), ((TEXT_OPEN, text),) if text.role == "text" else ()) or \
+                not explore(step.config, False):
+            return None
+        configs.append(step.config)
+    openers: dict[str, Terminal] = {}
+    for c in configs:
+        for term, *_ in c.info.scanner.entries:
+            found = c.steps.get(term.name)
+            if found is not None and term.role == "open" and term.region is not None and term.region.is_call \
+                    and term.repair is None:  # (a repaired opener is the walk's: live, so never where this matches)
+                if found.actions != ((OPEN, term),) or term.region.parent is not None:
+                    return None
+                openers[term.name] = term
+    triggers = _triggers([(c, None) for c in configs], {id(t) for t in openers.values()}) if openers else None
+    if triggers is None or triggers.get(None, set()) & set(_GAP):
+        return None
+    alternatives, named = [], []
+    for i, (name, term) in enumerate(sorted(openers.items())):
+        head = _embedded(term, True, f"_gpc{i}n", partial=True)
+        if head is None:
+            return None
+        alternatives.append(f"(?P<_gpc{i}>(?>{head[0]}))")
+        named.append((term, f"_gpc{i}", head[1]))
+    flags = {t.matcher.flags for t in openers.values() if isinstance(t.matcher, RegexMatcher)}
+    try:
+        pattern = regex.compile(f"(?P<_gpw>[ \\t\\n\\r]*+)(?:{'|'.join(alternatives)})",
+                                flags.pop() if len(flags) == 1 else regex.DOTALL)
+    except regex.error:
+        return None
+    if len(flags) > 1:
+        return None
+    return _Next(pattern, tuple((t, pattern.groupindex[g], names) for t, g, names in named),
+                 frozenset(c.top for c in configs), text is None or text.role == "text", sections.get(config.top))
+
+
 def _heads(matcher: Any) -> tuple[str, ...] | None:
     """What every match of a scanner's ``matcher`` starts with (delimiters.*.heads), None where that is not
     known (a repeated opener's, a JSON value's end)."""
@@ -398,9 +529,11 @@ _UNSAFE = regex.compile(r"\\[1-9]|\\g<|\(\?P=|\(\?[aiLmsux]+\)")
 _NAMED = regex.compile(r"(?<!\\)((?:\\\\)*)\(\?P<(\w+)>")
 
 
-def _embedded(term: Terminal, captures: bool, prefix: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+def _embedded(term: Terminal, captures: bool, prefix: str,
+              partial: bool = False) -> tuple[str, tuple[tuple[str, str], ...]] | None:
     """``term``'s pattern to embed in a reader's: its named groups renamed ``prefix`` + their number where its
-    ``captures`` are wanted (each always taking part), else made non-capturing; with the (new, old) names.
+    ``captures`` are wanted (each always taking part, unless ``partial``: the caller leaves out those that took
+    no part), else made non-capturing; with the (new, old) names.
     None where it cannot be embedded (a time-limited search, syntax that would change meaning, may match
     empty)."""
     matcher = term.matcher
@@ -408,7 +541,7 @@ def _embedded(term: Terminal, captures: bool, prefix: str) -> tuple[str, tuple[t
         return ("|".join(regex.escape(lit) for lit in matcher.literals), ()) if matcher.literals[0] else None
     if not isinstance(matcher, RegexMatcher) or matcher.limit or _UNSAFE.search(matcher.pattern):
         return None
-    if captures and (matcher.min_width == 0 or not always_captured(matcher.pattern, matcher.flags)):
+    if captures and (matcher.min_width == 0 or not partial and not always_captured(matcher.pattern, matcher.flags)):
         return None
     if not captures:
         return _NAMED.sub(r"\1(?:", matcher.pattern), ()
@@ -421,4 +554,4 @@ def _embedded(term: Terminal, captures: bool, prefix: str) -> tuple[str, tuple[t
     return (source, tuple(names)) if len(names) == len(matcher.compiled.groupindex) else None
 
 
-__all__ = ["MAX_CONFIGS", "CallReader", "CallReaders", "call_reader"]
+__all__ = ["MAX_CONFIGS", "CallReader", "CallReaders", "call_reader", "next_call"]

@@ -116,10 +116,15 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
                 if step.config.explored and any(kind == OPEN and what.region is not None and what.region.is_call
                                                 for kind, what in step.actions):
                     shot.readers.get(step.config)
-    # (the configs walks reached: one only a call reader worked out is the generic walk's until one does)
-    configs = [c for c in list(shot.configs.values()) if c.explored]
-    if len(configs) > MAX_CONFIGS:  # (then not those only a call reader worked out: the generic walk's till reached)
-        configs = [c for c in configs if c.visits or not c.aside]
+    explored = [c for c in list(shot.configs.values()) if c.explored]
+    made = _source(shot, explored, events)
+    if made is None:  # (too many or too long: then without those only a call reader worked out, the generic walk's)
+        made = _source(shot, [c for c in explored if c.visits or not c.aside], events)
+    return made
+
+
+def _source(shot: OneShot, configs: list[Config], events: bool) -> tuple[str, list[Any], dict[int, int]] | None:
+    """:func:`walk_source` of these configs; None past MAX_CONFIGS or MAX_LINES."""
     if not configs or len(configs) > MAX_CONFIGS:
         return None
     configs.sort(key=lambda c: -c.visits)  # (the busiest first: the dispatch tests them first)
@@ -347,8 +352,8 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         readers = src.shot.readers
         reader = readers.known(target) if readers is not None and not src.events and term.role == "open" and \
             term.region is not None and term.region.is_call else None
-        if reader is not None:  # (the call read whole where the reader takes it: callreader)
-            src.emit(d, f"r = {src.const(reader)}.read(buf, end, B, {src.const(target)}, drafts)")
+        if reader is not None and readers is not None:  # (the call read whole where the reader takes it: callreader)
+            src.emit(d, f"r = {src.const(readers.run)}({src.const(reader)}, {src.const(target)}, buf, end, B, drafts)")
             src.emit(d, "if r is not None:")
             src.emit(d + 1, "c, pos = r; s = NUMBER.get(id(c), -1)")
             src.emit(d + 1, "if s < 0: rc = c; rp = pos; break")
