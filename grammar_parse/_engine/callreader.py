@@ -32,9 +32,9 @@ import regex
 
 from ..errors import GrammarParseError
 from .content.text import without_separators
-from .delimiters import LiteralMatcher, RegexMatcher
+from .delimiters import LiteralMatcher, RegexMatcher, search_budget
 from .grammar import Region, Terminal
-from .oneshot import CLOSE, OPEN, TEXT_OPEN, Builder, Closer, Config, Decline, OneShot, Open
+from .oneshot import CLOSE, OPEN, TEXT_OPEN, Builder, Closer, Config, Decline, OneShot
 from .regex_shape import always_captured
 from .regions import Storer
 
@@ -119,14 +119,16 @@ class CallReader:
     ``closes``: the call's close terminals, with their group numbers; ``gap_after``: the config whitespace
     before the call's close leads to (by the config it starts in)."""
 
-    __slots__ = ("pattern", "gaps", "end", "call", "kinds", "closes", "tops", "closer", "gap_after")
+    __slots__ = ("pattern", "gaps", "end", "call", "kinds", "closes", "tops", "closer", "gap_after", "rate")
 
     def __init__(self, pattern: Any, call: Region, kinds: tuple[_Kind, ...], closes: tuple[tuple[str, int], ...],
-                 tops: frozenset[int], closer: Closer) -> None:
+                 tops: frozenset[int], closer: Closer, rate: float | None) -> None:
         self.pattern, self.call, self.kinds, self.closes, self.tops, self.closer = \
             pattern, call, kinds, closes, tops, closer
         self.gaps, self.end = pattern.groupindex["_gpw"], pattern.groupindex["_gpe"]
         self.gap_after: dict[Config, Config] = {}
+        #: Where a delimiter it holds is searched under a time limit: the highest rate (delimiters.search_budget)
+        self.rate = rate
 
     def read(self, buf: str, pos: int, build: Builder, config: Config,
              drafts: Mapping[int, Any]) -> tuple[Config, int] | None:
@@ -135,7 +137,7 @@ class CallReader:
         frames = build.frames
         if not frames or frames[-1].region is not self.call or drafts and not self.tops.isdisjoint(drafts):
             return None
-        m = self.pattern.match(buf, pos)
+        m = _match(self.pattern, buf, pos, self.rate)
         if m is None:
             return None
         at, end = m.span(self.end)
@@ -200,6 +202,21 @@ class CallReader:
         return step.config, end
 
 
+def _match(pattern: Any, buf: str, pos: int, rate: float | None) -> Any:
+    """``pattern`` matched at ``pos``, under the time limit its delimiters are searched under (``rate``; past
+    it TimeoutError: the parse declines, and the session, whose searches hand over to the linear matcher,
+    parses the output)."""
+    if rate is None:
+        return pattern.match(buf, pos)
+    return pattern.match(buf, pos, timeout=search_budget(len(buf) - pos, rate))
+
+
+def _rate(terms: Any) -> float | None:
+    """The highest time-limit rate of the delimiters ``terms`` (None: none is searched under a limit)."""
+    rates = [t.matcher.rate for t in terms if isinstance(t.matcher, RegexMatcher) and t.matcher.limit]
+    return max(rates) if rates else None
+
+
 def _value(kind: _Kind, m: Any, i: int, body: str, captured: list[list[str]]) -> Any:
     """An argument's value by its content parser or its full spec (oneshot.region_closer)."""
     if kind.direct is not None:
@@ -210,32 +227,13 @@ def _value(kind: _Kind, m: Any, i: int, body: str, captured: list[list[str]]) ->
                      m.string[c0:c1], {})
 
 
-class _Next:
-    """What may follow a call in a config (its readers' chain): whitespace into the region on top, then a call's
-    opener, one match. ``openers``: (terminal, its group number, its named groups as (pattern's, grammar's));
-    ``tops``: the parser states it spans (none may be a draft's)."""
-
-    __slots__ = ("pattern", "gap", "openers", "tops", "kept", "section")
-
-    def __init__(self, pattern: Any, openers: tuple[tuple[Terminal, int, tuple[tuple[str, str], ...]], ...],
-                 tops: frozenset[int], kept: bool, section: str | None) -> None:
-        self.pattern, self.openers, self.tops = pattern, openers, tops
-        self.gap = pattern.groupindex["_gpw"]
-        #: Whether the whitespace goes into the region on top (else into no field: discarded, a run of text in
-        #: the call section ``section`` of the grammar's, if any: call_section_states)
-        self.kept, self.section = kept, section
-
-
 class CallReaders:
-    """A OneShot's call readers, by the config a call opens in, each made the first time a parse reaches it,
-    and what may follow a call, by the config after it (oneshot.CallReading). Calls written one after another
-    are read one after another: after each, a match for whitespace and the next call's opener (as the walk
-    routes and shifts them), then that call's reader."""
+    """A OneShot's call readers, by the config a call opens in, each made the first time a parse reaches it
+    (oneshot.CallReading)."""
 
     def __init__(self, shot: OneShot) -> None:
         self.shot = shot
         self._made: dict[int, CallReader | None] = {}
-        self._next: dict[int, _Next | None] = {}
 
     def get(self, config: Config) -> CallReader | None:
         made = self._made
@@ -252,72 +250,7 @@ class CallReaders:
     def read(self, config: Config, buf: str, pos: int, build: Builder,
              drafts: Mapping[int, Any]) -> tuple[Config, int] | None:
         reader = self.get(config)
-        return None if reader is None else self.run(reader, config, buf, pos, build, drafts)
-
-    def run(self, reader: CallReader, config: Config, buf: str, pos: int, build: Builder,
-            drafts: Mapping[int, Any]) -> tuple[Config, int] | None:
-        """``reader``'s call from ``config`` at ``pos``, and the calls right after it: the config and position
-        where the walk goes on (a call opened whose reader declines it: right after its opener); None where
-        the first is the walk's (nothing done)."""
-        got = reader.read(buf, pos, build, config, drafts)
-        while got is not None:
-            config, pos = got
-            nxt = self._next.get(id(config), _UNSEEN)
-            if nxt is _UNSEEN:
-                nxt = self._next[id(config)] = next_call(config, self.shot.explore, self.shot.sections)
-            if nxt is None or drafts and not nxt.tops.isdisjoint(drafts):
-                break
-            opened = _open_next(nxt, config, buf, pos, build)
-            if opened is None:
-                break
-            config, pos = opened
-            following = self.get(config)
-            got = None if following is None else following.read(buf, pos, build, config, drafts)
-            if got is None:
-                return opened
-        return got
-
-
-#: Not worked out yet (CallReaders._next).
-_UNSEEN: Any = object()
-
-
-def _open_next(nxt: _Next, config: Config, buf: str, pos: int, build: Builder) -> tuple[Config, int] | None:
-    """The whitespace and call opener ``nxt`` matches at ``pos`` routed and shifted as the walk does: the config
-    and position after the opener; None where it does not match or the walk would do more (nothing done)."""
-    m = nxt.pattern.match(buf, pos)
-    if m is None:
-        return None
-    g0, g1 = m.span(nxt.gap)
-    term, group, names = nxt.openers[0]
-    if len(nxt.openers) > 1:
-        term, group, names = next(o for o in nxt.openers if m.start(o[1]) >= 0)
-    frames = build.frames
-    after = config
-    if g1 > g0:
-        step = config.text_step
-        if step is None or nxt.kept and (not frames or step.actions and frames[-1].region is not
-                                         step.actions[0][1].region):
-            return None  # (its text would open a region: the walk's)
-        after = step.config
-    step = after.steps.get(term.name)
-    if step is None:
-        return None
-    if g1 > g0 and nxt.kept:  # (Builder.text)
-        frame = frames[-1]
-        frame.size += g1 - g0
-        if frame.size > build.max_region:
-            raise Decline
-        frame.chunks.append(buf[g0:g1])
-    elif g1 > g0:  # (OneShot._route: a run of text into no field starts, whitespace alone: nothing stray)
-        build.new_run(nxt.section)
-        build.discard(g0, g1)
-    o0, o1 = m.span(group)
-    build.at = o0
-    assert term.region is not None  # (a call's opener: next_call)
-    frames.append(Open(term.region, {old: v for new, old in names if (v := m.group(new)) is not None},
-                       buf[o0:o1], o1))
-    return step.config, o1
+        return None if reader is None else reader.read(buf, pos, build, config, drafts)
 
 
 # ---------------------------------------------------------------------------- making one
@@ -417,7 +350,7 @@ def _triggers(configs: list[tuple[Config, Region | None]], expected: set[int]) -
             if h is None:
                 return None
             triggers.setdefault(None if region is None else region.rule, set()).update(head[0] for head in h)
-            if id(t) in expected and any(u is not t and (g is None or not _exclusive(h, g)) for u, g in live):
+            if id(t) in expected and any(u is not t and not _apart(t, h, u, g) for u, g in live):
                 return None
     return triggers
 
@@ -464,59 +397,55 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
     for kind in kinds:
         kind.numbered(pattern.groupindex)
     numbered = tuple((name, pattern.groupindex.get("_gpe" + name, 0)) for name in sorted(call_closes))
-    return CallReader(pattern, call, tuple(kinds), numbered, frozenset(c.top for c, _ in configs), closer(call, False))
-
-
-def next_call(config: Config, explore: Callable[[Config, bool], bool],
-              sections: Mapping[int, str]) -> _Next | None:
-    """What may follow a call in ``config`` (the config after its close): None where no call opener is live, or
-    where the match would not be the walk's reading (as for a reader: no delimiter live there starts with a
-    whitespace character, the openers' heads are exclusive, the text step only routes text and the opener's
-    step only opens the call)."""
-    if not explore(config, False):
-        return None
-    configs = [config]
-    text, step = config.info.text, config.text_step
-    if step is not None and config.run is None:
-        if text is None or step.actions not in ((), ((TEXT_OPEN, text),) if text.role == "text" else ()) or \
-                not explore(step.config, False):
-            return None
-        configs.append(step.config)
-    openers: dict[str, Terminal] = {}
-    for c in configs:
-        for term, *_ in c.info.scanner.entries:
-            found = c.steps.get(term.name)
-            if found is not None and term.role == "open" and term.region is not None and term.region.is_call \
-                    and term.repair is None:  # (a repaired opener is the walk's: live, so never where this matches)
-                if found.actions != ((OPEN, term),) or term.region.parent is not None:
-                    return None
-                openers[term.name] = term
-    triggers = _triggers([(c, None) for c in configs], {id(t) for t in openers.values()}) if openers else None
-    if triggers is None or triggers.get(None, set()) & set(_GAP):
-        return None
-    alternatives, named = [], []
-    for i, (name, term) in enumerate(sorted(openers.items())):
-        head = _embedded(term, True, f"_gpc{i}n", partial=True)
-        if head is None:
-            return None
-        alternatives.append(f"(?P<_gpc{i}>(?>{head[0]}))")
-        named.append((term, f"_gpc{i}", head[1]))
-    flags = {t.matcher.flags for t in openers.values() if isinstance(t.matcher, RegexMatcher)}
-    try:
-        pattern = regex.compile(f"(?P<_gpw>[ \\t\\n\\r]*+)(?:{'|'.join(alternatives)})",
-                                flags.pop() if len(flags) == 1 else regex.DOTALL)
-    except regex.error:
-        return None
-    if len(flags) > 1:
-        return None
-    return _Next(pattern, tuple((t, pattern.groupindex[g], names) for t, g, names in named),
-                 frozenset(c.top for c in configs), text is None or text.role == "text", sections.get(config.top))
+    return CallReader(pattern, call, tuple(kinds), numbered, frozenset(c.top for c, _ in configs), closer(call, False),
+                      _rate([*openers.values(), *closes.values(), *call_closes.values()]))
 
 
 def _heads(matcher: Any) -> tuple[str, ...] | None:
     """What every match of a scanner's ``matcher`` starts with (delimiters.*.heads), None where that is not
     known (a repeated opener's, a JSON value's end)."""
     return matcher.heads if isinstance(matcher, (LiteralMatcher, RegexMatcher)) else None
+
+
+def _apart(t: Terminal, h: tuple[str, ...], u: Terminal, g: tuple[str, ...] | None) -> bool:
+    """Whether delimiters ``t`` and ``u`` (their heads ``h`` and ``g``) never match at one place: their heads
+    are exclusive, or their automata (a trailing lookahead read as text) share no path on which one of them
+    accepts while the other is still alive (``<[ \\t]{0,8}/`` and ``<[ \\t]{0,8}parameter``, whose heads are
+    both ``<``)."""
+    if g is None:
+        return False
+    if _exclusive(h, g):
+        return True
+    a = t.matcher.forwards[0] if isinstance(t.matcher, RegexMatcher) else None
+    b = u.matcher.forwards[0] if isinstance(u.matcher, RegexMatcher) else None
+    return a is not None and b is not None and not _share_a_start(a, b)
+
+
+#: Pairs of states past which two automata are taken to share a start (_share_a_start).
+_PAIRS = 4096
+
+
+def _share_a_start(a: Any, b: Any) -> bool:
+    """Whether some text is read by both automata from their starts with one of them accepting (a match of one
+    that is a prefix of the other's: both may match at one place)."""
+    moves = {(a.symbols.get(ch, a.other), b.symbols.get(ch, b.other)) for ch in {*a.symbols, *b.symbols}}
+    moves.add((a.other, b.other))  # (a character neither names)
+    seen: set[tuple[Any, Any]] = set()
+    todo = [(a.initial, b.initial)]
+    while todo:
+        pair = todo.pop()
+        if pair in seen:
+            continue
+        seen.add(pair)
+        x, y = pair
+        if x in a.finals or y in b.finals or len(seen) > _PAIRS:
+            return True
+        for p, q in moves:
+            nx = a.trans.get(x, {}).get(p) if p is not None else None
+            ny = b.trans.get(y, {}).get(q) if q is not None else None
+            if nx is not None and ny is not None and nx in a.live and ny in b.live:
+                todo.append((nx, ny))
+    return False
 
 
 def _exclusive(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -539,8 +468,8 @@ def _embedded(term: Terminal, captures: bool, prefix: str,
     matcher = term.matcher
     if isinstance(matcher, LiteralMatcher):
         return ("|".join(regex.escape(lit) for lit in matcher.literals), ()) if matcher.literals[0] else None
-    if not isinstance(matcher, RegexMatcher) or matcher.limit or _UNSAFE.search(matcher.pattern):
-        return None
+    if not isinstance(matcher, RegexMatcher) or matcher.risk is not None or _UNSAFE.search(matcher.pattern):
+        return None  # (one searched under a time limit is embedded too: the reader's match is, at the highest rate)
     if captures and (matcher.min_width == 0 or not partial and not always_captured(matcher.pattern, matcher.flags)):
         return None
     if not captures:
@@ -554,4 +483,4 @@ def _embedded(term: Terminal, captures: bool, prefix: str,
     return (source, tuple(names)) if len(names) == len(matcher.compiled.groupindex) else None
 
 
-__all__ = ["MAX_CONFIGS", "CallReader", "CallReaders", "call_reader", "next_call"]
+__all__ = ["MAX_CONFIGS", "CallReader", "CallReaders", "call_reader"]

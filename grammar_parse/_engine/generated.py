@@ -352,8 +352,8 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
         readers = src.shot.readers
         reader = readers.known(target) if readers is not None and not src.events and term.role == "open" and \
             term.region is not None and term.region.is_call else None
-        if reader is not None and readers is not None:  # (the call read whole where the reader takes it: callreader)
-            src.emit(d, f"r = {src.const(readers.run)}({src.const(reader)}, {src.const(target)}, buf, end, B, drafts)")
+        if reader is not None:  # (the call read whole where the reader takes it: callreader)
+            src.emit(d, f"r = {src.const(reader)}.read(buf, end, B, {src.const(target)}, drafts)")
             src.emit(d, "if r is not None:")
             src.emit(d + 1, "c, pos = r; s = NUMBER.get(id(c), -1)")
             src.emit(d + 1, "if s < 0: rc = c; rp = pos; break")

@@ -80,11 +80,6 @@ class CallReading(Protocol):
         """:meth:`get` where made already, else None (makes nothing)."""
         ...
 
-    def run(self, reader: Any, config: Config, buf: str, pos: int, build: Builder,
-            drafts: Mapping[int, Region]) -> tuple[Config, int] | None:
-        """:meth:`read` with the reader of ``config`` given."""
-        ...
-
     def read(self, config: Config, buf: str, pos: int, build: Builder,
              drafts: Mapping[int, Region]) -> tuple[Config, int] | None:
         """The call just opened in ``config`` at ``pos`` read whole, where a reader takes it: the config and
