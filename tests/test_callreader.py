@@ -27,7 +27,7 @@ from test_specialised import GRAMMARS, session_result, specialised_result
 
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 #: Mutants parsed per grammar (a seeded sample of all of them; all under the deep profile).
-SAMPLE = 10_000 if DEEP else 60
+SAMPLE = 10_000 if DEEP else 40
 #: What is written into a value or a gap: the characters delimiters start with, whitespace a gap may or may not
 #: hold (vertical tab, a file separator, a Unicode line separator, a no-break space), and other markup.
 INSERTS = ["<", ">", "/", "=", '"', "'", "\n", "\t", "\r", "\x0b", "\x1c", "\u2028", "\xa0", " ", "{", "}", "|",
