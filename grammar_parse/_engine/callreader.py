@@ -461,19 +461,17 @@ _UNSAFE = regex.compile(r"\\[1-9]|\\g<|\(\?P=|\(\?[aiLmsux]+\)")
 _NAMED = regex.compile(r"(?<!\\)((?:\\\\)*)\(\?P<(\w+)>")
 
 
-def _embedded(term: Terminal, captures: bool, prefix: str,
-              partial: bool = False) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+def _embedded(term: Terminal, captures: bool, prefix: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
     """``term``'s pattern to embed in a reader's: its named groups renamed ``prefix`` + their number where its
-    ``captures`` are wanted (each always taking part, unless ``partial``: the caller leaves out those that took
-    no part), else made non-capturing; with the (new, old) names.
-    None where it cannot be embedded (a time-limited search, syntax that would change meaning, may match
-    empty)."""
+    ``captures`` are wanted (each always taking part), else made non-capturing; with the (new, old) names.
+    None where it cannot be embedded (a pattern the grammar would refuse as backtracking badly, syntax whose
+    meaning would change, an opener that may match empty)."""
     matcher = term.matcher
     if isinstance(matcher, LiteralMatcher):
         return ("|".join(regex.escape(lit) for lit in matcher.literals), ()) if matcher.literals[0] else None
     if not isinstance(matcher, RegexMatcher) or matcher.risk is not None or _UNSAFE.search(matcher.pattern):
         return None  # (one searched under a time limit is embedded too: the reader's match is, at the highest rate)
-    if captures and (matcher.min_width == 0 or not partial and not always_captured(matcher.pattern, matcher.flags)):
+    if captures and (matcher.min_width == 0 or not always_captured(matcher.pattern, matcher.flags)):
         return None
     if not captures:
         return _NAMED.sub(r"\1(?:", matcher.pattern), ()
