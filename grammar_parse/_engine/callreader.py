@@ -317,7 +317,8 @@ def _closure(config: Config, call: Region, explore: Callable[[Config], bool]) ->
             step = c.steps.get(term.name)
             if step is None:
                 continue
-            if region is None and term.role == "open" and term.region is not None and term.region.parent == call.rule:
+            if region is None and term.role == "open" and term.region is not None and \
+                    term.region.parent == call.rule and not _may_be_empty(term):  # (a zero-width one: the walk's)
                 if step.actions != ((OPEN, term),) or term.repair is not None or \
                         openers.setdefault(term.region.rule, term) is not term:
                     return None
@@ -402,6 +403,13 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
     numbered = tuple((name, pattern.groupindex.get("_gpe" + name, 0)) for name in sorted(call_closes))
     return CallReader(pattern, call, tuple(kinds), numbered, frozenset(c.top for c, _ in configs), closer(call, False),
                       _rate([*openers.values(), *closes.values(), *call_closes.values()]))
+
+
+def _may_be_empty(term: Terminal) -> bool:
+    """Whether ``term`` may match empty (an opener that looks ahead only, as ``(?=\\{)``): the pattern takes no
+    such opener, which stays live beside the others (where it matches, the pattern does not, and the walk reads
+    the call)."""
+    return isinstance(term.matcher, RegexMatcher) and term.matcher.min_width == 0
 
 
 def _heads(matcher: Any) -> tuple[str, ...] | None:
