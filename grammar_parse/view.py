@@ -293,7 +293,7 @@ def _call_starts(events: Iterable[Mapping[str, Any]], spans: Sequence[Mapping[st
     opens = []
     for span in spans:
         term = grammar.terminals.get(str(span.get("terminal"))) if span["kind"] == "delimiter" else None
-        if term is not None and term.role == "open" and term.region is not None and term.region.is_call:
+        if term is not None and term.opens_call:
             opens.append(span["start"])
     if len(opens) != len(per_region):
         opens = list({call: span["start"] for span, call in reversed(list(zip(spans, calls))) if call is not None}

@@ -159,10 +159,10 @@ class CallReader:
             values = m.captures(kind.value)
             args: Any = zip(repeat(kind), values, repeat([m.captures(g) for g in kind.captures]), range(len(values)))
         else:  # (several kinds: in the order they were written)
-            args = sorted(((k, value, captured, i) for k in kinds
-                           for captured in ([m.captures(g) for g in k.captures],)
-                           for i, value in enumerate(m.captures(k.value))),
-                          key=lambda a: m.starts(a[0].value)[a[3]])
+            args = [a for _, a in sorted((start, (k, value, captured, i)) for k in kinds
+                                         for captured in ([m.captures(g) for g in k.captures],)
+                                         for i, (start, value) in enumerate(zip(m.starts(k.value),
+                                                                                m.captures(k.value))))]
         try:
             for gap, (kind, value, captured, i) in zip(gaps, args):
                 config = kind.after.get((config, gap != "", value != "")) or kind.follow(config, gap != "", value != "")
@@ -275,28 +275,27 @@ def call_reader(config: Config, explore: Callable[[Config], bool], closer: Calla
                for t, *_ in entries):
         return None  # (no arguments written as regions of their own)
     found = _closure(config, call, explore)
-    if found is None:
+    if found is None or found[4].get(None, set()) & set(_GAP):
         return None
-    configs, openers, closes, call_closes = found
-    triggers = _triggers(configs, {id(t) for t in (*openers.values(), *closes.values(), *call_closes.values())})
-    if triggers is None or triggers.get(None, set()) & set(_GAP):
-        return None
-    return _made(call, configs, openers, closes, call_closes, triggers, closer, parts)
+    return _made(call, *found, closer, parts)
 
 
-_Closure = tuple[list[tuple[Config, "Region | None"]], dict[str, Terminal], dict[str, Terminal], dict[str, Terminal]]
+_Closure = tuple[list[tuple[Config, "Region | None"]], dict[str, Terminal], dict[str, Terminal], dict[str, Terminal],
+                 dict["str | None", set[str]]]
 
 
 def _closure(config: Config, call: Region, explore: Callable[[Config], bool]) -> _Closure | None:
     """The configs a call's inside reaches from ``config`` by the steps the pattern takes, each with the argument
-    region open in it (None: between arguments); the argument openers and closes (by region rule) and the
-    call's closes (by terminal name). None where a step does more than the reader does (its region actions are
-    not an argument's open, text or close, or the call's close), or past MAX_CONFIGS."""
+    region open in it (None: between arguments); the argument openers and closes (by region rule), the
+    call's closes (by terminal name), and the trigger characters (_triggers). None where a step does more than
+    the reader does (its region actions are not an argument's open, text or close, or the call's close), where a
+    config fails _triggers' test, or past MAX_CONFIGS."""
     seen: dict[int, tuple[Config, Region | None]] = {}
     todo: list[tuple[Config, Region | None]] = [(config, None)]
     openers: dict[str, Terminal] = {}
     closes: dict[str, Terminal] = {}
     call_closes: dict[str, Terminal] = {}
+    triggers: dict[str | None, set[str]] = {}
     while todo:
         c, region = todo.pop()
         if id(c) in seen:
@@ -336,27 +335,25 @@ def _closure(config: Config, call: Region, explore: Callable[[Config], bool]) ->
             if _embedded(term, term.role == "open", "") is None:
                 return None  # (one the pattern cannot hold)
             taken.add(id(term))
-        if _triggers([(c, region)], taken) is None:
+        if not _triggers(c, taken, triggers.setdefault(None if region is None else region.rule, set())):
             return None
     if not openers or not call_closes or set(closes) != set(openers):
         return None
-    return list(seen.values()), openers, closes, call_closes
+    return list(seen.values()), openers, closes, call_closes, triggers
 
 
-def _triggers(configs: list[tuple[Config, Region | None]], expected: set[int]) -> dict[str | None, set[str]] | None:
-    """The first characters of the delimiters live between arguments (None) and inside each kind (its rule);
-    None where a delimiter's heads are not known, or where a delimiter the pattern takes (``expected``, by id)
-    and another one live beside it may match at one place (the scan's tie-break would decide)."""
-    triggers: dict[str | None, set[str]] = {}
-    for c, region in configs:
-        live = [(t, _heads(m)) for t, m, *_ in c.info.scanner.entries]
-        for t, h in live:
-            if h is None:
-                return None
-            triggers.setdefault(None if region is None else region.rule, set()).update(head[0] for head in h)
-            if id(t) in expected and any(u is not t and not _apart(t, h, u, g) for u, g in live):
-                return None
-    return triggers
+def _triggers(config: Config, taken: set[int], triggers: set[str]) -> bool:
+    """Add to ``triggers`` the first characters of the delimiters live in ``config``; False where a delimiter's
+    heads are not known, or where one the pattern takes there (``taken``, by id) and another one live beside it
+    may match at one place (the scan's tie-break would decide)."""
+    live = [(t, _heads(m)) for t, m, *_ in config.info.scanner.entries]
+    for t, h in live:
+        if h is None:
+            return False
+        triggers.update(head[0] for head in h)
+        if id(t) in taken and any(u is not t and not _apart(t, h, u, g) for u, g in live):
+            return False
+    return True
 
 
 def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: dict[str, Terminal],
@@ -366,7 +363,8 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
           ) -> CallReader | None:
     """The reader: its pattern (every gap one group, whose spans are the gaps in order; per kind of argument its
     value, its opener's named groups, and where its full value reads them its opener's and close's text; the
-    call's close, and which one where there are several), None where a delimiter cannot be embedded."""
+    call's close, and which one where there are several), None where the delimiters' flags differ or the
+    pattern does not compile."""
     flags = {t.matcher.flags for t in (*openers.values(), *closes.values(), *call_closes.values())
              if isinstance(t.matcher, RegexMatcher)}
     if len(flags) > 1:
@@ -376,8 +374,7 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
         close, region = closes[rule], opener.region
         assert region is not None
         head, tail = _embedded(opener, True, f"_gp{i}n"), _embedded(close, False, "")
-        if head is None or tail is None:
-            return None
+        assert head is not None and tail is not None  # (_closure took only delimiters it can embed)
         kind = _Kind(i, opener, close, region, head[1], parts(region))
         kinds.append(kind)
         value = "".join(regex.escape(ch) for ch in sorted(triggers.get(rule, set())))
@@ -389,7 +386,8 @@ def _made(call: Region, configs: list[tuple[Config, Region | None]], openers: di
     ends = []
     for name, term in sorted(call_closes.items()):
         end = _embedded(term, False, "")
-        if end is None or not name.isidentifier():
+        assert end is not None  # (as above)
+        if not name.isidentifier():
             return None
         ends.append(f"(?P<_gpe{name}>(?>{end[0]}))" if len(call_closes) > 1 else f"(?>{end[0]})")
     gap = "(?P<_gpw>[ \\t\\n\\r]*+)"

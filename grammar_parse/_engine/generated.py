@@ -113,8 +113,7 @@ def walk_source(shot: OneShot, events: bool = False) -> tuple[str, list[Any], di
     if shot.readers is not None and not events:  # (made first: making one works out the configs its call reaches)
         for c in [c for c in list(shot.configs.values()) if c.explored]:
             for step in c.steps.values():
-                if step.config.explored and any(kind == OPEN and what.region is not None and what.region.is_call
-                                                for kind, what in step.actions):
+                if step.config.explored and any(kind == OPEN and what.opens_call for kind, what in step.actions):
                     shot.readers.get(step.config)
     explored = [c for c in list(shot.configs.values()) if c.explored]
     made = _source(shot, explored, events)
@@ -350,8 +349,7 @@ def _shift(src: _Source, config: Config, term: Terminal, k: str, d: int, number:
     target = step.config
     if id(target) in number:
         readers = src.shot.readers
-        reader = readers.known(target) if readers is not None and not src.events and term.role == "open" and \
-            term.region is not None and term.region.is_call else None
+        reader = readers.known(target) if readers is not None and not src.events and term.opens_call else None
         if reader is not None:  # (the call read whole where the reader takes it: callreader)
             src.emit(d, f"r = {src.const(reader)}.read(buf, end, B, {src.const(target)}, drafts)")
             src.emit(d, "if r is not None:")

@@ -330,8 +330,8 @@ class OneShot:
             build.act(step.actions)
             build.shifting = None
             config = step.config
-            if term.role == "open" and readers is not None and term.region is not None and term.region.is_call \
-                    and draft.region is None and (read := readers.read(config, buf, pos, build, drafts)) is not None:
+            if readers is not None and term.opens_call and draft.region is None and \
+                    (read := readers.read(config, buf, pos, build, drafts)) is not None:
                 config, pos = read  # (the call read whole: callreader)
             if draft.region is not None:
                 draft.after_shift(term)
@@ -416,7 +416,7 @@ class _DraftWatch:
                 self.closed = True
             else:
                 self.region = self.back = None  # (a later draft goes back to its own delimiter)
-        elif self.closed and term.role == "open" and term.region is not None and term.region.is_call:
+        elif self.closed and term.opens_call:
             self.region, self.closed, self.back = None, False, None
 
 
@@ -689,5 +689,5 @@ def region_closer(region: Region, check: bool, direct: Callable[[str], Any] | No
     return close_field
 
 
-__all__ = ["CLOSE", "OPEN", "CallReading", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "Closer", "CompiledWalk", "Config",
-           "Decline", "OneShot", "Open", "Parsed", "Step", "close_rules", "open_regions", "region_closer"]
+__all__ = ["CLOSE", "OPEN", "SPECIALISED", "TEXT_OPEN", "Action", "Builder", "CallReading", "Closer", "CompiledWalk",
+           "Config", "Decline", "OneShot", "Open", "Parsed", "Step", "close_rules", "open_regions", "region_closer"]

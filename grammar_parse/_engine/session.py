@@ -252,7 +252,7 @@ class _DraftReading:
                 draft.closed = True  # reasoning, unless the output ends with no call after the block
             else:
                 self.release(regions)  # the reasoning block closed: what it held was reasoning
-        elif draft.closed and term.role == "open" and term.region is not None and term.region.is_call:
+        elif draft.closed and term.opens_call:
             self.release(regions)  # a call after the block: the one in it was a draft
 
     def release(self, regions: RegionBuilder) -> None:

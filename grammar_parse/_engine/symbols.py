@@ -108,6 +108,11 @@ class Terminal:
     repair: str | None = None
 
     @property
+    def opens_call(self) -> bool:
+        """Whether it opens a tool call's region (a call's opener: its region is a call)."""
+        return self.role == "open" and self.region is not None and self.region.is_call
+
+    @property
     def sort_key(self) -> tuple[int, str, str]:
         """Tie-break between matches at the same place with the same length (transformers' order)."""
         return (-self.priority, self.region.field if self.region else "", self.name)
